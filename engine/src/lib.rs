@@ -1,0 +1,19 @@
+//! Freshet's execution engine: the streaming operators, their state, the sources that replay
+//! or generate streams, and the sinks that write results.
+//!
+//! The engine is plain DataFusion physical-plan code: every operator is an
+//! [`ExecutionPlan`](datafusion::physical_plan::ExecutionPlan) that takes Arrow
+//! `RecordBatch`es in and gives `RecordBatch`es out. It never depends on the planner, so the
+//! same operators can be driven by any plan that DataFusion (or a distributed runner) builds.
+
+pub mod duration;
+pub mod options;
+pub mod sink;
+pub mod source;
+
+pub use duration::parse_duration;
+pub use options::{Pacing, StreamOptions};
+pub use source::{
+    GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable, open_file_source,
+    FileFormatKind,
+};

@@ -1,0 +1,152 @@
+//! The options a stream is registered with: its event-time column, watermark delay,
+//! boundedness, source partitioning and replay pacing.
+//!
+//! Options are plain data so that they can be written out with a checkpoint and sent to
+//! another machine with the plan. They are set from code or from `key=value` pairs (the
+//! command line's `--table NAME=PATH,key=value` form) through [`StreamOptions::set`].
+
+use std::time::Duration;
+
+use datafusion::common::{Result, plan_err};
+
+use crate::duration::parse_duration;
+
+/// How fast a replay hands out its records.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Pacing {
+    /// As fast as the consumers take them.
+    #[default]
+    AsFastAsPossible,
+    /// At most this many records per second, over all source partitions.
+    RecordsPerSecond(f64),
+}
+
+/// Registration options of a stream.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamOptions {
+    /// The event-time column: a timestamp or an integer of epoch milliseconds.
+    pub event_time: Option<String>,
+    /// How far behind the largest event time seen a record may still arrive
+    /// (the watermark is `max event time - out_of_orderness`).
+    pub out_of_orderness: Duration,
+    /// `Some(true)`: a replay that ends; `Some(false)`: a stream that never ends;
+    /// `None`: what the source is (files and batches end, a generator without a record
+    /// count does not).
+    pub bounded: Option<bool>,
+    /// Number of source partitions; `None` uses the session's target partitions.
+    pub partitions: Option<usize>,
+    /// Key columns the source is already partitioned by, when known.
+    pub partitioned_by: Vec<String>,
+    /// Replay speed.
+    pub pacing: Pacing,
+}
+
+impl StreamOptions {
+    /// The option names [`StreamOptions::set`] accepts.
+    pub const KEYS: &'static [&'static str] = &[
+        "event_time",
+        "watermark",
+        "bounded",
+        "partitions",
+        "partitioned_by",
+        "rate",
+    ];
+
+    /// Sets the option `key` from its textual `value`. Returns `Ok(false)` when `key` is not a
+    /// stream option (so that a caller can try other option sets), and an error when the value
+    /// does not fit the option.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
+        match key {
+            "event_time" => self.event_time = Some(value.to_string()),
+            "watermark" | "out_of_orderness" => self.out_of_orderness = parse_duration(value)?,
+            "bounded" => self.bounded = Some(parse_bool(key, value)?),
+            "partitions" => {
+                let partitions = parse_count(key, value)?;
+                if partitions == 0 || partitions > 4096 {
+                    return plan_err!("option partitions={value}: expected 1 to 4096");
+                }
+                self.partitions = Some(partitions);
+            }
+            "partitioned_by" => {
+                self.partitioned_by = value
+                    .split(['+', ':'])
+                    .filter(|column| !column.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
+            "rate" => {
+                let rate: f64 = value.parse().unwrap_or(f64::NAN);
+                if !(rate.is_finite() && rate > 0.0) {
+                    return plan_err!(
+                        "option rate={value}: expected a positive number of records per second"
+                    );
+                }
+                self.pacing = Pacing::RecordsPerSecond(rate);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => plan_err!("option {key}={value}: expected true or false"),
+    }
+}
+
+pub(crate) fn parse_count(key: &str, value: &str) -> Result<usize> {
+    let cleaned = value.replace('_', "");
+    let parsed = match cleaned.strip_suffix(['k', 'K']) {
+        Some(n) => n.parse::<usize>().map(|n| n * 1_000),
+        None => match cleaned.strip_suffix(['m', 'M']) {
+            Some(n) => n.parse::<usize>().map(|n| n * 1_000_000),
+            None => cleaned.parse::<usize>(),
+        },
+    };
+    match parsed {
+        Ok(n) => Ok(n),
+        Err(_) => plan_err!("option {key}={value}: expected a whole number (e.g. 10000, 10k, 10M)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_known_options() {
+        let mut options = StreamOptions::default();
+        assert!(options.set("event_time", "ts").unwrap());
+        assert!(options.set("watermark", "5s").unwrap());
+        assert!(options.set("partitions", "4").unwrap());
+        assert!(options.set("partitioned_by", "a+b").unwrap());
+        assert!(options.set("rate", "1000").unwrap());
+        assert!(options.set("bounded", "false").unwrap());
+        assert_eq!(options.event_time.as_deref(), Some("ts"));
+        assert_eq!(options.out_of_orderness, Duration::from_secs(5));
+        assert_eq!(options.partitions, Some(4));
+        assert_eq!(options.partitioned_by, vec!["a", "b"]);
+        assert_eq!(options.pacing, Pacing::RecordsPerSecond(1000.0));
+        assert_eq!(options.bounded, Some(false));
+    }
+
+    #[test]
+    fn unknown_key_is_not_taken_and_bad_values_fail() {
+        let mut options = StreamOptions::default();
+        assert!(!options.set("colour", "blue").unwrap());
+        assert!(options.set("partitions", "0").is_err());
+        assert!(options.set("rate", "-3").is_err());
+        assert!(options.set("bounded", "maybe").is_err());
+    }
+
+    #[test]
+    fn counts_take_suffixes() {
+        assert_eq!(parse_count("records", "10M").unwrap(), 10_000_000);
+        assert_eq!(parse_count("records", "5k").unwrap(), 5_000);
+        assert_eq!(parse_count("records", "1_000").unwrap(), 1_000);
+        assert!(parse_count("records", "many").is_err());
+    }
+}

@@ -1,0 +1,68 @@
+//! The terminal sink: rows as pretty tables, printed as they arrive, up to a row budget;
+//! the rest is counted and reported at the end, so an endless stream never floods a terminal
+//! and never holds rows back.
+
+use std::io::Write;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::common::Result;
+
+use super::BatchWriter;
+
+/// Prints at most `max_rows` rows, then a count of the rows not shown.
+pub struct TableWriter {
+    out: Box<dyn Write + Send>,
+    max_rows: usize,
+    shown: usize,
+    hidden: u64,
+    header_printed: bool,
+}
+
+impl TableWriter {
+    pub fn new(out: Box<dyn Write + Send>, max_rows: usize) -> Self {
+        Self {
+            out,
+            max_rows,
+            shown: 0,
+            hidden: 0,
+            header_printed: false,
+        }
+    }
+}
+
+impl BatchWriter for TableWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let take = (self.max_rows - self.shown).min(batch.num_rows());
+        self.hidden += (batch.num_rows() - take) as u64;
+        if take == 0 {
+            return Ok(());
+        }
+        let table = pretty_format_batches(&[batch.slice(0, take)])?.to_string();
+        // Later chunks repeat no header: skip the table's first three lines.
+        let lines: Vec<&str> = table.lines().collect();
+        let body = if self.header_printed { &lines[3.min(lines.len())..] } else { &lines[..] };
+        for line in body {
+            writeln!(self.out, "{line}")?;
+        }
+        self.header_printed = true;
+        self.shown += take;
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        if !self.header_printed {
+            writeln!(self.out, "(no rows)")?;
+        }
+        if self.hidden > 0 {
+            writeln!(
+                self.out,
+                "… {} more rows not shown ({} rows in all)",
+                self.hidden,
+                self.hidden + self.shown as u64
+            )?;
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+}

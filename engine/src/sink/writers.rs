@@ -1,0 +1,132 @@
+//! File and stream writers for the sinks, on arrow's own CSV, JSON, IPC and Parquet writers.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::csv;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::writer::FileWriter;
+use datafusion::arrow::json::LineDelimitedWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, plan_err};
+use datafusion::parquet::arrow::ArrowWriter;
+
+use super::BatchWriter;
+
+type Output = BufWriter<Box<dyn Write + Send>>;
+
+/// `path` opened for writing, or `stdout` when there is no path.
+pub(super) fn output(path: Option<&PathBuf>, stdout: Box<dyn Write + Send>) -> Result<Output> {
+    Ok(BufWriter::with_capacity(
+        1 << 16,
+        match path {
+            Some(path) => Box::new(create(path)?),
+            None => stdout,
+        },
+    ))
+}
+
+fn create(path: &Path) -> Result<File> {
+    match File::create(path) {
+        Ok(file) => Ok(file),
+        Err(e) => plan_err!("cannot create output file {}: {e}", path.display()),
+    }
+}
+
+/// CSV with a header line.
+pub struct CsvWriter(csv::Writer<Output>);
+
+impl CsvWriter {
+    pub fn new(out: Output) -> Self {
+        Self(csv::Writer::new(out))
+    }
+}
+
+impl BatchWriter for CsvWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        Ok(self.0.write(batch)?)
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.0.into_inner().flush()?;
+        Ok(())
+    }
+}
+
+/// One JSON object per row and line.
+pub struct JsonLinesWriter(LineDelimitedWriter<Output>);
+
+impl JsonLinesWriter {
+    pub fn new(out: Output) -> Self {
+        Self(LineDelimitedWriter::new(out))
+    }
+}
+
+impl BatchWriter for JsonLinesWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        Ok(self.0.write(batch)?)
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        self.0.finish()?;
+        self.0.into_inner().flush()?;
+        Ok(())
+    }
+}
+
+/// A Parquet file.
+pub struct ParquetFileWriter(ArrowWriter<File>);
+
+impl ParquetFileWriter {
+    pub fn create(path: &Path, schema: &SchemaRef) -> Result<Self> {
+        Ok(Self(ArrowWriter::try_new(create(path)?, schema.clone(), None)?))
+    }
+}
+
+impl BatchWriter for ParquetFileWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        Ok(self.0.write(batch)?)
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.0.close()?;
+        Ok(())
+    }
+}
+
+/// An Arrow IPC file.
+pub struct ArrowFileWriter(FileWriter<BufWriter<File>>);
+
+impl ArrowFileWriter {
+    pub fn create(path: &Path, schema: &SchemaRef) -> Result<Self> {
+        Ok(Self(FileWriter::try_new(
+            BufWriter::new(create(path)?),
+            schema,
+        )?))
+    }
+}
+
+impl BatchWriter for ArrowFileWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        Ok(self.0.write(batch)?)
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        self.0.finish()?;
+        Ok(())
+    }
+}
+
+/// Discards rows; the sink's summary counts them.
+pub struct NullWriter;
+
+impl BatchWriter for NullWriter {
+    fn write(&mut self, _batch: &RecordBatch) -> Result<()> {
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}

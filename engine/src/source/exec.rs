@@ -1,0 +1,243 @@
+//! [`StreamSourceExec`]: the top of every stream's scan.
+//!
+//! It passes its input's batches through unchanged and is where a plan learns what the
+//! stream is: bounded or not (an unbounded source is `Unbounded { requires_infinite_memory:
+//! false }`, so DataFusion's sanity checker rejects operators that would wait for the end),
+//! its source partitions (declared key partitioning becomes `Partitioning::Hash`, so a keyed
+//! operator above it needs no shuffle), its event-time column and watermark delay, and its
+//! pacing. With a target rate, each partition sleeps until its next batch is due
+//! (`records sent / rate per partition` after the partition started). Records are counted in
+//! the operator's `output_rows` metric, which the progress line reads.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
+use futures::StreamExt;
+
+use crate::options::{Pacing, StreamOptions};
+
+/// The source operator of a stream; see the module documentation.
+#[derive(Debug)]
+pub struct StreamSourceExec {
+    input: Arc<dyn ExecutionPlan>,
+    table: String,
+    options: StreamOptions,
+    bounded: bool,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl StreamSourceExec {
+    /// Wraps `input`, the reader of stream `table`.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        table: &str,
+        options: &StreamOptions,
+        bounded: bool,
+    ) -> Result<Self> {
+        let properties = Arc::new(Self::compute_properties(&input, options, bounded)?);
+        Ok(Self {
+            input,
+            table: table.to_string(),
+            options: options.clone(),
+            bounded,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    fn compute_properties(
+        input: &Arc<dyn ExecutionPlan>,
+        options: &StreamOptions,
+        bounded: bool,
+    ) -> Result<PlanProperties> {
+        let schema = input.schema();
+        let partitions = input.output_partitioning().partition_count();
+        // Declared key partitioning holds only while every key column is projected.
+        let keys: Option<Vec<Arc<dyn PhysicalExpr>>> = (!options.partitioned_by.is_empty())
+            .then(|| {
+                options
+                    .partitioned_by
+                    .iter()
+                    .map(|name| {
+                        Column::new_with_schema(name, &schema)
+                            .ok()
+                            .map(|c| Arc::new(c) as Arc<dyn PhysicalExpr>)
+                    })
+                    .collect()
+            })
+            .flatten();
+        let partitioning = match keys {
+            Some(keys) => Partitioning::Hash(keys, partitions),
+            None => Partitioning::UnknownPartitioning(partitions),
+        };
+        let boundedness = if bounded {
+            Boundedness::Bounded
+        } else {
+            Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            }
+        };
+        Ok(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            partitioning,
+            EmissionType::Incremental,
+            boundedness,
+        ))
+    }
+
+    /// The stream's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The stream's registration options.
+    pub fn options(&self) -> &StreamOptions {
+        &self.options
+    }
+
+    /// Records handed out so far, over all partitions.
+    pub fn records_read(&self) -> usize {
+        self.metrics.clone_inner().output_rows().unwrap_or(0)
+    }
+}
+
+impl DisplayAs for StreamSourceExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "StreamSourceExec: stream={}, {}, source_partitions={}",
+            self.table,
+            if self.bounded { "bounded" } else { "unbounded" },
+            self.properties.output_partitioning().partition_count(),
+        )?;
+        if let Some(column) = &self.options.event_time {
+            write!(
+                f,
+                ", event_time={column}, watermark=max({column}) - {}",
+                format_duration(self.options.out_of_orderness)
+            )?;
+        }
+        if !self.options.partitioned_by.is_empty() {
+            write!(f, ", partitioned_by=[{}]", self.options.partitioned_by.join(", "))?;
+        }
+        if let Pacing::RecordsPerSecond(rate) = self.options.pacing {
+            write!(f, ", rate={rate} records/s")?;
+        }
+        Ok(())
+    }
+}
+
+fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis % 1000 == 0 {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
+    }
+}
+
+impl ExecutionPlan for StreamSourceExec {
+    fn name(&self) -> &str {
+        "StreamSourceExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("StreamSourceExec takes one child, got {}", children.len());
+        }
+        Ok(Arc::new(Self::try_new(
+            children.swap_remove(0),
+            &self.table,
+            &self.options,
+            self.bounded,
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let schema = self.schema();
+        let input = self.input.execute(partition, context)?;
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let counted = input.inspect(move |batch| {
+            if let Ok(batch) = batch {
+                metrics.record_output(batch.num_rows());
+            }
+        });
+        let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)));
+        };
+        let rate_per_partition = rate / self.properties.output_partitioning().partition_count() as f64;
+        let mut started = None;
+        let mut sent = 0u64;
+        let paced = counted.then(move |batch| {
+            let start = *started.get_or_insert_with(tokio::time::Instant::now);
+            let due = start + Duration::from_secs_f64(sent as f64 / rate_per_partition);
+            if let Ok(batch) = &batch {
+                sent += batch.num_rows() as u64;
+            }
+            async move {
+                tokio::time::sleep_until(due).await;
+                batch
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, paced)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

@@ -1,0 +1,177 @@
+//! Opening Parquet, CSV and Arrow IPC files (one file or a directory of them) as a
+//! DataFusion `ListingTable`, which reads them batch by batch (Parquet row group by row
+//! group), never whole.
+//!
+//! Before DataFusion sees the files, each one's schema is read from its footer or header:
+//! a missing path, an unreadable file, or a directory whose files disagree on their schema
+//! is reported with the file's name, instead of failing (or silently merging schemas) later.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::FileReader;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Result, plan_err};
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::arrow::ArrowFormat;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// File formats a stream can be replayed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormatKind {
+    Parquet,
+    Csv,
+    Arrow,
+}
+
+impl FileFormatKind {
+    /// The format a path's extension names (`.parquet`, `.csv`, `.arrow` / `.ipc` /
+    /// `.feather`); for a directory, the format of the files in it.
+    pub fn detect(path: &Path) -> Option<Self> {
+        if path.is_dir() {
+            return std::fs::read_dir(path)
+                .ok()?
+                .filter_map(|entry| entry.ok())
+                .find_map(|entry| Self::from_extension(&entry.path()));
+        }
+        Self::from_extension(path)
+    }
+
+    fn from_extension(path: &Path) -> Option<Self> {
+        match path.extension()?.to_str()? {
+            "parquet" => Some(Self::Parquet),
+            "csv" => Some(Self::Csv),
+            "arrow" | "ipc" | "feather" => Some(Self::Arrow),
+            _ => None,
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            Self::Parquet => ".parquet",
+            Self::Csv => ".csv",
+            Self::Arrow => ".arrow",
+        }
+    }
+
+    fn listing_format(self) -> Arc<dyn FileFormat> {
+        match self {
+            Self::Parquet => Arc::new(ParquetFormat::default()),
+            Self::Csv => Arc::new(CsvFormat::default().with_has_header(true)),
+            Self::Arrow => Arc::new(ArrowFormat),
+        }
+    }
+
+    /// The schema stored in one file (Parquet footer or Arrow IPC header); `None` for CSV,
+    /// whose schema DataFusion infers from the data.
+    fn file_schema(self, file: &Path) -> Result<Option<SchemaRef>> {
+        let open = || match File::open(file) {
+            Ok(handle) => Ok(handle),
+            Err(e) => plan_err!("cannot open {}: {e}", file.display()),
+        };
+        match self {
+            Self::Parquet => match ParquetRecordBatchReaderBuilder::try_new(open()?) {
+                Ok(reader) => Ok(Some(Arc::clone(reader.schema()))),
+                Err(e) => plan_err!("{} is not a readable Parquet file: {e}", file.display()),
+            },
+            Self::Arrow => match FileReader::try_new(open()?, None) {
+                Ok(reader) => Ok(Some(reader.schema())),
+                Err(e) => plan_err!("{} is not a readable Arrow IPC file: {e}", file.display()),
+            },
+            Self::Csv => Ok(None),
+        }
+    }
+}
+
+/// Opens `path` (a file or a directory of files) in `format` as a table provider.
+pub async fn open_file_source(
+    state: &dyn Session,
+    path: &str,
+    format: FileFormatKind,
+) -> Result<Arc<dyn TableProvider>> {
+    let location = Path::new(path);
+    if !location.exists() {
+        return plan_err!("file or directory not found: {path}");
+    }
+    let files = files_of(location, format)?;
+    check_same_schema(&files, format, path)?;
+
+    let (url, extension) = if location.is_dir() {
+        let dir = location.canonicalize()?;
+        (format!("{}/", dir.display()), format.extension().to_string())
+    } else {
+        let file = location.canonicalize()?;
+        let extension = file
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()))
+            .unwrap_or_default();
+        (file.display().to_string(), extension)
+    };
+    let options = ListingOptions::new(format.listing_format()).with_file_extension(extension);
+    let config = ListingTableConfig::new(ListingTableUrl::parse(&url)?)
+        .with_listing_options(options)
+        .infer_schema(state)
+        .await
+        .map_err(|e| e.context(format!("cannot read the schema of {path}")))?;
+    Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
+/// The files `path` stands for: itself, or the files with `format`'s extension in it.
+fn files_of(path: &Path, format: FileFormatKind) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|file| file.is_file() && FileFormatKind::from_extension(file) == Some(format))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return plan_err!(
+            "directory {} holds no {} files",
+            path.display(),
+            format.extension()
+        );
+    }
+    Ok(files)
+}
+
+fn check_same_schema(files: &[PathBuf], format: FileFormatKind, path: &str) -> Result<()> {
+    let mut first: Option<(&PathBuf, SchemaRef)> = None;
+    for file in files {
+        let Some(schema) = format.file_schema(file)? else {
+            continue;
+        };
+        match &first {
+            None => first = Some((file, schema)),
+            Some((first_file, first_schema)) => {
+                if !first_schema.fields().iter().eq(schema.fields().iter()) {
+                    return plan_err!(
+                        "files of {path} have different schemas: {} has ({}) but {} has ({}); a stream's files must share one schema",
+                        first_file.display(),
+                        describe(first_schema),
+                        file.display(),
+                        describe(&schema)
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe(schema: &SchemaRef) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,385 @@
+//! The built-in generator streams `market_data` and `orders` (shapes in the project's
+//! `scenarios.md`).
+//!
+//! Record `i` is a pure function of `i` and the spec, so any batch can be produced on its own:
+//! source partition `p` of `n` produces batches `p, p + n, p + 2n, …`, each partition in event
+//! time order, without coordination and without holding more than one batch. Bounded disorder
+//! moves a record's event time back by a pseudo-random amount in `[0, disorder]`, so no record
+//! is ever more than `disorder` behind the largest event time before it.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, plan_err};
+use datafusion::physical_plan::execution_plan::Boundedness;
+use datafusion::physical_plan::memory::LazyBatchGenerator;
+use parking_lot::RwLock;
+
+use crate::options::parse_count;
+
+/// Which generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeneratorKind {
+    /// Trades: symbol, trader_id, price, quantity, trade_time.
+    MarketData,
+    /// Orders: order_id, customer_id, order_date, total_amount.
+    Orders,
+}
+
+impl std::str::FromStr for GeneratorKind {
+    type Err = datafusion::error::DataFusionError;
+    fn from_str(name: &str) -> Result<Self> {
+        match name {
+            "market_data" => Ok(Self::MarketData),
+            "orders" => Ok(Self::Orders),
+            _ => plan_err!("unknown generator '{name}': expected market_data or orders"),
+        }
+    }
+}
+
+/// Parameters of a generated stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratorSpec {
+    pub kind: GeneratorKind,
+    /// Number of records; `None` generates forever.
+    pub records: Option<u64>,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// market_data: distinct symbols and traders.
+    pub symbols: u64,
+    pub traders: u64,
+    /// market_data: event time of record 0 and the step between records, in milliseconds.
+    pub start_ms: i64,
+    pub step_ms: i64,
+    /// market_data: the largest amount a record's event time moves back (bounded disorder).
+    pub disorder_ms: i64,
+    /// Seed of the disorder.
+    pub seed: u64,
+    /// orders: distinct customers.
+    pub customers: u64,
+    /// orders: `total_amount = amount_base + (i % 100)`; 150 passes S0's filter always,
+    /// 51 makes about half the rows fail it.
+    pub amount_base: f64,
+}
+
+impl GeneratorSpec {
+    /// The spec of `scenarios.md` for `kind`, with `records` records.
+    pub fn new(kind: GeneratorKind, records: Option<u64>) -> Self {
+        Self {
+            kind,
+            records,
+            batch_size: 8192,
+            symbols: 10,
+            traders: 20,
+            start_ms: 1_700_000_000_000,
+            step_ms: 1_000,
+            disorder_ms: 0,
+            seed: 42,
+            customers: 1_000,
+            amount_base: 150.0,
+        }
+    }
+
+    /// The parameter names [`GeneratorSpec::set`] accepts.
+    pub const KEYS: &'static [&'static str] = &[
+        "records",
+        "batch_size",
+        "symbols",
+        "traders",
+        "start_ms",
+        "step_ms",
+        "disorder_ms",
+        "seed",
+        "customers",
+        "amount_base",
+    ];
+
+    /// Sets a parameter from text; `Ok(false)` when `key` is not a generator parameter.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
+        let positive = |key: &str, value: &str| -> Result<u64> {
+            match parse_count(key, value)? {
+                0 => plan_err!("option {key}={value}: must be at least 1"),
+                n => Ok(n as u64),
+            }
+        };
+        let integer = |key: &str, value: &str| -> Result<i64> {
+            match value.parse::<i64>() {
+                Ok(n) => Ok(n),
+                Err(_) => plan_err!("option {key}={value}: expected an integer"),
+            }
+        };
+        match key {
+            "records" => self.records = Some(parse_count(key, value)? as u64),
+            "batch_size" => self.batch_size = positive(key, value)? as usize,
+            "symbols" => self.symbols = positive(key, value)?,
+            "traders" => self.traders = positive(key, value)?,
+            "customers" => self.customers = positive(key, value)?,
+            "start_ms" => self.start_ms = integer(key, value)?,
+            "step_ms" => self.step_ms = integer(key, value)?,
+            "disorder_ms" => {
+                self.disorder_ms = integer(key, value)?;
+                if self.disorder_ms < 0 {
+                    return plan_err!("option disorder_ms={value}: must not be negative");
+                }
+            }
+            "seed" => self.seed = integer(key, value)? as u64,
+            "amount_base" => match value.parse::<f64>() {
+                Ok(v) if v.is_finite() => self.amount_base = v,
+                _ => return plan_err!("option amount_base={value}: expected a number"),
+            },
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The schema of the generated records.
+    pub fn schema(&self) -> SchemaRef {
+        let fields = match self.kind {
+            GeneratorKind::MarketData => vec![
+                Field::new("symbol", DataType::Utf8, false),
+                Field::new("trader_id", DataType::Utf8, false),
+                Field::new("price", DataType::Float64, false),
+                Field::new("quantity", DataType::Int64, false),
+                Field::new(
+                    "trade_time",
+                    DataType::Timestamp(TimeUnit::Millisecond, None),
+                    false,
+                ),
+            ],
+            GeneratorKind::Orders => vec![
+                Field::new("order_id", DataType::Int64, false),
+                Field::new("customer_id", DataType::Int64, false),
+                Field::new("order_date", DataType::Utf8, false),
+                Field::new("total_amount", DataType::Float64, false),
+            ],
+        };
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The event-time column, if the stream has one.
+    pub fn event_time_column(&self) -> Option<&'static str> {
+        match self.kind {
+            GeneratorKind::MarketData => Some("trade_time"),
+            GeneratorKind::Orders => None,
+        }
+    }
+
+    /// Records `[first, first + len)` as one batch.
+    pub fn batch(&self, first: u64, len: usize) -> Result<RecordBatch> {
+        let ids = first..first + len as u64;
+        let columns: Vec<ArrayRef> = match self.kind {
+            GeneratorKind::MarketData => {
+                let symbols = names("SYM", self.symbols);
+                let traders = names("TRADER", self.traders);
+                vec![
+                    Arc::new(StringArray::from_iter_values(
+                        ids.clone().map(|i| &symbols[(i % self.symbols) as usize]),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        ids.clone().map(|i| &traders[(i % self.traders) as usize]),
+                    )),
+                    Arc::new(Float64Array::from_iter_values(ids.clone().map(|i| {
+                        100.0 + (i % 50) as f64 + (i as f64 / 100.0).sin() * 10.0
+                    }))),
+                    Arc::new(Int64Array::from_iter_values(
+                        ids.clone().map(|i| 100 + (i % 1000) as i64),
+                    )),
+                    Arc::new(TimestampMillisecondArray::from_iter_values(
+                        ids.map(|i| self.event_time_ms(i)),
+                    )),
+                ]
+            }
+            GeneratorKind::Orders => vec![
+                Arc::new(Int64Array::from_iter_values(ids.clone().map(|i| i as i64))),
+                Arc::new(Int64Array::from_iter_values(
+                    ids.clone().map(|i| (i % self.customers) as i64),
+                )),
+                Arc::new(StringArray::from_iter_values(ids.clone().map(|_| "2024-01-15"))),
+                Arc::new(Float64Array::from_iter_values(
+                    ids.map(|i| self.amount_base + (i % 100) as f64),
+                )),
+            ],
+        };
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    fn event_time_ms(&self, i: u64) -> i64 {
+        let in_order = self.start_ms + i as i64 * self.step_ms;
+        if self.disorder_ms == 0 {
+            return in_order;
+        }
+        let jitter = splitmix64(self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            % (self.disorder_ms as u64 + 1);
+        in_order - jitter as i64
+    }
+
+    /// Number of batches, or `None` for an endless stream.
+    pub fn batch_count(&self) -> Option<u64> {
+        self.records
+            .map(|records| records.div_ceil(self.batch_size as u64))
+    }
+
+    /// Batch number `index`, or `None` past the end.
+    pub fn batch_at(&self, index: u64) -> Result<Option<RecordBatch>> {
+        let first = index * self.batch_size as u64;
+        let len = match self.records {
+            Some(records) if first >= records => return Ok(None),
+            Some(records) => (records - first).min(self.batch_size as u64) as usize,
+            None => self.batch_size,
+        };
+        self.batch(first, len).map(Some)
+    }
+
+    /// All batches of a bounded spec, in record order.
+    pub fn generate_all(&self) -> Result<Vec<RecordBatch>> {
+        let Some(count) = self.batch_count() else {
+            return plan_err!("cannot materialize an endless generator: give it a record count");
+        };
+        (0..count)
+            .filter_map(|index| self.batch_at(index).transpose())
+            .collect()
+    }
+
+    /// One lazy generator per source partition, for `LazyMemoryExec`.
+    pub fn partition_generators(
+        self: &Arc<Self>,
+        partitions: usize,
+    ) -> Vec<Arc<RwLock<dyn LazyBatchGenerator>>> {
+        (0..partitions)
+            .map(|partition| {
+                Arc::new(RwLock::new(PartitionGenerator {
+                    spec: Arc::clone(self),
+                    partitions: partitions as u64,
+                    next_batch: partition as u64,
+                    first_batch: partition as u64,
+                })) as Arc<RwLock<dyn LazyBatchGenerator>>
+            })
+            .collect()
+    }
+}
+
+fn names(prefix: &str, count: u64) -> Vec<String> {
+    (0..count).map(|n| format!("{prefix}{n}")).collect()
+}
+
+/// A 64-bit mixing function (splitmix64's finalizer): deterministic pseudo-randomness
+/// from a counter, so any record can be generated on its own.
+pub fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Batches `first_batch, first_batch + partitions, …` of a spec.
+#[derive(Debug)]
+struct PartitionGenerator {
+    spec: Arc<GeneratorSpec>,
+    partitions: u64,
+    first_batch: u64,
+    next_batch: u64,
+}
+
+impl fmt::Display for PartitionGenerator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let records = match self.spec.records {
+            Some(records) => records.to_string(),
+            None => "unbounded".to_string(),
+        };
+        write!(
+            f,
+            "{:?}(records={records}, batch_size={})",
+            self.spec.kind, self.spec.batch_size
+        )
+    }
+}
+
+impl LazyBatchGenerator for PartitionGenerator {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn boundedness(&self) -> Boundedness {
+        match self.spec.records {
+            Some(_) => Boundedness::Bounded,
+            None => Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        }
+    }
+
+    fn generate_next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let batch = self.spec.batch_at(self.next_batch)?;
+        self.next_batch += self.partitions;
+        Ok(batch)
+    }
+
+    fn reset_state(&self) -> Arc<RwLock<dyn LazyBatchGenerator>> {
+        Arc::new(RwLock::new(PartitionGenerator {
+            spec: Arc::clone(&self.spec),
+            partitions: self.partitions,
+            first_batch: self.first_batch,
+            next_batch: self.first_batch,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::TimestampMillisecondType;
+
+    #[test]
+    fn market_data_follows_the_scenario_formulas() {
+        let spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(3));
+        let batch = spec.batch(1234, 1).unwrap();
+        assert_eq!(batch.column(0).as_string::<i32>().value(0), "SYM4");
+        assert_eq!(batch.column(1).as_string::<i32>().value(0), "TRADER14");
+        let price = batch.column(2).as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+        assert_eq!(price.value(0), 100.0 + 34.0 + (12.34f64).sin() * 10.0);
+        let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
+        assert_eq!(time.value(0), 1_700_000_000_000 + 1_234_000);
+    }
+
+    #[test]
+    fn partitions_cover_every_record_once() {
+        let mut spec = GeneratorSpec::new(GeneratorKind::Orders, Some(10_000));
+        spec.batch_size = 999;
+        let spec = Arc::new(spec);
+        let mut seen = vec![false; 10_000];
+        for generator in spec.partition_generators(3) {
+            while let Some(batch) = generator.write().generate_next_batch().unwrap() {
+                let ids = batch.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+                for id in ids.values() {
+                    assert!(!seen[*id as usize], "record {id} generated twice");
+                    seen[*id as usize] = true;
+                }
+            }
+        }
+        assert!(seen.iter().all(|s| *s));
+    }
+
+    #[test]
+    fn disorder_stays_within_its_bound() {
+        let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(5_000));
+        spec.disorder_ms = 3_000;
+        let mut max_seen = i64::MIN / 2;
+        let mut moved = 0;
+        for batch in spec.generate_all().unwrap() {
+            let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
+            for t in time.values() {
+                assert!(*t >= max_seen - 3_000, "record behind the disorder bound");
+                if *t < max_seen {
+                    moved += 1;
+                }
+                max_seen = max_seen.max(*t);
+            }
+        }
+        assert!(moved > 100, "disorder should move some records: {moved}");
+    }
+}

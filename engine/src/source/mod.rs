@@ -1,0 +1,14 @@
+//! Sources: a stream registered as a table ([`StreamTable`]) whose scan is DataFusion's own
+//! reader (Parquet, CSV and Arrow files through `ListingTable`, in-memory batches, or a
+//! built-in generator) under a [`StreamSourceExec`] that gives the plan the stream's
+//! properties: boundedness, source partitioning, event time and watermark, and pacing.
+
+mod exec;
+mod files;
+mod generator;
+mod table;
+
+pub use exec::StreamSourceExec;
+pub use files::{FileFormatKind, open_file_source};
+pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
+pub use table::{ReplaySource, StreamTable};
