@@ -1,1 +1,10 @@
-fn main(){}
+//! The `freshet` command-line program.
+
+use std::process::ExitCode;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    freshet::cli::main()
+}

@@ -97,7 +97,7 @@ pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
     }
 }
 
-pub(crate) fn parse_count(key: &str, value: &str) -> Result<usize> {
+pub fn parse_count(key: &str, value: &str) -> Result<usize> {
     let cleaned = value.replace('_', "");
     let parsed = match cleaned.strip_suffix(['k', 'K']) {
         Some(n) => n.parse::<usize>().map(|n| n * 1_000),

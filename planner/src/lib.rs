@@ -1,1 +1,16 @@
-pub fn x(){}
+//! Freshet's planner: what turns streaming SQL into a DataFusion physical plan over Freshet's
+//! sources and operators, and the [`StreamingContext`] applications embed.
+//!
+//! Freshet is a DataFusion extension: [`install`] adds it to any `SessionStateBuilder`, and
+//! [`StreamingContext`] is a thin wrapper over `SessionContext` with helpers to register
+//! streams and to run queries as one stream of results per output partition.
+
+mod context;
+mod install;
+mod query;
+mod unbounded_check;
+
+pub use context::StreamingContext;
+pub use install::install;
+pub use query::StreamingQuery;
+pub use unbounded_check::UnboundedInputCheck;

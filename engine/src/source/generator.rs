@@ -113,6 +113,7 @@ impl GeneratorSpec {
             }
         };
         match key {
+            "records" if value == "unbounded" => self.records = None,
             "records" => self.records = Some(parse_count(key, value)? as u64),
             "batch_size" => self.batch_size = positive(key, value)? as usize,
             "symbols" => self.symbols = positive(key, value)?,

@@ -1,0 +1,83 @@
+//! Printing benchmark results: a text table for people and JSON for tools.
+
+use std::fmt::Write;
+
+use crate::runner::ScenarioResult;
+
+fn millions(rate: f64) -> String {
+    format!("{:.1} M", rate / 1e6)
+}
+
+/// The results as an aligned text table.
+pub fn table(results: &[ScenarioResult]) -> String {
+    let header = [
+        "scenario",
+        "records",
+        "streams",
+        "Freshet rec/s",
+        "DataFusion rec/s",
+        "ratio",
+        "output rows",
+        "peak RSS",
+    ];
+    let rows: Vec<[String; 8]> = results
+        .iter()
+        .map(|r| {
+            [
+                r.scenario.clone(),
+                r.records.to_string(),
+                r.partitions.to_string(),
+                millions(r.freshet_records_per_second()),
+                millions(r.datafusion_records_per_second()),
+                format!("{:.2}x", r.ratio()),
+                r.output_rows.to_string(),
+                r.peak_rss_bytes
+                    .map(|b| format!("{} MiB", b >> 20))
+                    .unwrap_or_else(|| "-".to_string()),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    let line = |cells: &[&str], out: &mut String| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:>width$}"))
+            .collect();
+        let _ = writeln!(out, "| {} |", padded.join(" | "));
+    };
+    line(&header, &mut out);
+    let _ = writeln!(
+        out,
+        "|{}|",
+        widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("|")
+    );
+    for row in &rows {
+        line(&row.iter().map(String::as_str).collect::<Vec<_>>(), &mut out);
+    }
+    out
+}
+
+/// The results as a JSON array.
+pub fn json(results: &[ScenarioResult]) -> String {
+    let items: Vec<String> = results
+        .iter()
+        .map(|r| {
+            format!(
+                "  {{\"scenario\": \"{}\", \"records\": {}, \"streams\": {}, \"freshet_records_per_second\": {:.0}, \"datafusion_records_per_second\": {:.0}, \"ratio\": {:.4}, \"output_rows\": {}, \"peak_rss_bytes\": {}}}",
+                r.scenario,
+                r.records,
+                r.partitions,
+                r.freshet_records_per_second(),
+                r.datafusion_records_per_second(),
+                r.ratio(),
+                r.output_rows,
+                r.peak_rss_bytes.map(|b| b.to_string()).unwrap_or_else(|| "null".to_string())
+            )
+        })
+        .collect();
+    format!("[\n{}\n]\n", items.join(",\n"))
+}

@@ -1,0 +1,213 @@
+//! The scenario runner behind `freshet bench`.
+//!
+//! For each scenario and stream count it generates the data once into memory, then runs
+//! Freshet's streaming plan (a replay of those batches, results to a counting sink) and
+//! DataFusion batch (a `MemTable` of the same batches split the same way, the batch-equivalent
+//! SQL). A first run of each fingerprints both results; they must agree before any speed is
+//! reported. Then both run alternately, after a warm-up, and the median time of each is
+//! reported as records per second.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, exec_err};
+use datafusion::datasource::MemTable;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use freshet_engine::StreamOptions;
+use freshet_planner::StreamingContext;
+use futures::StreamExt;
+
+use crate::compare::Fingerprint;
+use crate::scenarios::Scenario;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Input records per scenario.
+    pub records: u64,
+    /// Stream counts to run each scenario at.
+    pub partitions: Vec<usize>,
+    /// Timed runs per engine (the median is reported), after one warm-up run.
+    pub runs: usize,
+}
+
+/// One scenario's measurements at one stream count.
+#[derive(Debug, Clone)]
+pub struct ScenarioResult {
+    pub scenario: String,
+    pub records: u64,
+    pub partitions: usize,
+    /// Median wall time of Freshet and of DataFusion batch.
+    pub freshet: Duration,
+    pub datafusion: Duration,
+    pub output_rows: u64,
+    /// Peak resident memory of the process during the scenario, if the OS tells.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl ScenarioResult {
+    pub fn freshet_records_per_second(&self) -> f64 {
+        self.records as f64 / self.freshet.as_secs_f64()
+    }
+
+    pub fn datafusion_records_per_second(&self) -> f64 {
+        self.records as f64 / self.datafusion.as_secs_f64()
+    }
+
+    /// Freshet's throughput over DataFusion's.
+    pub fn ratio(&self) -> f64 {
+        self.datafusion.as_secs_f64() / self.freshet.as_secs_f64()
+    }
+}
+
+/// Runs `scenario` at each of `config.partitions`.
+pub async fn run_scenario(scenario: &Scenario, config: &BenchConfig) -> Result<Vec<ScenarioResult>> {
+    let spec = scenario.data_spec(config.records);
+    let schema = spec.schema();
+    let batches = spec.generate_all()?;
+    let mut results = Vec::new();
+    for &partitions in &config.partitions {
+        reset_peak_rss();
+        let engines = Engines {
+            scenario,
+            schema: &schema,
+            batches: &batches,
+            partitions,
+        };
+        let (freshet_print, datafusion_print) = (
+            engines.run_freshet(true).await?.1,
+            engines.run_datafusion(true).await?.1,
+        );
+        if !freshet_print.matches(&datafusion_print) {
+            return exec_err!(
+                "{} at {partitions} streams: Freshet's result differs from DataFusion batch ({freshet_print:?} vs {datafusion_print:?}); no speed reported",
+                scenario.id
+            );
+        }
+        let mut freshet_times = Vec::new();
+        let mut datafusion_times = Vec::new();
+        for run in 0..=config.runs {
+            let (freshet, _) = engines.run_freshet(false).await?;
+            let (datafusion, _) = engines.run_datafusion(false).await?;
+            if run > 0 {
+                freshet_times.push(freshet);
+                datafusion_times.push(datafusion);
+            }
+        }
+        results.push(ScenarioResult {
+            scenario: scenario.id.to_string(),
+            records: config.records,
+            partitions,
+            freshet: median(freshet_times),
+            datafusion: median(datafusion_times),
+            output_rows: freshet_print.rows,
+            peak_rss_bytes: peak_rss(),
+        });
+    }
+    Ok(results)
+}
+
+struct Engines<'a> {
+    scenario: &'a Scenario,
+    schema: &'a SchemaRef,
+    batches: &'a [RecordBatch],
+    partitions: usize,
+}
+
+impl Engines<'_> {
+    async fn run_freshet(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
+        let start = Instant::now();
+        let ctx = StreamingContext::with_partitions(self.partitions);
+        let options = StreamOptions {
+            partitions: Some(self.partitions),
+            ..StreamOptions::default()
+        };
+        ctx.register_batches(
+            self.scenario.table(),
+            Arc::clone(self.schema),
+            self.batches.to_vec(),
+            options,
+        )?;
+        let query = ctx.sql(self.scenario.streaming_sql).await?;
+        let print = drain_all(query.execute_partitions()?, fingerprint).await?;
+        Ok((start.elapsed(), print))
+    }
+
+    async fn run_datafusion(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
+        let start = Instant::now();
+        let ctx = SessionContext::new_with_config(
+            SessionConfig::new().with_target_partitions(self.partitions),
+        );
+        let mut split = vec![Vec::new(); self.partitions];
+        for (index, batch) in self.batches.iter().enumerate() {
+            split[index % self.partitions].push(batch.clone());
+        }
+        let table = MemTable::try_new(Arc::clone(self.schema), split)?;
+        ctx.register_table(self.scenario.table(), Arc::new(table))?;
+        let frame = ctx.sql(self.scenario.batch_sql).await?;
+        let task_ctx = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let streams = (0..plan.properties().output_partitioning().partition_count())
+            .map(|partition| plan.execute(partition, Arc::clone(&task_ctx)))
+            .collect::<Result<Vec<_>>>()?;
+        let print = drain_all(streams, fingerprint).await?;
+        Ok((start.elapsed(), print))
+    }
+}
+
+/// Drains every stream in its own task; counts rows, and fingerprints them if asked.
+async fn drain_all(streams: Vec<SendableRecordBatchStream>, fingerprint: bool) -> Result<Fingerprint> {
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                let mut print = Fingerprint::default();
+                while let Some(batch) = stream.next().await {
+                    let batch = batch?;
+                    if fingerprint {
+                        print.add(&batch)?;
+                    } else {
+                        print.rows += batch.num_rows() as u64;
+                    }
+                }
+                Ok::<_, datafusion::error::DataFusionError>(print)
+            })
+        })
+        .collect();
+    let mut total = Fingerprint::default();
+    for task in tasks {
+        let print = match task.await {
+            Ok(print) => print?,
+            Err(e) => return exec_err!("a benchmark task failed: {e}"),
+        };
+        total.rows += print.rows;
+        total.row_hash_sum = total.row_hash_sum.wrapping_add(print.row_hash_sum);
+        total.float_sums.resize(print.float_sums.len().max(total.float_sums.len()), 0.0);
+        for (sum, add) in total.float_sums.iter_mut().zip(&print.float_sums) {
+            *sum += add;
+        }
+    }
+    Ok(total)
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times.get(times.len() / 2).copied().unwrap_or_default()
+}
+
+/// Resets the kernel's peak-RSS mark of this process (Linux), so that the next reading is the
+/// peak of what follows.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The process's peak resident memory, from `/proc/self/status` (Linux).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -1,0 +1,145 @@
+//! [`StreamingContext`]: a `SessionContext` with Freshet installed and helpers to register
+//! streams.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, plan_err};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use freshet_engine::{
+    FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
+};
+
+use crate::install::install;
+use crate::query::StreamingQuery;
+
+/// The context users embed: register streams, then run streaming SQL over them.
+#[derive(Clone)]
+pub struct StreamingContext {
+    ctx: SessionContext,
+}
+
+impl Default for StreamingContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamingContext {
+    /// A context whose queries run on as many streams as the machine has cores.
+    pub fn new() -> Self {
+        Self::with_config(SessionConfig::new())
+    }
+
+    /// A context whose queries run on `partitions` parallel streams.
+    pub fn with_partitions(partitions: usize) -> Self {
+        Self::with_config(SessionConfig::new().with_target_partitions(partitions.max(1)))
+    }
+
+    /// A context over a session built from `config`, with Freshet installed.
+    pub fn with_config(config: SessionConfig) -> Self {
+        let state = install(
+            SessionStateBuilder::new()
+                .with_config(config)
+                .with_default_features(),
+        )
+        .build();
+        Self {
+            ctx: SessionContext::new_with_state(state),
+        }
+    }
+
+    /// The DataFusion session underneath.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Registers a stream `name` reading `source` with `options`.
+    pub fn register_stream(
+        &self,
+        name: &str,
+        source: ReplaySource,
+        options: StreamOptions,
+    ) -> Result<()> {
+        let table = StreamTable::try_new(name, source, options)?;
+        self.ctx.register_table(name, Arc::new(table))?;
+        Ok(())
+    }
+
+    /// Registers a replay of in-memory `batches` (all of `schema`).
+    pub fn register_batches(
+        &self,
+        name: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        options: StreamOptions,
+    ) -> Result<()> {
+        self.register_stream(name, ReplaySource::Batches { schema, batches }, options)
+    }
+
+    /// Registers a built-in generator stream.
+    pub fn register_generator(
+        &self,
+        name: &str,
+        spec: GeneratorSpec,
+        options: StreamOptions,
+    ) -> Result<()> {
+        self.register_stream(name, ReplaySource::Generator(Arc::new(spec)), options)
+    }
+
+    /// Registers a replay of a Parquet, CSV or Arrow IPC file or directory, in `format`, or in
+    /// the format its extension names when `format` is `None`.
+    pub async fn register_files(
+        &self,
+        name: &str,
+        path: &str,
+        format: Option<FileFormatKind>,
+        options: StreamOptions,
+    ) -> Result<()> {
+        let format = match format.or_else(|| FileFormatKind::detect(std::path::Path::new(path))) {
+            Some(format) => format,
+            None if !std::path::Path::new(path).exists() => {
+                return plan_err!("file or directory not found: {path}");
+            }
+            None => {
+                return plan_err!(
+                    "cannot tell the format of {path}: name files .parquet, .csv or .arrow"
+                );
+            }
+        };
+        let provider = open_file_source(&self.ctx.state(), path, format).await?;
+        self.register_stream(
+            name,
+            ReplaySource::Files {
+                provider,
+                location: path.to_string(),
+            },
+            options,
+        )
+    }
+
+    /// Registers a Parquet file or directory.
+    pub async fn register_parquet(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
+        self.register_files(name, path, Some(FileFormatKind::Parquet), options).await
+    }
+
+    /// Registers a CSV file or directory (with a header line).
+    pub async fn register_csv(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
+        self.register_files(name, path, Some(FileFormatKind::Csv), options).await
+    }
+
+    /// Registers an Arrow IPC file or directory.
+    pub async fn register_arrow(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
+        self.register_files(name, path, Some(FileFormatKind::Arrow), options).await
+    }
+
+    /// Plans `sql` as a streaming query.
+    pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
+        let frame = self.ctx.sql(sql).await?;
+        let task_ctx = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        Ok(StreamingQuery::new(plan, task_ctx))
+    }
+}

@@ -1,0 +1,86 @@
+//! [`StreamingQuery`]: a planned streaming query, run as one stream of results per output
+//! partition or as one merged stream.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
+};
+use freshet_engine::StreamSourceExec;
+
+/// A planned streaming query.
+#[derive(Clone)]
+pub struct StreamingQuery {
+    plan: Arc<dyn ExecutionPlan>,
+    task_ctx: Arc<TaskContext>,
+}
+
+impl StreamingQuery {
+    pub(crate) fn new(plan: Arc<dyn ExecutionPlan>, task_ctx: Arc<TaskContext>) -> Self {
+        Self { plan, task_ctx }
+    }
+
+    /// The schema of the results.
+    pub fn schema(&self) -> SchemaRef {
+        self.plan.schema()
+    }
+
+    /// The physical plan.
+    pub fn plan(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.plan
+    }
+
+    /// Number of output partitions (parallel result streams).
+    pub fn output_partitions(&self) -> usize {
+        self.plan.output_partitioning().partition_count()
+    }
+
+    /// One result stream per output partition; drive each from its own task.
+    pub fn execute_partitions(&self) -> Result<Vec<SendableRecordBatchStream>> {
+        (0..self.output_partitions())
+            .map(|partition| self.plan.execute(partition, Arc::clone(&self.task_ctx)))
+            .collect()
+    }
+
+    /// All results as one stream (the partitions run in parallel tasks and are merged).
+    pub fn execute_merged(&self) -> Result<SendableRecordBatchStream> {
+        execute_stream(Arc::clone(&self.plan), Arc::clone(&self.task_ctx))
+    }
+
+    /// Records the query's sources have handed out so far.
+    pub fn records_read(&self) -> usize {
+        let mut records = 0;
+        let _ = self.plan.apply(|node| {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                records += source.records_read();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        records
+    }
+
+    /// The plan as `freshet explain` prints it: a summary line, then the operator tree with
+    /// Freshet's sources, partitioning and exchanges.
+    pub fn explain(&self) -> String {
+        let emit = match self.plan.pipeline_behavior() {
+            EmissionType::Incremental => "append (rows leave as soon as they are computed)",
+            EmissionType::Final => "final (rows leave at the end of the input)",
+            EmissionType::Both => "incremental and final",
+        };
+        let boundedness = if self.plan.boundedness().is_unbounded() {
+            "unbounded"
+        } else {
+            "bounded"
+        };
+        format!(
+            "Freshet plan: emit={emit}, input={boundedness}, output_partitions={}\n{}",
+            self.output_partitions(),
+            displayable(self.plan.as_ref()).indent(true)
+        )
+    }
+}

@@ -1,0 +1,79 @@
+//! [`UnboundedInputCheck`]: refuses, with advice, plans that wait for the end of an endless
+//! stream.
+//!
+//! A physical operator that emits only at the end of its input (`EmissionType::Final`: a
+//! plain GROUP BY, ORDER BY, a join's build side) or that needs unbounded memory can never
+//! answer over an unbounded stream. DataFusion's sanity check rejects such plans in its own
+//! words; this rule runs first and says which stream and operator are at fault and how to
+//! rewrite the query.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, plan_err};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use freshet_engine::StreamSourceExec;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct UnboundedInputCheck;
+
+impl PhysicalOptimizerRule for UnboundedInputCheck {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut failure = None;
+        plan.apply(|node| {
+            let waits_for_end = node.pipeline_behavior() == EmissionType::Final
+                || matches!(
+                    node.boundedness(),
+                    Boundedness::Unbounded {
+                        requires_infinite_memory: true
+                    }
+                );
+            let endless_child = node.children().into_iter().find(|child| child.boundedness().is_unbounded());
+            if let (true, Some(child)) = (waits_for_end, endless_child) {
+                failure = Some((node.name().to_string(), stream_names(child)));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        match failure {
+            None => Ok(plan),
+            Some((operator, streams)) => plan_err!(
+                "this query never produces a result on the unbounded stream {streams}: {operator} waits for the end of its input. Aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), add EMIT CHANGES, or register the stream as bounded"
+            ),
+        }
+    }
+
+    fn name(&self) -> &str {
+        "FreshetUnboundedInputCheck"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The names of the unbounded streams under `plan`, for error messages.
+fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
+    let mut names = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>()
+            && node.boundedness().is_unbounded()
+        {
+            names.push(format!("'{}'", source.table()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if names.is_empty() {
+        "input".to_string()
+    } else {
+        names.join(", ")
+    }
+}

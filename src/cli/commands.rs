@@ -1,0 +1,167 @@
+//! What each subcommand does.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use datafusion::common::{Result, plan_err};
+use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios};
+use freshet_engine::options::parse_count;
+use freshet_engine::sink::{SinkSpec, drain};
+use freshet_engine::{GeneratorKind, GeneratorSpec};
+use freshet_planner::{StreamingContext, StreamingQuery};
+
+use super::tables::register_tables;
+use super::{BenchArgs, Command, GenArgs, PlanArgs, QueryArgs};
+
+/// Runs one subcommand.
+pub async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Query(args) => query(args).await,
+        Command::Explain(args) => {
+            let query = plan(&args).await?;
+            println!("{}", query.explain());
+            Ok(())
+        }
+        Command::Gen(args) => generate(args),
+        Command::Bench(args) => bench(args).await,
+    }
+}
+
+async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
+    let ctx = match args.partitions {
+        Some(0) => return plan_err!("--partitions must be at least 1"),
+        Some(partitions) => StreamingContext::with_partitions(partitions),
+        None => StreamingContext::new(),
+    };
+    register_tables(
+        &ctx,
+        &args.tables,
+        args.event_time.as_deref(),
+        args.watermark.as_deref(),
+    )
+    .await?;
+    ctx.sql(&args.sql).await
+}
+
+async fn query(args: QueryArgs) -> Result<()> {
+    let sink: SinkSpec = args.output.parse()?;
+    let query = plan(&args.plan).await?;
+    let writer = sink.open(&query.schema(), Box::new(std::io::stdout()))?;
+    let interactive = std::io::stdout().is_terminal();
+    let started = Instant::now();
+    let progress = interactive.then(|| {
+        let query = query.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let records = query.records_read();
+                eprint!(
+                    "\r{records} records read, {:.0} records/s   ",
+                    records as f64 / started.elapsed().as_secs_f64()
+                );
+            }
+        })
+    });
+    let summary = drain(query.execute_merged()?, writer).await;
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    let summary = summary?;
+    if interactive {
+        let elapsed = started.elapsed().as_secs_f64();
+        let records = query.records_read();
+        eprintln!(
+            "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s)",
+            summary.rows,
+            records as f64 / elapsed
+        );
+    }
+    Ok(())
+}
+
+fn generate(args: GenArgs) -> Result<()> {
+    let kind: GeneratorKind = args.kind.parse()?;
+    let mut spec = GeneratorSpec::new(kind, Some(parse_count("records", &args.records)? as u64));
+    for pair in &args.params {
+        let Some((key, value)) = pair.split_once('=') else {
+            return plan_err!("--set {pair}: expected KEY=VALUE");
+        };
+        if key == "records" || !spec.set(key.trim(), value.trim())? {
+            return plan_err!(
+                "unknown generator parameter '{key}'; valid parameters are {}",
+                GeneratorSpec::KEYS[1..].join(", ")
+            );
+        }
+    }
+    let sink = match output_kind(&args.out) {
+        Some("parquet") => SinkSpec::Parquet(args.out.clone()),
+        Some("csv") => SinkSpec::Csv(Some(args.out.clone())),
+        Some("arrow" | "ipc" | "feather") => SinkSpec::Arrow(args.out.clone()),
+        Some("jsonl" | "json") => SinkSpec::JsonLines(Some(args.out.clone())),
+        _ => {
+            return plan_err!(
+                "--out {}: name the file .parquet, .csv, .arrow or .jsonl",
+                args.out.display()
+            );
+        }
+    };
+    let mut writer = sink.open(&spec.schema(), Box::new(std::io::sink()))?;
+    let mut index = 0;
+    let mut records = 0;
+    while let Some(batch) = spec.batch_at(index)? {
+        records += batch.num_rows();
+        writer.write(&batch)?;
+        index += 1;
+    }
+    writer.finish()?;
+    eprintln!("wrote {records} {} records to {}", args.kind, args.out.display());
+    Ok(())
+}
+
+fn output_kind(path: &Path) -> Option<&str> {
+    path.extension()?.to_str()
+}
+
+async fn bench(args: BenchArgs) -> Result<()> {
+    let records = if args.quick { 200_000 } else { parse_count("records", &args.records)? as u64 };
+    if records == 0 {
+        return plan_err!("--records must be at least 1");
+    }
+    if args.partitions.iter().any(|p| *p == 0) {
+        return plan_err!("--partitions: stream counts must be at least 1");
+    }
+    let config = BenchConfig {
+        records,
+        partitions: args.partitions.clone(),
+        runs: if args.quick { 1 } else { args.runs.max(1) },
+    };
+    let selected = if args.scenario.is_empty() {
+        scenarios()
+    } else {
+        args.scenario
+            .iter()
+            .map(|id| match scenario(id) {
+                Some(s) => Ok(s),
+                None => plan_err!(
+                    "unknown scenario '{id}'; available: {}",
+                    scenarios().iter().map(|s| s.id).collect::<Vec<_>>().join(", ")
+                ),
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let mut results = Vec::new();
+    for scenario in &selected {
+        eprintln!("running {} ({}) on {records} records …", scenario.id, scenario.description);
+        results.extend(run_scenario(scenario, &config).await?);
+    }
+    print!("{}", report::table(&results));
+    if let Some(path) = &args.json
+        && let Err(e) = std::fs::write(path, report::json(&results))
+    {
+        return plan_err!("cannot write {}: {e}", path.display());
+    }
+    Ok(())
+}

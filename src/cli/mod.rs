@@ -1,0 +1,145 @@
+//! The `freshet` command line: `query`, `explain`, `gen` and `bench`.
+//!
+//! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
+
+mod commands;
+mod tables;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use tables::{TableSpec, register_tables};
+
+/// Freshet: streaming SQL on Apache DataFusion and Arrow.
+#[derive(Debug, Parser)]
+#[command(name = "freshet", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a streaming query and write its results.
+    Query(QueryArgs),
+    /// Print the physical plan of a streaming query: Freshet's operators, emit mode,
+    /// watermarks and partitioning.
+    Explain(PlanArgs),
+    /// Write a generated stream (market_data or orders) to a file.
+    Gen(GenArgs),
+    /// Run the benchmark scenarios on Freshet and on DataFusion batch over the same data.
+    Bench(BenchArgs),
+}
+
+/// A query and the streams it reads.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The SQL query.
+    pub sql: String,
+    /// A stream: NAME=PATH (Parquet, CSV or Arrow file or directory) or
+    /// NAME=generator:market_data|orders, followed by ,key=value options: event_time,
+    /// watermark, bounded, partitions, partitioned_by (a+b), rate; for generators also
+    /// records (a count or unbounded), batch_size, symbols, traders, step_ms, disorder_ms,
+    /// seed, customers, amount_base. The tables market_data and orders exist by default as
+    /// generators of 1M records.
+    #[arg(long = "table", short = 't', value_name = "NAME=SOURCE[,KEY=VALUE...]")]
+    pub tables: Vec<String>,
+    /// Parallel streams to run the query on (default: the number of cores).
+    #[arg(long)]
+    pub partitions: Option<usize>,
+    /// Event-time column of every --table that does not name its own.
+    #[arg(long, value_name = "COLUMN")]
+    pub event_time: Option<String>,
+    /// Watermark delay (out-of-orderness) of every --table that does not set its own, e.g. 5s.
+    #[arg(long, value_name = "DURATION")]
+    pub watermark: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Where results go: table[=ROWS], csv[=PATH], jsonl[=PATH], parquet=PATH, arrow=PATH or null.
+    #[arg(long, short = 'o', default_value = "table")]
+    pub output: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// The generator: market_data or orders.
+    pub kind: String,
+    /// Number of records (10000, 10k, 10M).
+    #[arg(long)]
+    pub records: String,
+    /// A generator parameter, e.g. --set symbols=5 --set disorder_ms=2000.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Output file: .parquet, .csv, .arrow or .jsonl.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Input records per scenario (10M, 1M, 100000, …).
+    #[arg(long, default_value = "10M")]
+    pub records: String,
+    /// Scenarios to run (default: all).
+    #[arg(long)]
+    pub scenario: Vec<String>,
+    /// Stream counts to run each scenario at.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub partitions: Vec<usize>,
+    /// Timed runs per engine; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// A small, fast run (200k records, one timed run): a smoke test, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the command line; the binary's `main`.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{} (see freshet --help)", first.trim());
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e.to_string()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A message folded onto one line.
+pub fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

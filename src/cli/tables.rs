@@ -1,0 +1,162 @@
+//! `--table NAME=SOURCE[,key=value...]`: parsing stream specs and registering them.
+
+use std::collections::HashSet;
+
+use datafusion::common::{Result, plan_err};
+use freshet_engine::{GeneratorKind, GeneratorSpec, StreamOptions, parse_duration};
+use freshet_planner::StreamingContext;
+
+/// Records of the default generator tables the command line registers.
+const DEFAULT_GENERATOR_RECORDS: u64 = 1_000_000;
+
+/// Where a `--table` reads from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableSource {
+    Files(String),
+    Generator(GeneratorSpec),
+}
+
+/// A parsed `--table` argument.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    pub name: String,
+    pub source: TableSource,
+    pub options: StreamOptions,
+}
+
+impl std::str::FromStr for TableSpec {
+    type Err = datafusion::error::DataFusionError;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let Some((name, rest)) = text.split_once('=') else {
+            return plan_err!(
+                "--table {text}: expected NAME=PATH or NAME=generator:market_data|orders"
+            );
+        };
+        let name = name.trim();
+        if name.is_empty() {
+            return plan_err!("--table {text}: the table name is empty");
+        }
+        let mut parts = rest.split(',');
+        let location = parts.next().unwrap_or_default().trim();
+        let mut source = match location.strip_prefix("generator:") {
+            Some(kind) => TableSource::Generator(GeneratorSpec::new(
+                kind.parse::<GeneratorKind>()?,
+                Some(DEFAULT_GENERATOR_RECORDS),
+            )),
+            None if location.is_empty() => {
+                return plan_err!("--table {text}: no path or generator given for '{name}'");
+            }
+            None => TableSource::Files(location.to_string()),
+        };
+        let mut options = StreamOptions::default();
+        for pair in parts.filter(|p| !p.trim().is_empty()) {
+            let Some((key, value)) = pair.split_once('=') else {
+                return plan_err!("--table {name}: option '{pair}' is not key=value");
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if options.set(key, value)? {
+                continue;
+            }
+            let taken = match &mut source {
+                TableSource::Generator(spec) => spec.set(key, value)?,
+                TableSource::Files(_) => false,
+            };
+            if !taken {
+                let mut valid = StreamOptions::KEYS.to_vec();
+                if let TableSource::Generator(_) = source {
+                    valid.extend(GeneratorSpec::KEYS);
+                }
+                return plan_err!(
+                    "unknown option '{key}' for table '{name}'; valid options are {}",
+                    valid.join(", ")
+                );
+            }
+        }
+        Ok(Self {
+            name: name.to_string(),
+            source,
+            options,
+        })
+    }
+}
+
+/// Registers `specs` on `ctx`, then the default generator tables `market_data` and `orders`
+/// under the names not taken. `event_time` and `watermark` apply to every given table that
+/// does not set its own.
+pub async fn register_tables(
+    ctx: &StreamingContext,
+    specs: &[String],
+    event_time: Option<&str>,
+    watermark: Option<&str>,
+) -> Result<()> {
+    let watermark = watermark.map(parse_duration).transpose()?;
+    let mut taken = HashSet::new();
+    for text in specs {
+        let mut spec: TableSpec = text.parse()?;
+        if spec.options.event_time.is_none() {
+            spec.options.event_time = event_time.map(str::to_string);
+        }
+        if let Some(watermark) = watermark
+            && spec.options.out_of_orderness.is_zero()
+        {
+            spec.options.out_of_orderness = watermark;
+        }
+        if !taken.insert(spec.name.clone()) {
+            return plan_err!("table '{}' is given twice", spec.name);
+        }
+        match spec.source {
+            TableSource::Files(path) => {
+                ctx.register_files(&spec.name, &path, None, spec.options).await?
+            }
+            TableSource::Generator(generator) => {
+                ctx.register_generator(&spec.name, generator, spec.options)?
+            }
+        }
+    }
+    for (name, kind) in [
+        ("market_data", GeneratorKind::MarketData),
+        ("orders", GeneratorKind::Orders),
+    ] {
+        if !taken.contains(name) {
+            let mut options = StreamOptions::default();
+            options.out_of_orderness = watermark.unwrap_or_default();
+            ctx.register_generator(
+                name,
+                GeneratorSpec::new(kind, Some(DEFAULT_GENERATOR_RECORDS)),
+                options,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_generator_with_options() {
+        let spec: TableSpec = "md=generator:market_data,records=10k,symbols=3,watermark=2s,partitions=2"
+            .parse()
+            .unwrap();
+        assert_eq!(spec.name, "md");
+        let TableSource::Generator(generator) = spec.source else {
+            panic!("expected a generator");
+        };
+        assert_eq!(generator.records, Some(10_000));
+        assert_eq!(generator.symbols, 3);
+        assert_eq!(spec.options.partitions, Some(2));
+        assert_eq!(spec.options.out_of_orderness.as_secs(), 2);
+    }
+
+    #[test]
+    fn parses_files_and_rejects_unknown_options() {
+        let spec: TableSpec = "t=data/x.parquet,event_time=ts".parse().unwrap();
+        assert_eq!(spec.source, TableSource::Files("data/x.parquet".to_string()));
+        let error = "t=data/x.parquet,symbols=3".parse::<TableSpec>().unwrap_err();
+        assert!(error.to_string().contains("unknown option 'symbols'"), "{error}");
+        assert!("no_equals_sign".parse::<TableSpec>().is_err());
+        assert!("t=generator:weather".parse::<TableSpec>().is_err());
+    }
+}
