@@ -187,7 +187,11 @@ impl Fingerprint {
         }
         if !exact.is_empty() {
             let mut hashes = vec![0u64; batch.num_rows()];
-            create_hashes(exact.iter().copied(), &RandomState::with_seed(0), &mut hashes)?;
+            create_hashes(
+                exact.iter().copied(),
+                &RandomState::with_seed(0),
+                &mut hashes,
+            )?;
             self.row_hash_sum = hashes
                 .iter()
                 .fold(self.row_hash_sum, |sum, h| sum.wrapping_add(*h));
@@ -234,8 +238,16 @@ mod tests {
 
     #[test]
     fn accepts_reordered_rows_and_rounding_noise() {
-        let expected = batch(vec![Some("a"), None, Some("b")], vec![1, 2, 3], vec![0.1 + 0.2, f64::NAN, 5.0]);
-        let actual = batch(vec![Some("b"), Some("a"), None], vec![3, 1, 2], vec![5.0, 0.3, f64::NAN]);
+        let expected = batch(
+            vec![Some("a"), None, Some("b")],
+            vec![1, 2, 3],
+            vec![0.1 + 0.2, f64::NAN, 5.0],
+        );
+        let actual = batch(
+            vec![Some("b"), Some("a"), None],
+            vec![3, 1, 2],
+            vec![5.0, 0.3, f64::NAN],
+        );
         assert_eq!(compare_results(&[expected], &[actual], false), Ok(()));
     }
 

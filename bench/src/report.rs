@@ -38,7 +38,13 @@ pub fn table(results: &[ScenarioResult]) -> String {
         })
         .collect();
     let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].len())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     let line = |cells: &[&str], out: &mut String| {
@@ -53,10 +59,17 @@ pub fn table(results: &[ScenarioResult]) -> String {
     let _ = writeln!(
         out,
         "|{}|",
-        widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("|")
+        widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("|")
     );
     for row in &rows {
-        line(&row.iter().map(String::as_str).collect::<Vec<_>>(), &mut out);
+        line(
+            &row.iter().map(String::as_str).collect::<Vec<_>>(),
+            &mut out,
+        );
     }
     out
 }

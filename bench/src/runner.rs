@@ -64,7 +64,10 @@ impl ScenarioResult {
 }
 
 /// Runs `scenario` at each of `config.partitions`.
-pub async fn run_scenario(scenario: &Scenario, config: &BenchConfig) -> Result<Vec<ScenarioResult>> {
+pub async fn run_scenario(
+    scenario: &Scenario,
+    config: &BenchConfig,
+) -> Result<Vec<ScenarioResult>> {
     let spec = scenario.data_spec(config.records);
     let schema = spec.schema();
     let batches = spec.generate_all()?;
@@ -159,7 +162,10 @@ impl Engines<'_> {
 }
 
 /// Drains every stream in its own task; counts rows, and fingerprints them if asked.
-async fn drain_all(streams: Vec<SendableRecordBatchStream>, fingerprint: bool) -> Result<Fingerprint> {
+async fn drain_all(
+    streams: Vec<SendableRecordBatchStream>,
+    fingerprint: bool,
+) -> Result<Fingerprint> {
     let tasks: Vec<_> = streams
         .into_iter()
         .map(|mut stream| {
@@ -185,7 +191,9 @@ async fn drain_all(streams: Vec<SendableRecordBatchStream>, fingerprint: bool) -
         };
         total.rows += print.rows;
         total.row_hash_sum = total.row_hash_sum.wrapping_add(print.row_hash_sum);
-        total.float_sums.resize(print.float_sums.len().max(total.float_sums.len()), 0.0);
+        total
+            .float_sums
+            .resize(print.float_sums.len().max(total.float_sums.len()), 0.0);
         for (sum, add) in total.float_sums.iter_mut().zip(&print.float_sums) {
             *sum += add;
         }

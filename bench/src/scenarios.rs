@@ -36,7 +36,8 @@ impl Scenario {
     }
 }
 
-const S0_SQL: &str = "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100";
+const S0_SQL: &str =
+    "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100";
 
 /// The scenarios Freshet runs today.
 pub fn scenarios() -> Vec<Scenario> {

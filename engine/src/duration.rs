@@ -24,7 +24,9 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         "h" | "hour" | "hours" => 3_600_000.0,
         "d" | "day" | "days" => 86_400_000.0,
         other => {
-            return plan_err!("invalid duration '{text}': unknown unit '{other}' (use ms, s, m, h or d)");
+            return plan_err!(
+                "invalid duration '{text}': unknown unit '{other}' (use ms, s, m, h or d)"
+            );
         }
     };
     let millis = value * millis_per_unit;

@@ -14,6 +14,6 @@ pub mod source;
 pub use duration::parse_duration;
 pub use options::{Pacing, StreamOptions};
 pub use source::{
-    GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable, open_file_source,
-    FileFormatKind,
+    FileFormatKind, GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable,
+    open_file_source, splitmix64,
 };

@@ -121,18 +121,31 @@ impl StreamingContext {
     }
 
     /// Registers a Parquet file or directory.
-    pub async fn register_parquet(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
-        self.register_files(name, path, Some(FileFormatKind::Parquet), options).await
+    pub async fn register_parquet(
+        &self,
+        name: &str,
+        path: &str,
+        options: StreamOptions,
+    ) -> Result<()> {
+        self.register_files(name, path, Some(FileFormatKind::Parquet), options)
+            .await
     }
 
     /// Registers a CSV file or directory (with a header line).
     pub async fn register_csv(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
-        self.register_files(name, path, Some(FileFormatKind::Csv), options).await
+        self.register_files(name, path, Some(FileFormatKind::Csv), options)
+            .await
     }
 
     /// Registers an Arrow IPC file or directory.
-    pub async fn register_arrow(&self, name: &str, path: &str, options: StreamOptions) -> Result<()> {
-        self.register_files(name, path, Some(FileFormatKind::Arrow), options).await
+    pub async fn register_arrow(
+        &self,
+        name: &str,
+        path: &str,
+        options: StreamOptions,
+    ) -> Result<()> {
+        self.register_files(name, path, Some(FileFormatKind::Arrow), options)
+            .await
     }
 
     /// Plans `sql` as a streaming query.

@@ -36,7 +36,10 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
                         requires_infinite_memory: true
                     }
                 );
-            let endless_child = node.children().into_iter().find(|child| child.boundedness().is_unbounded());
+            let endless_child = node
+                .children()
+                .into_iter()
+                .find(|child| child.boundedness().is_unbounded());
             if let (true, Some(child)) = (waits_for_end, endless_child) {
                 failure = Some((node.name().to_string(), stream_names(child)));
                 return Ok(TreeNodeRecursion::Stop);

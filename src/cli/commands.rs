@@ -117,7 +117,11 @@ fn generate(args: GenArgs) -> Result<()> {
         index += 1;
     }
     writer.finish()?;
-    eprintln!("wrote {records} {} records to {}", args.kind, args.out.display());
+    eprintln!(
+        "wrote {records} {} records to {}",
+        args.kind,
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -126,7 +130,11 @@ fn output_kind(path: &Path) -> Option<&str> {
 }
 
 async fn bench(args: BenchArgs) -> Result<()> {
-    let records = if args.quick { 200_000 } else { parse_count("records", &args.records)? as u64 };
+    let records = if args.quick {
+        200_000
+    } else {
+        parse_count("records", &args.records)? as u64
+    };
     if records == 0 {
         return plan_err!("--records must be at least 1");
     }
@@ -147,14 +155,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 Some(s) => Ok(s),
                 None => plan_err!(
                     "unknown scenario '{id}'; available: {}",
-                    scenarios().iter().map(|s| s.id).collect::<Vec<_>>().join(", ")
+                    scenarios()
+                        .iter()
+                        .map(|s| s.id)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             })
             .collect::<Result<Vec<_>>>()?
     };
     let mut results = Vec::new();
     for scenario in &selected {
-        eprintln!("running {} ({}) on {records} records …", scenario.id, scenario.description);
+        eprintln!(
+            "running {} ({}) on {records} records …",
+            scenario.id, scenario.description
+        );
         results.extend(run_scenario(scenario, &config).await?);
     }
     print!("{}", report::table(&results));

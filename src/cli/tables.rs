@@ -107,7 +107,8 @@ pub async fn register_tables(
         }
         match spec.source {
             TableSource::Files(path) => {
-                ctx.register_files(&spec.name, &path, None, spec.options).await?
+                ctx.register_files(&spec.name, &path, None, spec.options)
+                    .await?
             }
             TableSource::Generator(generator) => {
                 ctx.register_generator(&spec.name, generator, spec.options)?
@@ -137,9 +138,10 @@ mod tests {
 
     #[test]
     fn parses_generator_with_options() {
-        let spec: TableSpec = "md=generator:market_data,records=10k,symbols=3,watermark=2s,partitions=2"
-            .parse()
-            .unwrap();
+        let spec: TableSpec =
+            "md=generator:market_data,records=10k,symbols=3,watermark=2s,partitions=2"
+                .parse()
+                .unwrap();
         assert_eq!(spec.name, "md");
         let TableSource::Generator(generator) = spec.source else {
             panic!("expected a generator");
@@ -153,9 +155,17 @@ mod tests {
     #[test]
     fn parses_files_and_rejects_unknown_options() {
         let spec: TableSpec = "t=data/x.parquet,event_time=ts".parse().unwrap();
-        assert_eq!(spec.source, TableSource::Files("data/x.parquet".to_string()));
-        let error = "t=data/x.parquet,symbols=3".parse::<TableSpec>().unwrap_err();
-        assert!(error.to_string().contains("unknown option 'symbols'"), "{error}");
+        assert_eq!(
+            spec.source,
+            TableSource::Files("data/x.parquet".to_string())
+        );
+        let error = "t=data/x.parquet,symbols=3"
+            .parse::<TableSpec>()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("unknown option 'symbols'"),
+            "{error}"
+        );
         assert!("no_equals_sign".parse::<TableSpec>().is_err());
         assert!("t=generator:weather".parse::<TableSpec>().is_err());
     }

@@ -1,1 +1,10 @@
-pub mod oracle; pub mod random;
+//! Test support used by Freshet's own tests and open to embedders: the differential oracle
+//! ([`Differential`]) that checks a streaming query against DataFusion batch SQL on the same
+//! bounded data, and a random stream generator ([`RandomStream`]) for it to run on.
+
+mod oracle;
+mod random;
+
+pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results};
+pub use oracle::{Differential, TestSource, TestTable};
+pub use random::RandomStream;

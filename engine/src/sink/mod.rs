@@ -46,7 +46,9 @@ impl std::str::FromStr for SinkSpec {
             ("table", None) => Self::Table { max_rows: 40 },
             ("table", Some(rows)) => match rows.to_string_lossy().parse() {
                 Ok(max_rows) => Self::Table { max_rows },
-                Err(_) => return plan_err!("output table={}: expected a row count", rows.display()),
+                Err(_) => {
+                    return plan_err!("output table={}: expected a row count", rows.display());
+                }
             },
             ("csv", path) => Self::Csv(path),
             ("jsonl" | "json", path) => Self::JsonLines(path),
@@ -90,9 +92,10 @@ impl SinkSpec {
         Ok(match self {
             Self::Table { max_rows } => Box::new(TableWriter::new(stdout, *max_rows)),
             Self::Csv(path) => Box::new(CsvWriter::new(writers::output(path.as_ref(), stdout)?)),
-            Self::JsonLines(path) => {
-                Box::new(JsonLinesWriter::new(writers::output(path.as_ref(), stdout)?))
-            }
+            Self::JsonLines(path) => Box::new(JsonLinesWriter::new(writers::output(
+                path.as_ref(),
+                stdout,
+            )?)),
             Self::Parquet(path) => Box::new(ParquetFileWriter::create(path, schema)?),
             Self::Arrow(path) => Box::new(ArrowFileWriter::create(path, schema)?),
             Self::Null => Box::new(NullWriter),

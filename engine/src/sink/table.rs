@@ -41,7 +41,11 @@ impl BatchWriter for TableWriter {
         let table = pretty_format_batches(&[batch.slice(0, take)])?.to_string();
         // Later chunks repeat no header: skip the table's first three lines.
         let lines: Vec<&str> = table.lines().collect();
-        let body = if self.header_printed { &lines[3.min(lines.len())..] } else { &lines[..] };
+        let body = if self.header_printed {
+            &lines[3.min(lines.len())..]
+        } else {
+            &lines[..]
+        };
         for line in body {
             writeln!(self.out, "{line}")?;
         }

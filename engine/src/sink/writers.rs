@@ -80,7 +80,11 @@ pub struct ParquetFileWriter(ArrowWriter<File>);
 
 impl ParquetFileWriter {
     pub fn create(path: &Path, schema: &SchemaRef) -> Result<Self> {
-        Ok(Self(ArrowWriter::try_new(create(path)?, schema.clone(), None)?))
+        Ok(Self(ArrowWriter::try_new(
+            create(path)?,
+            schema.clone(),
+            None,
+        )?))
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -92,7 +92,7 @@ impl StreamSourceExec {
             }
         };
         Ok(PlanProperties::new(
-            EquivalenceProperties::new(schema),
+            input.equivalence_properties().clone(),
             partitioning,
             EmissionType::Incremental,
             boundedness,
@@ -132,7 +132,11 @@ impl DisplayAs for StreamSourceExec {
             )?;
         }
         if !self.options.partitioned_by.is_empty() {
-            write!(f, ", partitioned_by=[{}]", self.options.partitioned_by.join(", "))?;
+            write!(
+                f,
+                ", partitioned_by=[{}]",
+                self.options.partitioned_by.join(", ")
+            )?;
         }
         if let Pacing::RecordsPerSecond(rate) = self.options.pacing {
             write!(f, ", rate={rate} records/s")?;
@@ -220,7 +224,8 @@ impl ExecutionPlan for StreamSourceExec {
         let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)));
         };
-        let rate_per_partition = rate / self.properties.output_partitioning().partition_count() as f64;
+        let rate_per_partition =
+            rate / self.properties.output_partitioning().partition_count() as f64;
         let mut started = None;
         let mut sent = 0u64;
         let paced = counted.then(move |batch| {

@@ -105,7 +105,10 @@ pub async fn open_file_source(
 
     let (url, extension) = if location.is_dir() {
         let dir = location.canonicalize()?;
-        (format!("{}/", dir.display()), format.extension().to_string())
+        (
+            format!("{}/", dir.display()),
+            format.extension().to_string(),
+        )
     } else {
         let file = location.canonicalize()?;
         let extension = file

@@ -11,7 +11,9 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::array::{
+    ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, plan_err};
@@ -199,7 +201,9 @@ impl GeneratorSpec {
                 Arc::new(Int64Array::from_iter_values(
                     ids.clone().map(|i| (i % self.customers) as i64),
                 )),
-                Arc::new(StringArray::from_iter_values(ids.clone().map(|_| "2024-01-15"))),
+                Arc::new(StringArray::from_iter_values(
+                    ids.clone().map(|_| "2024-01-15"),
+                )),
                 Arc::new(Float64Array::from_iter_values(
                     ids.map(|i| self.amount_base + (i % 100) as f64),
                 )),
@@ -341,7 +345,9 @@ mod tests {
         let batch = spec.batch(1234, 1).unwrap();
         assert_eq!(batch.column(0).as_string::<i32>().value(0), "SYM4");
         assert_eq!(batch.column(1).as_string::<i32>().value(0), "TRADER14");
-        let price = batch.column(2).as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+        let price = batch
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::Float64Type>();
         assert_eq!(price.value(0), 100.0 + 34.0 + (12.34f64).sin() * 10.0);
         let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
         assert_eq!(time.value(0), 1_700_000_000_000 + 1_234_000);
@@ -355,7 +361,9 @@ mod tests {
         let mut seen = vec![false; 10_000];
         for generator in spec.partition_generators(3) {
             while let Some(batch) = generator.write().generate_next_batch().unwrap() {
-                let ids = batch.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+                let ids = batch
+                    .column(0)
+                    .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
                 for id in ids.values() {
                     assert!(!seen[*id as usize], "record {id} generated twice");
                     seen[*id as usize] = true;

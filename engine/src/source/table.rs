@@ -16,8 +16,8 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::physical_plan::memory::LazyMemoryExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::exec::StreamSourceExec;
 use super::generator::GeneratorSpec;
@@ -153,7 +153,10 @@ impl TableProvider for StreamTable {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         match &self.source {
             ReplaySource::Files { provider, .. } => provider.supports_filters_pushdown(filters),
-            _ => Ok(vec![TableProviderFilterPushDown::Unsupported; filters.len()]),
+            _ => Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]),
         }
     }
 

@@ -1,0 +1,225 @@
+//! Bad input gives a clear error naming the culprit, never a panic: one test per case, through
+//! the library and through the command line (one line on stderr, non-zero exit).
+
+use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
+
+use crate::support::{freshet_error, gen_orders};
+
+fn orders_context() -> StreamingContext {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "orders",
+        GeneratorSpec::new(GeneratorKind::Orders, Some(1_000)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    ctx
+}
+
+async fn planning_error(ctx: &StreamingContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Ok(_) => panic!("`{sql}` should not plan"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn unknown_table() {
+    let error = planning_error(&orders_context(), "SELECT * FROM shipments").await;
+    assert!(
+        error.contains("shipments") && error.contains("not found"),
+        "{error}"
+    );
+    let line = freshet_error(&["query", "SELECT * FROM shipments"]);
+    assert!(line.contains("shipments"), "{line}");
+}
+
+#[tokio::test]
+async fn unknown_column() {
+    let error = planning_error(&orders_context(), "SELECT colour FROM orders").await;
+    assert!(error.contains("colour"), "{error}");
+    let line = freshet_error(&["query", "SELECT colour FROM orders"]);
+    assert!(line.contains("colour"), "{line}");
+}
+
+#[tokio::test]
+async fn missing_file() {
+    let ctx = StreamingContext::new();
+    let error = ctx
+        .register_parquet("t", "/no/such/orders.parquet", StreamOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("not found: /no/such/orders.parquet"),
+        "{error}"
+    );
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM t",
+        "--table",
+        "t=/no/such/orders.parquet",
+    ]);
+    assert!(line.contains("/no/such/orders.parquet"), "{line}");
+}
+
+#[tokio::test]
+async fn corrupt_parquet_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.parquet");
+    std::fs::write(&path, b"these bytes are not a parquet file at all").unwrap();
+    let ctx = StreamingContext::new();
+    let error = ctx
+        .register_parquet("t", path.to_str().unwrap(), StreamOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("broken.parquet is not a readable Parquet file"),
+        "{error}"
+    );
+    let table = format!("t={}", path.display());
+    let line = freshet_error(&["query", "SELECT * FROM t", "--table", &table]);
+    assert!(line.contains("broken.parquet"), "{line}");
+}
+
+#[tokio::test]
+async fn directory_of_files_with_different_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    gen_orders(&dir.path().join("a.parquet"), "100", &[]);
+    crate::support::freshet_ok(&[
+        "gen",
+        "market_data",
+        "--records",
+        "100",
+        "--out",
+        dir.path().join("b.parquet").to_str().unwrap(),
+    ]);
+    let ctx = StreamingContext::new();
+    let error = ctx
+        .register_parquet("t", dir.path().to_str().unwrap(), StreamOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("different schemas"), "{error}");
+    assert!(
+        error.contains("a.parquet") && error.contains("b.parquet"),
+        "{error}"
+    );
+    let table = format!("t={}", dir.path().display());
+    let line = freshet_error(&["query", "SELECT * FROM t", "--table", &table]);
+    assert!(line.contains("different schemas"), "{line}");
+}
+
+#[test]
+fn unknown_stream_option() {
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM orders",
+        "--table",
+        "orders=generator:orders,colour=blue",
+    ]);
+    assert!(line.contains("unknown option 'colour'"), "{line}");
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM orders",
+        "--table",
+        "orders=generator:orders,partitions=zero",
+    ]);
+    assert!(line.contains("partitions=zero"), "{line}");
+}
+
+#[test]
+fn unknown_output_format() {
+    let line = freshet_error(&["query", "SELECT * FROM orders", "--output", "xml"]);
+    assert!(line.contains("unknown output format 'xml'"), "{line}");
+}
+
+#[tokio::test]
+async fn event_time_column_that_is_not_a_time() {
+    let ctx = StreamingContext::new();
+    let options = StreamOptions {
+        event_time: Some("order_date".to_string()),
+        ..StreamOptions::default()
+    };
+    let error = ctx
+        .register_generator(
+            "orders",
+            GeneratorSpec::new(GeneratorKind::Orders, Some(10)),
+            options,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("'order_date' has type Utf8"), "{error}");
+    assert!(
+        error.contains("must be a timestamp or an integer"),
+        "{error}"
+    );
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM orders",
+        "--table",
+        "orders=generator:orders",
+        "--event-time",
+        "order_date",
+    ]);
+    assert!(line.contains("order_date"), "{line}");
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM orders",
+        "--table",
+        "orders=generator:orders,event_time=shipped_at",
+    ]);
+    assert!(line.contains("'shipped_at' does not exist"), "{line}");
+}
+
+#[tokio::test]
+async fn aggregate_without_window_on_an_unbounded_stream() {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "orders",
+        GeneratorSpec::new(GeneratorKind::Orders, None),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let error = planning_error(
+        &ctx,
+        "SELECT customer_id, count(*) FROM orders GROUP BY customer_id",
+    )
+    .await;
+    assert!(error.contains("unbounded stream 'orders'"), "{error}");
+    assert!(
+        error.contains("WINDOW") && error.contains("EMIT CHANGES"),
+        "{error}"
+    );
+}
+
+#[test]
+fn endless_generator_declared_bounded() {
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM orders",
+        "--table",
+        "orders=generator:orders,records=unbounded,bounded=true",
+    ]);
+    assert!(line.contains("endless"), "{line}");
+}
+
+#[test]
+fn bad_command_line_arguments() {
+    let line = freshet_error(&["query", "SELECT 1", "--no-such-flag"]);
+    assert!(line.contains("--no-such-flag"), "{line}");
+    let line = freshet_error(&[
+        "gen",
+        "weather",
+        "--records",
+        "10",
+        "--out",
+        "/tmp/x.parquet",
+    ]);
+    assert!(line.contains("unknown generator 'weather'"), "{line}");
+    let line = freshet_error(&["bench", "--scenario", "S9", "--quick"]);
+    assert!(line.contains("unknown scenario 'S9'"), "{line}");
+    let line = freshet_error(&["query", "SELEC oops FROM orders"]);
+    assert!(line.contains("SELEC"), "{line}");
+}

@@ -1,0 +1,8 @@
+//! Freshet's integration tests: one test binary, one module per capability.
+
+mod bad_input;
+mod cli;
+mod filters;
+mod oracle;
+mod s0;
+mod support;

@@ -1,0 +1,51 @@
+//! Helpers shared by the integration tests.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs the `freshet` binary with `args`.
+pub fn freshet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(args)
+        .output()
+        .expect("the freshet binary runs")
+}
+
+/// Runs `freshet` and expects it to succeed; returns stdout.
+pub fn freshet_ok(args: &[&str]) -> String {
+    let output = freshet(args);
+    assert!(
+        output.status.success(),
+        "freshet {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `freshet` and expects a failure with a one-line error; returns that line.
+pub fn freshet_error(args: &[&str]) -> String {
+    let output = freshet(args);
+    assert!(!output.status.success(), "freshet {args:?} should fail");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "error is not one line: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "freshet panicked: {stderr}");
+    stderr
+}
+
+/// Writes the generated `orders` stream with `records` records to `path` with `freshet gen`.
+pub fn gen_orders(path: &Path, records: &str, extra: &[&str]) {
+    let mut args = vec![
+        "gen",
+        "orders",
+        "--records",
+        records,
+        "--out",
+        path.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    freshet_ok(&args);
+}
