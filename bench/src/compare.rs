@@ -255,14 +255,14 @@ mod tests {
     fn detects_missing_changed_and_reordered_rows() {
         let expected = batch(vec![Some("a"), Some("b")], vec![1, 2], vec![1.0, 2.0]);
         let fewer = batch(vec![Some("a")], vec![1], vec![1.0]);
-        assert!(compare_results(&[expected.clone()], &[fewer], false).is_err());
+        assert!(compare_results(std::slice::from_ref(&expected), &[fewer], false).is_err());
         let changed = batch(vec![Some("a"), Some("b")], vec![1, 2], vec![1.0, 2.000001]);
-        let error = compare_results(&[expected.clone()], &[changed], false).unwrap_err();
+        let error = compare_results(std::slice::from_ref(&expected), &[changed], false).unwrap_err();
         assert!(error.contains("row 1"), "{error}");
         let null_key = batch(vec![Some("a"), None], vec![1, 2], vec![1.0, 2.0]);
-        assert!(compare_results(&[expected.clone()], &[null_key], false).is_err());
+        assert!(compare_results(std::slice::from_ref(&expected), &[null_key], false).is_err());
         let swapped = batch(vec![Some("b"), Some("a")], vec![2, 1], vec![2.0, 1.0]);
-        assert!(compare_results(&[expected.clone()], &[swapped.clone()], true).is_err());
+        assert!(compare_results(std::slice::from_ref(&expected), std::slice::from_ref(&swapped), true).is_err());
         assert!(compare_results(&[expected], &[swapped], false).is_ok());
     }
 

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
 use crate::unbounded_check::UnboundedInputCheck;
 
@@ -15,7 +14,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let optimizer = builder
         .physical_optimizers()
         .take()
-        .unwrap_or_else(PhysicalOptimizer::new);
+        .unwrap_or_default();
     let mut rules = optimizer.rules;
     let sanity_check = rules
         .iter()

@@ -138,7 +138,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     if records == 0 {
         return plan_err!("--records must be at least 1");
     }
-    if args.partitions.iter().any(|p| *p == 0) {
+    if args.partitions.contains(&0) {
         return plan_err!("--partitions: stream counts must be at least 1");
     }
     let config = BenchConfig {

@@ -120,8 +120,10 @@ pub async fn register_tables(
         ("orders", GeneratorKind::Orders),
     ] {
         if !taken.contains(name) {
-            let mut options = StreamOptions::default();
-            options.out_of_orderness = watermark.unwrap_or_default();
+            let options = StreamOptions {
+                out_of_orderness: watermark.unwrap_or_default(),
+                ..StreamOptions::default()
+            };
             ctx.register_generator(
                 name,
                 GeneratorSpec::new(kind, Some(DEFAULT_GENERATOR_RECORDS)),
