@@ -10,5 +10,5 @@ pub mod runner;
 pub mod scenarios;
 
 pub use freshet_engine::{GeneratorKind, GeneratorSpec};
-pub use runner::{BenchConfig, ScenarioResult, run_scenario};
+pub use runner::{BenchConfig, ScenarioResult, ScenarioRun, run_scenario};
 pub use scenarios::{Scenario, scenario, scenarios};

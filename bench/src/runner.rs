@@ -74,7 +74,7 @@ pub async fn run_scenario(
     let mut results = Vec::new();
     for &partitions in &config.partitions {
         reset_peak_rss();
-        let engines = Engines {
+        let engines = ScenarioRun {
             scenario,
             schema: &schema,
             batches: &batches,
@@ -113,15 +113,19 @@ pub async fn run_scenario(
     Ok(results)
 }
 
-struct Engines<'a> {
-    scenario: &'a Scenario,
-    schema: &'a SchemaRef,
-    batches: &'a [RecordBatch],
-    partitions: usize,
+/// One scenario's data at one stream count, runnable on either engine (also used by the
+/// criterion benches).
+pub struct ScenarioRun<'a> {
+    pub scenario: &'a Scenario,
+    pub schema: &'a SchemaRef,
+    pub batches: &'a [RecordBatch],
+    pub partitions: usize,
 }
 
-impl Engines<'_> {
-    async fn run_freshet(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
+impl ScenarioRun<'_> {
+    /// Freshet's streaming plan over a replay of the batches; the wall time and the result's
+    /// row count (and fingerprint, if asked).
+    pub async fn run_freshet(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
         let ctx = StreamingContext::with_partitions(self.partitions);
         let options = StreamOptions {
@@ -139,7 +143,8 @@ impl Engines<'_> {
         Ok((start.elapsed(), print))
     }
 
-    async fn run_datafusion(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
+    /// DataFusion batch over a `MemTable` of the same batches.
+    pub async fn run_datafusion(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
         let ctx = SessionContext::new_with_config(
             SessionConfig::new().with_target_partitions(self.partitions),
