@@ -6,11 +6,13 @@
 //! streams and to run queries as one stream of results per output partition.
 
 mod context;
+mod dialect;
 mod install;
 mod query;
 mod unbounded_check;
 
 pub use context::StreamingContext;
+pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite};
 pub use install::install;
 pub use query::StreamingQuery;
 pub use unbounded_check::UnboundedInputCheck;
