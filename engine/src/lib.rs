@@ -7,11 +7,15 @@
 //! same operators can be driven by any plan that DataFusion (or a distributed runner) builds.
 
 pub mod duration;
+pub mod exchange;
 pub mod options;
 pub mod sink;
 pub mod source;
+pub mod watermark;
 
 pub use duration::parse_duration;
+pub use exchange::StreamExchangeExec;
+pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use options::{Pacing, StreamOptions};
 pub use source::{
     FileFormatKind, GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable,

@@ -1,0 +1,346 @@
+//! [`StreamExchangeExec`]: Freshet's exchange between parallel streams, which carries
+//! watermarks through the shuffle.
+//!
+//! One task per input partition pulls that partition's batches, routes them with a
+//! [`Router`] (hash on key columns, sticky, round-robin or fan-in) and sends the pieces into
+//! one bounded channel per output partition, so a slow consumer holds the inputs back
+//! instead of growing memory. After a batch's pieces are sent, the task records the batch's
+//! largest event time in a shared [`WatermarkTracker`]; when the combined watermark (the
+//! minimum over running inputs) rises, it sends `Watermark(w)` to every output. Because each
+//! input records its progress only after its rows are in the channels, and a channel keeps
+//! the order of sends, every row older than `w` is ahead of `Watermark(w)` in every output.
+//!
+//! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
+//! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
+use freshet_partitioner::{Router, RoutingStrategy};
+use futures::stream::BoxStream;
+use futures::{StreamExt, future};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
+
+type Message = Result<StreamMessage>;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct StreamExchangeExec {
+    input: Arc<dyn ExecutionPlan>,
+    strategy: RoutingStrategy,
+    outputs: usize,
+    event_time: Option<EventTime>,
+    properties: Arc<PlanProperties>,
+    running: Arc<Mutex<Option<Running>>>,
+}
+
+/// The channels of one execution, taken one output at a time.
+struct Running {
+    receivers: Vec<Option<mpsc::Receiver<Message>>>,
+    tasks: Arc<Vec<SpawnedTask<()>>>,
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Running")
+    }
+}
+
+impl StreamExchangeExec {
+    /// Routes `input` to `outputs` partitions with `strategy`; with `event_time`, computes and
+    /// forwards watermarks.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        strategy: RoutingStrategy,
+        outputs: usize,
+        event_time: Option<EventTime>,
+    ) -> Result<Self> {
+        let outputs = match strategy {
+            RoutingStrategy::FanIn => 1,
+            RoutingStrategy::Sticky => input.output_partitioning().partition_count(),
+            _ => outputs.max(1),
+        };
+        let partitioning = match &strategy {
+            RoutingStrategy::Hash(keys) => Partitioning::Hash(keys.clone(), outputs),
+            _ => Partitioning::UnknownPartitioning(outputs),
+        };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(input.schema()),
+            partitioning,
+            EmissionType::Incremental,
+            input.boundedness(),
+        );
+        Ok(Self {
+            input,
+            strategy,
+            outputs,
+            event_time,
+            properties: Arc::new(properties),
+            running: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    pub fn strategy(&self) -> &RoutingStrategy {
+        &self.strategy
+    }
+
+    pub fn event_time(&self) -> Option<EventTime> {
+        self.event_time
+    }
+
+    /// Output `partition` as batches and watermarks.
+    pub fn execute_messages(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Message>> {
+        let mut running = self.running.lock();
+        if running.is_none() {
+            *running = Some(self.start(context)?);
+        }
+        let Some(state) = running.as_mut() else {
+            return internal_err!("exchange state missing");
+        };
+        let Some(receiver) = state.receivers.get_mut(partition).and_then(Option::take) else {
+            return internal_err!("exchange output {partition} executed twice or out of range");
+        };
+        let tasks = Arc::clone(&state.tasks);
+        if state.receivers.iter().all(Option::is_none) {
+            // Every output is taken: a later execution starts afresh.
+            *running = None;
+        }
+        Ok(futures::stream::unfold((receiver, tasks), |(mut receiver, tasks)| async move {
+            receiver.recv().await.map(|message| (message, (receiver, tasks)))
+        })
+        .boxed())
+    }
+
+    fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
+        let inputs = self.input.output_partitioning().partition_count();
+        let capacity = 2 * inputs.max(1);
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..self.outputs).map(|_| mpsc::channel(capacity)).unzip();
+        let delay = self.event_time.map_or(0, |e| e.delay);
+        let watermarks = Arc::new(Mutex::new(Progress {
+            tracker: WatermarkTracker::new(inputs, delay),
+            sent: i64::MIN,
+        }));
+        let mut tasks = Vec::with_capacity(inputs);
+        for input in 0..inputs {
+            let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
+            let task = InputTask {
+                input,
+                plan: Arc::clone(&self.input),
+                context: Arc::clone(&context),
+                router,
+                senders: senders.clone(),
+                watermarks: Arc::clone(&watermarks),
+                event_time: self.event_time,
+            };
+            tasks.push(SpawnedTask::spawn(task.run()));
+        }
+        Ok(Running {
+            receivers: receivers.into_iter().map(Some).collect(),
+            tasks: Arc::new(tasks),
+        })
+    }
+}
+
+/// The combined watermark and the last one sent.
+struct Progress {
+    tracker: WatermarkTracker,
+    sent: i64,
+}
+
+impl Progress {
+    /// The combined watermark, if it rose since it was last sent.
+    fn advance(&mut self) -> Option<i64> {
+        let watermark = self.tracker.watermark()?;
+        (watermark > self.sent).then(|| {
+            self.sent = watermark;
+            watermark
+        })
+    }
+}
+
+struct InputTask {
+    input: usize,
+    plan: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+    router: Router,
+    senders: Vec<mpsc::Sender<Message>>,
+    watermarks: Arc<Mutex<Progress>>,
+    event_time: Option<EventTime>,
+}
+
+impl InputTask {
+    async fn run(mut self) {
+        let outcome = self.forward().await;
+        let senders = std::mem::take(&mut self.senders);
+        match outcome {
+            Ok(()) => {
+                let watermark = {
+                    let mut progress = self.watermarks.lock();
+                    progress.tracker.finish(self.input);
+                    progress.advance()
+                };
+                if let Some(watermark) = watermark {
+                    broadcast(&senders, || Ok(StreamMessage::Watermark(watermark))).await;
+                }
+            }
+            Err(error) => {
+                let error = Arc::new(error);
+                broadcast(&senders, || Err(DataFusionError::Shared(Arc::clone(&error)))).await;
+            }
+        }
+    }
+
+    async fn forward(&mut self) -> Result<()> {
+        let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let newest = match &self.event_time {
+                Some(event_time) => event_time.max_in(&batch)?,
+                None => None,
+            };
+            for (output, piece) in self.router.route(batch)? {
+                // A closed channel means its consumer stopped reading; the others go on.
+                let _ = self.senders[output].send(Ok(StreamMessage::Batch(piece))).await;
+            }
+            if let Some(newest) = newest {
+                let watermark = {
+                    let mut progress = self.watermarks.lock();
+                    progress.tracker.observe(self.input, newest);
+                    progress.advance()
+                };
+                if let Some(watermark) = watermark {
+                    broadcast(&self.senders, || Ok(StreamMessage::Watermark(watermark))).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn broadcast(senders: &[mpsc::Sender<Message>], message: impl Fn() -> Message) {
+    for sender in senders {
+        let _ = sender.send(message()).await;
+    }
+}
+
+impl DisplayAs for StreamExchangeExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "StreamExchangeExec: strategy={}, partitions={}->{}",
+            self.strategy,
+            self.input.output_partitioning().partition_count(),
+            self.outputs
+        )?;
+        if let Some(event_time) = &self.event_time {
+            write!(
+                f,
+                ", watermark=max(column {}) - {}",
+                event_time.column, event_time.delay
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for StreamExchangeExec {
+    fn name(&self) -> &str {
+        "StreamExchangeExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        if let RoutingStrategy::Hash(keys) = &self.strategy {
+            for key in keys {
+                if f(key)? == TreeNodeRecursion::Stop {
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("StreamExchangeExec takes one child, got {}", children.len());
+        }
+        Ok(Arc::new(Self::try_new(
+            children.swap_remove(0),
+            self.strategy.clone(),
+            self.outputs,
+            self.event_time,
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let batches = self
+            .execute_messages(partition, context)?
+            .filter_map(|message| {
+                future::ready(match message {
+                    Ok(StreamMessage::Batch(batch)) => Some(Ok(batch)),
+                    Ok(StreamMessage::Watermark(_)) => None,
+                    Err(e) => Some(Err(e)),
+                })
+            });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), batches)))
+    }
+}
