@@ -28,10 +28,18 @@ fn scenario_benches(c: &mut Criterion) {
         group.throughput(Throughput::Elements(RECORDS));
         group.sample_size(20);
         group.bench_function("freshet", |b| {
-            b.iter(|| runtime.block_on(run.run_freshet(false)).expect("Freshet runs")) // ok: bench
+            b.iter(|| {
+                runtime
+                    .block_on(run.run_freshet(false))
+                    .expect("Freshet runs")
+            }) // ok: bench
         });
         group.bench_function("datafusion_batch", |b| {
-            b.iter(|| runtime.block_on(run.run_datafusion(false)).expect("DataFusion runs")) // ok: bench
+            b.iter(|| {
+                runtime
+                    .block_on(run.run_datafusion(false))
+                    .expect("DataFusion runs")
+            }) // ok: bench
         });
         group.finish();
     }

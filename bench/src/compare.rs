@@ -1,6 +1,7 @@
 //! Comparing two query results as multisets of rows: the differential oracle's judge.
 //!
-//! Rows are compared cell by cell: floats within a relative tolerance (NaN equals NaN, since
+//! Rows are compared cell by cell: floats within a relative tolerance (absolute below 1;
+//! NaN equals NaN, since
 //! both engines must produce the same NaN), everything else exactly through its `ScalarValue`.
 //! Unless the query orders its output, both sides are sorted first, by their non-float cells,
 //! then their float cells, so that rounding noise in a float cannot shuffle otherwise equal
@@ -86,7 +87,8 @@ fn floats_match(x: f64, y: f64) -> bool {
     if x.is_nan() || y.is_nan() {
         return x.is_nan() && y.is_nan();
     }
-    x == y || (x - y).abs() <= FLOAT_TOLERANCE * x.abs().max(y.abs())
+    // Relative, with an absolute floor for results near zero (sums that cancel out).
+    x == y || (x - y).abs() <= FLOAT_TOLERANCE * x.abs().max(y.abs()).max(1.0)
 }
 
 fn cells_match(a: &Cell, b: &Cell) -> bool {
@@ -257,12 +259,20 @@ mod tests {
         let fewer = batch(vec![Some("a")], vec![1], vec![1.0]);
         assert!(compare_results(std::slice::from_ref(&expected), &[fewer], false).is_err());
         let changed = batch(vec![Some("a"), Some("b")], vec![1, 2], vec![1.0, 2.000001]);
-        let error = compare_results(std::slice::from_ref(&expected), &[changed], false).unwrap_err();
+        let error =
+            compare_results(std::slice::from_ref(&expected), &[changed], false).unwrap_err();
         assert!(error.contains("row 1"), "{error}");
         let null_key = batch(vec![Some("a"), None], vec![1, 2], vec![1.0, 2.0]);
         assert!(compare_results(std::slice::from_ref(&expected), &[null_key], false).is_err());
         let swapped = batch(vec![Some("b"), Some("a")], vec![2, 1], vec![2.0, 1.0]);
-        assert!(compare_results(std::slice::from_ref(&expected), std::slice::from_ref(&swapped), true).is_err());
+        assert!(
+            compare_results(
+                std::slice::from_ref(&expected),
+                std::slice::from_ref(&swapped),
+                true
+            )
+            .is_err()
+        );
         assert!(compare_results(&[expected], &[swapped], false).is_ok());
     }
 

@@ -127,10 +127,15 @@ impl StreamExchangeExec {
             // Every output is taken: a later execution starts afresh.
             *running = None;
         }
-        Ok(futures::stream::unfold((receiver, tasks), |(mut receiver, tasks)| async move {
-            receiver.recv().await.map(|message| (message, (receiver, tasks)))
-        })
-        .boxed())
+        Ok(
+            futures::stream::unfold((receiver, tasks), |(mut receiver, tasks)| async move {
+                receiver
+                    .recv()
+                    .await
+                    .map(|message| (message, (receiver, tasks)))
+            })
+            .boxed(),
+        )
     }
 
     fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
@@ -208,7 +213,10 @@ impl InputTask {
             }
             Err(error) => {
                 let error = Arc::new(error);
-                broadcast(&senders, || Err(DataFusionError::Shared(Arc::clone(&error)))).await;
+                broadcast(&senders, || {
+                    Err(DataFusionError::Shared(Arc::clone(&error)))
+                })
+                .await;
             }
         }
     }
@@ -223,7 +231,9 @@ impl InputTask {
             };
             for (output, piece) in self.router.route(batch)? {
                 // A closed channel means its consumer stopped reading; the others go on.
-                let _ = self.senders[output].send(Ok(StreamMessage::Batch(piece))).await;
+                let _ = self.senders[output]
+                    .send(Ok(StreamMessage::Batch(piece)))
+                    .await;
             }
             if let Some(newest) = newest {
                 let watermark = {
@@ -341,6 +351,9 @@ impl ExecutionPlan for StreamExchangeExec {
                     Err(e) => Some(Err(e)),
                 })
             });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), batches)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            batches,
+        )))
     }
 }

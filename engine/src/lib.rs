@@ -6,18 +6,21 @@
 //! `RecordBatch`es in and gives `RecordBatch`es out. It never depends on the planner, so the
 //! same operators can be driven by any plan that DataFusion (or a distributed runner) builds.
 
+pub mod aggregate;
 pub mod duration;
 pub mod exchange;
 pub mod options;
 pub mod sink;
 pub mod source;
 pub mod watermark;
+pub mod window;
 
 pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
-pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use options::{Pacing, StreamOptions};
 pub use source::{
     FileFormatKind, GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable,
     open_file_source, splitmix64,
 };
+pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
+pub use window::WindowSpec;

@@ -33,7 +33,9 @@ pub struct EventTime {
 impl EventTime {
     /// The largest event time in `batch`, if it has any non-null one.
     pub fn max_in(&self, batch: &RecordBatch) -> Result<Option<i64>> {
-        Ok(max(event_times(batch.column(self.column))?.as_primitive::<Int64Type>()))
+        Ok(max(
+            event_times(batch.column(self.column))?.as_primitive::<Int64Type>()
+        ))
     }
 }
 
@@ -96,7 +98,11 @@ mod tests {
         tracker.observe(1, 40);
         assert_eq!(tracker.watermark(), Some(45), "watermarks never go back");
         tracker.finish(1);
-        assert_eq!(tracker.watermark(), Some(95), "a finished input no longer holds it back");
+        assert_eq!(
+            tracker.watermark(),
+            Some(95),
+            "a finished input no longer holds it back"
+        );
         tracker.finish(0);
         assert_eq!(tracker.watermark(), Some(i64::MAX));
     }

@@ -74,12 +74,21 @@ mod tests {
         for (output, piece) in router.route(input).unwrap() {
             assert!(output < 4);
             for key in piece.column(0).as_primitive::<Int64Type>().values() {
-                assert_eq!(*home.entry(*key).or_insert(output), output, "key {key} split");
+                assert_eq!(
+                    *home.entry(*key).or_insert(output),
+                    output,
+                    "key {key} split"
+                );
             }
             rows += piece.num_rows();
         }
         assert_eq!(rows, 1000);
-        assert!(home.values().collect::<std::collections::HashSet<_>>().len() > 1);
+        assert!(
+            home.values()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                > 1
+        );
     }
 
     #[test]

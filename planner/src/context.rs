@@ -1,7 +1,10 @@
 //! [`StreamingContext`]: a `SessionContext` with Freshet installed and helpers to register
 //! streams.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -12,13 +15,17 @@ use freshet_engine::{
     FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
 };
 
+use crate::dialect::{EmitMode, rewrite};
 use crate::install::install;
+use crate::options::FreshetOptions;
 use crate::query::StreamingQuery;
 
 /// The context users embed: register streams, then run streaming SQL over them.
 #[derive(Clone)]
 pub struct StreamingContext {
     ctx: SessionContext,
+    /// Each stream's declared event-time column, for the dialect's shorthand windows.
+    event_times: Arc<RwLock<HashMap<String, String>>>,
 }
 
 impl Default for StreamingContext {
@@ -48,6 +55,7 @@ impl StreamingContext {
         .build();
         Self {
             ctx: SessionContext::new_with_state(state),
+            event_times: Arc::default(),
         }
     }
 
@@ -64,6 +72,11 @@ impl StreamingContext {
         options: StreamOptions,
     ) -> Result<()> {
         let table = StreamTable::try_new(name, source, options)?;
+        let mut event_times = self.event_times.write();
+        match &table.options().event_time {
+            Some(column) => event_times.insert(name.to_string(), column.clone()),
+            None => event_times.remove(name),
+        };
         self.ctx.register_table(name, Arc::new(table))?;
         Ok(())
     }
@@ -148,9 +161,26 @@ impl StreamingContext {
             .await
     }
 
-    /// Plans `sql` as a streaming query.
+    /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
-        let frame = self.ctx.sql(sql).await?;
+        let streaming = rewrite(sql, &|table| self.event_times.read().get(table).cloned())?;
+        let mut state = self.ctx.state();
+        if streaming.emit != EmitMode::Default {
+            let extensions = &mut state.config_mut().options_mut().extensions;
+            if extensions.get::<FreshetOptions>().is_none() {
+                extensions.insert(FreshetOptions::default());
+            }
+            if let Some(options) = extensions.get_mut::<FreshetOptions>() {
+                options.emit = match streaming.emit {
+                    EmitMode::Changes => "changes",
+                    _ => "final",
+                }
+                .to_string();
+            }
+        }
+        let frame = SessionContext::new_with_state(state)
+            .sql(&streaming.sql)
+            .await?;
         let task_ctx = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         Ok(StreamingQuery::new(plan, task_ctx))

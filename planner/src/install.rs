@@ -4,22 +4,38 @@ use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
 
+use crate::aggregate_rule::StreamingAggregateRule;
+use crate::functions::window_functions;
+use crate::options::FreshetOptions;
 use crate::unbounded_check::UnboundedInputCheck;
 
-/// Adds Freshet's planning rules to `builder`, keeping whatever else it holds.
+/// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
+/// it holds.
 ///
-/// [`UnboundedInputCheck`] goes right before DataFusion's own `SanityCheckPlan`, so that a
-/// query an endless stream cannot answer fails with Freshet's explanation of what to change.
+/// [`StreamingAggregateRule`] and then [`UnboundedInputCheck`] go right before DataFusion's
+/// own `SanityCheckPlan`: windowed and changelog aggregations become Freshet's operators,
+/// and a query an endless stream still cannot answer fails with Freshet's explanation of
+/// what to change. The window functions and the `freshet.*` session options are added too.
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
-    let optimizer = builder
-        .physical_optimizers()
-        .take()
-        .unwrap_or_default();
+    let optimizer = builder.physical_optimizers().take().unwrap_or_default();
     let mut rules = optimizer.rules;
     let sanity_check = rules
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
+    rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
+    let options = &mut builder
+        .config()
+        .get_or_insert_with(Default::default)
+        .options_mut()
+        .extensions;
+    if options.get::<FreshetOptions>().is_none() {
+        options.insert(FreshetOptions::default());
+    }
+    builder
+        .scalar_functions()
+        .get_or_insert_with(Vec::new)
+        .extend(window_functions());
     builder.with_physical_optimizer_rules(rules)
 }

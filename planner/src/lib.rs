@@ -5,14 +5,20 @@
 //! [`StreamingContext`] is a thin wrapper over `SessionContext` with helpers to register
 //! streams and to run queries as one stream of results per output partition.
 
+mod aggregate_rule;
 mod context;
 mod dialect;
+mod functions;
 mod install;
+mod options;
 mod query;
 mod unbounded_check;
 
+pub use aggregate_rule::StreamingAggregateRule;
 pub use context::StreamingContext;
 pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite};
+pub use functions::window_functions;
 pub use install::install;
+pub use options::FreshetOptions;
 pub use query::StreamingQuery;
 pub use unbounded_check::UnboundedInputCheck;

@@ -70,6 +70,8 @@ pub struct Differential {
     tables: Vec<TestTable>,
     partitions: Vec<usize>,
     ordered: bool,
+    /// `SET` statements run on the streaming session first.
+    settings: Vec<(String, String)>,
 }
 
 impl Differential {
@@ -81,6 +83,7 @@ impl Differential {
             tables: Vec::new(),
             partitions: vec![1, 2, 4],
             ordered: false,
+            settings: Vec::new(),
         }
     }
 
@@ -103,6 +106,12 @@ impl Differential {
     /// The row order matters (the query orders its output).
     pub fn ordered(mut self) -> Self {
         self.ordered = true;
+        self
+    }
+
+    /// Runs `SET key = 'value'` on Freshet's session before the query.
+    pub fn setting(mut self, key: &str, value: &str) -> Self {
+        self.settings.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -135,6 +144,9 @@ impl Differential {
     /// Freshet's result at `partitions` streams.
     pub async fn streaming_result(&self, partitions: usize) -> Result<Vec<RecordBatch>> {
         let ctx = StreamingContext::with_partitions(partitions);
+        for (key, value) in &self.settings {
+            ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
+        }
         for table in &self.tables {
             let mut options = table.options.clone();
             options.partitions = options.partitions.or(Some(partitions));

@@ -1,5 +1,6 @@
 //! Freshet's integration tests: one test binary, one module per capability.
 
+mod aggregation;
 mod bad_input;
 mod cli;
 mod filters;

@@ -90,11 +90,11 @@ fn finish(sql: String, emit: EmitMode, window: Option<WindowCall>) -> Result<Str
     })
 }
 
-/// Takes `EMIT CHANGES` / `EMIT FINAL` out of the outermost query.
+/// Takes `EMIT CHANGES` / `EMIT FINAL` out of the query; it ends the query or the subquery
+/// that aggregates.
 fn take_emit(sql: &str) -> Result<(String, EmitMode)> {
     let tokens = tokenize(sql)?;
-    let depth = depths(&tokens);
-    let Some(emit) = (0..tokens.len()).find(|&i| depth[i] == 0 && is_word(&tokens[i].token, "EMIT")) else {
+    let Some(emit) = (0..tokens.len()).find(|&i| is_word(&tokens[i].token, "EMIT")) else {
         return Ok((sql.to_string(), EmitMode::Default));
     };
     let mode_at = next_solid(&tokens, emit + 1);
@@ -109,18 +109,30 @@ fn take_emit(sql: &str) -> Result<(String, EmitMode)> {
         }
     };
     let end = mode_at.unwrap_or(emit) + 1;
-    let rest = next_solid(&tokens, end);
-    if let Some(rest) = rest
-        && tokens[rest].token != Token::SemiColon
+    if let Some(rest) = next_solid(&tokens, end)
+        && !matches!(tokens[rest].token, Token::SemiColon | Token::RParen)
     {
         return plan_err!(
             "EMIT {} must end the query, but {} follows at {}",
-            if mode == EmitMode::Changes { "CHANGES" } else { "FINAL" },
+            if mode == EmitMode::Changes {
+                "CHANGES"
+            } else {
+                "FINAL"
+            },
             tokens[rest].token,
             position(&tokens[rest])
         );
     }
-    Ok((format!("{}{}", text(&tokens[..emit]), text(&tokens[end..])), mode))
+    if (end..tokens.len()).any(|i| is_word(&tokens[i].token, "EMIT")) {
+        return plan_err!(
+            "a query takes one EMIT clause; another follows the one at {}",
+            position(&tokens[emit])
+        );
+    }
+    Ok((
+        format!("{}{}", text(&tokens[..emit]), text(&tokens[end..])),
+        mode,
+    ))
 }
 
 /// `FROM TUMBLE(TABLE t, DESCRIPTOR(ts), size)` / `FROM HOP(TABLE t, DESCRIPTOR(ts), slide, size)`.
@@ -136,7 +148,9 @@ fn rewrite_table_functions(sql: &str) -> Result<(String, Option<WindowCall>)> {
             t if is_word(t, "HOP") => WindowKind::Hop,
             _ => continue,
         };
-        let Some(open) = next_solid(&tokens, function + 1).filter(|&i| tokens[i].token == Token::LParen) else {
+        let Some(open) =
+            next_solid(&tokens, function + 1).filter(|&i| tokens[i].token == Token::LParen)
+        else {
             continue;
         };
         let close = matching_paren(&tokens, open)?;
@@ -145,8 +159,16 @@ fn rewrite_table_functions(sql: &str) -> Result<(String, Option<WindowCall>)> {
             plan_err!(
                 "malformed window table function at {}: expected {}(TABLE t, DESCRIPTOR(ts), {})",
                 position(&tokens[function]),
-                if kind == WindowKind::Tumble { "TUMBLE" } else { "HOP" },
-                if kind == WindowKind::Tumble { "size" } else { "slide, size" }
+                if kind == WindowKind::Tumble {
+                    "TUMBLE"
+                } else {
+                    "HOP"
+                },
+                if kind == WindowKind::Tumble {
+                    "size"
+                } else {
+                    "slide, size"
+                }
             )
         };
         let expected = if kind == WindowKind::Tumble { 3 } else { 4 };
@@ -154,7 +176,8 @@ fn rewrite_table_functions(sql: &str) -> Result<(String, Option<WindowCall>)> {
             return malformed();
         }
         let table = &tokens[arguments[0].0..arguments[0].1];
-        let Some(table_word) = next_solid(table, 0).filter(|&i| is_word(&table[i].token, "TABLE")) else {
+        let Some(table_word) = next_solid(table, 0).filter(|&i| is_word(&table[i].token, "TABLE"))
+        else {
             return malformed();
         };
         let table_name = trimmed_text(&table[table_word + 1..]);
@@ -212,7 +235,9 @@ fn rewrite_window_clause(
     };
     let keyword_at = next_solid(&tokens, window + 1).unwrap_or(window);
     let keyword = tokens[keyword_at].token.to_string().to_ascii_uppercase();
-    let Some(open) = next_solid(&tokens, keyword_at + 1).filter(|&i| tokens[i].token == Token::LParen) else {
+    let Some(open) =
+        next_solid(&tokens, keyword_at + 1).filter(|&i| tokens[i].token == Token::LParen)
+    else {
         return plan_err!(
             "malformed WINDOW {keyword} clause at {}: expected WINDOW {keyword} (…)",
             position(&tokens[window])
@@ -327,7 +352,9 @@ fn interval_literal(duration: &str) -> String {
 fn find_window_key(sql: &str) -> Result<Option<WindowCall>> {
     let tokens = tokenize(sql)?;
     let depth = depths(&tokens);
-    let Some(group) = (0..tokens.len()).find(|&i| depth[i] == 0 && is_word(&tokens[i].token, "GROUP")) else {
+    let Some(group) =
+        (0..tokens.len()).find(|&i| depth[i] == 0 && is_word(&tokens[i].token, "GROUP"))
+    else {
         return Ok(None);
     };
     for i in group..tokens.len() {
@@ -338,10 +365,16 @@ fn find_window_key(sql: &str) -> Result<Option<WindowCall>> {
             t if is_word(t, "tumble") => WindowKind::Tumble,
             t if is_word(t, "hop") => WindowKind::Hop,
             t if is_word(t, "session") => WindowKind::Session,
-            t if ["HAVING", "ORDER", "LIMIT", "UNION", "WINDOW"].iter().any(|w| is_word(t, w)) => break,
+            t if ["HAVING", "ORDER", "LIMIT", "UNION", "WINDOW"]
+                .iter()
+                .any(|w| is_word(t, w)) =>
+            {
+                break;
+            }
             _ => continue,
         };
-        let Some(open) = next_solid(&tokens, i + 1).filter(|&o| tokens[o].token == Token::LParen) else {
+        let Some(open) = next_solid(&tokens, i + 1).filter(|&o| tokens[o].token == Token::LParen)
+        else {
             continue;
         };
         let close = matching_paren(&tokens, open)?;
@@ -383,7 +416,12 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
             let t = &token.token;
             if is_word(t, "SELECT") {
                 clause = Clause::Select;
-            } else if is_word(t, "FROM") || is_word(t, "HAVING") || is_word(t, "ORDER") || is_word(t, "LIMIT") || is_word(t, "WHERE") {
+            } else if is_word(t, "FROM")
+                || is_word(t, "HAVING")
+                || is_word(t, "ORDER")
+                || is_word(t, "LIMIT")
+                || is_word(t, "WHERE")
+            {
                 clause = Clause::Other;
             } else if is_word(t, "GROUP") {
                 clause = Clause::GroupBy;
@@ -404,9 +442,13 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
             "window_end" if word.quote_style.is_none() => Some(true),
             _ => None,
         };
-        let followed_by_paren = next_solid(&tokens, i + 1).is_some_and(|n| tokens[n].token == Token::LParen);
-        let qualified = previous_solid(&tokens, i).is_some_and(|p| tokens[p].token == Token::Period);
-        let (Some(is_end), 0, false, false) = (bound, depth[i], followed_by_paren, qualified) else {
+        let followed_by_paren =
+            next_solid(&tokens, i + 1).is_some_and(|n| tokens[n].token == Token::LParen);
+        // `t.window_start` is a column of t, `… AS window_start` an alias: leave both.
+        let qualified = previous_solid(&tokens, i)
+            .is_some_and(|p| tokens[p].token == Token::Period || is_word(&tokens[p].token, "AS"));
+        let (Some(is_end), 0, false, false) = (bound, depth[i], followed_by_paren, qualified)
+        else {
             out.push(token.token.to_string());
             continue;
         };
@@ -414,11 +456,15 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
             Clause::GroupBy => {
                 if group_has_window {
                     // Already grouped by the window: drop this item and the comma before it.
-                    if let Some(comma) = previous_solid(&tokens, i).filter(|&p| tokens[p].token == Token::Comma) {
+                    if let Some(comma) =
+                        previous_solid(&tokens, i).filter(|&p| tokens[p].token == Token::Comma)
+                    {
                         while out.len() > comma {
                             out.pop();
                         }
-                    } else if let Some(comma) = next_solid(&tokens, i + 1).filter(|&n| tokens[n].token == Token::Comma) {
+                    } else if let Some(comma) =
+                        next_solid(&tokens, i + 1).filter(|&n| tokens[n].token == Token::Comma)
+                    {
                         skip_to = Some(comma);
                     }
                     out.push(String::new());
@@ -443,7 +489,9 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
                 };
                 let next = next_solid(&tokens, i + 1);
                 let needs_alias = clause == Clause::Select
-                    && next.is_none_or(|n| tokens[n].token == Token::Comma || is_word(&tokens[n].token, "FROM"));
+                    && next.is_none_or(|n| {
+                        tokens[n].token == Token::Comma || is_word(&tokens[n].token, "FROM")
+                    });
                 if needs_alias {
                     out.push(format!("{expression} AS {}", word.value));
                 } else {
@@ -497,7 +545,11 @@ mod tests {
         assert_eq!(out.emit, EmitMode::Changes);
         assert!(!out.sql.contains("EMIT"), "{}", out.sql);
         assert!(out.sql.trim_end().ends_with(';'));
-        let out = rewrite("SELECT k, COUNT(*) FROM t GROUP BY k EMIT FINAL", &no_event_time).unwrap();
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k EMIT FINAL",
+            &no_event_time,
+        )
+        .unwrap();
         assert_eq!(out.emit, EmitMode::Final);
         assert_eq!(out.window, None);
     }
@@ -509,9 +561,20 @@ mod tests {
             &market_event_time,
         )
         .unwrap();
-        assert!(out.sql.contains("tumble(trade_time, INTERVAL '1 minutes')"), "{}", out.sql);
-        let error = rewrite("SELECT COUNT(*) FROM t WINDOW TUMBLING (1m)", &market_event_time).unwrap_err();
-        assert!(error.to_string().contains("declares no event time"), "{error}");
+        assert!(
+            out.sql.contains("tumble(trade_time, INTERVAL '1 minutes')"),
+            "{}",
+            out.sql
+        );
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t WINDOW TUMBLING (1m)",
+            &market_event_time,
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("declares no event time"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -521,12 +584,34 @@ mod tests {
             &no_event_time,
         )
         .unwrap();
-        assert!(out.sql.contains("hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), k"), "{}", out.sql);
+        assert!(
+            out.sql
+                .contains("hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), k"),
+            "{}",
+            out.sql
+        );
         assert_eq!(out.window, Some(WindowKind::Hop));
-        let out = rewrite("SELECT COUNT(*) FROM t WINDOW HOPPING (ts, 10m, 5m)", &no_event_time).unwrap();
-        assert!(out.sql.contains("GROUP BY hop(ts, INTERVAL '5 minutes', INTERVAL '10 minutes')"), "{}", out.sql);
-        let out = rewrite("SELECT k, COUNT(*) FROM t GROUP BY k WINDOW SESSION (ts, 30s)", &no_event_time).unwrap();
-        assert!(out.sql.contains("session(ts, INTERVAL '30 seconds'), k"), "{}", out.sql);
+        let out = rewrite(
+            "SELECT COUNT(*) FROM t WINDOW HOPPING (ts, 10m, 5m)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .contains("GROUP BY hop(ts, INTERVAL '5 minutes', INTERVAL '10 minutes')"),
+            "{}",
+            out.sql
+        );
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k WINDOW SESSION (ts, 30s)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql.contains("session(ts, INTERVAL '30 seconds'), k"),
+            "{}",
+            out.sql
+        );
     }
 
     #[test]
@@ -538,7 +623,10 @@ mod tests {
         .unwrap();
         let sql = squash(&out.sql);
         assert!(sql.starts_with("SELECT tumble(ts, INTERVAL '1' MINUTE) AS window_start, (tumble(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS _WINDOW_END, k"), "{sql}");
-        assert!(sql.contains("HAVING tumble(ts, INTERVAL '1' MINUTE) > TIMESTAMP"), "{sql}");
+        assert!(
+            sql.contains("HAVING tumble(ts, INTERVAL '1' MINUTE) > TIMESTAMP"),
+            "{sql}"
+        );
     }
 
     #[test]
@@ -549,13 +637,21 @@ mod tests {
         )
         .unwrap();
         let sql = squash(&out.sql);
-        assert!(sql.contains("FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE), k"), "{sql}");
+        assert!(
+            sql.contains("FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE), k"),
+            "{sql}"
+        );
         let out = rewrite(
             "SELECT window_start, COUNT(*) FROM HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '5' MINUTE, INTERVAL '10' MINUTE) GROUP BY window_start",
             &no_event_time,
         )
         .unwrap();
-        assert!(squash(&out.sql).contains("GROUP BY hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)"), "{}", out.sql);
+        assert!(
+            squash(&out.sql)
+                .contains("GROUP BY hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)"),
+            "{}",
+            out.sql
+        );
     }
 
     #[test]
@@ -566,19 +662,66 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.window, Some(WindowKind::Tumble));
-        assert!(out.sql.contains("(tumble(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS window_end"), "{}", out.sql);
+        assert!(
+            out.sql
+                .contains("(tumble(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS window_end"),
+            "{}",
+            out.sql
+        );
     }
 
     #[test]
     fn malformed_clauses_say_where() {
-        let error = rewrite("SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING ts", &no_event_time).unwrap_err();
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING ts",
+            &no_event_time,
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("line 1, column 35"), "{error}");
-        let error = rewrite("SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (a, b, c)", &no_event_time).unwrap_err();
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (a, b, c)",
+            &no_event_time,
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("got 3 arguments"), "{error}");
         let error = rewrite("SELECT COUNT(*) FROM t EMIT SOMETIMES", &no_event_time).unwrap_err();
-        assert!(error.to_string().contains("EMIT CHANGES or EMIT FINAL"), "{error}");
-        let error = rewrite("SELECT COUNT(*) FROM TUMBLE(TABLE t, ts, INTERVAL '1' MINUTE)", &no_event_time).unwrap_err();
+        assert!(
+            error.to_string().contains("EMIT CHANGES or EMIT FINAL"),
+            "{error}"
+        );
+        let error = rewrite(
+            "SELECT COUNT(*) FROM TUMBLE(TABLE t, ts, INTERVAL '1' MINUTE)",
+            &no_event_time,
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("DESCRIPTOR"), "{error}");
+    }
+
+    #[test]
+    fn aliases_named_like_window_bounds_stay() {
+        let out = rewrite(
+            "SELECT _WINDOW_START AS window_start, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, 1m)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .contains("tumble(ts, INTERVAL '1 minutes') AS window_start,"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn emit_may_end_an_aggregating_subquery() {
+        let out = rewrite(
+            "SELECT * FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k EMIT CHANGES) WHERE n > 1",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.emit, EmitMode::Changes);
+        assert!(!out.sql.contains("EMIT"));
+        assert!(rewrite("SELECT 1 EMIT CHANGES EMIT FINAL", &no_event_time).is_err());
     }
 
     #[test]

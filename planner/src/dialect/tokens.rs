@@ -69,12 +69,16 @@ pub(super) fn matching_paren(tokens: &[TokenWithSpan], open: usize) -> Result<us
 }
 
 /// The comma-separated arguments between `open` and its matching `close`, as token ranges.
-pub(super) fn split_arguments(tokens: &[TokenWithSpan], open: usize, close: usize) -> Vec<(usize, usize)> {
+pub(super) fn split_arguments(
+    tokens: &[TokenWithSpan],
+    open: usize,
+    close: usize,
+) -> Vec<(usize, usize)> {
     let mut arguments = Vec::new();
     let mut depth = 0usize;
     let mut start = open + 1;
-    for i in open + 1..close {
-        match tokens[i].token {
+    for (i, token) in tokens.iter().enumerate().take(close).skip(open + 1) {
+        match token.token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             Token::Comma if depth == 0 => {

@@ -1,0 +1,157 @@
+//! [`WindowGroups`]: the groups of one window — interned keys (DataFusion's `GroupValues`)
+//! and one `GroupsAccumulator` per aggregate — updated a batch at a time and emitted whole
+//! when the window closes.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::physical_expr::GroupsAccumulatorAdapter;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+
+/// The state of one window's groups.
+pub struct WindowGroups {
+    /// `None` without key columns: every row is in group 0.
+    keys: Option<Box<dyn GroupValues>>,
+    groups: usize,
+    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    group_ids: Vec<usize>,
+}
+
+impl WindowGroups {
+    /// Empty state for keys of `key_schema` and the aggregates `aggregates`.
+    pub fn try_new(
+        key_schema: &SchemaRef,
+        aggregates: &[Arc<AggregateFunctionExpr>],
+    ) -> Result<Self> {
+        let keys = if key_schema.fields().is_empty() {
+            None
+        } else {
+            Some(new_group_values(
+                Arc::clone(key_schema),
+                &GroupOrdering::None,
+            )?)
+        };
+        let accumulators = aggregates
+            .iter()
+            .map(create_accumulator)
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            keys,
+            groups: 0,
+            accumulators,
+            aggregates: aggregates.to_vec(),
+            group_ids: Vec::new(),
+        })
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.groups
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups == 0
+    }
+
+    /// Interns `keys` (one array per key column, `rows` rows) and returns each row's group.
+    pub fn intern(&mut self, keys: &[ArrayRef], rows: usize) -> Result<&[usize]> {
+        match &mut self.keys {
+            Some(values) => {
+                values.intern(keys, &mut self.group_ids)?;
+                self.groups = values.len();
+            }
+            None => {
+                self.group_ids.clear();
+                self.group_ids.resize(rows, 0);
+                if rows > 0 {
+                    self.groups = 1;
+                }
+            }
+        }
+        Ok(&self.group_ids)
+    }
+
+    /// Interns `keys` and folds the rows into the aggregates: `arguments[i]` and `filters[i]`
+    /// belong to aggregate `i`.
+    pub fn update(
+        &mut self,
+        keys: &[ArrayRef],
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        rows: usize,
+    ) -> Result<()> {
+        self.intern(keys, rows)?;
+        for ((accumulator, arguments), filter) in
+            self.accumulators.iter_mut().zip(arguments).zip(filters)
+        {
+            accumulator.update_batch(arguments, &self.group_ids, filter.as_ref(), self.groups)?;
+        }
+        Ok(())
+    }
+
+    /// The key columns and the aggregate results of every group, consuming the state.
+    pub fn emit(mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let keys = match &mut self.keys {
+            Some(values) => values.emit(EmitTo::All)?,
+            None => Vec::new(),
+        };
+        let results = self
+            .accumulators
+            .iter_mut()
+            .map(|accumulator| accumulator.evaluate(EmitTo::All))
+            .collect::<Result<_>>()?;
+        Ok((keys, results))
+    }
+
+    /// The group ids of the rows of the last [`Self::intern`] or [`Self::update`].
+    pub fn last_group_ids(&self, rows: usize) -> &[usize] {
+        &self.group_ids[..rows.min(self.group_ids.len())]
+    }
+
+    /// The current aggregates of `groups`, leaving the state as it is. Accumulators only
+    /// evaluate by consuming, so their state is taken out, merged back, and merged into fresh
+    /// accumulators that are evaluated: O(groups), for per-batch changes of any aggregate.
+    pub fn current_values(&mut self, groups: &UInt32Array) -> Result<Vec<ArrayRef>> {
+        let all: Vec<usize> = (0..self.groups).collect();
+        self.accumulators
+            .iter_mut()
+            .zip(&self.aggregates)
+            .map(|(accumulator, aggregate)| {
+                let state = accumulator.state(EmitTo::All)?;
+                accumulator.merge_batch(&state, &all, self.groups)?;
+                let mut fresh = create_accumulator(aggregate)?;
+                fresh.merge_batch(&state, &all, self.groups)?;
+                let values = fresh.evaluate(EmitTo::All)?;
+                Ok(take(values.as_ref(), groups, None)?)
+            })
+            .collect()
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.size())
+            + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+            + self.group_ids.capacity() * std::mem::size_of::<usize>()
+    }
+}
+
+/// A `GroupsAccumulator` for `aggregate`, or DataFusion's adapter over its row accumulator.
+fn create_accumulator(
+    aggregate: &Arc<AggregateFunctionExpr>,
+) -> Result<Box<dyn GroupsAccumulator>> {
+    if aggregate.groups_accumulator_supported() {
+        aggregate.create_groups_accumulator()
+    } else {
+        let aggregate = Arc::clone(aggregate);
+        Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+            aggregate.create_accumulator()
+        })))
+    }
+}

@@ -1,0 +1,10 @@
+//! Streaming aggregation: GROUP BY over event-time windows (or over the whole stream) with
+//! results emitted when windows close or as a changelog.
+
+mod groups;
+mod running;
+mod window_aggregate;
+
+pub use groups::WindowGroups;
+pub use running::RunningAggregates;
+pub use window_aggregate::{AggregateEmit, WindowAggregateExec, WindowKey};

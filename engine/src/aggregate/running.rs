@@ -1,0 +1,258 @@
+//! [`RunningAggregates`]: per-record changelog kernels for COUNT, SUM, AVG, MIN and MAX.
+//!
+//! EMIT CHANGES emits, for every input record, its group's aggregates including that record.
+//! For these five functions the running value is kept per group in plain vectors indexed by
+//! group id, and one pass over a batch's rows both updates the group and writes the row's
+//! output value — O(1) per row and aggregate, whatever the number of groups. Other
+//! aggregates have no such kernel; the operator then emits per batch instead.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
+use datafusion::common::Result;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+
+/// A per-record kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Count,
+    SumInt,
+    SumFloat,
+    AvgInt,
+    AvgFloat,
+    MinInt,
+    MaxInt,
+    MinFloat,
+    MaxFloat,
+}
+
+/// Per-group running state of one aggregate.
+#[derive(Debug, Default, Clone)]
+struct Running {
+    /// Non-null values seen per group.
+    counts: Vec<i64>,
+    ints: Vec<i64>,
+    floats: Vec<f64>,
+}
+
+/// Running aggregates of one window's groups.
+#[derive(Debug, Clone)]
+pub struct RunningAggregates {
+    kernels: Vec<Kernel>,
+    states: Vec<Running>,
+}
+
+impl RunningAggregates {
+    /// Kernels for `aggregates` over `input`, or `None` if one of them has none
+    /// (not COUNT/SUM/AVG/MIN/MAX of an Int64 or Float64, DISTINCT, FILTER or ORDER BY).
+    pub fn plan(
+        aggregates: &[Arc<AggregateFunctionExpr>],
+        filters: &[Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>],
+        input: &Schema,
+    ) -> Option<Self> {
+        let kernels = aggregates
+            .iter()
+            .zip(filters)
+            .map(|(aggregate, filter)| {
+                if filter.is_some() || aggregate.is_distinct() || !aggregate.order_bys().is_empty()
+                {
+                    return None;
+                }
+                let arguments = aggregate.expressions();
+                let name = aggregate.fun().name().to_ascii_lowercase();
+                if name == "count" {
+                    return (arguments.len() <= 1).then_some(Kernel::Count);
+                }
+                let [argument] = arguments.as_slice() else {
+                    return None;
+                };
+                let input_type = argument.data_type(input).ok()?;
+                let output_type = aggregate.field().data_type().clone();
+                let kernel = match (name.as_str(), &input_type) {
+                    ("sum", DataType::Int64) => Kernel::SumInt,
+                    ("sum", DataType::Float64) => Kernel::SumFloat,
+                    ("avg" | "mean", DataType::Int64) => Kernel::AvgInt,
+                    ("avg" | "mean", DataType::Float64) => Kernel::AvgFloat,
+                    ("min", DataType::Int64) => Kernel::MinInt,
+                    ("max", DataType::Int64) => Kernel::MaxInt,
+                    ("min", DataType::Float64) => Kernel::MinFloat,
+                    ("max", DataType::Float64) => Kernel::MaxFloat,
+                    _ => return None,
+                };
+                let expected = match kernel {
+                    Kernel::Count | Kernel::SumInt | Kernel::MinInt | Kernel::MaxInt => {
+                        DataType::Int64
+                    }
+                    _ => DataType::Float64,
+                };
+                (output_type == expected).then_some(kernel)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let states = vec![Running::default(); kernels.len()];
+        Some(Self { kernels, states })
+    }
+
+    /// Folds rows into their groups (`group_ids`, `groups` groups in all) and returns, per
+    /// aggregate, each row's value after its own update. `arguments[i]` are aggregate `i`'s.
+    pub fn update(
+        &mut self,
+        group_ids: &[usize],
+        groups: usize,
+        arguments: &[Vec<ArrayRef>],
+    ) -> Result<Vec<ArrayRef>> {
+        self.kernels
+            .iter()
+            .zip(&mut self.states)
+            .zip(arguments)
+            .map(|((kernel, state), arguments)| {
+                state.counts.resize(groups, 0);
+                let argument = arguments.first();
+                Ok(match kernel {
+                    Kernel::Count => count(state, group_ids, argument),
+                    Kernel::SumInt | Kernel::AvgInt | Kernel::MinInt | Kernel::MaxInt => {
+                        let Some(values) = argument else {
+                            return datafusion::common::internal_err!(
+                                "{kernel:?} needs an argument"
+                            );
+                        };
+                        ints(
+                            *kernel,
+                            state,
+                            group_ids,
+                            values.as_primitive::<Int64Type>(),
+                            groups,
+                        )
+                    }
+                    _ => {
+                        let Some(values) = argument else {
+                            return datafusion::common::internal_err!(
+                                "{kernel:?} needs an argument"
+                            );
+                        };
+                        floats(
+                            *kernel,
+                            state,
+                            group_ids,
+                            values.as_primitive::<Float64Type>(),
+                            groups,
+                        )
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.states
+            .iter()
+            .map(|s| (s.counts.capacity() + s.ints.capacity() + s.floats.capacity()) * 8)
+            .sum()
+    }
+}
+
+fn count(state: &mut Running, group_ids: &[usize], argument: Option<&ArrayRef>) -> ArrayRef {
+    let counts = &mut state.counts;
+    let output: Int64Array = match argument.filter(|a| a.null_count() > 0) {
+        None => group_ids
+            .iter()
+            .map(|&g| {
+                counts[g] += 1;
+                counts[g]
+            })
+            .collect::<Vec<_>>()
+            .into(),
+        Some(values) => group_ids
+            .iter()
+            .enumerate()
+            .map(|(row, &g)| {
+                counts[g] += i64::from(values.is_valid(row));
+                counts[g]
+            })
+            .collect::<Vec<_>>()
+            .into(),
+    };
+    Arc::new(output)
+}
+
+fn ints(
+    kernel: Kernel,
+    state: &mut Running,
+    group_ids: &[usize],
+    values: &Int64Array,
+    groups: usize,
+) -> ArrayRef {
+    let initial = match kernel {
+        Kernel::MinInt => i64::MAX,
+        Kernel::MaxInt => i64::MIN,
+        _ => 0,
+    };
+    state.ints.resize(groups, initial);
+    let (counts, totals) = (&mut state.counts, &mut state.ints);
+    let mut output_ints = Vec::with_capacity(group_ids.len());
+    let mut output_floats = Vec::new();
+    let mut valid = Vec::with_capacity(group_ids.len());
+    for (row, &g) in group_ids.iter().enumerate() {
+        if values.is_valid(row) {
+            let v = values.value(row);
+            counts[g] += 1;
+            totals[g] = match kernel {
+                Kernel::MinInt => totals[g].min(v),
+                Kernel::MaxInt => totals[g].max(v),
+                _ => totals[g].wrapping_add(v),
+            };
+        }
+        valid.push(counts[g] > 0);
+        if kernel == Kernel::AvgInt {
+            output_floats.push(totals[g] as f64 / counts[g].max(1) as f64);
+        } else {
+            output_ints.push(totals[g]);
+        }
+    }
+    let nulls = Some(valid.into());
+    if kernel == Kernel::AvgInt {
+        Arc::new(Float64Array::new(output_floats.into(), nulls))
+    } else {
+        Arc::new(Int64Array::new(output_ints.into(), nulls))
+    }
+}
+
+fn floats(
+    kernel: Kernel,
+    state: &mut Running,
+    group_ids: &[usize],
+    values: &Float64Array,
+    groups: usize,
+) -> ArrayRef {
+    state.floats.resize(groups, 0.0);
+    let (counts, totals) = (&mut state.counts, &mut state.floats);
+    let mut output = Vec::with_capacity(group_ids.len());
+    let mut valid = Vec::with_capacity(group_ids.len());
+    let no_nulls = values.null_count() == 0;
+    let raw = values.values();
+    for (row, &g) in group_ids.iter().enumerate() {
+        if no_nulls || values.is_valid(row) {
+            let v = raw[row];
+            totals[g] = if counts[g] == 0 {
+                v
+            } else {
+                match kernel {
+                    // Total order, as arrow's min/max: NaN is the largest value.
+                    Kernel::MinFloat if v.total_cmp(&totals[g]).is_lt() => v,
+                    Kernel::MaxFloat if v.total_cmp(&totals[g]).is_gt() => v,
+                    Kernel::MinFloat | Kernel::MaxFloat => totals[g],
+                    _ => totals[g] + v,
+                }
+            };
+            counts[g] += 1;
+        }
+        valid.push(counts[g] > 0);
+        output.push(if kernel == Kernel::AvgFloat {
+            totals[g] / counts[g].max(1) as f64
+        } else {
+            totals[g]
+        });
+    }
+    Arc::new(Float64Array::new(output.into(), Some(valid.into())))
+}

@@ -1,0 +1,724 @@
+//! [`WindowAggregateExec`]: GROUP BY over event-time windows, or over the whole stream, on a
+//! stream of batches and watermarks.
+//!
+//! Its input is a [`StreamExchangeExec`] that routes each group's rows to one output
+//! partition and forwards watermarks. Per batch, the operator computes every row's window
+//! with the window kernel (hopping windows: one assignment per overlapping window), drops and
+//! counts rows without an event time and rows whose window has already closed (its end plus
+//! the allowed lateness is at or below the watermark), and folds the rest into per-window
+//! state: interned keys and `GroupsAccumulator`s ([`WindowGroups`]), kept in a map ordered by
+//! window start.
+//!
+//! - EMIT FINAL: when the watermark passes a window's end plus the allowed lateness, the
+//!   window's groups are emitted whole, one row per group, and its state is dropped. At the
+//!   end of bounded input every window is emitted.
+//! - EMIT CHANGES per record: for each input row, one output row with its group's aggregates
+//!   including that row ([`RunningAggregates`]); closed windows' state is dropped.
+//! - EMIT CHANGES per batch: one row per group changed by a batch, with its current
+//!   aggregates (any aggregate function; used when a per-record kernel is missing).
+//!
+//! The output has the schema of DataFusion's single-phase `AggregateExec` for the same
+//! GROUP BY: the group columns in order (the window key holding the window start), then the
+//! aggregates.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use datafusion::arrow::compute::kernels::cmp::eq;
+use datafusion::arrow::compute::{and, cast, concat_batches, filter, or, take};
+use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
+use futures::StreamExt;
+
+use super::groups::WindowGroups;
+use super::running::RunningAggregates;
+use crate::exchange::StreamExchangeExec;
+use crate::watermark::{StreamMessage, event_times};
+use crate::window::{WindowSpec, window_starts};
+
+/// A GROUP BY expression over the input and its output name.
+pub type GroupExpr = (Arc<dyn PhysicalExpr>, String);
+
+/// The window a GROUP BY is keyed by.
+#[derive(Debug, Clone)]
+pub struct WindowKey {
+    /// Position of the window key among the GROUP BY expressions.
+    pub position: usize,
+    pub spec: WindowSpec,
+    /// The event-time expression the window is computed from.
+    pub time: Arc<dyn PhysicalExpr>,
+}
+
+/// When results leave the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateEmit {
+    /// One row per group and window when the window closes (or at the end of input).
+    Final,
+    /// An upsert changelog row per input record.
+    ChangesPerRecord,
+    /// An upsert changelog row per group changed by an input batch.
+    ChangesPerBatch,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct WindowAggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// GROUP BY expressions over the input, with their output names.
+    group_by: Vec<GroupExpr>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    window: Option<WindowKey>,
+    emit: AggregateEmit,
+    /// How long after a window's end late records still update it, in event-time units.
+    allowed_lateness: i64,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl WindowAggregateExec {
+    /// An aggregation over `input` (a [`StreamExchangeExec`]) producing `schema`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        group_by: Vec<GroupExpr>,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+        window: Option<WindowKey>,
+        emit: AggregateEmit,
+        allowed_lateness: i64,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        if input.downcast_ref::<StreamExchangeExec>().is_none() {
+            return internal_err!(
+                "WindowAggregateExec reads a StreamExchangeExec, got {}",
+                input.name()
+            );
+        }
+        if schema.fields().len() != group_by.len() + aggregates.len() {
+            return internal_err!(
+                "WindowAggregateExec: schema does not fit the GROUP BY and aggregates"
+            );
+        }
+        let emit = match emit {
+            AggregateEmit::ChangesPerRecord
+                if RunningAggregates::plan(&aggregates, &filters, &input.schema()).is_none() =>
+            {
+                AggregateEmit::ChangesPerBatch
+            }
+            other => other,
+        };
+        let boundedness = match input.boundedness() {
+            Boundedness::Bounded => Boundedness::Bounded,
+            Boundedness::Unbounded { .. } => Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        };
+        // Keys are routed by the exchange, but its hash expressions name input columns, not
+        // this operator's output: the output partitioning is only a partition count.
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+            EmissionType::Incremental,
+            boundedness,
+        );
+        Ok(Self {
+            input,
+            group_by,
+            aggregates,
+            filters,
+            window,
+            emit,
+            allowed_lateness,
+            schema,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// The emit mode in effect (per-record changes fall back to per batch without kernels).
+    pub fn emit(&self) -> AggregateEmit {
+        self.emit
+    }
+
+    pub fn window(&self) -> Option<&WindowKey> {
+        self.window.as_ref()
+    }
+
+    fn exchange(&self) -> Result<&StreamExchangeExec> {
+        match self.input.downcast_ref::<StreamExchangeExec>() {
+            Some(exchange) => Ok(exchange),
+            None => internal_err!("WindowAggregateExec lost its exchange input"),
+        }
+    }
+}
+
+impl DisplayAs for WindowAggregateExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let keys: Vec<&str> = self
+            .group_by
+            .iter()
+            .map(|(_, name)| name.as_str())
+            .collect();
+        let aggregates: Vec<&str> = self.aggregates.iter().map(|a| a.name()).collect();
+        write!(f, "WindowAggregateExec: ")?;
+        match &self.window {
+            Some(window) => write!(f, "window={:?}, ", window.spec)?,
+            None => write!(f, "window=none, ")?,
+        }
+        let emit = match self.emit {
+            AggregateEmit::Final => "final (when the window closes)",
+            AggregateEmit::ChangesPerRecord => "changes (one row per input record)",
+            AggregateEmit::ChangesPerBatch => {
+                "changes (one row per changed group per batch; per-record changes need COUNT/SUM/AVG/MIN/MAX of Int64 or Float64)"
+            }
+        };
+        write!(
+            f,
+            "emit={emit}, allowed_lateness={}, gby=[{}], aggr=[{}]",
+            self.allowed_lateness,
+            keys.join(", "),
+            aggregates.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for WindowAggregateExec {
+    fn name(&self) -> &str {
+        "WindowAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let expressions = self
+            .group_by
+            .iter()
+            .map(|(e, _)| Arc::clone(e))
+            .chain(self.aggregates.iter().flat_map(|a| a.expressions()))
+            .chain(self.filters.iter().flatten().cloned());
+        for expression in expressions {
+            if f(&expression)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!(
+                "WindowAggregateExec takes one child, got {}",
+                children.len()
+            );
+        }
+        Ok(Arc::new(Self::try_new(
+            children.swap_remove(0),
+            self.group_by.clone(),
+            self.aggregates.clone(),
+            self.filters.clone(),
+            self.window.clone(),
+            self.emit,
+            self.allowed_lateness,
+            Arc::clone(&self.schema),
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let messages = self.exchange()?.execute_messages(partition, context)?;
+        let state = AggregateState::try_new(self, partition)?;
+        let schema = Arc::clone(&self.schema);
+        // The state machine: fold messages into the state until one produces output; at the
+        // end of the input the watermark becomes +infinity and every window closes.
+        let outputs = futures::stream::unfold(Some((messages, state)), |running| async move {
+            let (mut messages, mut state) = running?;
+            loop {
+                let output = match messages.next().await {
+                    Some(Ok(StreamMessage::Batch(batch))) => state.process(&batch),
+                    Some(Ok(StreamMessage::Watermark(watermark))) => state.advance(watermark),
+                    Some(Err(e)) => return Some((Err(e), None)),
+                    None => {
+                        return match state.advance(i64::MAX) {
+                            Ok(Some(batch)) => Some((Ok(batch), None)),
+                            Ok(None) => None,
+                            Err(e) => Some((Err(e), None)),
+                        };
+                    }
+                };
+                match output {
+                    Ok(Some(batch)) => return Some((Ok(batch), Some((messages, state)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, outputs)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Counters of one output partition.
+struct AggregateMetrics {
+    baseline: BaselineMetrics,
+    records_in: Count,
+    late_dropped: Count,
+    null_time_dropped: Count,
+    windows_opened: Count,
+    windows_emitted: Count,
+    state_bytes: Gauge,
+    groups: Gauge,
+}
+
+impl AggregateMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        let gauge = |name: &'static str| MetricBuilder::new(metrics).gauge(name, partition);
+        Self {
+            baseline: BaselineMetrics::new(metrics, partition),
+            records_in: counter("records_in"),
+            late_dropped: counter("late_records_dropped"),
+            null_time_dropped: counter("null_event_time_dropped"),
+            windows_opened: counter("windows_opened"),
+            windows_emitted: counter("windows_emitted"),
+            state_bytes: gauge("state_bytes"),
+            groups: gauge("groups"),
+        }
+    }
+}
+
+/// One window's groups, with running aggregates under per-record changes.
+struct OpenWindow {
+    groups: WindowGroups,
+    running: Option<RunningAggregates>,
+}
+
+/// The state of one output partition.
+struct AggregateState {
+    key_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    key_schema: SchemaRef,
+    argument_exprs: Vec<Vec<Arc<dyn PhysicalExpr>>>,
+    filter_exprs: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    running_template: Option<RunningAggregates>,
+    window: Option<WindowKey>,
+    emit: AggregateEmit,
+    allowed_lateness: i64,
+    schema: SchemaRef,
+    watermark: i64,
+    windows: BTreeMap<i64, OpenWindow>,
+    metrics: AggregateMetrics,
+}
+
+/// Rows of a batch assigned to one window.
+struct Assignment {
+    start: i64,
+    /// `None`: every row of the batch.
+    rows: Option<BooleanArray>,
+}
+
+impl AggregateState {
+    fn try_new(exec: &WindowAggregateExec, partition: usize) -> Result<Self> {
+        let input_schema = exec.input.schema();
+        let window_position = exec.window.as_ref().map(|w| w.position);
+        let keys: Vec<(usize, &GroupExpr)> = exec
+            .group_by
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != window_position)
+            .collect();
+        let key_fields = keys
+            .iter()
+            .map(|(i, _)| exec.schema.field(*i).clone())
+            .collect::<Vec<Field>>();
+        let argument_exprs = exec
+            .aggregates
+            .iter()
+            .map(|a| {
+                let mut arguments = a.expressions();
+                arguments.extend(a.order_bys().iter().map(|o| Arc::clone(&o.expr)));
+                arguments
+            })
+            .collect();
+        let running_template = match exec.emit {
+            AggregateEmit::ChangesPerRecord => {
+                RunningAggregates::plan(&exec.aggregates, &exec.filters, &input_schema)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
+            key_schema: Arc::new(Schema::new(key_fields)),
+            argument_exprs,
+            filter_exprs: exec.filters.clone(),
+            aggregates: exec.aggregates.clone(),
+            running_template,
+            window: exec.window.clone(),
+            emit: exec.emit,
+            allowed_lateness: exec.allowed_lateness,
+            schema: Arc::clone(&exec.schema),
+            watermark: i64::MIN,
+            windows: BTreeMap::new(),
+            metrics: AggregateMetrics::new(&exec.metrics, partition),
+        })
+    }
+
+    /// The end of the window starting at `start`, plus the allowed lateness: once the
+    /// watermark reaches it the window is closed.
+    fn closes_at(&self, start: i64) -> i64 {
+        let length = match self.window.as_ref().map(|w| w.spec) {
+            Some(WindowSpec::Tumble { size, .. } | WindowSpec::Hop { size, .. }) => size,
+            Some(WindowSpec::Session { gap }) => gap,
+            None => return i64::MAX,
+        };
+        start
+            .saturating_add(length)
+            .saturating_add(self.allowed_lateness)
+    }
+
+    /// Which rows of `batch` go to which window; counts dropped rows.
+    fn assign(&self, batch: &RecordBatch) -> Result<Vec<Assignment>> {
+        let Some(window) = &self.window else {
+            return Ok(vec![Assignment {
+                start: 0,
+                rows: None,
+            }]);
+        };
+        let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
+        let times = event_times(&time)?;
+        let times = times.as_primitive::<Int64Type>();
+        let (slide, assignments, offset) = match window.spec {
+            WindowSpec::Tumble { size, offset } => (size, 1, offset),
+            WindowSpec::Hop { size, slide } => (slide, size / slide, 0),
+            WindowSpec::Session { .. } => {
+                return internal_err!("session windows are planned by their own operator");
+            }
+        };
+        let latest = window_starts(times, slide, offset);
+        let null_times = latest.null_count();
+        self.metrics.null_time_dropped.add(null_times);
+        let mut result = Vec::new();
+        let mut open_anywhere: Option<BooleanArray> = None;
+        for j in 0..assignments {
+            let starts: Int64Array = latest.unary(|s| s - j * slide);
+            let open: BooleanArray = starts
+                .iter()
+                .map(|s| s.map(|s| self.closes_at(s) > self.watermark))
+                .collect();
+            let open_rows = open.true_count();
+            open_anywhere = Some(match open_anywhere {
+                None => open.clone(),
+                Some(any_open) => or(&any_open, &open)?,
+            });
+            if open_rows == 0 {
+                continue;
+            }
+            let mut distinct: Vec<i64> = Vec::new();
+            for (s, keep) in starts.values().iter().zip(open.values().iter()) {
+                if keep && !distinct.contains(s) {
+                    distinct.push(*s);
+                }
+            }
+            distinct.sort_unstable();
+            for start in distinct {
+                // The common case, every row in one open window, needs no selection.
+                let rows = if open_rows == batch.num_rows()
+                    && starts.values().iter().all(|s| *s == start)
+                {
+                    None
+                } else {
+                    let same = eq(&starts, &Int64Array::new_scalar(start))?;
+                    Some(and(&same, &open)?)
+                };
+                result.push(Assignment { start, rows });
+            }
+        }
+        let open_somewhere = open_anywhere.map_or(0, |o| o.true_count());
+        let late = batch.num_rows() - null_times - open_somewhere;
+        self.metrics.late_dropped.add(late);
+        Ok(result)
+    }
+
+    fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        self.metrics.records_in.add(batch.num_rows());
+        let assignments = self.assign(batch)?;
+        let keys = evaluate(&self.key_exprs, batch)?;
+        let arguments = self
+            .argument_exprs
+            .iter()
+            .map(|exprs| evaluate(exprs, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let filters = self
+            .filter_exprs
+            .iter()
+            .map(|f| match f {
+                Some(f) => Ok(Some(
+                    f.evaluate(batch)?
+                        .into_array(batch.num_rows())?
+                        .as_boolean()
+                        .clone(),
+                )),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut outputs = Vec::new();
+        for assignment in assignments {
+            let (keys, arguments, filters, rows) = match &assignment.rows {
+                None => (
+                    keys.clone(),
+                    arguments.clone(),
+                    filters.clone(),
+                    batch.num_rows(),
+                ),
+                Some(mask) => (
+                    select(&keys, mask)?,
+                    arguments
+                        .iter()
+                        .map(|a| select(a, mask))
+                        .collect::<Result<_>>()?,
+                    filters
+                        .iter()
+                        .map(|f| match f {
+                            Some(f) => Ok(Some(filter(f, mask)?.as_boolean().clone())),
+                            None => Ok(None),
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                    mask.true_count(),
+                ),
+            };
+            if let Some(output) =
+                self.update_window(assignment.start, &keys, &arguments, &filters, rows)?
+            {
+                outputs.push(output);
+            }
+        }
+        self.report_state();
+        self.combine(outputs)
+    }
+
+    fn update_window(
+        &mut self,
+        start: i64,
+        keys: &[ArrayRef],
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        rows: usize,
+    ) -> Result<Option<RecordBatch>> {
+        if !self.windows.contains_key(&start) {
+            self.metrics.windows_opened.add(1);
+            let window = OpenWindow {
+                groups: WindowGroups::try_new(&self.key_schema, &self.aggregates)?,
+                running: self.running_template.clone(),
+            };
+            self.windows.insert(start, window);
+        }
+        let Some(window) = self.windows.get_mut(&start) else {
+            return internal_err!("window {start} vanished");
+        };
+        match (self.emit, &mut window.running) {
+            (AggregateEmit::ChangesPerRecord, Some(running)) => {
+                window.groups.intern(keys, rows)?;
+                let groups = window.groups.len();
+                let values =
+                    running.update(window.groups.last_group_ids(rows), groups, arguments)?;
+                Ok(Some(self.output_batch(
+                    start,
+                    keys.to_vec(),
+                    values,
+                    rows,
+                )?))
+            }
+            (AggregateEmit::ChangesPerBatch, _) => {
+                window.groups.update(keys, arguments, filters, rows)?;
+                let (rows_of_groups, values) = window.groups.snapshot_changed(rows)?;
+                let changed_keys = keys
+                    .iter()
+                    .map(|k| Ok(take(k.as_ref(), &rows_of_groups, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                let count = rows_of_groups.len();
+                Ok(Some(self.output_batch(
+                    start,
+                    changed_keys,
+                    values,
+                    count,
+                )?))
+            }
+            _ => {
+                window.groups.update(keys, arguments, filters, rows)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Moves the watermark; emits (EMIT FINAL) or drops the windows it closes.
+    fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.watermark = self.watermark.max(watermark);
+        let closed: Vec<i64> = self
+            .windows
+            .keys()
+            .copied()
+            .take_while(|start| {
+                self.closes_at(*start) <= self.watermark || self.watermark == i64::MAX
+            })
+            .collect();
+        let mut outputs = Vec::new();
+        for start in closed {
+            let Some(window) = self.windows.remove(&start) else {
+                continue;
+            };
+            self.metrics.windows_emitted.add(1);
+            if self.emit == AggregateEmit::Final && !window.groups.is_empty() {
+                let rows = window.groups.len();
+                let (keys, values) = window.groups.emit()?;
+                outputs.push(self.output_batch(start, keys, values, rows)?);
+            }
+        }
+        self.report_state();
+        self.combine(outputs)
+    }
+
+    /// A batch of the output schema: the group columns (the window key holding `start`) and
+    /// the aggregate `values`.
+    fn output_batch(
+        &self,
+        start: i64,
+        keys: Vec<ArrayRef>,
+        values: Vec<ArrayRef>,
+        rows: usize,
+    ) -> Result<RecordBatch> {
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        let mut keys = keys.into_iter();
+        let groups = self.schema.fields().len() - values.len();
+        for position in 0..groups {
+            if self.window.as_ref().map(|w| w.position) == Some(position) {
+                let starts = Int64Array::from_value(start, rows);
+                columns.push(cast(&starts, self.schema.field(position).data_type())?);
+            } else if let Some(key) = keys.next() {
+                columns.push(key);
+            } else {
+                return internal_err!("missing group column {position}");
+            }
+        }
+        for (value, field) in values
+            .into_iter()
+            .zip(self.schema.fields().iter().skip(groups))
+        {
+            columns.push(if value.data_type() == field.data_type() {
+                value
+            } else {
+                cast(&value, field.data_type())?
+            });
+        }
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        Ok(batch)
+    }
+
+    fn combine(&self, outputs: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
+        let batch = match outputs.len() {
+            0 => return Ok(None),
+            1 => outputs.into_iter().next(),
+            _ => Some(concat_batches(&self.schema, &outputs)?),
+        };
+        if let Some(batch) = &batch {
+            self.metrics.baseline.record_output(batch.num_rows());
+        }
+        Ok(batch)
+    }
+
+    fn report_state(&self) {
+        let (bytes, groups) = self.windows.values().fold((0, 0), |(bytes, groups), w| {
+            (
+                bytes + w.groups.size() + w.running.as_ref().map_or(0, |r| r.size()),
+                groups + w.groups.len(),
+            )
+        });
+        self.metrics.state_bytes.set(bytes);
+        self.metrics.groups.set(groups);
+    }
+}
+
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
+        .collect()
+}
+
+fn select(arrays: &[ArrayRef], mask: &BooleanArray) -> Result<Vec<ArrayRef>> {
+    arrays
+        .iter()
+        .map(|a| Ok(filter(a.as_ref(), mask)?))
+        .collect()
+}
+
+impl WindowGroups {
+    /// For per-batch changes after an update of `rows` rows: the last row of each group the
+    /// update touched (to take its keys from), and those groups' current aggregates.
+    pub(crate) fn snapshot_changed(&mut self, rows: usize) -> Result<(UInt32Array, Vec<ArrayRef>)> {
+        let ids = self.last_group_ids(rows);
+        let mut last_row = vec![None; self.len()];
+        for (row, group) in ids.iter().enumerate() {
+            last_row[*group] = Some(row as u32);
+        }
+        let (groups, rows): (Vec<u32>, Vec<u32>) = last_row
+            .iter()
+            .enumerate()
+            .filter_map(|(g, row)| row.map(|r| (g as u32, r)))
+            .unzip();
+        let values = self.current_values(&UInt32Array::from(groups))?;
+        Ok((UInt32Array::from(rows), values))
+    }
+}

@@ -1,0 +1,8 @@
+//! Event-time windows: their definition ([`WindowSpec`]) and the kernel that assigns records
+//! to windows ([`window_starts`]).
+
+mod assign;
+mod spec;
+
+pub use assign::{window_starts, window_starts_array};
+pub use spec::{WindowSpec, duration_in_unit, time_unit_type};

@@ -1,0 +1,110 @@
+//! The window functions `tumble`, `hop` and `session` that window keys are written with.
+//!
+//! `tumble(ts, size [, offset])` returns the start of the epoch-aligned window `ts` falls in,
+//! the value `date_bin(size, ts)` gives, so a tumbling GROUP BY is also correct batch SQL.
+//! `hop` and `session` put a record into several windows or into windows that depend on other
+//! records; they have no per-row value and are computed by Freshet's window aggregation,
+//! which replaces the GROUP BY they key.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+use freshet_engine::window::{WindowSpec, time_unit_type, window_starts_array};
+
+/// The window functions, for registration in a session.
+pub fn window_functions() -> Vec<Arc<ScalarUDF>> {
+    [
+        WindowFunction::Tumble,
+        WindowFunction::Hop,
+        WindowFunction::Session,
+    ]
+    .into_iter()
+    .map(|function| Arc::new(ScalarUDF::new_from_impl(WindowFunctionUdf::new(function))))
+    .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum WindowFunction {
+    Tumble,
+    Hop,
+    Session,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WindowFunctionUdf {
+    function: WindowFunction,
+    signature: Signature,
+}
+
+impl WindowFunctionUdf {
+    fn new(function: WindowFunction) -> Self {
+        let arities = match function {
+            WindowFunction::Tumble => vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+            WindowFunction::Hop => vec![TypeSignature::Any(3)],
+            WindowFunction::Session => vec![TypeSignature::Any(2)],
+        };
+        Self {
+            function,
+            signature: Signature::one_of(arities, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for WindowFunctionUdf {
+    fn name(&self) -> &str {
+        match self.function {
+            WindowFunction::Tumble => "tumble",
+            WindowFunction::Hop => "hop",
+            WindowFunction::Session => "session",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        match arg_types.first() {
+            Some(time_type) => time_unit_type(time_type).or_else(|_| {
+                plan_err!(
+                    "{}() needs a timestamp or integer (epoch milliseconds) time column as its first argument, got {time_type}",
+                    self.name()
+                )
+            }),
+            None => plan_err!("{}() needs a time column", self.name()),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if self.function != WindowFunction::Tumble {
+            return exec_err!(
+                "{}() puts a record into several windows and can only key the GROUP BY of a streaming aggregation",
+                self.name()
+            );
+        }
+        let time_type = args.arg_fields[0].data_type().clone();
+        let durations = args.args[1..]
+            .iter()
+            .map(|arg| match arg {
+                ColumnarValue::Scalar(value) => Ok(value.clone()),
+                ColumnarValue::Array(_) => {
+                    plan_err!("tumble(): the window size must be a constant interval")
+                }
+            })
+            .collect::<Result<Vec<ScalarValue>>>()?;
+        let WindowSpec::Tumble { size, offset } =
+            WindowSpec::from_call("tumble", &durations, &time_type)?
+        else {
+            return exec_err!("tumble() built a non-tumbling window");
+        };
+        let times = args.args[0].to_array(args.number_rows)?;
+        Ok(ColumnarValue::Array(window_starts_array(
+            &times, size, offset,
+        )?))
+    }
+}

@@ -1,0 +1,23 @@
+//! [`FreshetOptions`]: Freshet's session options, `SET freshet.<name> = <value>`.
+
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::extensions_options;
+
+extensions_options! {
+    /// Freshet's session options.
+    pub struct FreshetOptions {
+        /// How streaming aggregations emit: '' (windows when they close; plain GROUP BY at
+        /// the end of bounded input), 'final' or 'changes'. A query's EMIT clause sets it.
+        pub emit: String, default = String::new()
+        /// Granularity of EMIT CHANGES: 'record' (one row per input record) or 'batch' (one
+        /// row per group changed by an input batch).
+        pub changes_per: String, default = "record".to_string()
+        /// How long after its end a window still accepts late records, in milliseconds of
+        /// event time; EMIT FINAL waits this long before emitting a window.
+        pub allowed_lateness_ms: u64, default = 0
+    }
+}
+
+impl ConfigExtension for FreshetOptions {
+    const PREFIX: &'static str = "freshet";
+}

@@ -1,0 +1,343 @@
+//! Streaming aggregation equals its DataFusion batch equivalent at 1, 2 and 4 streams:
+//! tumbling and hopping windows (`date_bin` GROUP BY), EMIT CHANGES (running window
+//! aggregates in arrival order), out-of-order input within the watermark, null keys, NaN.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
+use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
+use futures::TryStreamExt;
+
+const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+const S3A_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
+
+fn market_data(records: u64, batch_size: usize, disorder_ms: i64) -> TestTable {
+    let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(records));
+    // Start on a minute boundary, so that batches of 60 records are whole windows.
+    spec.start_ms = 1_700_000_040_000;
+    spec.batch_size = batch_size;
+    spec.disorder_ms = disorder_ms;
+    let options = StreamOptions {
+        out_of_orderness: std::time::Duration::from_millis(disorder_ms as u64),
+        ..StreamOptions::default()
+    };
+    TestTable::new("market_data", TestSource::Generator(spec)).with_options(options)
+}
+
+fn random_table(stream: &RandomStream) -> TestTable {
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_millis(stream.disorder_ms as u64),
+        ..StreamOptions::default()
+    };
+    TestTable::batches("t", RandomStream::schema(), stream.generate()).with_options(options)
+}
+
+#[tokio::test]
+async fn s3a_equals_a_date_bin_group_by() {
+    Differential::new(S3A, S3A_BATCH)
+        .table(market_data(20_000, 1_000, 0))
+        .run()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn s3a_with_disorder_within_the_watermark_loses_nothing() {
+    Differential::new(S3A, S3A_BATCH)
+        .table(market_data(20_000, 700, 5_000))
+        .run()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn window_bounds_are_selectable_in_every_form() {
+    let batch = "SELECT date_bin(INTERVAL '1 minute', trade_time) AS window_start, date_bin(INTERVAL '1 minute', trade_time) + INTERVAL '1 minute' AS window_end, symbol, MAX(price) AS top FROM market_data GROUP BY symbol, date_bin(INTERVAL '1 minute', trade_time) HAVING COUNT(*) > 2";
+    for streaming in [
+        "SELECT window_start, window_end, symbol, MAX(price) AS top FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) HAVING COUNT(*) > 2",
+        "SELECT _WINDOW_START AS window_start, _WINDOW_END AS window_end, symbol, MAX(price) AS top FROM market_data GROUP BY symbol WINDOW TUMBLING (1m) HAVING COUNT(*) > 2",
+        "SELECT window_start, window_end, symbol, MAX(price) AS top FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' MINUTE), symbol HAVING COUNT(*) > 2",
+        "SELECT window_start, window_end, symbol, MAX(price) AS top FROM TUMBLE(TABLE market_data, DESCRIPTOR(trade_time), INTERVAL '1' MINUTE) GROUP BY window_start, window_end, symbol HAVING COUNT(*) > 2",
+    ] {
+        Differential::new(streaming, batch)
+            .table(market_data(5_000, 512, 0))
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{streaming}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn random_windowed_aggregations_match_datafusion() {
+    let queries = [
+        (
+            // MIN/MAX over q, not v: DataFusion's float MIN/MAX depend on row order when NaN
+            // is present (a NaN compares as "None" and replaces the current value).
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '7' SECOND)",
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1, date_bin(INTERVAL '7 seconds', ts)",
+        ),
+        (
+            "SELECT window_start, k1, k2, COUNT(v) AS n, COUNT(DISTINCT q) AS distinct_q, stddev(q) AS spread FROM t WHERE q > 10 GROUP BY k1, k2 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+            "SELECT date_bin(INTERVAL '1 minute', ts) AS window_start, k1, k2, COUNT(v) AS n, COUNT(DISTINCT q) AS distinct_q, stddev(q) AS spread FROM t WHERE q > 10 GROUP BY k1, k2, date_bin(INTERVAL '1 minute', ts)",
+        ),
+        (
+            "SELECT COUNT(*) AS n, SUM(q) * 2 AS doubled FROM t WINDOW TUMBLING (ts, INTERVAL '3' SECOND)",
+            "SELECT COUNT(*) AS n, SUM(q) * 2 AS doubled FROM t GROUP BY date_bin(INTERVAL '3 seconds', ts)",
+        ),
+        (
+            "SELECT k2 % 3 AS bucket, MAX(q) AS top FROM t GROUP BY k2 % 3 WINDOW TUMBLING (ts, INTERVAL '20' SECOND) HAVING MAX(q) > 50",
+            "SELECT k2 % 3 AS bucket, MAX(q) AS top FROM t GROUP BY k2 % 3, date_bin(INTERVAL '20 seconds', ts) HAVING MAX(q) > 50",
+        ),
+    ];
+    for seed in 0..3 {
+        let stream = RandomStream::new(seed).rows(3_000).disorder_ms(2_000);
+        for (streaming, batch) in queries {
+            Differential::new(streaming, batch)
+                .table(random_table(&stream))
+                .run()
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn empty_and_one_row_streams_aggregate_like_datafusion() {
+    for rows in [0, 1] {
+        let stream = RandomStream::new(5).rows(rows);
+        Differential::new(
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1, date_bin(INTERVAL '1 minute', ts)",
+        )
+        .table(random_table(&stream))
+        .run()
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn hopping_windows_equal_a_union_of_shifted_tumbling_windows() {
+    let stream = RandomStream::new(9).rows(2_000).disorder_ms(1_000);
+    let batch = "SELECT k1, w AS window_start, COUNT(*) AS n, SUM(q) AS total FROM (
+            SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) AS w FROM t
+            UNION ALL SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) - INTERVAL '5 seconds' AS w FROM t
+            UNION ALL SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) - INTERVAL '10 seconds' AS w FROM t
+        ) GROUP BY k1, w";
+    for streaming in [
+        "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW HOPPING (ts, INTERVAL '15' SECOND, INTERVAL '5' SECOND)",
+        "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY hop(ts, INTERVAL '5' SECOND, INTERVAL '15' SECOND), k1",
+    ] {
+        Differential::new(streaming, batch)
+            .table(random_table(&stream))
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{streaming}: {e}"));
+    }
+}
+
+const S3B: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES";
+const S3B_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) OVER w AS trade_count, AVG(price) OVER w AS avg_price FROM market_data WINDOW w AS (PARTITION BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time) ORDER BY trade_time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)";
+
+#[tokio::test]
+async fn s3b_emits_one_running_row_per_record() {
+    // One window per batch keeps each window's rows in one source partition, so arrival
+    // order (which running values depend on) is the event-time order at every stream count.
+    Differential::new(S3B, S3B_BATCH)
+        .table(market_data(12_000, 60, 0))
+        .run()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn changes_without_a_window_are_a_running_aggregate() {
+    Differential::new(
+        "SELECT symbol, COUNT(*) AS n, SUM(quantity) AS total, MIN(price) AS low, MAX(quantity) AS high FROM market_data GROUP BY symbol EMIT CHANGES",
+        "SELECT symbol, COUNT(*) OVER w AS n, SUM(quantity) OVER w AS total, MIN(price) OVER w AS low, MAX(quantity) OVER w AS high FROM market_data WINDOW w AS (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    )
+    .table(market_data(5_000, 500, 0))
+    .partitions(&[1])
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn changes_per_batch_end_at_the_final_aggregates() {
+    // The last changelog row of each group carries its final values: compare those with
+    // the batch GROUP BY, for an aggregate without a per-record kernel (stddev).
+    let streaming = "SELECT symbol, n, spread FROM (
+            SELECT symbol, COUNT(*) AS n, stddev(quantity) AS spread FROM market_data GROUP BY symbol EMIT CHANGES
+        ) WHERE n >= 0";
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.session()
+        .sql("SET freshet.changes_per = 'batch'")
+        .await
+        .unwrap();
+    let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(3_000));
+    spec.batch_size = 250;
+    ctx.register_generator("market_data", spec, StreamOptions::default())
+        .unwrap();
+    let query = ctx.sql(streaming).await.unwrap();
+    let plan = query.explain();
+    assert!(
+        plan.contains("one row per changed group per batch"),
+        "{plan}"
+    );
+    let rows: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let total: usize = rows.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(total, 12 * 10, "10 symbols change in each of 12 batches");
+    let mut last = std::collections::HashMap::new();
+    for batch in &rows {
+        let symbols = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()
+            .unwrap();
+        let counts = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        for row in 0..batch.num_rows() {
+            let entry = last.entry(symbols.value(row).to_string()).or_insert(0);
+            *entry = (*entry).max(counts.value(row));
+        }
+    }
+    assert_eq!(last.len(), 10);
+    assert!(last.values().all(|n| *n == 300), "{last:?}");
+}
+
+fn late_data() -> (Arc<Schema>, Vec<RecordBatch>) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    let batch = |ids: Vec<i64>, times: Vec<Option<i64>>| {
+        RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(TimestampMillisecondArray::from(times)),
+            ],
+        )
+        .unwrap()
+    };
+    let batches = vec![
+        batch(vec![1, 2], vec![Some(1_000), Some(65_000)]),
+        // the 0-60s window closed when 65s arrived (no out-of-orderness): 3 is late
+        batch(vec![3, 4, 5], vec![Some(2_000), None, Some(70_000)]),
+        batch(vec![6], vec![Some(125_000)]),
+    ];
+    (schema, batches)
+}
+
+#[tokio::test]
+async fn late_and_timeless_records_are_dropped_and_counted() {
+    let (schema, batches) = late_data();
+    let ctx = StreamingContext::with_partitions(1);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", schema, batches, options).unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
+        .await
+        .unwrap();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
+        .unwrap()
+        .to_string();
+    assert!(
+        formatted.contains("| 1970-01-01T00:00:00 | 1 | 1   |"),
+        "{formatted}"
+    );
+    assert!(
+        formatted.contains("| 1970-01-01T00:01:00 | 2 | 7   |"),
+        "{formatted}"
+    );
+    assert!(
+        formatted.contains("| 1970-01-01T00:02:00 | 1 | 6   |"),
+        "{formatted}"
+    );
+    let mut late = 0;
+    let mut timeless = 0;
+    let _ = datafusion::common::tree_node::TreeNode::apply(query.plan(), |node| {
+        if let Some(metrics) = node.metrics() {
+            late += metrics
+                .sum_by_name("late_records_dropped")
+                .map_or(0, |v| v.as_usize());
+            timeless += metrics
+                .sum_by_name("null_event_time_dropped")
+                .map_or(0, |v| v.as_usize());
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    assert_eq!((late, timeless), (1, 1));
+}
+
+#[tokio::test]
+async fn allowed_lateness_keeps_late_records() {
+    let (schema, batches) = late_data();
+    let ctx = StreamingContext::with_partitions(1);
+    ctx.session()
+        .sql("SET freshet.allowed_lateness_ms = 10000")
+        .await
+        .unwrap();
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", schema, batches, options).unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
+        .await
+        .unwrap();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
+        .unwrap()
+        .to_string();
+    assert!(
+        formatted.contains("| 1970-01-01T00:00:00 | 2 |"),
+        "{formatted}"
+    );
+}
+
+#[tokio::test]
+async fn windows_close_on_the_watermark_of_an_endless_stream() {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, None),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n FROM market_data WINDOW TUMBLING (1m) LIMIT 3")
+        .await
+        .unwrap();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let counts: Vec<i64> = results
+        .iter()
+        .flat_map(|b| {
+            b.column(1)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(counts.len(), 3);
+    assert!(
+        counts.iter().all(|n| *n == 60 || *n == 40 || *n == 20),
+        "{counts:?}"
+    );
+}
