@@ -18,11 +18,11 @@ fn scenario_benches(c: &mut Criterion) {
         let spec = scenario.data_spec(RECORDS);
         let schema = spec.schema();
         let batches = spec.generate_all().expect("bounded data"); // ok: bench setup
+        let partitions = vec![batches];
         let run = ScenarioRun {
             scenario: &scenario,
             schema: &schema,
-            batches: &batches,
-            partitions: 1,
+            partitions: &partitions,
         };
         let mut group = c.benchmark_group(scenario.id);
         group.throughput(Throughput::Elements(RECORDS));

@@ -15,8 +15,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, exec_err};
 use datafusion::datasource::MemTable;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_expr::expressions::col;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use freshet_engine::StreamOptions;
+use freshet_engine::{ReplaySource, StreamOptions};
+use freshet_partitioner::{Router, RoutingStrategy};
 use freshet_planner::StreamingContext;
 use futures::StreamExt;
 
@@ -74,11 +76,11 @@ pub async fn run_scenario(
     let mut results = Vec::new();
     for &partitions in &config.partitions {
         reset_peak_rss();
+        let split = split_batches(scenario, &batches, partitions)?;
         let engines = ScenarioRun {
             scenario,
             schema: &schema,
-            batches: &batches,
-            partitions,
+            partitions: &split,
         };
         let (freshet_print, datafusion_print) = (
             engines.run_freshet(true).await?.1,
@@ -118,8 +120,38 @@ pub async fn run_scenario(
 pub struct ScenarioRun<'a> {
     pub scenario: &'a Scenario,
     pub schema: &'a SchemaRef,
-    pub batches: &'a [RecordBatch],
-    pub partitions: usize,
+    /// The batches of each source partition.
+    pub partitions: &'a [Vec<RecordBatch>],
+}
+
+/// `batches` over `partitions` source partitions: whole batches round-robin, or, for a
+/// scenario keyed by columns, each row to the partition its key hashes to (in order).
+pub fn split_batches(
+    scenario: &Scenario,
+    batches: &[RecordBatch],
+    partitions: usize,
+) -> Result<Vec<Vec<RecordBatch>>> {
+    let mut split = vec![Vec::new(); partitions];
+    let Some(keys) = scenario.keyed_by.filter(|_| partitions > 1) else {
+        for (index, batch) in batches.iter().enumerate() {
+            split[index % partitions].push(batch.clone());
+        }
+        return Ok(split);
+    };
+    let Some(first) = batches.first() else {
+        return Ok(split);
+    };
+    let keys = keys
+        .iter()
+        .map(|key| col(key, &first.schema()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut router = Router::try_new(&RoutingStrategy::Hash(keys), 0, 1, partitions)?;
+    for batch in batches {
+        for (partition, piece) in router.route(batch.clone())? {
+            split[partition].push(piece);
+        }
+    }
+    Ok(split)
 }
 
 impl ScenarioRun<'_> {
@@ -127,16 +159,15 @@ impl ScenarioRun<'_> {
     /// row count (and fingerprint, if asked).
     pub async fn run_freshet(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
-        let ctx = StreamingContext::with_partitions(self.partitions);
-        let options = StreamOptions {
-            partitions: Some(self.partitions),
-            ..StreamOptions::default()
-        };
-        ctx.register_batches(
+        let partitions = self.partitions.len();
+        let ctx = StreamingContext::with_partitions(partitions);
+        ctx.register_stream(
             self.scenario.table(),
-            Arc::clone(self.schema),
-            self.batches.to_vec(),
-            options,
+            ReplaySource::Partitioned {
+                schema: Arc::clone(self.schema),
+                partitions: self.partitions.to_vec(),
+            },
+            StreamOptions::default(),
         )?;
         let query = ctx.sql(self.scenario.streaming_sql).await?;
         let print = drain_all(query.execute_partitions()?, fingerprint).await?;
@@ -147,13 +178,9 @@ impl ScenarioRun<'_> {
     pub async fn run_datafusion(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
         let ctx = SessionContext::new_with_config(
-            SessionConfig::new().with_target_partitions(self.partitions),
+            SessionConfig::new().with_target_partitions(self.partitions.len()),
         );
-        let mut split = vec![Vec::new(); self.partitions];
-        for (index, batch) in self.batches.iter().enumerate() {
-            split[index % self.partitions].push(batch.clone());
-        }
-        let table = MemTable::try_new(Arc::clone(self.schema), split)?;
+        let table = MemTable::try_new(Arc::clone(self.schema), self.partitions.to_vec())?;
         ctx.register_table(self.scenario.table(), Arc::new(table))?;
         let frame = ctx.sql(self.scenario.batch_sql).await?;
         let task_ctx = Arc::new(frame.task_ctx());

@@ -17,6 +17,10 @@ pub struct Scenario {
     pub streaming_sql: &'static str,
     /// The DataFusion batch query with the same result on bounded data.
     pub batch_sql: &'static str,
+    /// Columns whose rows must stay in one source partition, in order, when the data is split
+    /// over several: results that depend on arrival order per key (running values) are then
+    /// the same on every run. `None` splits whole batches round-robin.
+    pub keyed_by: Option<&'static [&'static str]>,
 }
 
 impl Scenario {
@@ -36,10 +40,36 @@ impl Scenario {
     }
 }
 
+const S1_SQL: &str = "SELECT symbol, price, \
+LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, \
+ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS seq_num, \
+AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 99 PRECEDING AND CURRENT ROW) AS moving_avg \
+FROM market_data";
+
+const S2_SQL: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity \
+FROM market_data GROUP BY symbol";
+
+const S3A_SQL: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol \
+WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+
+const S3A_BATCH_SQL: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+SUM(quantity) AS total_quantity FROM market_data \
+GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
+
+const S3B_SQL: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price \
+FROM market_data GROUP BY trader_id, symbol \
+WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES";
+
+const S3B_BATCH_SQL: &str = "SELECT trader_id, symbol, COUNT(*) OVER w AS trade_count, AVG(price) OVER w AS avg_price \
+FROM market_data WINDOW w AS (PARTITION BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time) \
+ORDER BY trade_time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)";
+
 const S0_SQL: &str =
     "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100";
 
-/// The scenarios Freshet runs today.
+/// The reference scenarios, and S0's half-filtered variant.
 pub fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -49,14 +79,52 @@ pub fn scenarios() -> Vec<Scenario> {
             amount_base: 150.0,
             streaming_sql: S0_SQL,
             batch_sql: S0_SQL,
+            keyed_by: None,
         },
         Scenario {
             id: "S0-half",
-            description: "pure SELECT (about half the rows fail the filter)",
+            description: "pure SELECT (half the rows fail the filter)",
             data: GeneratorKind::Orders,
             amount_base: 51.0,
             streaming_sql: S0_SQL,
             batch_sql: S0_SQL,
+            keyed_by: None,
+        },
+        Scenario {
+            id: "S1",
+            description: "ROWS window: LAG, ROW_NUMBER, 100-row moving AVG",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: S1_SQL,
+            batch_sql: S1_SQL,
+            keyed_by: Some(&["symbol"]),
+        },
+        Scenario {
+            id: "S2",
+            description: "GROUP BY on a stream",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: S2_SQL,
+            batch_sql: S2_SQL,
+            keyed_by: None,
+        },
+        Scenario {
+            id: "S3a",
+            description: "TUMBLING window + GROUP BY, EMIT FINAL",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: S3A_SQL,
+            batch_sql: S3A_BATCH_SQL,
+            keyed_by: None,
+        },
+        Scenario {
+            id: "S3b",
+            description: "TUMBLING window + GROUP BY, EMIT CHANGES (one row per record)",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: S3B_SQL,
+            batch_sql: S3B_BATCH_SQL,
+            keyed_by: Some(&["trader_id", "symbol"]),
         },
     ]
 }

@@ -12,6 +12,7 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
 use freshet_engine::StreamSourceExec;
+use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
 
 /// A planned streaming query.
 #[derive(Clone)]
@@ -67,10 +68,25 @@ impl StreamingQuery {
     /// The plan as `freshet explain` prints it: a summary line, then the operator tree with
     /// Freshet's sources, partitioning and exchanges.
     pub fn explain(&self) -> String {
-        let emit = match self.plan.pipeline_behavior() {
-            EmissionType::Incremental => "append (rows leave as soon as they are computed)",
-            EmissionType::Final => "final (rows leave at the end of the input)",
-            EmissionType::Both => "incremental and final",
+        let mut aggregation = None;
+        let _ = self.plan.apply(|node| {
+            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+                aggregation = Some(aggregate.emit());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let emit = match (aggregation, self.plan.pipeline_behavior()) {
+            (Some(AggregateEmit::Final), _) => "final (one row per group when its window closes)",
+            (Some(AggregateEmit::ChangesPerRecord), _) => {
+                "changes (an upsert row per input record)"
+            }
+            (Some(AggregateEmit::ChangesPerBatch), _) => {
+                "changes (an upsert row per changed group and input batch)"
+            }
+            (None, EmissionType::Incremental) => "append (rows leave as soon as they are computed)",
+            (None, EmissionType::Final) => "final (rows leave at the end of the input)",
+            (None, EmissionType::Both) => "incremental and final",
         };
         let boundedness = if self.plan.boundedness().is_unbounded() {
             "unbounded"

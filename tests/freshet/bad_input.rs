@@ -223,3 +223,91 @@ fn bad_command_line_arguments() {
     let line = freshet_error(&["query", "SELEC oops FROM orders"]);
     assert!(line.contains("SELEC"), "{line}");
 }
+
+async fn market_error(sql: &str) -> String {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, Some(1_000)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    planning_error(&ctx, sql).await
+}
+
+#[tokio::test]
+async fn window_on_a_column_that_is_not_a_time() {
+    let error = market_error(
+        "SELECT COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (symbol, INTERVAL '1' MINUTE)",
+    )
+    .await;
+    assert!(
+        error.contains("timestamp or integer") && error.contains("Utf8"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn zero_and_negative_window_sizes() {
+    for size in ["INTERVAL '0' SECOND", "INTERVAL '-1' MINUTE"] {
+        let error = market_error(&format!(
+            "SELECT COUNT(*) FROM market_data WINDOW TUMBLING (trade_time, {size})"
+        ))
+        .await;
+        assert!(error.contains("must be positive"), "{size}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn slide_larger_than_the_window() {
+    let error = market_error(
+        "SELECT COUNT(*) FROM market_data WINDOW SLIDING (trade_time, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)",
+    )
+    .await;
+    assert!(error.contains("larger than the window size"), "{error}");
+}
+
+#[tokio::test]
+async fn emit_changes_without_aggregation() {
+    let error = market_error("SELECT symbol, price FROM market_data EMIT CHANGES").await;
+    assert!(
+        error.contains("EMIT CHANGES needs an aggregation"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_aggregate_function() {
+    let error = market_error(
+        "SELECT symbol, median_of_medians(price) FROM market_data GROUP BY symbol WINDOW TUMBLING (1m)",
+    )
+    .await;
+    assert!(error.contains("median_of_medians"), "{error}");
+}
+
+#[tokio::test]
+async fn malformed_window_clause_says_where() {
+    let error = market_error("SELECT COUNT(*) FROM market_data\nWINDOW TUMBLING trade_time").await;
+    assert!(
+        error.contains("malformed WINDOW TUMBLING clause at line 2, column 1"),
+        "{error}"
+    );
+    let error =
+        market_error("SELECT COUNT(*) FROM market_data WINDOW HOPPING (trade_time, 1m)").await;
+    assert!(
+        error.contains("expected WINDOW SLIDING ([ts_col,] size, advance)"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn session_windows_are_refused_until_supported() {
+    let error = market_error(
+        "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW SESSION (trade_time, INTERVAL '30' SECOND)",
+    )
+    .await;
+    assert!(
+        error.contains("SESSION windows are not supported yet"),
+        "{error}"
+    );
+}

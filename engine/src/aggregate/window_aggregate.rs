@@ -26,8 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
-use datafusion::arrow::compute::kernels::cmp::eq;
-use datafusion::arrow::compute::{and, cast, concat_batches, filter, or, take};
+use datafusion::arrow::compute::{cast, concat_batches, take};
 use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -50,7 +49,7 @@ use super::groups::WindowGroups;
 use super::running::RunningAggregates;
 use crate::exchange::StreamExchangeExec;
 use crate::watermark::{StreamMessage, event_times};
-use crate::window::{WindowSpec, window_starts};
+use crate::window::{WindowRows, WindowSpec, split_by_window, window_starts};
 
 /// A GROUP BY expression over the input and its output name.
 pub type GroupExpr = (Arc<dyn PhysicalExpr>, String);
@@ -363,8 +362,7 @@ struct AggregateState {
 /// Rows of a batch assigned to one window.
 struct Assignment {
     start: i64,
-    /// `None`: every row of the batch.
-    rows: Option<BooleanArray>,
+    rows: WindowRows,
 }
 
 impl AggregateState {
@@ -426,12 +424,13 @@ impl AggregateState {
             .saturating_add(self.allowed_lateness)
     }
 
-    /// Which rows of `batch` go to which window; counts dropped rows.
+    /// Which rows of `batch` go to which window; counts the rows dropped for having no
+    /// event time or only closed windows.
     fn assign(&self, batch: &RecordBatch) -> Result<Vec<Assignment>> {
         let Some(window) = &self.window else {
             return Ok(vec![Assignment {
                 start: 0,
-                rows: None,
+                rows: WindowRows::All,
             }]);
         };
         let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
@@ -441,51 +440,36 @@ impl AggregateState {
             WindowSpec::Tumble { size, offset } => (size, 1, offset),
             WindowSpec::Hop { size, slide } => (slide, size / slide, 0),
             WindowSpec::Session { .. } => {
-                return internal_err!("session windows are planned by their own operator");
+                return internal_err!("session windows are not run by WindowAggregateExec");
             }
         };
+        // Windows starting at or before this are closed.
+        let closed_through = self
+            .closes_at(0)
+            .saturating_neg()
+            .saturating_add(self.watermark);
         let latest = window_starts(times, slide, offset);
         let null_times = latest.null_count();
+        // A row is late when even its latest window is closed.
+        let late = latest
+            .iter()
+            .filter(|start| start.is_some_and(|s| s <= closed_through))
+            .count();
         self.metrics.null_time_dropped.add(null_times);
-        let mut result = Vec::new();
-        let mut open_anywhere: Option<BooleanArray> = None;
-        for j in 0..assignments {
-            let starts: Int64Array = latest.unary(|s| s - j * slide);
-            let open: BooleanArray = starts
-                .iter()
-                .map(|s| s.map(|s| self.closes_at(s) > self.watermark))
-                .collect();
-            let open_rows = open.true_count();
-            open_anywhere = Some(match open_anywhere {
-                None => open.clone(),
-                Some(any_open) => or(&any_open, &open)?,
-            });
-            if open_rows == 0 {
-                continue;
-            }
-            let mut distinct: Vec<i64> = Vec::new();
-            for (s, keep) in starts.values().iter().zip(open.values().iter()) {
-                if keep && !distinct.contains(s) {
-                    distinct.push(*s);
-                }
-            }
-            distinct.sort_unstable();
-            for start in distinct {
-                // The common case, every row in one open window, needs no selection.
-                let rows = if open_rows == batch.num_rows()
-                    && starts.values().iter().all(|s| *s == start)
-                {
-                    None
-                } else {
-                    let same = eq(&starts, &Int64Array::new_scalar(start))?;
-                    Some(and(&same, &open)?)
-                };
-                result.push(Assignment { start, rows });
-            }
-        }
-        let open_somewhere = open_anywhere.map_or(0, |o| o.true_count());
-        let late = batch.num_rows() - null_times - open_somewhere;
         self.metrics.late_dropped.add(late);
+        let mut result = Vec::new();
+        for j in 0..assignments {
+            let starts = if j == 0 {
+                latest.clone()
+            } else {
+                latest.unary(|s| s - j * slide)
+            };
+            result.extend(
+                split_by_window(&starts, closed_through)
+                    .into_iter()
+                    .map(|(start, rows)| Assignment { start, rows }),
+            );
+        }
         Ok(result)
     }
 
@@ -516,32 +500,45 @@ impl AggregateState {
             .collect::<Result<Vec<_>>>()?;
         let mut outputs = Vec::new();
         for assignment in assignments {
-            let (keys, arguments, filters, rows) = match &assignment.rows {
-                None => (
-                    keys.clone(),
-                    arguments.clone(),
-                    filters.clone(),
-                    batch.num_rows(),
-                ),
-                Some(mask) => (
-                    select(&keys, mask)?,
-                    arguments
+            let pick = |arrays: &[ArrayRef]| -> Result<Vec<ArrayRef>> {
+                match &assignment.rows {
+                    WindowRows::All => Ok(arrays.to_vec()),
+                    WindowRows::Slice { offset, len } => {
+                        Ok(arrays.iter().map(|a| a.slice(*offset, *len)).collect())
+                    }
+                    WindowRows::Take(indices) => arrays
                         .iter()
-                        .map(|a| select(a, mask))
-                        .collect::<Result<_>>()?,
-                    filters
-                        .iter()
-                        .map(|f| match f {
-                            Some(f) => Ok(Some(filter(f, mask)?.as_boolean().clone())),
-                            None => Ok(None),
-                        })
-                        .collect::<Result<Vec<_>>>()?,
-                    mask.true_count(),
-                ),
+                        .map(|a| Ok(take(a.as_ref(), indices, None)?))
+                        .collect(),
+                }
             };
-            if let Some(output) =
-                self.update_window(assignment.start, &keys, &arguments, &filters, rows)?
-            {
+            let rows = match &assignment.rows {
+                WindowRows::All => batch.num_rows(),
+                WindowRows::Slice { len, .. } => *len,
+                WindowRows::Take(indices) => indices.len(),
+            };
+            let window_keys = pick(&keys)?;
+            let window_arguments = arguments
+                .iter()
+                .map(|a| pick(a))
+                .collect::<Result<Vec<_>>>()?;
+            let window_filters = filters
+                .iter()
+                .map(|f| match f {
+                    Some(f) => {
+                        let picked = pick(&[Arc::new(f.clone()) as ArrayRef])?;
+                        Ok(Some(picked[0].as_boolean().clone()))
+                    }
+                    None => Ok(None),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if let Some(output) = self.update_window(
+                assignment.start,
+                &window_keys,
+                &window_arguments,
+                &window_filters,
+                rows,
+            )? {
                 outputs.push(output);
             }
         }
@@ -694,13 +691,6 @@ fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<
     exprs
         .iter()
         .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
-        .collect()
-}
-
-fn select(arrays: &[ArrayRef], mask: &BooleanArray) -> Result<Vec<ArrayRef>> {
-    arrays
-        .iter()
-        .map(|a| Ok(filter(a.as_ref(), mask)?))
         .collect()
 }
 

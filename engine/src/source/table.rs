@@ -36,6 +36,11 @@ pub enum ReplaySource {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     },
+    /// In-memory batches already split into source partitions, each replayed in order.
+    Partitioned {
+        schema: SchemaRef,
+        partitions: Vec<Vec<RecordBatch>>,
+    },
     /// A built-in generator.
     Generator(Arc<GeneratorSpec>),
 }
@@ -44,7 +49,7 @@ impl ReplaySource {
     fn schema(&self) -> SchemaRef {
         match self {
             Self::Files { provider, .. } => provider.schema(),
-            Self::Batches { schema, .. } => Arc::clone(schema),
+            Self::Batches { schema, .. } | Self::Partitioned { schema, .. } => Arc::clone(schema),
             Self::Generator(spec) => spec.schema(),
         }
     }
@@ -52,7 +57,7 @@ impl ReplaySource {
     fn ends(&self) -> bool {
         match self {
             Self::Generator(spec) => spec.records.is_some(),
-            Self::Files { .. } | Self::Batches { .. } => true,
+            Self::Files { .. } | Self::Batches { .. } | Self::Partitioned { .. } => true,
         }
     }
 
@@ -60,6 +65,9 @@ impl ReplaySource {
         match self {
             Self::Files { location, .. } => format!("files {location}"),
             Self::Batches { batches, .. } => format!("{} in-memory batches", batches.len()),
+            Self::Partitioned { partitions, .. } => {
+                format!("in-memory batches in {} partitions", partitions.len())
+            }
             Self::Generator(spec) => format!("generator {:?}", spec.kind),
         }
     }
@@ -84,9 +92,12 @@ impl StreamTable {
     /// Checks `options` against the source's schema and builds the table.
     pub fn try_new(name: &str, source: ReplaySource, mut options: StreamOptions) -> Result<Self> {
         let schema = source.schema();
-        if let ReplaySource::Batches { batches, .. } = &source
-            && let Some(batch) = batches.iter().find(|b| b.schema() != schema)
-        {
+        let batches: Vec<&RecordBatch> = match &source {
+            ReplaySource::Batches { batches, .. } => batches.iter().collect(),
+            ReplaySource::Partitioned { partitions, .. } => partitions.iter().flatten().collect(),
+            _ => Vec::new(),
+        };
+        if let Some(batch) = batches.iter().find(|b| b.schema() != schema) {
             return plan_err!(
                 "stream '{name}': a batch has schema {:?}, the stream's schema is {:?}",
                 batch.schema(),
@@ -193,6 +204,11 @@ impl TableProvider for StreamTable {
                 }
                 MemorySourceConfig::try_new_exec(&split, Arc::clone(schema), projection.cloned())?
             }
+            ReplaySource::Partitioned { schema, partitions } => MemorySourceConfig::try_new_exec(
+                partitions,
+                Arc::clone(schema),
+                projection.cloned(),
+            )?,
             ReplaySource::Generator(spec) => Arc::new(
                 LazyMemoryExec::try_new(spec.schema(), spec.partition_generators(partitions))?
                     .with_projection(projection.cloned()),

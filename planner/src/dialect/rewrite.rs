@@ -260,7 +260,7 @@ fn rewrite_window_clause(
     };
     let (time_column, durations) = if arguments.len() == durations + 1 {
         (arguments[0].clone(), arguments[1..].to_vec())
-    } else if arguments.len() == durations {
+    } else if arguments.len() == durations && arguments.iter().all(|a| looks_like_duration(a)) {
         let table = first_table(&tokens);
         match table.as_deref().and_then(event_time_of) {
             Some(column) => (column, arguments.clone()),
@@ -325,6 +325,12 @@ fn first_table(tokens: &[TokenWithSpan]) -> Option<String> {
         Token::Word(word) => Some(word.value.clone()),
         _ => None,
     }
+}
+
+/// Whether a window argument is a duration (`INTERVAL '…'`, `1m`, …) rather than a column.
+fn looks_like_duration(argument: &str) -> bool {
+    argument.to_ascii_uppercase().starts_with("INTERVAL")
+        || argument.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// `1m`, `30s`, `250ms`, `2h`, `1d` as an interval literal; anything else as written.
