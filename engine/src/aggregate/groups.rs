@@ -96,12 +96,20 @@ impl WindowGroups {
         Ok(())
     }
 
-    /// The key columns and the aggregate results of every group, consuming the state.
-    pub fn emit(mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+    /// The key columns and the aggregate results of every group; the state is left empty,
+    /// ready for another window.
+    pub fn emit(&mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
         let keys = match &mut self.keys {
-            Some(values) => values.emit(EmitTo::All)?,
+            Some(values) => {
+                let keys = values.emit(EmitTo::All)?;
+                // Emitting all leaves some key tables with stale internals; clearing resets
+                // them fully (and keeps room for a window of the same size).
+                values.clear_shrink(self.groups);
+                keys
+            }
             None => Vec::new(),
         };
+        self.groups = 0;
         let results = self
             .accumulators
             .iter_mut()

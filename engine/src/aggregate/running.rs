@@ -143,6 +143,15 @@ impl RunningAggregates {
             .collect()
     }
 
+    /// Forgets every group, keeping the allocations.
+    pub fn clear(&mut self) {
+        for state in &mut self.states {
+            state.counts.clear();
+            state.ints.clear();
+            state.floats.clear();
+        }
+    }
+
     /// Bytes held.
     pub fn size(&self) -> usize {
         self.states

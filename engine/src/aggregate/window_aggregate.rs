@@ -356,8 +356,14 @@ struct AggregateState {
     schema: SchemaRef,
     watermark: i64,
     windows: BTreeMap<i64, OpenWindow>,
+    /// Emptied window states, reused: building a window's key table and accumulators costs
+    /// more than the few rows a short window holds.
+    spare: Vec<OpenWindow>,
     metrics: AggregateMetrics,
 }
+
+/// How many emptied window states are kept for reuse.
+const MAX_SPARE_WINDOWS: usize = 64;
 
 /// Rows of a batch assigned to one window.
 struct Assignment {
@@ -407,6 +413,7 @@ impl AggregateState {
             schema: Arc::clone(&exec.schema),
             watermark: i64::MIN,
             windows: BTreeMap::new(),
+            spare: Vec::new(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
         })
     }
@@ -556,9 +563,12 @@ impl AggregateState {
     ) -> Result<Option<RecordBatch>> {
         if !self.windows.contains_key(&start) {
             self.metrics.windows_opened.add(1);
-            let window = OpenWindow {
-                groups: WindowGroups::try_new(&self.key_schema, &self.aggregates)?,
-                running: self.running_template.clone(),
+            let window = match self.spare.pop() {
+                Some(window) => window,
+                None => OpenWindow {
+                    groups: WindowGroups::try_new(&self.key_schema, &self.aggregates)?,
+                    running: self.running_template.clone(),
+                },
             };
             self.windows.insert(start, window);
         }
@@ -613,14 +623,21 @@ impl AggregateState {
             .collect();
         let mut outputs = Vec::new();
         for start in closed {
-            let Some(window) = self.windows.remove(&start) else {
+            let Some(mut window) = self.windows.remove(&start) else {
                 continue;
             };
             self.metrics.windows_emitted.add(1);
-            if self.emit == AggregateEmit::Final && !window.groups.is_empty() {
-                let rows = window.groups.len();
-                let (keys, values) = window.groups.emit()?;
+            let rows = window.groups.len();
+            // Emitting empties the state, which is then kept for a later window.
+            let (keys, values) = window.groups.emit()?;
+            if self.emit == AggregateEmit::Final && rows > 0 {
                 outputs.push(self.output_batch(start, keys, values, rows)?);
+            }
+            if let Some(running) = &mut window.running {
+                running.clear();
+            }
+            if self.spare.len() < MAX_SPARE_WINDOWS {
+                self.spare.push(window);
             }
         }
         self.report_state();
