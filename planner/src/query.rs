@@ -3,16 +3,18 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::Result;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
 use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
+use tokio::sync::mpsc;
 
 /// A planned streaming query.
 #[derive(Clone)]
@@ -51,6 +53,26 @@ impl StreamingQuery {
     /// All results as one stream (the partitions run in parallel tasks and are merged).
     pub fn execute_merged(&self) -> Result<SendableRecordBatchStream> {
         execute_stream(Arc::clone(&self.plan), Arc::clone(&self.task_ctx))
+    }
+
+    /// The records the query's window aggregations drop as late, as a stream of batches of
+    /// the aggregation's input. Ask before executing the query; read it while the query runs
+    /// (it ends when the query's operators are gone).
+    pub fn late_records(&self) -> SendableRecordBatchStream {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let mut schema = None;
+        let _ = self.plan.apply(|node| {
+            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+                aggregate.late_records().subscribe(sender.clone());
+                schema.get_or_insert_with(|| aggregate.children()[0].schema());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+        let batches = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|batch| (Ok(batch), receiver))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 
     /// Records the query's sources have handed out so far.

@@ -46,8 +46,17 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
 
 async fn query(args: QueryArgs) -> Result<()> {
     let sink: SinkSpec = args.output.parse()?;
+    let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
     let query = plan(&args.plan).await?;
     let writer = sink.open(&query.schema(), Box::new(std::io::stdout()))?;
+    let late = match late_sink {
+        Some(late_sink) => {
+            let records = query.late_records();
+            let writer = late_sink.open(&records.schema(), Box::new(std::io::stderr()))?;
+            Some(tokio::spawn(drain(records, writer)))
+        }
+        None => None,
+    };
     let interactive = std::io::stdout().is_terminal();
     let started = Instant::now();
     let progress = interactive.then(|| {
@@ -70,11 +79,20 @@ async fn query(args: QueryArgs) -> Result<()> {
         progress.abort();
     }
     let summary = summary?;
+    let records = query.records_read();
+    // The late-record stream ends when the last operator holding its sender is gone.
+    drop(query);
+    let late_rows = match late {
+        Some(task) => match task.await {
+            Ok(written) => written?.rows,
+            Err(e) => return plan_err!("writing late records failed: {e}"),
+        },
+        None => 0,
+    };
     if interactive {
         let elapsed = started.elapsed().as_secs_f64();
-        let records = query.records_read();
         eprintln!(
-            "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s)",
+            "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s); {late_rows} late records",
             summary.rows,
             records as f64 / elapsed
         );

@@ -64,6 +64,9 @@ pub struct QueryArgs {
     /// Where results go: table[=ROWS], csv[=PATH], jsonl[=PATH], parquet=PATH, arrow=PATH or null.
     #[arg(long, short = 'o', default_value = "table")]
     pub output: String,
+    /// Also write the records that window aggregations drop as late, e.g. csv=late.csv.
+    #[arg(long, value_name = "FORMAT=PATH")]
+    pub late_output: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -250,6 +250,7 @@ async fn late_and_timeless_records_are_dropped_and_counted() {
         .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
         .await
         .unwrap();
+    let late_stream = query.late_records();
     let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
     let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
         .unwrap()
@@ -280,6 +281,20 @@ async fn late_and_timeless_records_are_dropped_and_counted() {
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
     });
     assert_eq!((late, timeless), (1, 1));
+    drop(query);
+    let late_rows: Vec<RecordBatch> = late_stream.try_collect().await.unwrap();
+    let late_ids: Vec<i64> = late_rows
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(late_ids, vec![3], "the side output holds the late record");
 }
 
 #[tokio::test]

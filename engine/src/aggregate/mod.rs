@@ -2,9 +2,11 @@
 //! results emitted when windows close or as a changelog.
 
 mod groups;
+mod late;
 mod running;
 mod window_aggregate;
 
 pub use groups::WindowGroups;
+pub use late::LateRecords;
 pub use running::RunningAggregates;
 pub use window_aggregate::{AggregateEmit, WindowAggregateExec, WindowKey};

@@ -46,6 +46,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::groups::WindowGroups;
+use super::late::LateRecords;
 use super::running::RunningAggregates;
 use crate::exchange::StreamExchangeExec;
 use crate::watermark::{StreamMessage, event_times};
@@ -90,6 +91,7 @@ pub struct WindowAggregateExec {
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    late_records: LateRecords,
 }
 
 impl WindowAggregateExec {
@@ -149,7 +151,14 @@ impl WindowAggregateExec {
             schema,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
+            late_records: LateRecords::default(),
         })
+    }
+
+    /// The side output of late records (the rows of the input that came after their
+    /// windows closed).
+    pub fn late_records(&self) -> &LateRecords {
+        &self.late_records
     }
 
     /// The emit mode in effect (per-record changes fall back to per batch without kernels).
@@ -245,7 +254,7 @@ impl ExecutionPlan for WindowAggregateExec {
                 children.len()
             );
         }
-        Ok(Arc::new(Self::try_new(
+        let mut exec = Self::try_new(
             children.swap_remove(0),
             self.group_by.clone(),
             self.aggregates.clone(),
@@ -254,7 +263,9 @@ impl ExecutionPlan for WindowAggregateExec {
             self.emit,
             self.allowed_lateness,
             Arc::clone(&self.schema),
-        )?))
+        )?;
+        exec.late_records = self.late_records.clone();
+        Ok(Arc::new(exec))
     }
 
     fn with_new_children(
@@ -356,6 +367,7 @@ struct AggregateState {
     schema: SchemaRef,
     watermark: i64,
     windows: BTreeMap<i64, OpenWindow>,
+    late_records: LateRecords,
     /// Emptied window states, reused: building a window's key table and accumulators costs
     /// more than the few rows a short window holds.
     spare: Vec<OpenWindow>,
@@ -413,6 +425,7 @@ impl AggregateState {
             schema: Arc::clone(&exec.schema),
             watermark: i64::MIN,
             windows: BTreeMap::new(),
+            late_records: exec.late_records.clone(),
             spare: Vec::new(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
         })
@@ -464,6 +477,13 @@ impl AggregateState {
             .count();
         self.metrics.null_time_dropped.add(null_times);
         self.metrics.late_dropped.add(late);
+        if late > 0 && self.late_records.wanted() {
+            let is_late: BooleanArray = latest
+                .iter()
+                .map(|start| Some(start.is_some_and(|s| s <= closed_through)))
+                .collect();
+            self.late_records.send(batch, &is_late)?;
+        }
         let mut result = Vec::new();
         for j in 0..assignments {
             let starts = if j == 0 {
