@@ -1,6 +1,6 @@
-//! [`WindowGroups`]: the groups of one window — interned keys (DataFusion's `GroupValues`)
-//! and one `GroupsAccumulator` per aggregate — updated a batch at a time and emitted whole
-//! when the window closes.
+//! [`GroupTable`]: interned group keys (DataFusion's `GroupValues`) and one
+//! `GroupsAccumulator` per aggregate, updated a batch at a time; groups are emitted whole or as
+//! a prefix of the table (`EmitTo::First`).
 
 use std::sync::Arc;
 
@@ -14,8 +14,8 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-/// The state of one window's groups.
-pub struct WindowGroups {
+/// A table of groups and their aggregates.
+pub struct GroupTable {
     /// `None` without key columns: every row is in group 0.
     keys: Option<Box<dyn GroupValues>>,
     groups: usize,
@@ -24,7 +24,7 @@ pub struct WindowGroups {
     group_ids: Vec<usize>,
 }
 
-impl WindowGroups {
+impl GroupTable {
     /// Empty state for keys of `key_schema` and the aggregates `aggregates`.
     pub fn try_new(
         key_schema: &SchemaRef,
@@ -96,26 +96,38 @@ impl WindowGroups {
         Ok(())
     }
 
-    /// The key columns and the aggregate results of every group; the state is left empty,
-    /// ready for another window.
-    pub fn emit(&mut self) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+    /// The key columns and aggregate results of the groups `emit_to` names, which leave the
+    /// table (the remaining groups' ids shift down).
+    pub fn emit(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let keys = self.emit_keys(emit_to)?;
+        let results = self
+            .accumulators
+            .iter_mut()
+            .map(|accumulator| accumulator.evaluate(emit_to))
+            .collect::<Result<_>>()?;
+        Ok((keys, results))
+    }
+
+    /// Only the key columns of the groups `emit_to` names, for a table whose aggregates are
+    /// kept elsewhere (only interned, never updated).
+    pub fn emit_keys(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let keys = match &mut self.keys {
             Some(values) => {
-                let keys = values.emit(EmitTo::All)?;
-                // Emitting all leaves some key tables with stale internals; clearing resets
-                // them fully (and keeps room for a window of the same size).
-                values.clear_shrink(self.groups);
+                let keys = values.emit(emit_to)?;
+                if emit_to == EmitTo::All {
+                    // Emitting all leaves some key tables with stale internals; clearing
+                    // resets them fully.
+                    values.clear_shrink(self.groups);
+                }
                 keys
             }
             None => Vec::new(),
         };
-        self.groups = 0;
-        let results = self
-            .accumulators
-            .iter_mut()
-            .map(|accumulator| accumulator.evaluate(EmitTo::All))
-            .collect::<Result<_>>()?;
-        Ok((keys, results))
+        self.groups = match emit_to {
+            EmitTo::All => 0,
+            EmitTo::First(n) => self.groups.saturating_sub(n),
+        };
+        Ok(keys)
     }
 
     /// The group ids of the rows of the last [`Self::intern`] or [`Self::update`].
@@ -140,6 +152,22 @@ impl WindowGroups {
                 Ok(take(values.as_ref(), groups, None)?)
             })
             .collect()
+    }
+
+    /// For per-batch changes after an update of `rows` rows: the last row of each group the
+    /// update touched (to take its keys from), and those groups' current aggregates.
+    pub fn snapshot_changed(&mut self, rows: usize) -> Result<(UInt32Array, Vec<ArrayRef>)> {
+        let mut last_row = vec![None; self.len()];
+        for (row, group) in self.last_group_ids(rows).iter().enumerate() {
+            last_row[*group] = Some(row as u32);
+        }
+        let (groups, rows): (Vec<u32>, Vec<u32>) = last_row
+            .iter()
+            .enumerate()
+            .filter_map(|(g, row)| row.map(|r| (g as u32, r)))
+            .unzip();
+        let values = self.current_values(&UInt32Array::from(groups))?;
+        Ok((UInt32Array::from(rows), values))
     }
 
     /// Bytes held.

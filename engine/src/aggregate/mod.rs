@@ -6,7 +6,7 @@ mod late;
 mod running;
 mod window_aggregate;
 
-pub use groups::WindowGroups;
+pub use groups::GroupTable;
 pub use late::LateRecords;
 pub use running::RunningAggregates;
 pub use window_aggregate::{AggregateEmit, WindowAggregateExec, WindowKey};

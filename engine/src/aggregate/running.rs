@@ -143,12 +143,14 @@ impl RunningAggregates {
             .collect()
     }
 
-    /// Forgets every group, keeping the allocations.
-    pub fn clear(&mut self) {
+    /// Forgets the first `n` groups (the others' ids shift down by `n`, as in the group
+    /// table after `EmitTo::First(n)`).
+    pub fn drop_first(&mut self, n: usize) {
         for state in &mut self.states {
-            state.counts.clear();
-            state.ints.clear();
-            state.floats.clear();
+            for values in [&mut state.counts, &mut state.ints] {
+                values.drain(..n.min(values.len()));
+            }
+            state.floats.drain(..n.min(state.floats.len()));
         }
     }
 

@@ -21,17 +21,18 @@
 //! GROUP BY: the group columns in order (the window key holding the window start), then the
 //! aggregates.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::{cast, concat_batches, take};
 use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -45,12 +46,12 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::groups::WindowGroups;
+use super::groups::GroupTable;
 use super::late::LateRecords;
 use super::running::RunningAggregates;
 use crate::exchange::StreamExchangeExec;
 use crate::watermark::{StreamMessage, event_times};
-use crate::window::{WindowRows, WindowSpec, split_by_window, window_starts};
+use crate::window::{WindowSpec, window_starts};
 
 /// A GROUP BY expression over the input and its output name.
 pub type GroupExpr = (Arc<dyn PhysicalExpr>, String);
@@ -347,40 +348,38 @@ impl AggregateMetrics {
     }
 }
 
-/// One window's groups, with running aggregates under per-record changes.
-struct OpenWindow {
-    groups: WindowGroups,
-    running: Option<RunningAggregates>,
-}
-
 /// The state of one output partition.
+///
+/// All open windows share one group table, keyed by the window start followed by the GROUP
+/// BY keys: a batch is interned and folded in with one call whatever the number of windows
+/// it touches. Groups are numbered in order of creation and windows are created in event-time
+/// order, so the groups of the windows a watermark closes are a prefix of the table, emitted
+/// with `EmitTo::First`. (A group that disordered input created ahead of an older window's
+/// groups holds those back until its own window closes, by at most one window length.)
 struct AggregateState {
     key_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    key_schema: SchemaRef,
     argument_exprs: Vec<Vec<Arc<dyn PhysicalExpr>>>,
     filter_exprs: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    running_template: Option<RunningAggregates>,
+    table: GroupTable,
+    running: Option<RunningAggregates>,
+    /// The window start of each group, by group id.
+    group_windows: VecDeque<i64>,
+    /// The latest window start seen, to count windows as they open.
+    newest_window: i64,
     window: Option<WindowKey>,
     emit: AggregateEmit,
     allowed_lateness: i64,
     schema: SchemaRef,
     watermark: i64,
-    windows: BTreeMap<i64, OpenWindow>,
     late_records: LateRecords,
-    /// Emptied window states, reused: building a window's key table and accumulators costs
-    /// more than the few rows a short window holds.
-    spare: Vec<OpenWindow>,
     metrics: AggregateMetrics,
 }
 
-/// How many emptied window states are kept for reuse.
-const MAX_SPARE_WINDOWS: usize = 64;
-
-/// Rows of a batch assigned to one window.
+/// Rows of a batch assigned to windows: their window starts and, when not every row of the
+/// batch takes part, which rows.
 struct Assignment {
-    start: i64,
-    rows: WindowRows,
+    starts: Option<Int64Array>,
+    rows: Option<UInt32Array>,
 }
 
 impl AggregateState {
@@ -393,9 +392,11 @@ impl AggregateState {
             .enumerate()
             .filter(|(i, _)| Some(*i) != window_position)
             .collect();
-        let key_fields = keys
+        // The table's keys: the window start (as the output's window column), then the keys.
+        let table_fields = window_position
             .iter()
-            .map(|(i, _)| exec.schema.field(*i).clone())
+            .chain(keys.iter().map(|(i, _)| i))
+            .map(|i| exec.schema.field(*i).clone())
             .collect::<Vec<Field>>();
         let argument_exprs = exec
             .aggregates
@@ -406,7 +407,7 @@ impl AggregateState {
                 arguments
             })
             .collect();
-        let running_template = match exec.emit {
+        let running = match exec.emit {
             AggregateEmit::ChangesPerRecord => {
                 RunningAggregates::plan(&exec.aggregates, &exec.filters, &input_schema)
             }
@@ -414,25 +415,23 @@ impl AggregateState {
         };
         Ok(Self {
             key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
-            key_schema: Arc::new(Schema::new(key_fields)),
             argument_exprs,
             filter_exprs: exec.filters.clone(),
-            aggregates: exec.aggregates.clone(),
-            running_template,
+            table: GroupTable::try_new(&Arc::new(Schema::new(table_fields)), &exec.aggregates)?,
+            running,
+            group_windows: VecDeque::new(),
+            newest_window: i64::MIN,
             window: exec.window.clone(),
             emit: exec.emit,
             allowed_lateness: exec.allowed_lateness,
             schema: Arc::clone(&exec.schema),
             watermark: i64::MIN,
-            windows: BTreeMap::new(),
             late_records: exec.late_records.clone(),
-            spare: Vec::new(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
         })
     }
 
-    /// The end of the window starting at `start`, plus the allowed lateness: once the
-    /// watermark reaches it the window is closed.
+    /// When the window starting at `start` closes: its end plus the allowed lateness.
     fn closes_at(&self, start: i64) -> i64 {
         let length = match self.window.as_ref().map(|w| w.spec) {
             Some(WindowSpec::Tumble { size, .. } | WindowSpec::Hop { size, .. }) => size,
@@ -444,13 +443,13 @@ impl AggregateState {
             .saturating_add(self.allowed_lateness)
     }
 
-    /// Which rows of `batch` go to which window; counts the rows dropped for having no
-    /// event time or only closed windows.
+    /// The windows of `batch`'s rows (one assignment per overlapping window of a hop);
+    /// counts, and sends to the side output, rows with no event time or only closed windows.
     fn assign(&self, batch: &RecordBatch) -> Result<Vec<Assignment>> {
         let Some(window) = &self.window else {
             return Ok(vec![Assignment {
-                start: 0,
-                rows: WindowRows::All,
+                starts: None,
+                rows: None,
             }]);
         };
         let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
@@ -469,13 +468,12 @@ impl AggregateState {
             .saturating_neg()
             .saturating_add(self.watermark);
         let latest = window_starts(times, slide, offset);
-        let null_times = latest.null_count();
         // A row is late when even its latest window is closed.
         let late = latest
             .iter()
             .filter(|start| start.is_some_and(|s| s <= closed_through))
             .count();
-        self.metrics.null_time_dropped.add(null_times);
+        self.metrics.null_time_dropped.add(latest.null_count());
         self.metrics.late_dropped.add(late);
         if late > 0 && self.late_records.wanted() {
             let is_late: BooleanArray = latest
@@ -484,20 +482,36 @@ impl AggregateState {
                 .collect();
             self.late_records.send(batch, &is_late)?;
         }
-        let mut result = Vec::new();
-        for j in 0..assignments {
-            let starts = if j == 0 {
-                latest.clone()
-            } else {
-                latest.unary(|s| s - j * slide)
-            };
-            result.extend(
-                split_by_window(&starts, closed_through)
-                    .into_iter()
-                    .map(|(start, rows)| Assignment { start, rows }),
-            );
-        }
-        Ok(result)
+        (0..assignments)
+            .map(|j| {
+                let starts = if j == 0 {
+                    latest.clone()
+                } else {
+                    latest.unary(|s| s - j * slide)
+                };
+                let all_open =
+                    starts.null_count() == 0 && starts.values().iter().all(|s| *s > closed_through);
+                if all_open {
+                    return Ok(Assignment {
+                        starts: Some(starts),
+                        rows: None,
+                    });
+                }
+                let rows: UInt32Array = starts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.is_some_and(|s| s > closed_through))
+                    .map(|(row, _)| row as u32)
+                    .collect();
+                let starts = take(&starts, &rows, None)?
+                    .as_primitive::<Int64Type>()
+                    .clone();
+                Ok(Assignment {
+                    starts: Some(starts),
+                    rows: Some(rows),
+                })
+            })
+            .collect()
     }
 
     fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
@@ -512,58 +526,54 @@ impl AggregateState {
             .iter()
             .map(|exprs| evaluate(exprs, batch))
             .collect::<Result<Vec<_>>>()?;
-        let filters = self
+        let filters: Vec<Option<ArrayRef>> = self
             .filter_exprs
             .iter()
             .map(|f| match f {
-                Some(f) => Ok(Some(
-                    f.evaluate(batch)?
-                        .into_array(batch.num_rows())?
-                        .as_boolean()
-                        .clone(),
-                )),
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(batch.num_rows())?)),
                 None => Ok(None),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<_>>()?;
         let mut outputs = Vec::new();
         for assignment in assignments {
             let pick = |arrays: &[ArrayRef]| -> Result<Vec<ArrayRef>> {
                 match &assignment.rows {
-                    WindowRows::All => Ok(arrays.to_vec()),
-                    WindowRows::Slice { offset, len } => {
-                        Ok(arrays.iter().map(|a| a.slice(*offset, *len)).collect())
-                    }
-                    WindowRows::Take(indices) => arrays
+                    None => Ok(arrays.to_vec()),
+                    Some(rows) => arrays
                         .iter()
-                        .map(|a| Ok(take(a.as_ref(), indices, None)?))
+                        .map(|a| Ok(take(a.as_ref(), rows, None)?))
                         .collect(),
                 }
             };
-            let rows = match &assignment.rows {
-                WindowRows::All => batch.num_rows(),
-                WindowRows::Slice { len, .. } => *len,
-                WindowRows::Take(indices) => indices.len(),
+            let rows = assignment
+                .rows
+                .as_ref()
+                .map_or(batch.num_rows(), |r| r.len());
+            if rows == 0 {
+                continue;
+            }
+            let window_column = match &assignment.starts {
+                Some(starts) => Some(self.window_column(starts)?),
+                None => None,
             };
-            let window_keys = pick(&keys)?;
-            let window_arguments = arguments
+            let mut table_keys: Vec<ArrayRef> = window_column.iter().cloned().collect();
+            table_keys.extend(pick(&keys)?);
+            let arguments = arguments
                 .iter()
                 .map(|a| pick(a))
                 .collect::<Result<Vec<_>>>()?;
-            let window_filters = filters
+            let filters = filters
                 .iter()
                 .map(|f| match f {
-                    Some(f) => {
-                        let picked = pick(&[Arc::new(f.clone()) as ArrayRef])?;
-                        Ok(Some(picked[0].as_boolean().clone()))
-                    }
+                    Some(f) => Ok(Some(pick(std::slice::from_ref(f))?[0].as_boolean().clone())),
                     None => Ok(None),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            if let Some(output) = self.update_window(
-                assignment.start,
-                &window_keys,
-                &window_arguments,
-                &window_filters,
+            if let Some(output) = self.update(
+                assignment.starts.as_ref(),
+                table_keys,
+                &arguments,
+                &filters,
                 rows,
             )? {
                 outputs.push(output);
@@ -573,117 +583,130 @@ impl AggregateState {
         self.combine(outputs)
     }
 
-    fn update_window(
+    /// Window starts as the output's window column type.
+    fn window_column(&self, starts: &Int64Array) -> Result<ArrayRef> {
+        let position = self.window.as_ref().map_or(0, |w| w.position);
+        Ok(cast(starts, self.schema.field(position).data_type())?)
+    }
+
+    /// Folds one assignment's rows into the table; returns the changelog rows, if any.
+    fn update(
         &mut self,
-        start: i64,
-        keys: &[ArrayRef],
+        starts: Option<&Int64Array>,
+        table_keys: Vec<ArrayRef>,
         arguments: &[Vec<ArrayRef>],
         filters: &[Option<BooleanArray>],
         rows: usize,
     ) -> Result<Option<RecordBatch>> {
-        if !self.windows.contains_key(&start) {
-            self.metrics.windows_opened.add(1);
-            let window = match self.spare.pop() {
-                Some(window) => window,
-                None => OpenWindow {
-                    groups: WindowGroups::try_new(&self.key_schema, &self.aggregates)?,
-                    running: self.running_template.clone(),
-                },
-            };
-            self.windows.insert(start, window);
-        }
-        let Some(window) = self.windows.get_mut(&start) else {
-            return internal_err!("window {start} vanished");
-        };
-        match (self.emit, &mut window.running) {
+        let output = match (self.emit, &mut self.running) {
             (AggregateEmit::ChangesPerRecord, Some(running)) => {
-                window.groups.intern(keys, rows)?;
-                let groups = window.groups.len();
-                let values =
-                    running.update(window.groups.last_group_ids(rows), groups, arguments)?;
-                Ok(Some(self.output_batch(
-                    start,
-                    keys.to_vec(),
-                    values,
-                    rows,
-                )?))
+                self.table.intern(&table_keys, rows)?;
+                let groups = self.table.len();
+                let values = running.update(self.table.last_group_ids(rows), groups, arguments)?;
+                Some(self.output_batch(table_keys, values, rows)?)
             }
             (AggregateEmit::ChangesPerBatch, _) => {
-                window.groups.update(keys, arguments, filters, rows)?;
-                let (rows_of_groups, values) = window.groups.snapshot_changed(rows)?;
-                let changed_keys = keys
+                self.table.update(&table_keys, arguments, filters, rows)?;
+                let (last_rows, values) = self.table.snapshot_changed(rows)?;
+                let changed_keys = table_keys
                     .iter()
-                    .map(|k| Ok(take(k.as_ref(), &rows_of_groups, None)?))
+                    .map(|k| Ok(take(k.as_ref(), &last_rows, None)?))
                     .collect::<Result<Vec<_>>>()?;
-                let count = rows_of_groups.len();
-                Ok(Some(self.output_batch(
-                    start,
-                    changed_keys,
-                    values,
-                    count,
-                )?))
+                let changed = last_rows.len();
+                Some(self.output_batch(changed_keys, values, changed)?)
             }
             _ => {
-                window.groups.update(keys, arguments, filters, rows)?;
-                Ok(None)
+                self.table.update(&table_keys, arguments, filters, rows)?;
+                None
+            }
+        };
+        if let Some(starts) = starts {
+            // Group ids are handed out in order of first appearance: a row whose id is the
+            // next unused one created its group.
+            let ids = self.table.last_group_ids(rows);
+            for (id, start) in ids.iter().zip(starts.values().iter()) {
+                if *id == self.group_windows.len() {
+                    self.group_windows.push_back(*start);
+                    if *start > self.newest_window {
+                        self.newest_window = *start;
+                        self.metrics.windows_opened.add(1);
+                    }
+                }
             }
         }
+        Ok(output)
     }
 
-    /// Moves the watermark; emits (EMIT FINAL) or drops the windows it closes.
+    /// Moves the watermark; emits (EMIT FINAL) or forgets the groups of the windows it closes.
     fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.watermark = self.watermark.max(watermark);
-        let closed: Vec<i64> = self
-            .windows
-            .keys()
-            .copied()
-            .take_while(|start| {
-                self.closes_at(*start) <= self.watermark || self.watermark == i64::MAX
-            })
-            .collect();
-        let mut outputs = Vec::new();
-        for start in closed {
-            let Some(mut window) = self.windows.remove(&start) else {
-                continue;
-            };
-            self.metrics.windows_emitted.add(1);
-            let rows = window.groups.len();
-            // Emitting empties the state, which is then kept for a later window.
-            let (keys, values) = window.groups.emit()?;
-            if self.emit == AggregateEmit::Final && rows > 0 {
-                outputs.push(self.output_batch(start, keys, values, rows)?);
+        let closing = if self.window.is_none() || self.watermark == i64::MAX {
+            if self.watermark == i64::MAX {
+                self.table.len()
+            } else {
+                0
             }
-            if let Some(running) = &mut window.running {
-                running.clear();
-            }
-            if self.spare.len() < MAX_SPARE_WINDOWS {
-                self.spare.push(window);
-            }
+        } else {
+            self.group_windows
+                .iter()
+                .take_while(|start| self.closes_at(**start) <= self.watermark)
+                .count()
+        };
+        if closing == 0 {
+            return Ok(None);
         }
+        let emit_to = if closing >= self.table.len() {
+            EmitTo::All
+        } else {
+            EmitTo::First(closing)
+        };
+        let mut closed_windows: Vec<i64> = self
+            .group_windows
+            .drain(..closing.min(self.group_windows.len()))
+            .collect();
+        closed_windows.dedup();
+        self.metrics.windows_emitted.add(closed_windows.len());
+        let (keys, values) = match &mut self.running {
+            Some(running) => {
+                running.drop_first(closing);
+                (self.table.emit_keys(emit_to)?, Vec::new())
+            }
+            None => self.table.emit(emit_to)?,
+        };
+        let output = if self.emit == AggregateEmit::Final {
+            vec![self.output_batch(keys, values, closing)?]
+        } else {
+            Vec::new()
+        };
         self.report_state();
-        self.combine(outputs)
+        self.combine(output)
     }
 
-    /// A batch of the output schema: the group columns (the window key holding `start`) and
-    /// the aggregate `values`.
+    /// A batch of the output schema from the table's key columns (the window start first,
+    /// if windowed) and the aggregate `values`.
     fn output_batch(
         &self,
-        start: i64,
-        keys: Vec<ArrayRef>,
+        table_keys: Vec<ArrayRef>,
         values: Vec<ArrayRef>,
         rows: usize,
     ) -> Result<RecordBatch> {
         let mut columns = Vec::with_capacity(self.schema.fields().len());
-        let mut keys = keys.into_iter();
+        let mut keys = table_keys.into_iter();
+        let window_column = match &self.window {
+            Some(_) => keys.next(),
+            None => None,
+        };
+        let mut window_column = window_column;
         let groups = self.schema.fields().len() - values.len();
         for position in 0..groups {
-            if self.window.as_ref().map(|w| w.position) == Some(position) {
-                let starts = Int64Array::from_value(start, rows);
-                columns.push(cast(&starts, self.schema.field(position).data_type())?);
-            } else if let Some(key) = keys.next() {
-                columns.push(key);
+            let column = if self.window.as_ref().map(|w| w.position) == Some(position) {
+                window_column.take()
             } else {
-                return internal_err!("missing group column {position}");
+                keys.next()
+            };
+            match column {
+                Some(column) => columns.push(column),
+                None => return internal_err!("missing group column {position}"),
             }
         }
         for (value, field) in values
@@ -696,8 +719,12 @@ impl AggregateState {
                 cast(&value, field.data_type())?
             });
         }
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
-        Ok(batch)
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.schema),
+            columns,
+            &options,
+        )?)
     }
 
     fn combine(&self, outputs: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
@@ -713,14 +740,11 @@ impl AggregateState {
     }
 
     fn report_state(&self) {
-        let (bytes, groups) = self.windows.values().fold((0, 0), |(bytes, groups), w| {
-            (
-                bytes + w.groups.size() + w.running.as_ref().map_or(0, |r| r.size()),
-                groups + w.groups.len(),
-            )
-        });
+        let bytes = self.table.size()
+            + self.running.as_ref().map_or(0, |r| r.size())
+            + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.metrics.state_bytes.set(bytes);
-        self.metrics.groups.set(groups);
+        self.metrics.groups.set(self.table.len());
     }
 }
 
@@ -729,23 +753,4 @@ fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<
         .iter()
         .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
         .collect()
-}
-
-impl WindowGroups {
-    /// For per-batch changes after an update of `rows` rows: the last row of each group the
-    /// update touched (to take its keys from), and those groups' current aggregates.
-    pub(crate) fn snapshot_changed(&mut self, rows: usize) -> Result<(UInt32Array, Vec<ArrayRef>)> {
-        let ids = self.last_group_ids(rows);
-        let mut last_row = vec![None; self.len()];
-        for (row, group) in ids.iter().enumerate() {
-            last_row[*group] = Some(row as u32);
-        }
-        let (groups, rows): (Vec<u32>, Vec<u32>) = last_row
-            .iter()
-            .enumerate()
-            .filter_map(|(g, row)| row.map(|r| (g as u32, r)))
-            .unzip();
-        let values = self.current_values(&UInt32Array::from(groups))?;
-        Ok((UInt32Array::from(rows), values))
-    }
 }
