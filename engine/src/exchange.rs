@@ -10,6 +10,11 @@
 //! input records its progress only after its rows are in the channels, and a channel keeps
 //! the order of sends, every row older than `w` is ahead of `Watermark(w)` in every output.
 //!
+//! Inputs are kept aligned in event time: an input whose own watermark runs more than two
+//! batches' worth of event time ahead of the combined watermark waits for the others. Without
+//! that, one fast source partition would fill the consumers' state with windows that cannot
+//! close until the slowest partition catches up.
+//!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
 
@@ -31,7 +36,7 @@ use freshet_partitioner::{Router, RoutingStrategy};
 use futures::stream::BoxStream;
 use futures::{StreamExt, future};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
@@ -147,7 +152,9 @@ impl StreamExchangeExec {
         let watermarks = Arc::new(Mutex::new(Progress {
             tracker: WatermarkTracker::new(inputs, delay),
             sent: i64::MIN,
+            drift_limit: 0,
         }));
+        let advanced = Arc::new(Notify::new());
         let mut tasks = Vec::with_capacity(inputs);
         for input in 0..inputs {
             let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
@@ -158,6 +165,7 @@ impl StreamExchangeExec {
                 router,
                 senders: senders.clone(),
                 watermarks: Arc::clone(&watermarks),
+                advanced: Arc::clone(&advanced),
                 event_time: self.event_time,
             };
             tasks.push(SpawnedTask::spawn(task.run()));
@@ -169,10 +177,13 @@ impl StreamExchangeExec {
     }
 }
 
-/// The combined watermark and the last one sent.
+/// The combined watermark, the last one sent, and how far in event time an input may run
+/// ahead of it.
 struct Progress {
     tracker: WatermarkTracker,
     sent: i64,
+    /// Twice the largest event-time span of one batch seen so far.
+    drift_limit: i64,
 }
 
 impl Progress {
@@ -193,6 +204,8 @@ struct InputTask {
     router: Router,
     senders: Vec<mpsc::Sender<Message>>,
     watermarks: Arc<Mutex<Progress>>,
+    /// Woken whenever the combined watermark rises or an input ends.
+    advanced: Arc<Notify>,
     event_time: Option<EventTime>,
 }
 
@@ -207,6 +220,7 @@ impl InputTask {
                     progress.tracker.finish(self.input);
                     progress.advance()
                 };
+                self.advanced.notify_waiters();
                 if let Some(watermark) = watermark {
                     broadcast(&senders, || Ok(StreamMessage::Watermark(watermark))).await;
                 }
@@ -225,9 +239,12 @@ impl InputTask {
         let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
-            let newest = match &self.event_time {
-                Some(event_time) => event_time.max_in(&batch)?,
-                None => None,
+            let (newest, span) = match &self.event_time {
+                Some(event_time) => match event_time.range_in(&batch)? {
+                    Some((oldest, newest)) => (Some(newest), newest.saturating_sub(oldest)),
+                    None => (None, 0),
+                },
+                None => (None, 0),
             };
             for (output, piece) in self.router.route(batch)? {
                 // A closed channel means its consumer stopped reading; the others go on.
@@ -239,14 +256,39 @@ impl InputTask {
                 let watermark = {
                     let mut progress = self.watermarks.lock();
                     progress.tracker.observe(self.input, newest);
+                    progress.drift_limit = progress.drift_limit.max(span.saturating_mul(2));
                     progress.advance()
                 };
                 if let Some(watermark) = watermark {
+                    self.advanced.notify_waiters();
                     broadcast(&self.senders, || Ok(StreamMessage::Watermark(watermark))).await;
                 }
+                self.wait_for_slower_inputs().await;
             }
         }
         Ok(())
+    }
+
+    /// Waits while this input is further ahead of the combined watermark than the drift
+    /// limit allows.
+    async fn wait_for_slower_inputs(&self) {
+        loop {
+            let woken = self.advanced.notified();
+            {
+                let progress = self.watermarks.lock();
+                let ahead = match (
+                    progress.tracker.input(self.input),
+                    progress.tracker.watermark(),
+                ) {
+                    (Some(mine), Some(combined)) => mine.saturating_sub(combined),
+                    _ => 0,
+                };
+                if ahead <= progress.drift_limit {
+                    return;
+                }
+            }
+            woken.await;
+        }
     }
 }
 

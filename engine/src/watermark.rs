@@ -8,7 +8,7 @@
 //! every input has finished.
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
-use datafusion::arrow::compute::{cast, max};
+use datafusion::arrow::compute::{cast, max, min};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
@@ -31,11 +31,11 @@ pub struct EventTime {
 }
 
 impl EventTime {
-    /// The largest event time in `batch`, if it has any non-null one.
-    pub fn max_in(&self, batch: &RecordBatch) -> Result<Option<i64>> {
-        Ok(max(
-            event_times(batch.column(self.column))?.as_primitive::<Int64Type>()
-        ))
+    /// The smallest and largest event times in `batch`, if it has any non-null one.
+    pub fn range_in(&self, batch: &RecordBatch) -> Result<Option<(i64, i64)>> {
+        let times = event_times(batch.column(self.column))?;
+        let times = times.as_primitive::<Int64Type>();
+        Ok(min(times).zip(max(times)))
     }
 }
 
@@ -73,6 +73,11 @@ impl WatermarkTracker {
     /// Input `input` has ended.
     pub fn finish(&mut self, input: usize) {
         self.inputs[input] = Some(i64::MAX);
+    }
+
+    /// Input `input`'s own watermark (`i64::MAX` once finished), if it has seen a record.
+    pub fn input(&self, input: usize) -> Option<i64> {
+        self.inputs.get(input).copied().flatten()
     }
 
     /// The combined watermark; `None` while some running input has seen no record.
