@@ -29,6 +29,8 @@ impl Router {
     ) -> Result<Self> {
         let timer = metrics::Time::new();
         let kind = match strategy {
+            // One output: nothing to route, and no reason to hash or copy.
+            _ if outputs <= 1 => RouterKind::Fixed(0),
             RoutingStrategy::Hash(keys) => RouterKind::Partitioner(
                 BatchPartitioner::new_hash_partitioner(keys.clone(), outputs, timer)?,
             ),

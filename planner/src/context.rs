@@ -164,8 +164,11 @@ impl StreamingContext {
     /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
         let streaming = rewrite(sql, &|table| self.event_times.read().get(table).cloned())?;
-        let mut state = self.ctx.state();
-        if streaming.emit != EmitMode::Default {
+        let frame = if streaming.emit == EmitMode::Default {
+            self.ctx.sql(&streaming.sql).await?
+        } else {
+            // EMIT applies to this query only: plan it on a copy of the session state.
+            let mut state = self.ctx.state();
             let extensions = &mut state.config_mut().options_mut().extensions;
             if extensions.get::<FreshetOptions>().is_none() {
                 extensions.insert(FreshetOptions::default());
@@ -177,10 +180,10 @@ impl StreamingContext {
                 }
                 .to_string();
             }
-        }
-        let frame = SessionContext::new_with_state(state)
-            .sql(&streaming.sql)
-            .await?;
+            SessionContext::new_with_state(state)
+                .sql(&streaming.sql)
+                .await?
+        };
         let task_ctx = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         Ok(StreamingQuery::new(plan, task_ctx))
