@@ -47,12 +47,17 @@ impl StreamingContext {
 
     /// A context over a session built from `config`, with Freshet installed.
     pub fn with_config(config: SessionConfig) -> Self {
-        let state = install(
+        Self::with_state_builder(
             SessionStateBuilder::new()
                 .with_config(config)
                 .with_default_features(),
         )
-        .build();
+    }
+
+    /// A context over the session `builder` builds (its runtime, memory limit, functions…),
+    /// with Freshet installed.
+    pub fn with_state_builder(builder: SessionStateBuilder) -> Self {
+        let state = install(builder).build();
         Self {
             ctx: SessionContext::new_with_state(state),
             event_times: Arc::default(),

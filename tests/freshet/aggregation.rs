@@ -356,3 +356,37 @@ async fn windows_close_on_the_watermark_of_an_endless_stream() {
         "{counts:?}"
     );
 }
+
+#[tokio::test]
+async fn state_beyond_the_memory_limit_is_a_clean_error() {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::prelude::SessionConfig;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(256 * 1024, 1.0)
+        .build_arc()
+        .unwrap();
+    let ctx = StreamingContext::with_state_builder(
+        SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_target_partitions(1))
+            .with_runtime_env(runtime)
+            .with_default_features(),
+    );
+    // 200 000 distinct keys in one changelog aggregation: far more state than 256 KiB.
+    let mut spec = GeneratorSpec::new(GeneratorKind::Orders, Some(200_000));
+    spec.customers = 200_000;
+    ctx.register_generator("orders", spec, StreamOptions::default())
+        .unwrap();
+    let query = ctx
+        .sql("SELECT order_id, COUNT(*) AS n FROM orders GROUP BY order_id EMIT CHANGES")
+        .await
+        .unwrap();
+    let error = query
+        .execute_merged()
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("WindowAggregateExec[0]"), "{error}");
+}

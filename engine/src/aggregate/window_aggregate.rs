@@ -31,6 +31,7 @@ use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -284,8 +285,10 @@ impl ExecutionPlan for WindowAggregateExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let reservation = MemoryConsumer::new(format!("WindowAggregateExec[{partition}]"))
+            .register(context.memory_pool());
         let messages = self.exchange()?.execute_messages(partition, context)?;
-        let state = AggregateState::try_new(self, partition)?;
+        let state = AggregateState::try_new(self, partition, reservation)?;
         let schema = Arc::clone(&self.schema);
         // The state machine: fold messages into the state until one produces output; at the
         // end of the input the watermark becomes +infinity and every window closes.
@@ -373,6 +376,8 @@ struct AggregateState {
     watermark: i64,
     late_records: LateRecords,
     metrics: AggregateMetrics,
+    /// The state's bytes, accounted in the session's memory pool.
+    reservation: MemoryReservation,
 }
 
 /// Rows of a batch assigned to windows: their window starts and, when not every row of the
@@ -383,7 +388,11 @@ struct Assignment {
 }
 
 impl AggregateState {
-    fn try_new(exec: &WindowAggregateExec, partition: usize) -> Result<Self> {
+    fn try_new(
+        exec: &WindowAggregateExec,
+        partition: usize,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
         let input_schema = exec.input.schema();
         let window_position = exec.window.as_ref().map(|w| w.position);
         let keys: Vec<(usize, &GroupExpr)> = exec
@@ -428,6 +437,7 @@ impl AggregateState {
             watermark: i64::MIN,
             late_records: exec.late_records.clone(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
+            reservation,
         })
     }
 
@@ -579,7 +589,7 @@ impl AggregateState {
                 outputs.push(output);
             }
         }
-        self.report_state();
+        self.report_state()?;
         self.combine(outputs)
     }
 
@@ -678,7 +688,7 @@ impl AggregateState {
         } else {
             Vec::new()
         };
-        self.report_state();
+        self.report_state()?;
         self.combine(output)
     }
 
@@ -739,12 +749,15 @@ impl AggregateState {
         Ok(batch)
     }
 
-    fn report_state(&self) {
+    /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
+    /// this fails, naming the operator and partition.
+    fn report_state(&mut self) -> Result<()> {
         let bytes = self.table.size()
             + self.running.as_ref().map_or(0, |r| r.size())
             + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.metrics.state_bytes.set(bytes);
         self.metrics.groups.set(self.table.len());
+        self.reservation.try_resize(bytes)
     }
 }
 
