@@ -134,9 +134,9 @@ fn streaming_aggregate(
                 })
                 .collect::<Result<Vec<ScalarValue>>>()?;
             let spec = WindowSpec::from_call(name, &durations, &time_type)?;
-            if let WindowSpec::Session { .. } = spec {
+            if let (WindowSpec::Session { .. }, true) = (spec, changes) {
                 return plan_err!(
-                    "SESSION windows are not supported yet; use TUMBLING or HOPPING windows"
+                    "EMIT CHANGES is not supported on SESSION windows yet (sessions merge as records arrive); use EMIT FINAL"
                 );
             }
             Some(WindowKey {

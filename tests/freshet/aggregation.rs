@@ -390,3 +390,35 @@ async fn state_beyond_the_memory_limit_is_a_clean_error() {
         .to_string();
     assert!(error.contains("WindowAggregateExec[0]"), "{error}");
 }
+
+/// Sessions in batch SQL: a new session where the gap to the key's previous record is
+/// reached, numbered by a running sum.
+const SESSIONS_BATCH: &str = "WITH marked AS (
+        SELECT *, CASE WHEN ts - LAG(ts) OVER (PARTITION BY k1 ORDER BY ts) < INTERVAL '3 seconds' THEN 0 ELSE 1 END AS fresh
+        FROM t),
+    numbered AS (
+        SELECT *, SUM(fresh) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS session_id
+        FROM marked)
+    SELECT k1, MIN(ts) AS window_start, COUNT(*) AS n, SUM(q) AS total FROM numbered GROUP BY k1, session_id";
+
+#[tokio::test]
+async fn session_windows_equal_gap_splitting_in_batch_sql() {
+    for seed in 0..3 {
+        // Sparse keys: a key's records are ~5 s apart on average, so 3 s gaps split often.
+        let mut stream = RandomStream::new(seed)
+            .rows(2_000)
+            .keys(50)
+            .disorder_ms(1_500);
+        stream.null_key_fraction = 0.0;
+        for streaming in [
+            "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
+            "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY session(ts, INTERVAL '3' SECOND), k1",
+        ] {
+            Differential::new(streaming, SESSIONS_BATCH)
+                .table(random_table(&stream))
+                .run()
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        }
+    }
+}

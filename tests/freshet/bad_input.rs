@@ -301,13 +301,13 @@ async fn malformed_window_clause_says_where() {
 }
 
 #[tokio::test]
-async fn session_windows_are_refused_until_supported() {
+async fn session_windows_with_emit_changes_are_refused() {
     let error = market_error(
-        "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW SESSION (trade_time, INTERVAL '30' SECOND)",
+        "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW SESSION (trade_time, INTERVAL '30' SECOND) EMIT CHANGES",
     )
     .await;
     assert!(
-        error.contains("SESSION windows are not supported yet"),
+        error.contains("EMIT CHANGES is not supported on SESSION windows"),
         "{error}"
     );
 }

@@ -4,6 +4,7 @@
 mod groups;
 mod late;
 mod running;
+mod sessions;
 mod window_aggregate;
 
 pub use groups::GroupTable;

@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, concat_batches, take};
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take};
 use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -50,6 +50,7 @@ use futures::StreamExt;
 use super::groups::GroupTable;
 use super::late::LateRecords;
 use super::running::RunningAggregates;
+use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::watermark::{StreamMessage, event_times};
 use crate::window::{WindowSpec, window_starts};
@@ -378,6 +379,8 @@ struct AggregateState {
     metrics: AggregateMetrics,
     /// The state's bytes, accounted in the session's memory pool.
     reservation: MemoryReservation,
+    /// Session windows: the rows of open sessions.
+    sessions: Option<SessionBuffer>,
 }
 
 /// Rows of a batch assigned to windows: their window starts and, when not every row of the
@@ -438,6 +441,10 @@ impl AggregateState {
             late_records: exec.late_records.clone(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
             reservation,
+            sessions: match exec.window.as_ref().map(|w| w.spec) {
+                Some(WindowSpec::Session { .. }) => Some(SessionBuffer::new(input_schema)),
+                _ => None,
+            },
         })
     }
 
@@ -529,6 +536,11 @@ impl AggregateState {
             return Ok(None);
         }
         self.metrics.records_in.add(batch.num_rows());
+        if self.sessions.is_some() {
+            self.buffer_sessions(batch)?;
+            self.report_state()?;
+            return Ok(None);
+        }
         let assignments = self.assign(batch)?;
         let keys = evaluate(&self.key_exprs, batch)?;
         let arguments = self
@@ -650,6 +662,9 @@ impl AggregateState {
     /// Moves the watermark; emits (EMIT FINAL) or forgets the groups of the windows it closes.
     fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.watermark = self.watermark.max(watermark);
+        if self.sessions.is_some() {
+            return self.close_sessions();
+        }
         let closing = if self.window.is_none() || self.watermark == i64::MAX {
             if self.watermark == i64::MAX {
                 self.table.len()
@@ -690,6 +705,80 @@ impl AggregateState {
         };
         self.report_state()?;
         self.combine(output)
+    }
+
+    /// Buffers the rows of `batch` that can still join an open session; drops and counts
+    /// rows without an event time and rows whose session would already have closed.
+    fn buffer_sessions(&mut self, batch: &RecordBatch) -> Result<()> {
+        let (Some(window), Some(sessions)) = (&self.window, &mut self.sessions) else {
+            return Ok(());
+        };
+        let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
+        let times = event_times(&time)?;
+        let times = times.as_primitive::<Int64Type>();
+        let length = window.spec.size().saturating_add(self.allowed_lateness);
+        let watermark = self.watermark;
+        let keep: BooleanArray = times
+            .iter()
+            .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) > watermark)))
+            .collect();
+        let late: BooleanArray = times
+            .iter()
+            .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) <= watermark)))
+            .collect();
+        let late_rows = late.true_count();
+        self.metrics.null_time_dropped.add(times.null_count());
+        self.metrics.late_dropped.add(late_rows);
+        if late_rows > 0 {
+            self.late_records.send(batch, &late)?;
+        }
+        sessions.push(filter_record_batch(batch, &keep)?);
+        Ok(())
+    }
+
+    /// Aggregates and emits the sessions the watermark has closed.
+    fn close_sessions(&mut self) -> Result<Option<RecordBatch>> {
+        let (Some(window), Some(sessions)) = (&self.window, &mut self.sessions) else {
+            return Ok(None);
+        };
+        let gap = window.spec.size();
+        let (watermark, lateness) = (self.watermark, self.allowed_lateness);
+        let closed = sessions.take_closed(&window.time, &self.key_exprs, gap, |last| {
+            watermark == i64::MAX || last.saturating_add(gap).saturating_add(lateness) <= watermark
+        })?;
+        let Some(closed) = closed else {
+            self.report_state()?;
+            return Ok(None);
+        };
+        let rows = closed.rows.num_rows();
+        let mut table_keys = vec![self.window_column(&closed.starts)?];
+        table_keys.extend(evaluate(&self.key_exprs, &closed.rows)?);
+        let arguments = self
+            .argument_exprs
+            .iter()
+            .map(|exprs| evaluate(exprs, &closed.rows))
+            .collect::<Result<Vec<_>>>()?;
+        let filters = self
+            .filter_exprs
+            .iter()
+            .map(|f| match f {
+                Some(f) => Ok(Some(
+                    f.evaluate(&closed.rows)?
+                        .into_array(rows)?
+                        .as_boolean()
+                        .clone(),
+                )),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.table.update(&table_keys, &arguments, &filters, rows)?;
+        let groups = self.table.len();
+        let (keys, values) = self.table.emit(EmitTo::All)?;
+        self.metrics.windows_emitted.add(groups);
+        self.metrics.windows_opened.add(groups);
+        let output = self.output_batch(keys, values, groups)?;
+        self.report_state()?;
+        self.combine(vec![output])
     }
 
     /// A batch of the output schema from the table's key columns (the window start first,
@@ -753,6 +842,7 @@ impl AggregateState {
     /// this fails, naming the operator and partition.
     fn report_state(&mut self) -> Result<()> {
         let bytes = self.table.size()
+            + self.sessions.as_ref().map_or(0, |s| s.size())
             + self.running.as_ref().map_or(0, |r| r.size())
             + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.metrics.state_bytes.set(bytes);
