@@ -86,8 +86,8 @@ impl SessionBuffer {
             .collect::<Result<_>>()?;
         let sorted_times = take(times.as_ref(), &order, None)?;
         let sorted_times = sorted_times.as_primitive::<Int64Type>().values();
-        let key_runs = if keys.is_empty() {
-            vec![0..rows]
+        let key_runs: Vec<std::ops::Range<usize>> = if keys.is_empty() {
+            std::iter::once(0..rows).collect()
         } else {
             partition(&sorted_keys)?.ranges()
         };
