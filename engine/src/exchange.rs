@@ -38,6 +38,7 @@ use futures::{StreamExt, future};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
+use crate::plan_util::single_child;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
 type Message = Result<StreamMessage>;
@@ -355,14 +356,12 @@ impl ExecutionPlan for StreamExchangeExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return internal_err!("StreamExchangeExec takes one child, got {}", children.len());
-        }
+        let child = single_child("StreamExchangeExec", children)?;
         Ok(Arc::new(Self::try_new(
-            children.swap_remove(0),
+            child,
             self.strategy.clone(),
             self.outputs,
             self.event_time,

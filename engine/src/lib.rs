@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod duration;
 pub mod exchange;
 pub mod options;
+mod plan_util;
 pub mod sink;
 pub mod source;
 pub mod watermark;

@@ -52,6 +52,7 @@ use super::late::LateRecords;
 use super::running::RunningAggregates;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
+use crate::plan_util::single_child;
 use crate::watermark::{StreamMessage, event_times};
 use crate::window::{WindowSpec, window_starts};
 
@@ -248,17 +249,12 @@ impl ExecutionPlan for WindowAggregateExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return internal_err!(
-                "WindowAggregateExec takes one child, got {}",
-                children.len()
-            );
-        }
+        let child = single_child("WindowAggregateExec", children)?;
         let mut exec = Self::try_new(
-            children.swap_remove(0),
+            child,
             self.group_by.clone(),
             self.aggregates.clone(),
             self.filters.clone(),

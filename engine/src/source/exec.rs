@@ -13,8 +13,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Partitioning, PhysicalExpr};
@@ -28,6 +28,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::options::{Pacing, StreamOptions};
+use crate::plan_util::single_child;
 
 /// The source operator of a stream; see the module documentation.
 #[derive(Debug)]
@@ -184,14 +185,12 @@ impl ExecutionPlan for StreamSourceExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return internal_err!("StreamSourceExec takes one child, got {}", children.len());
-        }
+        let child = single_child("StreamSourceExec", children)?;
         Ok(Arc::new(Self::try_new(
-            children.swap_remove(0),
+            child,
             &self.table,
             &self.options,
             self.bounded,
