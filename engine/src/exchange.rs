@@ -50,6 +50,8 @@ pub struct StreamExchangeExec {
     strategy: RoutingStrategy,
     outputs: usize,
     event_time: Option<EventTime>,
+    /// Why this strategy, for EXPLAIN (e.g. "auto: source partitioned by the keys").
+    reason: String,
     properties: Arc<PlanProperties>,
     running: Arc<Mutex<Option<Running>>>,
 }
@@ -95,9 +97,16 @@ impl StreamExchangeExec {
             strategy,
             outputs,
             event_time,
+            reason: String::new(),
             properties: Arc::new(properties),
             running: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Records why the strategy was chosen, for EXPLAIN.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = reason.into();
+        self
     }
 
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
@@ -308,6 +317,9 @@ impl DisplayAs for StreamExchangeExec {
             self.input.output_partitioning().partition_count(),
             self.outputs
         )?;
+        if !self.reason.is_empty() {
+            write!(f, " ({})", self.reason)?;
+        }
         if let Some(event_time) = &self.event_time {
             write!(
                 f,
@@ -360,12 +372,10 @@ impl ExecutionPlan for StreamExchangeExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let child = single_child("StreamExchangeExec", children)?;
-        Ok(Arc::new(Self::try_new(
-            child,
-            self.strategy.clone(),
-            self.outputs,
-            self.event_time,
-        )?))
+        Ok(Arc::new(
+            Self::try_new(child, self.strategy.clone(), self.outputs, self.event_time)?
+                .with_reason(self.reason.clone()),
+        ))
     }
 
     fn with_new_children(

@@ -157,17 +157,14 @@ fn streaming_aggregate(
         .filter(|(i, _)| Some(*i) != window.as_ref().map(|w| w.position))
         .map(|(_, (e, _))| Arc::clone(e))
         .collect();
-    let strategy = if keys.is_empty() {
-        RoutingStrategy::FanIn
-    } else {
-        RoutingStrategy::Hash(keys)
-    };
+    let (strategy, reason) = choose_strategy(&options.partitioning_strategy, keys, &input)?;
     let exchange = StreamExchangeExec::try_new(
         input,
         strategy,
         config.execution.target_partitions,
         event_time,
-    )?;
+    )?
+    .with_reason(reason);
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(
             &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms as i64)),
@@ -194,6 +191,83 @@ fn streaming_aggregate(
         aggregate.schema(),
     )?;
     Ok(Some(Arc::new(streaming)))
+}
+
+/// The exchange strategy feeding a keyed aggregation, and why: the user's choice (query
+/// option or session setting) when it gives correct results, else the automatic one.
+fn choose_strategy(
+    setting: &str,
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    input: &Arc<dyn ExecutionPlan>,
+) -> Result<(RoutingStrategy, String)> {
+    let key_names: Vec<&str> = keys
+        .iter()
+        .filter_map(|k| k.downcast_ref::<Column>().map(|c| c.name()))
+        .collect();
+    let mut sources: Vec<(String, Vec<String>)> = Vec::new();
+    input.apply(|node| {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+            sources.push((
+                source.table().to_string(),
+                source.options().partitioned_by.clone(),
+            ));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    // Sticky keeps each source partition whole: right only when every source is already
+    // partitioned by (a subset of) the keys.
+    let unpartitioned: Vec<&str> = sources
+        .iter()
+        .filter(|(_, by)| by.is_empty() || !by.iter().all(|c| key_names.contains(&c.as_str())))
+        .map(|(table, _)| table.as_str())
+        .collect();
+    let sticky_valid = !keys.is_empty()
+        && key_names.len() == keys.len()
+        && !sources.is_empty()
+        && unpartitioned.is_empty();
+    let keys_text = key_names.join(", ");
+    Ok(match setting {
+        "" if sticky_valid => (
+            RoutingStrategy::Sticky,
+            "auto: the source is partitioned by the keys".to_string(),
+        ),
+        "" | "fan_in" if keys.is_empty() => (
+            RoutingStrategy::FanIn,
+            format!(
+                "{}: no keys, one stream",
+                if setting.is_empty() { "auto" } else { "user" }
+            ),
+        ),
+        "" => (
+            RoutingStrategy::Hash(keys),
+            "auto: keyed aggregation".to_string(),
+        ),
+        "hash" if keys.is_empty() => (
+            RoutingStrategy::FanIn,
+            "user chose hash; without keys everything goes to one stream".to_string(),
+        ),
+        "hash" => (RoutingStrategy::Hash(keys), "user".to_string()),
+        "fan_in" => (RoutingStrategy::FanIn, "user".to_string()),
+        "sticky" if sticky_valid => (RoutingStrategy::Sticky, "user".to_string()),
+        "sticky" => {
+            return plan_err!(
+                "partitioning_strategy 'sticky' would give wrong results: stream {} is not declared partitioned by the GROUP BY keys ({keys_text}); register it with partitioned_by=<keys> or use 'hash'",
+                unpartitioned
+                    .first()
+                    .map_or("input".to_string(), |t| format!("'{t}'"))
+            );
+        }
+        "round_robin" => {
+            return plan_err!(
+                "partitioning_strategy 'round_robin' would give wrong results: it sends one key's rows to several streams; a GROUP BY needs 'hash' (or 'sticky' on a source partitioned by its keys)"
+            );
+        }
+        other => {
+            return plan_err!(
+                "unknown partitioning_strategy '{other}': expected hash, sticky, round_robin or fan_in"
+            );
+        }
+    })
 }
 
 /// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's

@@ -169,21 +169,31 @@ impl StreamingContext {
     /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
         let streaming = rewrite(sql, &|table| self.event_times.read().get(table).cloned())?;
-        let frame = if streaming.emit == EmitMode::Default {
+        let frame = if streaming.emit == EmitMode::Default && streaming.options.is_empty() {
             self.ctx.sql(&streaming.sql).await?
         } else {
-            // EMIT applies to this query only: plan it on a copy of the session state.
+            // EMIT and WITH (…) apply to this query only: plan it on a copy of the state.
             let mut state = self.ctx.state();
             let extensions = &mut state.config_mut().options_mut().extensions;
             if extensions.get::<FreshetOptions>().is_none() {
                 extensions.insert(FreshetOptions::default());
             }
             if let Some(options) = extensions.get_mut::<FreshetOptions>() {
-                options.emit = match streaming.emit {
-                    EmitMode::Changes => "changes",
-                    _ => "final",
+                match streaming.emit {
+                    EmitMode::Changes => options.emit = "changes".to_string(),
+                    EmitMode::Final => options.emit = "final".to_string(),
+                    EmitMode::Default => {}
                 }
-                .to_string();
+                for (key, value) in &streaming.options {
+                    match key.as_str() {
+                        "partitioning_strategy" => options.partitioning_strategy = value.clone(),
+                        _ => {
+                            return plan_err!(
+                                "unknown query option '{key}'; valid options: partitioning_strategy"
+                            );
+                        }
+                    }
+                }
             }
             SessionContext::new_with_state(state)
                 .sql(&streaming.sql)

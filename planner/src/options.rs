@@ -15,6 +15,10 @@ extensions_options! {
         /// How long after its end a window still accepts late records, in milliseconds of
         /// event time; EMIT FINAL waits this long before emitting a window.
         pub allowed_lateness_ms: u64, default = 0
+        /// How keyed streaming operators are fed: '' (chosen from the plan), 'hash',
+        /// 'sticky', 'round_robin' or 'fan_in'. A query's WITH ('partitioning_strategy' = …)
+        /// sets it for that query.
+        pub partitioning_strategy: String, default = String::new()
     }
 }
 

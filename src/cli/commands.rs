@@ -34,6 +34,16 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         Some(partitions) => StreamingContext::with_partitions(partitions),
         None => StreamingContext::new(),
     };
+    if let Some(strategy) = &args.strategy {
+        if !["hash", "sticky", "round_robin", "fan_in"].contains(&strategy.as_str()) {
+            return plan_err!(
+                "--strategy {strategy}: expected hash, sticky, round_robin or fan_in"
+            );
+        }
+        ctx.session()
+            .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
+            .await?;
+    }
     register_tables(
         &ctx,
         &args.tables,

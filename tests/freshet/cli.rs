@@ -170,3 +170,21 @@ fn every_record_is_counted_or_written_as_late() {
     assert!(late_rows > 0, "the data should have late records");
     assert_eq!(counted + late_rows, 3000);
 }
+
+#[test]
+fn explain_names_the_exchange_strategy_and_why() {
+    let plan = freshet_ok(&[
+        "explain",
+        "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol WINDOW TUMBLING (1m)",
+        "--partitions",
+        "2",
+        "--strategy",
+        "hash",
+    ]);
+    assert!(
+        plan.contains("StreamExchangeExec: strategy=hash([symbol@0]), partitions=2->2 (user)"),
+        "{plan}"
+    );
+    let line = crate::support::freshet_error(&["explain", "SELECT 1", "--strategy", "scatter"]);
+    assert!(line.contains("--strategy scatter"), "{line}");
+}

@@ -5,5 +5,6 @@ mod bad_input;
 mod cli;
 mod filters;
 mod oracle;
+mod partitioning;
 mod s0;
 mod support;

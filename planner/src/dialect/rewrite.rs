@@ -49,6 +49,8 @@ pub struct StreamingSql {
     pub emit: EmitMode,
     /// The window the query groups by, if any.
     pub window: Option<WindowKind>,
+    /// Query options from a trailing `WITH ('key' = 'value', …)`.
+    pub options: Vec<(String, String)>,
 }
 
 /// A window key call, e.g. `tumble(trade_time, INTERVAL '1' MINUTE)`.
@@ -63,15 +65,61 @@ struct WindowCall {
 /// Rewrites `sql`; `event_time_of(table)` gives a stream's declared event-time column for the
 /// shorthand forms that do not name one.
 pub fn rewrite(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Result<StreamingSql> {
-    let (sql, emit) = take_emit(sql)?;
-    let (sql, mut window) = rewrite_table_functions(&sql)?;
-    if window.is_none() {
-        let (rewritten, call) = rewrite_window_clause(&sql, event_time_of)?;
-        window = call;
-        let sql = rewritten;
-        return finish(sql, emit, window);
+    let (sql, options) = take_options(sql)?;
+    let (sql, emit) = take_emit(&sql)?;
+    let (sql, window) = rewrite_table_functions(&sql)?;
+    let (sql, window) = match window {
+        Some(window) => (sql, Some(window)),
+        None => rewrite_window_clause(&sql, event_time_of)?,
+    };
+    let mut streaming = finish(sql, emit, window)?;
+    streaming.options = options;
+    Ok(streaming)
+}
+
+/// Takes a trailing `WITH ('key' = 'value', …)` (the predecessor's query options) out of the
+/// query. A `WITH name AS (…)` common table expression is left alone.
+fn take_options(sql: &str) -> Result<(String, Vec<(String, String)>)> {
+    let tokens = tokenize(sql)?;
+    let depth = depths(&tokens);
+    let clause = (0..tokens.len()).rev().find(|&i| {
+        depth[i] == 0
+            && is_word(&tokens[i].token, "WITH")
+            && next_solid(&tokens, i + 1).is_some_and(|o| tokens[o].token == Token::LParen)
+            && previous_solid(&tokens, i).is_some()
+    });
+    let Some(with) = clause else {
+        return Ok((sql.to_string(), Vec::new()));
+    };
+    let Some(open) = next_solid(&tokens, with + 1) else {
+        return Ok((sql.to_string(), Vec::new()));
+    };
+    let close = matching_paren(&tokens, open)?;
+    let mut options = Vec::new();
+    for (start, end) in split_arguments(&tokens, open, close) {
+        let parts: Vec<&Token> = tokens[start..end]
+            .iter()
+            .map(|t| &t.token)
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect();
+        match parts.as_slice() {
+            [
+                Token::SingleQuotedString(key),
+                Token::Eq,
+                Token::SingleQuotedString(value),
+            ] => options.push((key.clone(), value.clone())),
+            _ => {
+                return plan_err!(
+                    "malformed query option at {}: expected WITH ('key' = 'value', …)",
+                    position(&tokens[start.min(tokens.len() - 1)])
+                );
+            }
+        }
     }
-    finish(sql, emit, window)
+    Ok((
+        format!("{}{}", text(&tokens[..with]), text(&tokens[close + 1..])),
+        options,
+    ))
 }
 
 fn finish(sql: String, emit: EmitMode, window: Option<WindowCall>) -> Result<StreamingSql> {
@@ -87,6 +135,7 @@ fn finish(sql: String, emit: EmitMode, window: Option<WindowCall>) -> Result<Str
         sql,
         emit,
         window: window.map(|w| w.kind),
+        options: Vec::new(),
     })
 }
 
@@ -728,6 +777,30 @@ mod tests {
         assert_eq!(out.emit, EmitMode::Changes);
         assert!(!out.sql.contains("EMIT"));
         assert!(rewrite("SELECT 1 EMIT CHANGES EMIT FINAL", &no_event_time).is_err());
+    }
+
+    #[test]
+    fn query_options_are_taken_out_and_ctes_left_alone() {
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, 1m) EMIT CHANGES WITH ('partitioning_strategy' = 'sticky')",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(
+            out.options,
+            vec![("partitioning_strategy".to_string(), "sticky".to_string())]
+        );
+        assert_eq!(out.emit, EmitMode::Changes);
+        assert!(!out.sql.contains("WITH"), "{}", out.sql);
+        let cte = "WITH x AS (SELECT 1 AS a) SELECT a FROM x";
+        assert_eq!(rewrite(cte, &no_event_time).unwrap().sql, cte);
+        assert!(
+            rewrite(
+                "SELECT 1 WITH (partitioning_strategy = sticky)",
+                &no_event_time
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -1,0 +1,155 @@
+//! Choosing how a keyed aggregation is fed: the user's `partitioning_strategy` when it gives
+//! correct results, else the automatic choice; every valid strategy gives the batch result.
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::expressions::col;
+use datafusion::prelude::SessionContext;
+use freshet::partitioner::{Router, RoutingStrategy};
+use freshet::testing::{RandomStream, compare_results};
+use freshet::{ReplaySource, StreamOptions, StreamingContext};
+use futures::TryStreamExt;
+
+const WINDOWED: &str = "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '7' SECOND)";
+const BATCH: &str = "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1, date_bin(INTERVAL '7 seconds', ts)";
+
+/// Random rows split over `partitions` source partitions by a hash of k1, in order.
+fn keyed_partitions(partitions: usize) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch>>) {
+    let batches = RandomStream::new(21)
+        .rows(3_000)
+        .disorder_ms(1_000)
+        .generate();
+    let key = col("k1", &RandomStream::schema()).unwrap();
+    let mut router = Router::try_new(&RoutingStrategy::Hash(vec![key]), 0, 1, partitions).unwrap();
+    let mut split = vec![Vec::new(); partitions];
+    for batch in &batches {
+        for (partition, piece) in router.route(batch.clone()).unwrap() {
+            split[partition].push(piece);
+        }
+    }
+    (batches, split)
+}
+
+fn context(partitions: usize, partitioned_by: &[&str]) -> (StreamingContext, Vec<RecordBatch>) {
+    let (batches, split) = keyed_partitions(partitions);
+    let ctx = StreamingContext::with_partitions(partitions);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_secs(1),
+        partitioned_by: partitioned_by.iter().map(|c| c.to_string()).collect(),
+        ..StreamOptions::default()
+    };
+    ctx.register_stream(
+        "t",
+        ReplaySource::Partitioned {
+            schema: RandomStream::schema(),
+            partitions: split,
+        },
+        options,
+    )
+    .unwrap();
+    (ctx, batches)
+}
+
+async fn batch_result(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    let ctx = SessionContext::new();
+    ctx.register_batch(
+        "t",
+        datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches).unwrap(),
+    )
+    .unwrap();
+    ctx.sql(BATCH).await.unwrap().collect().await.unwrap()
+}
+
+#[tokio::test]
+async fn every_valid_strategy_gives_the_batch_result() {
+    for partitions in [1, 2, 4] {
+        for strategy in ["hash", "sticky", "fan_in"] {
+            let (ctx, batches) = context(partitions, &["k1"]);
+            let sql = format!("{WINDOWED} WITH ('partitioning_strategy' = '{strategy}')");
+            let query = ctx.sql(&sql).await.unwrap();
+            let plan = query.explain();
+            assert!(
+                plan.contains(&format!(
+                    "strategy={}",
+                    if strategy == "hash" {
+                        "hash([k1@0])"
+                    } else {
+                        strategy
+                    }
+                )),
+                "{plan}"
+            );
+            assert!(plan.contains("(user"), "{plan}");
+            let actual: Vec<RecordBatch> =
+                query.execute_merged().unwrap().try_collect().await.unwrap();
+            compare_results(&batch_result(batches).await, &actual, false)
+                .unwrap_or_else(|e| panic!("{strategy} at {partitions} streams: {e}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn automatic_choice_keeps_a_source_partitioned_by_the_keys_sticky() {
+    let (ctx, _) = context(2, &["k1"]);
+    let plan = ctx.sql(WINDOWED).await.unwrap().explain();
+    assert!(
+        plan.contains(
+            "strategy=sticky, partitions=2->2 (auto: the source is partitioned by the keys)"
+        ),
+        "{plan}"
+    );
+    let (ctx, _) = context(2, &[]);
+    let plan = ctx.sql(WINDOWED).await.unwrap().explain();
+    assert!(plan.contains("(auto: keyed aggregation)"), "{plan}");
+}
+
+#[tokio::test]
+async fn strategies_that_would_give_wrong_results_are_refused() {
+    let (ctx, _) = context(2, &[]);
+    let error = ctx
+        .sql(&format!(
+            "{WINDOWED} WITH ('partitioning_strategy' = 'sticky')"
+        ))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("'sticky' would give wrong results") && error.contains("partitioned_by"),
+        "{error}"
+    );
+    let error = ctx
+        .sql(&format!(
+            "{WINDOWED} WITH ('partitioning_strategy' = 'round_robin')"
+        ))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("'round_robin' would give wrong results"),
+        "{error}"
+    );
+    let error = ctx
+        .sql(&format!(
+            "{WINDOWED} WITH ('partitioning_strategy' = 'random')"
+        ))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("unknown partitioning_strategy 'random'"),
+        "{error}"
+    );
+    let error = ctx
+        .sql(&format!("{WINDOWED} WITH ('parallelism' = '4')"))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("unknown query option 'parallelism'"),
+        "{error}"
+    );
+}
