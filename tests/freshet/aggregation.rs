@@ -422,3 +422,16 @@ async fn session_windows_equal_gap_splitting_in_batch_sql() {
         }
     }
 }
+
+#[tokio::test]
+async fn ordered_windowed_results_match_datafusion() {
+    Differential::new(
+        "SELECT window_start, symbol, COUNT(*) AS n, MAX(price) AS top FROM market_data GROUP BY symbol WINDOW TUMBLING (1m) ORDER BY window_start, symbol",
+        "SELECT date_bin(INTERVAL '1 minute', trade_time) AS window_start, symbol, COUNT(*) AS n, MAX(price) AS top FROM market_data GROUP BY symbol, date_bin(INTERVAL '1 minute', trade_time) ORDER BY window_start, symbol",
+    )
+    .table(market_data(20_000, 1_000, 2_000))
+    .ordered()
+    .run()
+    .await
+    .unwrap();
+}
