@@ -100,7 +100,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub partitions: Vec<usize>,
     /// Timed runs per engine; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// A small, fast run (200k records, one timed run): a smoke test, not a measurement.
     #[arg(long)]
