@@ -500,7 +500,7 @@ impl AggregateState {
                 let starts = if j == 0 {
                     latest.clone()
                 } else {
-                    latest.unary(|s| s - j * slide)
+                    latest.unary(|s| s.wrapping_sub(j * slide))
                 };
                 let all_open =
                     starts.null_count() == 0 && starts.values().iter().all(|s| *s > closed_through);

@@ -10,8 +10,25 @@ use super::spec::time_unit_type;
 use crate::watermark::event_times;
 
 /// The start of the window of length `size` (aligned to `offset`) each event time falls in.
+///
+/// Consecutive records mostly share a window, so the last window is remembered and the
+/// division only paid when a record leaves it.
 pub fn window_starts(times: &Int64Array, size: i64, offset: i64) -> Int64Array {
-    times.unary(|t| t - (t - offset).rem_euclid(size))
+    let mut start = i64::MIN;
+    let mut end = i64::MIN;
+    let starts: Vec<i64> = times
+        .values()
+        .iter()
+        .map(|&t| {
+            if t < start || t >= end {
+                // Wrapping: absurd times (or null slots) must not panic.
+                start = t.wrapping_sub(t.wrapping_sub(offset).rem_euclid(size));
+                end = start.saturating_add(size);
+            }
+            start
+        })
+        .collect();
+    Int64Array::new(starts.into(), times.nulls().cloned())
 }
 
 /// [`window_starts`] over an event-time column of any supported type; the result has the
@@ -26,6 +43,17 @@ pub fn window_starts_array(column: &ArrayRef, size: i64, offset: i64) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_windows_give_the_same_starts_as_dividing() {
+        let times: Vec<i64> = (0..10_000i64)
+            .map(|i| i * 997 - (i * 7_919) % 5_000 - 2_000_000)
+            .collect();
+        let starts = window_starts(&Int64Array::from(times.clone()), 60_000, 5);
+        for (t, s) in times.iter().zip(starts.values()) {
+            assert_eq!(*s, t - (t - 5).rem_euclid(60_000), "time {t}");
+        }
+    }
 
     #[test]
     fn starts_are_epoch_aligned_and_floor_negative_times() {
