@@ -22,7 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec, WindowKey};
+use freshet_engine::aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};
 use freshet_engine::window::{WindowSpec, duration_in_unit};
 use freshet_engine::{EventTime, StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
@@ -180,16 +180,16 @@ fn streaming_aggregate(
             return plan_err!("freshet.changes_per = '{other}': expected 'record' or 'batch'");
         }
     };
-    let streaming = WindowAggregateExec::try_new(
-        Arc::new(exchange),
-        group_by.expr().to_vec(),
-        raw.aggr_expr().to_vec(),
-        raw.filter_expr().to_vec(),
+    let spec = AggregateSpec {
+        group_by: group_by.expr().to_vec(),
+        aggregates: raw.aggr_expr().to_vec(),
+        filters: raw.filter_expr().to_vec(),
         window,
         emit,
         allowed_lateness,
-        aggregate.schema(),
-    )?;
+        schema: aggregate.schema(),
+    };
+    let streaming = WindowAggregateExec::try_new(Arc::new(exchange), spec)?;
     Ok(Some(Arc::new(streaming)))
 }
 

@@ -3,7 +3,7 @@
 
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 
-use crate::support::{freshet_error, gen_orders};
+use crate::support::{freshet_error, gen_orders, planning_error};
 
 fn orders_context() -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
@@ -14,13 +14,6 @@ fn orders_context() -> StreamingContext {
     )
     .unwrap();
     ctx
-}
-
-async fn planning_error(ctx: &StreamingContext, sql: &str) -> String {
-    match ctx.sql(sql).await {
-        Ok(_) => panic!("`{sql}` should not plan"),
-        Err(e) => e.to_string(),
-    }
 }
 
 #[tokio::test]

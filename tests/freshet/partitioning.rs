@@ -9,6 +9,8 @@ use freshet::testing::{RandomStream, compare_results};
 use freshet::{ReplaySource, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
+use crate::support::planning_error;
+
 const WINDOWED: &str = "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '7' SECOND)";
 const BATCH: &str = "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1, date_bin(INTERVAL '7 seconds', ts)";
 
@@ -106,48 +108,34 @@ async fn automatic_choice_keeps_a_source_partitioned_by_the_keys_sticky() {
 #[tokio::test]
 async fn strategies_that_would_give_wrong_results_are_refused() {
     let (ctx, _) = context(2, &[]);
-    let error = ctx
-        .sql(&format!(
-            "{WINDOWED} WITH ('partitioning_strategy' = 'sticky')"
-        ))
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let error = planning_error(
+        &ctx,
+        &format!("{WINDOWED} WITH ('partitioning_strategy' = 'sticky')"),
+    )
+    .await;
     assert!(
         error.contains("'sticky' would give wrong results") && error.contains("partitioned_by"),
         "{error}"
     );
-    let error = ctx
-        .sql(&format!(
-            "{WINDOWED} WITH ('partitioning_strategy' = 'round_robin')"
-        ))
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let error = planning_error(
+        &ctx,
+        &format!("{WINDOWED} WITH ('partitioning_strategy' = 'round_robin')"),
+    )
+    .await;
     assert!(
         error.contains("'round_robin' would give wrong results"),
         "{error}"
     );
-    let error = ctx
-        .sql(&format!(
-            "{WINDOWED} WITH ('partitioning_strategy' = 'random')"
-        ))
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let error = planning_error(
+        &ctx,
+        &format!("{WINDOWED} WITH ('partitioning_strategy' = 'random')"),
+    )
+    .await;
     assert!(
         error.contains("unknown partitioning_strategy 'random'"),
         "{error}"
     );
-    let error = ctx
-        .sql(&format!("{WINDOWED} WITH ('parallelism' = '4')"))
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let error = planning_error(&ctx, &format!("{WINDOWED} WITH ('parallelism' = '4')")).await;
     assert!(
         error.contains("unknown query option 'parallelism'"),
         "{error}"

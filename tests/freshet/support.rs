@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use freshet::StreamingContext;
+
 /// Runs the `freshet` binary with `args`.
 pub fn freshet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_freshet"))
@@ -48,4 +50,12 @@ pub fn gen_orders(path: &Path, records: &str, extra: &[&str]) {
     ];
     args.extend(extra);
     freshet_ok(&args);
+}
+
+/// The planning error of `sql` on `ctx`; fails the test if it plans.
+pub async fn planning_error(ctx: &StreamingContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Ok(_) => panic!("`{sql}` should not plan"),
+        Err(e) => e.to_string(),
+    }
 }

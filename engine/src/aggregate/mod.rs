@@ -10,4 +10,4 @@ mod window_aggregate;
 pub use groups::GroupTable;
 pub use late::LateRecords;
 pub use running::RunningAggregates;
-pub use window_aggregate::{AggregateEmit, WindowAggregateExec, WindowKey};
+pub use window_aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};

@@ -80,56 +80,51 @@ pub enum AggregateEmit {
     ChangesPerBatch,
 }
 
+/// What a streaming aggregation computes: DataFusion's lowered GROUP BY and aggregates, the
+/// window, when it emits, and its output schema.
+#[derive(Debug, Clone)]
+pub struct AggregateSpec {
+    /// GROUP BY expressions over the input, with their output names.
+    pub group_by: Vec<GroupExpr>,
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    pub window: Option<WindowKey>,
+    pub emit: AggregateEmit,
+    /// How long after a window's end late records still update it, in event-time units.
+    pub allowed_lateness: i64,
+    /// The schema of DataFusion's single-phase aggregate for the same query.
+    pub schema: SchemaRef,
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct WindowAggregateExec {
     input: Arc<dyn ExecutionPlan>,
-    /// GROUP BY expressions over the input, with their output names.
-    group_by: Vec<GroupExpr>,
-    aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    window: Option<WindowKey>,
-    emit: AggregateEmit,
-    /// How long after a window's end late records still update it, in event-time units.
-    allowed_lateness: i64,
-    schema: SchemaRef,
+    spec: AggregateSpec,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     late_records: LateRecords,
 }
 
 impl WindowAggregateExec {
-    /// An aggregation over `input` (a [`StreamExchangeExec`]) producing `schema`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn try_new(
-        input: Arc<dyn ExecutionPlan>,
-        group_by: Vec<GroupExpr>,
-        aggregates: Vec<Arc<AggregateFunctionExpr>>,
-        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        window: Option<WindowKey>,
-        emit: AggregateEmit,
-        allowed_lateness: i64,
-        schema: SchemaRef,
-    ) -> Result<Self> {
+    /// The aggregation `spec` over `input` (a [`StreamExchangeExec`]).
+    pub fn try_new(input: Arc<dyn ExecutionPlan>, mut spec: AggregateSpec) -> Result<Self> {
         if input.downcast_ref::<StreamExchangeExec>().is_none() {
             return internal_err!(
                 "WindowAggregateExec reads a StreamExchangeExec, got {}",
                 input.name()
             );
         }
-        if schema.fields().len() != group_by.len() + aggregates.len() {
+        if spec.schema.fields().len() != spec.group_by.len() + spec.aggregates.len() {
             return internal_err!(
                 "WindowAggregateExec: schema does not fit the GROUP BY and aggregates"
             );
         }
-        let emit = match emit {
-            AggregateEmit::ChangesPerRecord
-                if RunningAggregates::plan(&aggregates, &filters, &input.schema()).is_none() =>
-            {
-                AggregateEmit::ChangesPerBatch
-            }
-            other => other,
-        };
+        if spec.emit == AggregateEmit::ChangesPerRecord
+            && RunningAggregates::plan(&spec.aggregates, &spec.filters, &input.schema()).is_none()
+        {
+            spec.emit = AggregateEmit::ChangesPerBatch;
+        }
         let boundedness = match input.boundedness() {
             Boundedness::Bounded => Boundedness::Bounded,
             Boundedness::Unbounded { .. } => Boundedness::Unbounded {
@@ -139,20 +134,14 @@ impl WindowAggregateExec {
         // Keys are routed by the exchange, but its hash expressions name input columns, not
         // this operator's output: the output partitioning is only a partition count.
         let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
+            EquivalenceProperties::new(Arc::clone(&spec.schema)),
             Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
             EmissionType::Incremental,
             boundedness,
         );
         Ok(Self {
             input,
-            group_by,
-            aggregates,
-            filters,
-            window,
-            emit,
-            allowed_lateness,
-            schema,
+            spec,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records: LateRecords::default(),
@@ -167,11 +156,11 @@ impl WindowAggregateExec {
 
     /// The emit mode in effect (per-record changes fall back to per batch without kernels).
     pub fn emit(&self) -> AggregateEmit {
-        self.emit
+        self.spec.emit
     }
 
     pub fn window(&self) -> Option<&WindowKey> {
-        self.window.as_ref()
+        self.spec.window.as_ref()
     }
 
     fn exchange(&self) -> Result<&StreamExchangeExec> {
@@ -185,17 +174,18 @@ impl WindowAggregateExec {
 impl DisplayAs for WindowAggregateExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let keys: Vec<&str> = self
+            .spec
             .group_by
             .iter()
             .map(|(_, name)| name.as_str())
             .collect();
-        let aggregates: Vec<&str> = self.aggregates.iter().map(|a| a.name()).collect();
+        let aggregates: Vec<&str> = self.spec.aggregates.iter().map(|a| a.name()).collect();
         write!(f, "WindowAggregateExec: ")?;
-        match &self.window {
+        match &self.spec.window {
             Some(window) => write!(f, "window={:?}, ", window.spec)?,
             None => write!(f, "window=none, ")?,
         }
-        let emit = match self.emit {
+        let emit = match self.spec.emit {
             AggregateEmit::Final => "final (when the window closes)",
             AggregateEmit::ChangesPerRecord => "changes (one row per input record)",
             AggregateEmit::ChangesPerBatch => {
@@ -205,7 +195,7 @@ impl DisplayAs for WindowAggregateExec {
         write!(
             f,
             "emit={emit}, allowed_lateness={}, gby=[{}], aggr=[{}]",
-            self.allowed_lateness,
+            self.spec.allowed_lateness,
             keys.join(", "),
             aggregates.join(", ")
         )
@@ -234,11 +224,12 @@ impl ExecutionPlan for WindowAggregateExec {
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
         let expressions = self
+            .spec
             .group_by
             .iter()
             .map(|(e, _)| Arc::clone(e))
-            .chain(self.aggregates.iter().flat_map(|a| a.expressions()))
-            .chain(self.filters.iter().flatten().cloned());
+            .chain(self.spec.aggregates.iter().flat_map(|a| a.expressions()))
+            .chain(self.spec.filters.iter().flatten().cloned());
         for expression in expressions {
             if f(&expression)? == TreeNodeRecursion::Stop {
                 return Ok(TreeNodeRecursion::Stop);
@@ -253,16 +244,7 @@ impl ExecutionPlan for WindowAggregateExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let child = single_child("WindowAggregateExec", children)?;
-        let mut exec = Self::try_new(
-            child,
-            self.group_by.clone(),
-            self.aggregates.clone(),
-            self.filters.clone(),
-            self.window.clone(),
-            self.emit,
-            self.allowed_lateness,
-            Arc::clone(&self.schema),
-        )?;
+        let mut exec = Self::try_new(child, self.spec.clone())?;
         exec.late_records = self.late_records.clone();
         Ok(Arc::new(exec))
     }
@@ -286,7 +268,7 @@ impl ExecutionPlan for WindowAggregateExec {
             .register(context.memory_pool());
         let messages = self.exchange()?.execute_messages(partition, context)?;
         let state = AggregateState::try_new(self, partition, reservation)?;
-        let schema = Arc::clone(&self.schema);
+        let schema = Arc::clone(&self.spec.schema);
         // The state machine: fold messages into the state until one produces output; at the
         // end of the input the watermark becomes +infinity and every window closes.
         let outputs = futures::stream::unfold(Some((messages, state)), |running| async move {
@@ -393,8 +375,9 @@ impl AggregateState {
         reservation: MemoryReservation,
     ) -> Result<Self> {
         let input_schema = exec.input.schema();
-        let window_position = exec.window.as_ref().map(|w| w.position);
+        let window_position = exec.spec.window.as_ref().map(|w| w.position);
         let keys: Vec<(usize, &GroupExpr)> = exec
+            .spec
             .group_by
             .iter()
             .enumerate()
@@ -404,9 +387,10 @@ impl AggregateState {
         let table_fields = window_position
             .iter()
             .chain(keys.iter().map(|(i, _)| i))
-            .map(|i| exec.schema.field(*i).clone())
+            .map(|i| exec.spec.schema.field(*i).clone())
             .collect::<Vec<Field>>();
         let argument_exprs = exec
+            .spec
             .aggregates
             .iter()
             .map(|a| {
@@ -415,29 +399,32 @@ impl AggregateState {
                 arguments
             })
             .collect();
-        let running = match exec.emit {
+        let running = match exec.spec.emit {
             AggregateEmit::ChangesPerRecord => {
-                RunningAggregates::plan(&exec.aggregates, &exec.filters, &input_schema)
+                RunningAggregates::plan(&exec.spec.aggregates, &exec.spec.filters, &input_schema)
             }
             _ => None,
         };
         Ok(Self {
             key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
             argument_exprs,
-            filter_exprs: exec.filters.clone(),
-            table: GroupTable::try_new(&Arc::new(Schema::new(table_fields)), &exec.aggregates)?,
+            filter_exprs: exec.spec.filters.clone(),
+            table: GroupTable::try_new(
+                &Arc::new(Schema::new(table_fields)),
+                &exec.spec.aggregates,
+            )?,
             running,
             group_windows: VecDeque::new(),
             newest_window: i64::MIN,
-            window: exec.window.clone(),
-            emit: exec.emit,
-            allowed_lateness: exec.allowed_lateness,
-            schema: Arc::clone(&exec.schema),
+            window: exec.spec.window.clone(),
+            emit: exec.spec.emit,
+            allowed_lateness: exec.spec.allowed_lateness,
+            schema: Arc::clone(&exec.spec.schema),
             watermark: i64::MIN,
             late_records: exec.late_records.clone(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
             reservation,
-            sessions: match exec.window.as_ref().map(|w| w.spec) {
+            sessions: match exec.spec.window.as_ref().map(|w| w.spec) {
                 Some(WindowSpec::Session { .. }) => Some(SessionBuffer::new(input_schema)),
                 _ => None,
             },
