@@ -9,7 +9,9 @@
 pub mod aggregate;
 pub mod duration;
 pub mod exchange;
+mod message_loop;
 pub mod options;
+pub mod over;
 mod plan_util;
 pub mod sink;
 pub mod source;

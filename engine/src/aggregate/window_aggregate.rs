@@ -45,15 +45,15 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties, ReplaceChildrenOptions,
 };
-use futures::StreamExt;
 
 use super::groups::GroupTable;
 use super::late::LateRecords;
 use super::running::RunningAggregates;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
-use crate::plan_util::single_child;
-use crate::watermark::{StreamMessage, event_times};
+use crate::message_loop::{MessageHandler, drive};
+use crate::plan_util::{evaluate, single_child};
+use crate::watermark::event_times;
 use crate::window::{WindowSpec, window_starts};
 
 /// A GROUP BY expression over the input and its output name.
@@ -269,30 +269,7 @@ impl ExecutionPlan for WindowAggregateExec {
         let messages = self.exchange()?.execute_messages(partition, context)?;
         let state = AggregateState::try_new(self, partition, reservation)?;
         let schema = Arc::clone(&self.spec.schema);
-        // The state machine: fold messages into the state until one produces output; at the
-        // end of the input the watermark becomes +infinity and every window closes.
-        let outputs = futures::stream::unfold(Some((messages, state)), |running| async move {
-            let (mut messages, mut state) = running?;
-            loop {
-                let output = match messages.next().await {
-                    Some(Ok(StreamMessage::Batch(batch))) => state.process(&batch),
-                    Some(Ok(StreamMessage::Watermark(watermark))) => state.advance(watermark),
-                    Some(Err(e)) => return Some((Err(e), None)),
-                    None => {
-                        return match state.advance(i64::MAX) {
-                            Ok(Some(batch)) => Some((Ok(batch), None)),
-                            Ok(None) => None,
-                            Err(e) => Some((Err(e), None)),
-                        };
-                    }
-                };
-                match output {
-                    Ok(Some(batch)) => return Some((Ok(batch), Some((messages, state)))),
-                    Ok(None) => continue,
-                    Err(e) => return Some((Err(e), None)),
-                }
-            }
-        });
+        let outputs = drive(messages, state);
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, outputs)))
     }
 
@@ -834,9 +811,12 @@ impl AggregateState {
     }
 }
 
-fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-    exprs
-        .iter()
-        .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
-        .collect()
+impl MessageHandler for AggregateState {
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.process(batch)
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.advance(watermark)
+    }
 }

@@ -1,0 +1,412 @@
+//! [`FrameAggregate`]: SUM, AVG, COUNT, MIN and MAX over a ROWS frame that ends at the current
+//! row, per key, with O(1) amortized work per row whatever the frame length.
+//!
+//! A key keeps the values of its frame in a ring (only for a bounded frame). SUM and AVG keep
+//! a running sum that rows enter and leave; over floats it is Neumaier-compensated, and NaN and
+//! infinities are counted apart, so a value leaving the frame takes its effect with it and long
+//! streams stay within rounding of a fresh computation. MIN and MAX keep a monotonic deque of
+//! (position, value): the front is the extreme of the frame. Nulls are skipped, as SQL does;
+//! an aggregate over no non-null value is NULL (COUNT: 0). Integers are summed as `i64`
+//! (wrapping), floats as `f64`; NaN counts as larger than every number for MIN and MAX.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
+use datafusion::common::Result;
+
+/// Which aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameAggregateKind {
+    Sum,
+    Avg,
+    Count,
+    Min,
+    Max,
+}
+
+/// A number the kernels work on: `i64` or `f64`.
+pub trait FrameNumber:
+    datafusion::arrow::datatypes::ArrowNativeType + Copy + Default + Send + Sync + 'static
+{
+    type Arrow: ArrowPrimitiveType<Native = Self>;
+    fn total_cmp(&self, other: &Self) -> Ordering;
+}
+
+impl FrameNumber for i64 {
+    type Arrow = Int64Type;
+    fn total_cmp(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+}
+
+impl FrameNumber for f64 {
+    type Arrow = Float64Type;
+    fn total_cmp(&self, other: &Self) -> Ordering {
+        // NaN above everything, as DataFusion's MIN/MAX over floats.
+        match (self.is_nan(), other.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            (false, false) => f64::total_cmp(self, other),
+        }
+    }
+}
+
+/// A running sum that values enter and leave.
+pub trait RunningSum<T>: Default + Clone {
+    fn add(&mut self, value: T);
+    fn remove(&mut self, value: T);
+    fn value(&self) -> T;
+    fn as_f64(&self) -> f64;
+}
+
+/// A wrapping `i64` sum: exact under removal.
+#[derive(Debug, Default, Clone)]
+pub struct IntegerSum(i64);
+
+impl RunningSum<i64> for IntegerSum {
+    fn add(&mut self, value: i64) {
+        self.0 = self.0.wrapping_add(value);
+    }
+    fn remove(&mut self, value: i64) {
+        self.0 = self.0.wrapping_sub(value);
+    }
+    fn value(&self) -> i64 {
+        self.0
+    }
+    fn as_f64(&self) -> f64 {
+        self.0 as f64
+    }
+}
+
+/// A Neumaier-compensated `f64` sum of the finite values, with NaN and infinities counted.
+#[derive(Debug, Default, Clone)]
+pub struct FloatSum {
+    sum: f64,
+    compensation: f64,
+    nan: u64,
+    positive_infinity: u64,
+    negative_infinity: u64,
+}
+
+impl FloatSum {
+    fn add_finite(&mut self, value: f64) {
+        let total = self.sum + value;
+        if self.sum.abs() >= value.abs() {
+            self.compensation += (self.sum - total) + value;
+        } else {
+            self.compensation += (value - total) + self.sum;
+        }
+        self.sum = total;
+    }
+
+    fn count(&mut self, value: f64, step: i64) -> bool {
+        let counter = if value.is_nan() {
+            &mut self.nan
+        } else if value == f64::INFINITY {
+            &mut self.positive_infinity
+        } else if value == f64::NEG_INFINITY {
+            &mut self.negative_infinity
+        } else {
+            return false;
+        };
+        *counter = counter.wrapping_add_signed(step);
+        true
+    }
+}
+
+impl RunningSum<f64> for FloatSum {
+    fn add(&mut self, value: f64) {
+        if !self.count(value, 1) {
+            self.add_finite(value);
+        }
+    }
+    fn remove(&mut self, value: f64) {
+        if !self.count(value, -1) {
+            self.add_finite(-value);
+        }
+    }
+    fn value(&self) -> f64 {
+        match (self.nan, self.positive_infinity, self.negative_infinity) {
+            (0, 0, 0) => self.sum + self.compensation,
+            (0, _, 0) => f64::INFINITY,
+            (0, 0, _) => f64::NEG_INFINITY,
+            _ => f64::NAN,
+        }
+    }
+    fn as_f64(&self) -> f64 {
+        self.value()
+    }
+}
+
+/// One key's state.
+#[derive(Debug, Default, Clone)]
+struct KeyFrame<T, S> {
+    /// The frame's values, oldest first (bounded frames only).
+    values: VecDeque<Option<T>>,
+    sum: S,
+    non_null: u64,
+    /// MIN/MAX: (position, value), values strictly improving from back to front.
+    extremes: VecDeque<(u64, T)>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct FrameAggregate<T, S> {
+    kind: FrameAggregateKind,
+    /// Rows before the current one in the frame; `None`: unbounded.
+    preceding: Option<u64>,
+    keys: Vec<KeyFrame<T, S>>,
+}
+
+/// The two instantiations.
+pub type IntegerFrameAggregate = FrameAggregate<i64, IntegerSum>;
+pub type FloatFrameAggregate = FrameAggregate<f64, FloatSum>;
+
+impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
+    pub fn new(kind: FrameAggregateKind, preceding: Option<u64>) -> Self {
+        Self {
+            kind,
+            preceding,
+            keys: Vec::new(),
+        }
+    }
+
+    /// The aggregate over each row's frame: `values` (of `T`'s Arrow type) in processing
+    /// order, row `r` at position `positions[r]` of key `groups[r]`. SUM, MIN and MAX give
+    /// `T`, AVG `Float64`, COUNT `Int64`.
+    pub fn evaluate(
+        &mut self,
+        values: &ArrayRef,
+        groups: &[usize],
+        positions: &[u64],
+    ) -> Result<ArrayRef> {
+        let values = values.as_primitive::<T::Arrow>();
+        let rows = values.len();
+        let mut out_values: Vec<T> = Vec::with_capacity(rows);
+        let mut out_f64: Vec<f64> = Vec::new();
+        let mut out_count: Vec<i64> = Vec::new();
+        let mut valid: Vec<bool> = Vec::with_capacity(rows);
+        let maintain_sum = matches!(self.kind, FrameAggregateKind::Sum | FrameAggregateKind::Avg);
+        let extreme = match self.kind {
+            FrameAggregateKind::Min => Some(Ordering::Less),
+            FrameAggregateKind::Max => Some(Ordering::Greater),
+            _ => None,
+        };
+        let has_nulls = values.null_count() > 0;
+        for row in 0..rows {
+            let group = groups[row];
+            if group >= self.keys.len() {
+                self.keys.resize_with(group + 1, KeyFrame::default);
+            }
+            let key = &mut self.keys[group];
+            let position = positions[row];
+            let value = (!has_nulls || values.is_valid(row)).then(|| values.value(row));
+            if let Some(v) = value {
+                key.non_null += 1;
+                if maintain_sum {
+                    key.sum.add(v);
+                }
+                if let Some(better) = extreme {
+                    // Drop the values the new one beats: they can never be the extreme again.
+                    while key
+                        .extremes
+                        .back()
+                        .is_some_and(|(_, last)| v.total_cmp(last) != better.reverse())
+                    {
+                        key.extremes.pop_back();
+                    }
+                    key.extremes.push_back((position, v));
+                }
+            }
+            if let Some(preceding) = self.preceding {
+                key.values.push_back(value);
+                if key.values.len() as u64 > preceding + 1
+                    && let Some(Some(leaving)) = key.values.pop_front()
+                {
+                    key.non_null -= 1;
+                    if maintain_sum {
+                        key.sum.remove(leaving);
+                    }
+                }
+                let oldest = position.saturating_sub(preceding);
+                while key.extremes.front().is_some_and(|(p, _)| *p < oldest) {
+                    key.extremes.pop_front();
+                }
+            }
+            let present = key.non_null > 0;
+            match self.kind {
+                FrameAggregateKind::Sum => out_values.push(key.sum.value()),
+                FrameAggregateKind::Avg => out_f64.push(if present {
+                    key.sum.as_f64() / key.non_null as f64
+                } else {
+                    0.0
+                }),
+                FrameAggregateKind::Count => out_count.push(key.non_null as i64),
+                FrameAggregateKind::Min | FrameAggregateKind::Max => out_values.push(
+                    key.extremes
+                        .front()
+                        .map_or_else(T::default, |(_, value)| *value),
+                ),
+            }
+            valid.push(present);
+        }
+        let nulls = Some(NullBuffer::from(valid));
+        Ok(match self.kind {
+            FrameAggregateKind::Count => Arc::new(Int64Array::from(out_count)),
+            FrameAggregateKind::Avg => Arc::new(Float64Array::new(out_f64.into(), nulls)),
+            _ => Arc::new(PrimitiveArray::<T::Arrow>::new(out_values.into(), nulls)),
+        })
+    }
+
+    /// Forgets the keys `expired` marks, renumbering the others in order.
+    pub fn retain_keys(&mut self, expired: &[bool]) {
+        let mut keep = expired.iter().map(|e| !e);
+        self.keys.retain(|_| keep.next().unwrap_or(true));
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.keys.capacity() * std::mem::size_of::<KeyFrame<T, S>>()
+            + self
+                .keys
+                .iter()
+                .map(|k| {
+                    k.values.capacity() * std::mem::size_of::<Option<T>>()
+                        + k.extremes.capacity() * std::mem::size_of::<(u64, T)>()
+                })
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The aggregate of each row's frame computed afresh, for one key.
+    fn fresh(
+        kind: FrameAggregateKind,
+        values: &[Option<f64>],
+        preceding: usize,
+    ) -> Vec<Option<f64>> {
+        (0..values.len())
+            .map(|i| {
+                let frame: Vec<f64> = values[i.saturating_sub(preceding)..=i]
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .collect();
+                if frame.is_empty() {
+                    return (kind == FrameAggregateKind::Count).then_some(0.0);
+                }
+                Some(match kind {
+                    FrameAggregateKind::Sum => frame.iter().sum(),
+                    FrameAggregateKind::Avg => frame.iter().sum::<f64>() / frame.len() as f64,
+                    FrameAggregateKind::Count => frame.len() as f64,
+                    FrameAggregateKind::Min => frame
+                        .iter()
+                        .copied()
+                        .min_by(|a, b| FrameNumber::total_cmp(a, b))
+                        .unwrap_or_default(),
+                    FrameAggregateKind::Max => frame
+                        .iter()
+                        .copied()
+                        .max_by(|a, b| FrameNumber::total_cmp(a, b))
+                        .unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    fn same(a: Option<f64>, b: Option<f64>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-9 * a.abs().max(1.0)
+            }
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn sliding_float_aggregates_equal_a_fresh_computation() {
+        // NaN and infinities enter and leave the frame; a huge value leaves without a trace.
+        let mut values: Vec<Option<f64>> = (0..2_000)
+            .map(|i| match i % 97 {
+                0 => None,
+                13 => Some(f64::NAN),
+                29 => Some(f64::INFINITY),
+                31 => Some(f64::NEG_INFINITY),
+                _ => Some(((i * 7919) % 1000) as f64 / 7.0 - 50.0),
+            })
+            .collect();
+        values[500] = Some(1e300);
+        for preceding in [0usize, 1, 9, 99] {
+            for kind in [
+                FrameAggregateKind::Sum,
+                FrameAggregateKind::Avg,
+                FrameAggregateKind::Count,
+                FrameAggregateKind::Min,
+                FrameAggregateKind::Max,
+            ] {
+                let mut aggregate = FloatFrameAggregate::new(kind, Some(preceding as u64));
+                let expected = fresh(kind, &values, preceding);
+                // Two batches, to cross a batch boundary.
+                let mut got = Vec::new();
+                for range in [0..700, 700..values.len()] {
+                    let batch: ArrayRef =
+                        Arc::new(Float64Array::from(values[range.clone()].to_vec()));
+                    let positions: Vec<u64> = range.clone().map(|p| p as u64).collect();
+                    let out = aggregate
+                        .evaluate(&batch, &vec![0; positions.len()], &positions)
+                        .unwrap();
+                    for i in 0..out.len() {
+                        got.push(out.is_valid(i).then(|| match kind {
+                            FrameAggregateKind::Count => {
+                                out.as_primitive::<Int64Type>().value(i) as f64
+                            }
+                            _ => out.as_primitive::<Float64Type>().value(i),
+                        }));
+                    }
+                }
+                for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                    assert!(
+                        same(*g, *e),
+                        "{kind:?} preceding {preceding} row {i}: {g:?} vs {e:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_running_sum_and_min_per_key() {
+        let values: ArrayRef = Arc::new(Int64Array::from(vec![
+            Some(5),
+            Some(3),
+            None,
+            Some(4),
+            Some(1),
+        ]));
+        let groups = [0, 1, 0, 0, 1];
+        let positions = [0, 0, 1, 2, 1];
+        let mut sum = IntegerFrameAggregate::new(FrameAggregateKind::Sum, None);
+        let out = sum.evaluate(&values, &groups, &positions).unwrap();
+        assert_eq!(
+            out.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(),
+            vec![Some(5), Some(3), Some(5), Some(9), Some(4)]
+        );
+        let mut min = IntegerFrameAggregate::new(FrameAggregateKind::Min, Some(1));
+        let out = min.evaluate(&values, &groups, &positions).unwrap();
+        assert_eq!(
+            out.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(),
+            vec![Some(5), Some(3), Some(5), Some(4), Some(1)]
+        );
+    }
+}

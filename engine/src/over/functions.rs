@@ -1,0 +1,275 @@
+//! The window functions an [`OverWindowExec`](super::OverWindowExec) computes
+//! ([`OverFunction`], built by the planner from DataFusion's window expressions) and their
+//! per-key state ([`OverKernel`]), which turns a batch of rows in processing order into one
+//! output column.
+//!
+//! Every frame ends at the current row (ROWS … PRECEDING or UNBOUNDED PRECEDING … CURRENT
+//! ROW), so a row's results are known as soon as it is processed. A RANGE frame's current row
+//! takes in its peers (rows of the key with the same ORDER BY value): the row's result is the
+//! one computed at its last peer ([`fill_peers`]); the operator releases peers together.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array, new_null_array};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::{Result, ScalarValue, plan_err};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::frame_aggregate::{FloatFrameAggregate, FrameAggregateKind, IntegerFrameAggregate};
+use super::history::ValueHistory;
+use super::ranking::{Ranking, RankingKind};
+
+/// Where a frame starts; it always ends at the current row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameStart {
+    UnboundedPreceding,
+    /// `n PRECEDING`: the frame holds the current row and the `n` before it.
+    Preceding(u64),
+}
+
+/// What a window function computes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OverFunctionKind {
+    Ranking(RankingKind),
+    /// LAG(x, offset, default).
+    Lag {
+        offset: u64,
+        default: ScalarValue,
+    },
+    FirstValue,
+    LastValue,
+    /// NTH_VALUE(x, n), n ≥ 1.
+    NthValue(u64),
+    Aggregate(FrameAggregateKind),
+}
+
+/// One window function of a query.
+#[derive(Debug, Clone)]
+pub struct OverFunction {
+    pub kind: OverFunctionKind,
+    /// The value argument (none for the rankings; COUNT(*) counts a literal).
+    pub argument: Option<Arc<dyn PhysicalExpr>>,
+    pub frame: FrameStart,
+    /// RANGE frame: the current row's peers are in its frame.
+    pub peers: bool,
+    /// The output column.
+    pub field: FieldRef,
+}
+
+/// How SUM/AVG/MIN/MAX/COUNT compute over an argument type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NumberClass {
+    Integer,
+    Float,
+}
+
+impl NumberClass {
+    fn of(data_type: &DataType) -> Option<Self> {
+        use DataType::*;
+        match data_type {
+            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Some(Self::Integer),
+            Timestamp(_, _) | Date64 | Duration(_) | Time64(_) => Some(Self::Integer),
+            Float16 | Float32 | Float64 => Some(Self::Float),
+            _ => None,
+        }
+    }
+
+    fn arrow_type(self) -> DataType {
+        match self {
+            Self::Integer => DataType::Int64,
+            Self::Float => DataType::Float64,
+        }
+    }
+}
+
+impl OverFunction {
+    /// Checks that the operator can compute this function over `argument_type`.
+    pub fn validate(&self, argument_type: Option<&DataType>) -> Result<()> {
+        let name = self.field.name();
+        if let (OverFunctionKind::Aggregate(kind), Some(data_type)) = (&self.kind, argument_type)
+            && *kind != FrameAggregateKind::Count
+            && NumberClass::of(data_type).is_none()
+        {
+            return plan_err!(
+                "{name}: streaming {kind:?} over a window takes integer, float or timestamp values, not {data_type}; cast the argument (e.g. CAST(x AS DOUBLE))"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The state of one function: see the module documentation.
+#[derive(Debug)]
+pub enum OverKernel {
+    Ranking(Ranking),
+    /// LAG, FIRST_VALUE, NTH_VALUE: an earlier row's value.
+    Lookback {
+        history: ValueHistory,
+        default: Option<ArrayRef>,
+    },
+    /// LAST_VALUE over a frame ending at the current row: the row's own value.
+    Current,
+    Integer(IntegerFrameAggregate),
+    Float(FloatFrameAggregate),
+    /// COUNT(x) of a type the numeric kernels do not take: only x's nulls matter.
+    Count(IntegerFrameAggregate),
+}
+
+impl OverKernel {
+    pub fn try_new(function: &OverFunction, argument_type: Option<&DataType>) -> Result<Self> {
+        function.validate(argument_type)?;
+        let preceding = match function.frame {
+            FrameStart::UnboundedPreceding => None,
+            FrameStart::Preceding(n) => Some(n),
+        };
+        Ok(match &function.kind {
+            OverFunctionKind::Ranking(kind) => Self::Ranking(Ranking::new(*kind)),
+            OverFunctionKind::Lag { offset, default } => Self::Lookback {
+                history: ValueHistory::new(*offset as usize, None),
+                default: (!default.is_null())
+                    .then(|| default.to_array())
+                    .transpose()?,
+            },
+            OverFunctionKind::FirstValue => Self::Lookback {
+                history: match preceding {
+                    None => ValueHistory::new(0, Some(0)),
+                    Some(n) => ValueHistory::new(n as usize, None),
+                },
+                default: None,
+            },
+            OverFunctionKind::NthValue(n) => Self::Lookback {
+                history: match preceding {
+                    None => ValueHistory::new(0, Some(n - 1)),
+                    Some(p) => ValueHistory::new(p.saturating_sub(n - 1) as usize, None),
+                },
+                default: None,
+            },
+            OverFunctionKind::LastValue => Self::Current,
+            OverFunctionKind::Aggregate(kind) => match argument_type.and_then(NumberClass::of) {
+                Some(NumberClass::Integer) => {
+                    Self::Integer(IntegerFrameAggregate::new(*kind, preceding))
+                }
+                Some(NumberClass::Float) => Self::Float(FloatFrameAggregate::new(*kind, preceding)),
+                None => Self::Count(IntegerFrameAggregate::new(*kind, preceding)),
+            },
+        })
+    }
+
+    /// The function's output for rows in processing order: row `r` is at position
+    /// `positions[r]` of key `groups[r]` with ORDER BY value `times[r]`; `argument` is the
+    /// evaluated argument.
+    pub fn evaluate(
+        &mut self,
+        function: &OverFunction,
+        argument: Option<&ArrayRef>,
+        groups: &[usize],
+        positions: &[u64],
+        times: &[i64],
+    ) -> Result<ArrayRef> {
+        let output_type = function.field.data_type();
+        let argument = || match argument {
+            Some(argument) => Ok(argument),
+            None => plan_err!("{} needs an argument", function.field.name()),
+        };
+        let output = match self {
+            Self::Ranking(ranking) => ranking.evaluate(groups, positions, times),
+            Self::Current => Arc::clone(argument()?),
+            Self::Lookback { history, default } => {
+                let values = argument()?;
+                let default = match default {
+                    Some(default) => cast(default, values.data_type())?,
+                    None => new_null_array(values.data_type(), 1),
+                };
+                let target = lookback_target(function);
+                history.gather(values, groups, positions, &default, target)?
+            }
+            Self::Integer(aggregate) => {
+                let values = cast(argument()?, &NumberClass::Integer.arrow_type())?;
+                aggregate.evaluate(&values, groups, positions)?
+            }
+            Self::Float(aggregate) => {
+                let values = cast(argument()?, &NumberClass::Float.arrow_type())?;
+                aggregate.evaluate(&values, groups, positions)?
+            }
+            Self::Count(aggregate) => {
+                let values = argument()?;
+                let validity: ArrayRef = Arc::new(Int64Array::new(
+                    vec![0; values.len()].into(),
+                    values.logical_nulls(),
+                ));
+                aggregate.evaluate(&validity, groups, positions)?
+            }
+        };
+        let output = if function.peers {
+            fill_peers(&output, groups, times)?
+        } else {
+            output
+        };
+        if output.data_type() == output_type {
+            Ok(output)
+        } else {
+            Ok(cast(&output, output_type)?)
+        }
+    }
+
+    /// Forgets the keys `expired` marks, renumbering the others in order.
+    pub fn retain_keys(&mut self, expired: &[bool]) {
+        match self {
+            Self::Ranking(ranking) => ranking.retain_keys(expired),
+            Self::Lookback { history, .. } => history.retain_keys(expired),
+            Self::Current => {}
+            Self::Integer(aggregate) | Self::Count(aggregate) => aggregate.retain_keys(expired),
+            Self::Float(aggregate) => aggregate.retain_keys(expired),
+        }
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        match self {
+            Self::Ranking(ranking) => ranking.size(),
+            Self::Lookback { history, .. } => history.size(),
+            Self::Current => 0,
+            Self::Integer(aggregate) | Self::Count(aggregate) => aggregate.size(),
+            Self::Float(aggregate) => aggregate.size(),
+        }
+    }
+}
+
+/// The position whose value a lookback function returns for the row at `position`.
+fn lookback_target(function: &OverFunction) -> impl Fn(u64) -> Option<u64> + use<> {
+    let kind = function.kind.clone();
+    let frame = function.frame;
+    move |position| {
+        let frame_start = match frame {
+            FrameStart::UnboundedPreceding => 0,
+            FrameStart::Preceding(n) => position.saturating_sub(n),
+        };
+        match &kind {
+            OverFunctionKind::Lag { offset, .. } => position.checked_sub(*offset),
+            OverFunctionKind::FirstValue => Some(frame_start),
+            OverFunctionKind::NthValue(n) => Some(frame_start + n - 1).filter(|p| *p <= position),
+            _ => None,
+        }
+    }
+}
+
+/// Gives every row the result of its last peer (same key, same ORDER BY value) in the batch:
+/// a RANGE frame ending at the current row ends at its last peer.
+fn fill_peers(output: &ArrayRef, groups: &[usize], times: &[i64]) -> Result<ArrayRef> {
+    let groups_len = groups.iter().max().map_or(0, |g| g + 1);
+    // Per key, going backwards: the last row of the current run of peers.
+    let mut last_peer: Vec<Option<(i64, u32)>> = vec![None; groups_len];
+    let mut indices = vec![0u32; groups.len()];
+    for row in (0..groups.len()).rev() {
+        let slot = &mut last_peer[groups[row]];
+        indices[row] = match slot {
+            Some((time, last)) if *time == times[row] => *last,
+            _ => {
+                *slot = Some((times[row], row as u32));
+                row as u32
+            }
+        };
+    }
+    Ok(take(output.as_ref(), &UInt32Array::from(indices), None)?)
+}

@@ -1,0 +1,234 @@
+//! [`ValueHistory`]: the values of each key's latest rows, of any Arrow type, for the window
+//! functions that return an earlier row's value (LAG, FIRST_VALUE, NTH_VALUE).
+//!
+//! Values stay in the arrays they arrived in (segments); each key keeps the ids
+//! (segment, row) of its last `depth + 1` rows, and of the row at one fixed position (the
+//! first row for FIRST_VALUE, the n-th for NTH_VALUE) when asked to. A batch's
+//! results are gathered in one `interleave` over the segments, the batch itself and a default
+//! value. Segments are never copied row by row: when they hold more than twice the rows still
+//! referenced, the referenced rows are compacted into one new segment, so memory follows the
+//! live rows (keys × depth), not the input.
+
+use std::collections::VecDeque;
+
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::compute::interleave;
+use datafusion::common::Result;
+
+/// A row's value: `(segment, row)`; segment `segments.len()` is the batch being processed.
+type RowId = (u32, u32);
+
+/// Rows below which compaction is not worth its cost.
+const COMPACT_MIN_ROWS: usize = 16 * 1024;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct ValueHistory {
+    /// Rows kept per key before the current one.
+    depth: usize,
+    /// The position whose row each key keeps for good.
+    fixed: Option<u64>,
+    segments: Vec<ArrayRef>,
+    segment_rows: usize,
+    recent: Vec<VecDeque<RowId>>,
+    fixed_rows: Vec<Option<RowId>>,
+    /// Ids held in `recent` and `fixed_rows`.
+    live: usize,
+}
+
+impl ValueHistory {
+    /// Keeps each key's last `depth` rows before the current one, and its row at position
+    /// `fixed`.
+    pub fn new(depth: usize, fixed: Option<u64>) -> Self {
+        Self {
+            depth,
+            fixed,
+            ..Default::default()
+        }
+    }
+
+    /// For each row of `values` (row `r` is position `positions[r]` of key `groups[r]`), the
+    /// value at the position `target(position)` of the same key, or `default` (a one-row
+    /// array) when there is none. `target` never looks further back than `depth` rows, or it
+    /// names the `fixed` position.
+    pub fn gather(
+        &mut self,
+        values: &ArrayRef,
+        groups: &[usize],
+        positions: &[u64],
+        default: &ArrayRef,
+        target: impl Fn(u64) -> Option<u64>,
+    ) -> Result<ArrayRef> {
+        let current = self.segments.len() as u32;
+        let default_source = (current + 1) as usize;
+        let mut indices = Vec::with_capacity(groups.len());
+        for (row, (&group, &position)) in groups.iter().zip(positions).enumerate() {
+            if group >= self.recent.len() {
+                self.recent.resize_with(group + 1, VecDeque::new);
+                self.fixed_rows.resize(group + 1, None);
+            }
+            let id = (current, row as u32);
+            let recent = &mut self.recent[group];
+            recent.push_back(id);
+            self.live += 1;
+            if recent.len() > self.depth + 1 {
+                recent.pop_front();
+                self.live -= 1;
+            }
+            if self.fixed == Some(position) {
+                self.fixed_rows[group] = Some(id);
+                self.live += 1;
+            }
+            let source = target(position).and_then(|wanted| {
+                let back = (position - wanted) as usize;
+                if back < recent.len() {
+                    Some(recent[recent.len() - 1 - back])
+                } else if self.fixed == Some(wanted) {
+                    self.fixed_rows[group]
+                } else {
+                    None
+                }
+            });
+            indices.push(match source {
+                Some((segment, row)) => (segment as usize, row as usize),
+                None => (default_source, 0),
+            });
+        }
+        let mut sources: Vec<&dyn Array> = self.segments.iter().map(|s| s.as_ref()).collect();
+        sources.push(values.as_ref());
+        sources.push(default.as_ref());
+        let gathered = interleave(&sources, &indices)?;
+        self.segments.push(values.clone());
+        self.segment_rows += values.len();
+        if self.segment_rows > COMPACT_MIN_ROWS.max(2 * self.live) {
+            self.compact()?;
+        }
+        Ok(gathered)
+    }
+
+    /// Copies the referenced rows into one segment and renumbers the ids.
+    fn compact(&mut self) -> Result<()> {
+        let referenced: Vec<(usize, usize)> = self
+            .recent
+            .iter()
+            .flatten()
+            .chain(self.fixed_rows.iter().flatten())
+            .map(|&(segment, row)| (segment as usize, row as usize))
+            .collect();
+        let sources: Vec<&dyn Array> = self.segments.iter().map(|s| s.as_ref()).collect();
+        let compacted = interleave(&sources, &referenced)?;
+        let mut next = 0u32;
+        for id in self
+            .recent
+            .iter_mut()
+            .flatten()
+            .chain(self.fixed_rows.iter_mut().flatten())
+        {
+            *id = (0, next);
+            next += 1;
+        }
+        self.segment_rows = compacted.len();
+        self.segments = vec![compacted];
+        Ok(())
+    }
+
+    /// Forgets the keys `expired` marks, renumbering the others in order (`expired.len()` is
+    /// the number of keys before).
+    pub fn retain_keys(&mut self, expired: &[bool]) {
+        let mut keep = expired.iter().map(|e| !e);
+        self.recent.retain(|_| keep.next().unwrap_or(true));
+        let mut keep = expired.iter().map(|e| !e);
+        self.fixed_rows.retain(|_| keep.next().unwrap_or(true));
+        self.live = self.recent.iter().map(VecDeque::len).sum::<usize>()
+            + self.fixed_rows.iter().flatten().count();
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| s.get_array_memory_size())
+            .sum::<usize>()
+            + self.live * std::mem::size_of::<RowId>()
+            + self.recent.capacity() * std::mem::size_of::<VecDeque<RowId>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn strings(values: &ArrayRef) -> Vec<Option<String>> {
+        values
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn lag_reaches_into_earlier_batches_per_key() {
+        let mut history = ValueHistory::new(2, None);
+        let default: ArrayRef = Arc::new(StringArray::from(vec![Some("-")]));
+        let lag2 = |p: u64| p.checked_sub(2);
+        let first: ArrayRef = Arc::new(StringArray::from(vec!["a0", "b0", "a1"]));
+        let out = history
+            .gather(&first, &[0, 1, 0], &[0, 0, 1], &default, lag2)
+            .unwrap();
+        assert_eq!(strings(&out), vec![Some("-".into()); 3]);
+        let second: ArrayRef = Arc::new(StringArray::from(vec![Some("a2"), None, Some("b1")]));
+        let out = history
+            .gather(&second, &[0, 0, 1], &[2, 3, 1], &default, lag2)
+            .unwrap();
+        assert_eq!(
+            strings(&out),
+            vec![Some("a0".into()), Some("a1".into()), Some("-".into())]
+        );
+    }
+
+    #[test]
+    fn compaction_keeps_values_and_first_rows() {
+        let mut history = ValueHistory::new(1, Some(0));
+        let default: ArrayRef = Arc::new(Int64Array::from(vec![None::<i64>]));
+        let mut position = 0u64;
+        // One key, many batches: compaction must run and keep both the previous row and the
+        // first one.
+        for batch in 0..10i64 {
+            let values: ArrayRef = Arc::new(Int64Array::from_iter_values(
+                (0..5_000).map(|i| batch * 5_000 + i),
+            ));
+            let positions: Vec<u64> = (position..position + 5_000).collect();
+            position += 5_000;
+            let groups = vec![0; 5_000];
+            let previous = history
+                .gather(&values, &groups, &positions, &default, |p| p.checked_sub(1))
+                .unwrap();
+            let previous = previous.as_primitive::<Int64Type>();
+            assert_eq!(previous.value(1), batch * 5_000);
+            if batch > 0 {
+                assert_eq!(
+                    previous.value(0),
+                    -(batch - 1),
+                    "the extra row of the last round"
+                );
+            }
+            let first = history
+                .gather(
+                    &(Arc::new(Int64Array::from(vec![-batch])) as ArrayRef),
+                    &[0],
+                    &[position],
+                    &default,
+                    |_| Some(0),
+                )
+                .unwrap();
+            assert_eq!(first.as_primitive::<Int64Type>().value(0), 0);
+            position += 1;
+        }
+        assert!(history.segment_rows < 2 * COMPACT_MIN_ROWS);
+    }
+}

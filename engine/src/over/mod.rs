@@ -1,0 +1,14 @@
+//! Streaming window functions over ROWS frames (`OVER (PARTITION BY … ORDER BY …)`): one
+//! output row per input row, computed as soon as its frame is complete.
+
+mod frame_aggregate;
+mod functions;
+mod history;
+mod over_window;
+mod ranking;
+mod reorder;
+
+pub use frame_aggregate::FrameAggregateKind;
+pub use functions::{FrameStart, OverFunction, OverFunctionKind};
+pub use over_window::{OverSpec, OverWindowExec};
+pub use ranking::RankingKind;

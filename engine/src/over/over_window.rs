@@ -1,0 +1,482 @@
+//! [`OverWindowExec`]: window functions over ROWS frames (`f(x) OVER (PARTITION BY k ORDER
+//! BY t ROWS BETWEEN n PRECEDING AND CURRENT ROW)`) on an unbounded stream, one output row per
+//! input row: the input row followed by the functions' values.
+//!
+//! Its input is a [`StreamExchangeExec`] that routes each key's rows to one output partition
+//! and computes watermarks from the ORDER BY column. Per batch, the operator drops and counts
+//! rows without an ORDER BY value and late rows (older than the watermark, which already let
+//! newer rows of their key through), and holds the rest in a [`ReorderBuffer`]. When the
+//! watermark rises, the rows it passes leave the buffer in ORDER BY order (ties in arrival
+//! order; ordered input passes without a copy) and are computed as one batch:
+//!
+//! 1. intern the PARTITION BY keys with DataFusion's `GroupValues`;
+//! 2. give each row its position in its key (the key's row count so far);
+//! 3. compute each function's column in one pass with its per-key state ([`OverKernel`]):
+//!    rankings from positions, LAG/FIRST_VALUE/NTH_VALUE from a history of each key's recent
+//!    values, SUM/AVG/COUNT/MIN/MAX from running sums and monotonic deques.
+//!
+//! State is O(frame) per key, work O(1) amortized per row and function. Keys idle for longer
+//! than `expire_after` (event time, by the watermark) are forgotten: a later row of the key
+//! starts afresh. State is accounted in the memory pool.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use datafusion::arrow::compute::kernels::cmp::lt;
+use datafusion::arrow::compute::{filter, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
+
+use super::functions::{OverFunction, OverKernel};
+use super::reorder::{Released, ReorderBuffer};
+use crate::aggregate::{GroupTable, LateRecords};
+use crate::exchange::StreamExchangeExec;
+use crate::message_loop::{MessageHandler, drive};
+use crate::plan_util::{evaluate, single_child};
+use crate::watermark::event_times;
+
+/// What an [`OverWindowExec`] computes.
+#[derive(Debug, Clone)]
+pub struct OverSpec {
+    pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
+    /// The ORDER BY column (ascending), by index in the input.
+    pub order_by: usize,
+    pub functions: Vec<OverFunction>,
+    /// Forget a key after this much event time without a row (ORDER BY units).
+    pub expire_after: Option<i64>,
+    /// The input's columns followed by one column per function.
+    pub schema: SchemaRef,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct OverWindowExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: OverSpec,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+    late_records: LateRecords,
+}
+
+impl OverWindowExec {
+    /// The window functions of `spec` over `input` (a [`StreamExchangeExec`]).
+    pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: OverSpec) -> Result<Self> {
+        if input.downcast_ref::<StreamExchangeExec>().is_none() {
+            return internal_err!(
+                "OverWindowExec reads a StreamExchangeExec, got {}",
+                input.name()
+            );
+        }
+        let input_schema = input.schema();
+        if spec.schema.fields().len() != input_schema.fields().len() + spec.functions.len() {
+            return internal_err!("OverWindowExec: schema does not fit the input and functions");
+        }
+        for function in &spec.functions {
+            let argument_type = match &function.argument {
+                Some(argument) => Some(argument.data_type(&input_schema)?),
+                None => None,
+            };
+            function.validate(argument_type.as_ref())?;
+        }
+        let boundedness = match input.boundedness() {
+            Boundedness::Bounded => Boundedness::Bounded,
+            Boundedness::Unbounded { .. } => Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&spec.schema)),
+            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+            EmissionType::Incremental,
+            boundedness,
+        );
+        Ok(Self {
+            input,
+            spec,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+            late_records: LateRecords::default(),
+        })
+    }
+
+    pub fn spec(&self) -> &OverSpec {
+        &self.spec
+    }
+
+    /// The side output of late records.
+    pub fn late_records(&self) -> &LateRecords {
+        &self.late_records
+    }
+
+    fn exchange(&self) -> Result<&StreamExchangeExec> {
+        match self.input.downcast_ref::<StreamExchangeExec>() {
+            Some(exchange) => Ok(exchange),
+            None => internal_err!("OverWindowExec lost its exchange input"),
+        }
+    }
+}
+
+impl DisplayAs for OverWindowExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let input_schema = self.input.schema();
+        let keys: Vec<String> = self
+            .spec
+            .partition_by
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        let functions: Vec<String> = self
+            .spec
+            .functions
+            .iter()
+            .map(|function| function.field.name().clone())
+            .collect();
+        write!(
+            f,
+            "OverWindowExec: partition_by=[{}], order_by={}, functions=[{}]",
+            keys.join(", "),
+            input_schema.field(self.spec.order_by).name(),
+            functions.join(", ")
+        )?;
+        if let Some(expire_after) = self.spec.expire_after {
+            write!(f, ", expire_after={expire_after}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for OverWindowExec {
+    fn name(&self) -> &str {
+        "OverWindowExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let expressions = self.spec.partition_by.iter().chain(
+            self.spec
+                .functions
+                .iter()
+                .filter_map(|f| f.argument.as_ref()),
+        );
+        for expression in expressions {
+            if f(expression)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let child = single_child("OverWindowExec", children)?;
+        let mut exec = Self::try_new(child, self.spec.clone())?;
+        exec.late_records = self.late_records.clone();
+        Ok(Arc::new(exec))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let reservation = MemoryConsumer::new(format!("OverWindowExec[{partition}]"))
+            .register(context.memory_pool());
+        let messages = self.exchange()?.execute_messages(partition, context)?;
+        let state = OverState::try_new(self, partition, reservation)?;
+        let outputs = drive(messages, state);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.spec.schema),
+            outputs,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Counters of one output partition.
+struct OverMetrics {
+    baseline: BaselineMetrics,
+    records_in: Count,
+    late_dropped: Count,
+    null_time_dropped: Count,
+    keys_expired: Count,
+    state_bytes: Gauge,
+    keys: Gauge,
+    rows_waiting: Gauge,
+}
+
+impl OverMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        let gauge = |name: &'static str| MetricBuilder::new(metrics).gauge(name, partition);
+        Self {
+            baseline: BaselineMetrics::new(metrics, partition),
+            records_in: counter("records_in"),
+            late_dropped: counter("late_records_dropped"),
+            null_time_dropped: counter("null_event_time_dropped"),
+            keys_expired: counter("keys_expired"),
+            state_bytes: gauge("state_bytes"),
+            keys: gauge("keys"),
+            rows_waiting: gauge("rows_waiting_for_watermark"),
+        }
+    }
+}
+
+/// The state of one output partition.
+struct OverState {
+    spec: OverSpec,
+    keys: GroupTable,
+    kernels: Vec<OverKernel>,
+    /// Per key: rows processed, and the ORDER BY value of the latest.
+    counts: Vec<u64>,
+    latest: Vec<i64>,
+    buffer: ReorderBuffer,
+    /// Release only rows strictly below the watermark: a RANGE frame needs all peers at once.
+    strict: bool,
+    watermark: i64,
+    /// Watermark of the last sweep for idle keys.
+    swept_at: i64,
+    late_records: LateRecords,
+    metrics: OverMetrics,
+    reservation: MemoryReservation,
+}
+
+impl OverState {
+    fn try_new(
+        exec: &OverWindowExec,
+        partition: usize,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        let input_schema = exec.input.schema();
+        let key_fields = exec
+            .spec
+            .partition_by
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                Ok(datafusion::arrow::datatypes::Field::new(
+                    format!("key{i}"),
+                    key.data_type(&input_schema)?,
+                    true,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kernels = exec
+            .spec
+            .functions
+            .iter()
+            .map(|function| {
+                let argument_type: Option<DataType> = match &function.argument {
+                    Some(argument) => Some(argument.data_type(&input_schema)?),
+                    None => None,
+                };
+                OverKernel::try_new(function, argument_type.as_ref())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            spec: exec.spec.clone(),
+            keys: GroupTable::try_new(&Arc::new(Schema::new(key_fields)), &[])?,
+            kernels,
+            counts: Vec::new(),
+            latest: Vec::new(),
+            buffer: ReorderBuffer::new(input_schema),
+            strict: exec.spec.functions.iter().any(|f| f.peers),
+            watermark: i64::MIN,
+            swept_at: i64::MIN,
+            late_records: exec.late_records.clone(),
+            metrics: OverMetrics::new(&exec.metrics, partition),
+            reservation,
+        })
+    }
+
+    /// Drops and counts rows without an ORDER BY value and late rows; buffers the rest.
+    fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        self.metrics.records_in.add(batch.num_rows());
+        let times = event_times(batch.column(self.spec.order_by))?;
+        let times = times.as_primitive::<Int64Type>();
+        self.metrics.null_time_dropped.add(times.null_count());
+        let late: BooleanArray = lt(times, &Int64Array::new_scalar(self.watermark))?;
+        let late_rows = late.true_count();
+        if late_rows > 0 {
+            self.metrics.late_dropped.add(late_rows);
+            if self.late_records.wanted() {
+                self.late_records.send(batch, &late)?;
+            }
+        }
+        if times.null_count() == 0 && late_rows == 0 {
+            self.buffer.push(batch.clone(), times.clone());
+        } else {
+            // `late` is null where the time is: keep rows that are valid and not late.
+            let keep: BooleanArray = late.iter().map(|l| Some(l == Some(false))).collect();
+            let kept_times = filter(times, &keep)?.as_primitive::<Int64Type>().clone();
+            self.buffer
+                .push(filter_record_batch(batch, &keep)?, kept_times);
+        }
+        self.report_state()?;
+        Ok(None)
+    }
+
+    /// Moves the watermark and computes the rows it releases.
+    fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.watermark = self.watermark.max(watermark);
+        let output = match self.buffer.release(self.watermark, self.strict)? {
+            Some(released) => Some(self.compute(released)?),
+            None => None,
+        };
+        self.expire_idle_keys()?;
+        self.report_state()?;
+        if let Some(batch) = &output {
+            self.metrics.baseline.record_output(batch.num_rows());
+        }
+        Ok(output)
+    }
+
+    /// The output rows of released rows.
+    fn compute(&mut self, released: Released) -> Result<RecordBatch> {
+        let Released { batch, times } = released;
+        let rows = batch.num_rows();
+        let keys = evaluate(&self.spec.partition_by, &batch)?;
+        self.keys.intern(&keys, rows)?;
+        let groups = self.keys.last_group_ids(rows);
+        let key_count = self.keys.len();
+        self.counts.resize(key_count, 0);
+        self.latest.resize(key_count, i64::MIN);
+        let times = times.values();
+        let mut positions = Vec::with_capacity(rows);
+        for (group, time) in groups.iter().zip(times.iter()) {
+            positions.push(self.counts[*group]);
+            self.counts[*group] += 1;
+            self.latest[*group] = *time;
+        }
+        let groups = self.keys.last_group_ids(rows);
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        for (function, kernel) in self.spec.functions.iter().zip(&mut self.kernels) {
+            let argument = match &function.argument {
+                Some(argument) => Some(argument.evaluate(&batch)?.into_array(rows)?),
+                None => None,
+            };
+            columns.push(kernel.evaluate(
+                function,
+                argument.as_ref(),
+                groups,
+                &positions,
+                times,
+            )?);
+        }
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.spec.schema),
+            columns,
+        )?)
+    }
+
+    /// Forgets the keys whose latest row is more than `expire_after` behind the watermark,
+    /// at most every half expiry interval (each sweep is O(keys)).
+    fn expire_idle_keys(&mut self) -> Result<()> {
+        let Some(expire_after) = self.spec.expire_after else {
+            return Ok(());
+        };
+        if self.watermark == i64::MAX
+            || self.watermark.saturating_sub(self.swept_at) < expire_after / 2
+        {
+            return Ok(());
+        }
+        self.swept_at = self.watermark;
+        let cutoff = self.watermark.saturating_sub(expire_after);
+        let expired: Vec<bool> = self.latest.iter().map(|t| *t < cutoff).collect();
+        let expiring = expired.iter().filter(|e| **e).count();
+        if expiring == 0 {
+            return Ok(());
+        }
+        self.metrics.keys_expired.add(expiring);
+        // Rebuild the key table with the survivors, in order, so their ids stay dense.
+        let rows = self.keys.len();
+        let keys = self.keys.emit_keys(EmitTo::All)?;
+        let keep = BooleanArray::from(expired.iter().map(|e| !e).collect::<Vec<_>>());
+        let survivors = keys
+            .iter()
+            .map(|k| Ok(filter(k.as_ref(), &keep)?))
+            .collect::<Result<Vec<_>>>()?;
+        if !survivors.is_empty() {
+            self.keys.intern(&survivors, rows - expiring)?;
+        }
+        let mut keep_iter = expired.iter().map(|e| !e);
+        self.counts.retain(|_| keep_iter.next().unwrap_or(true));
+        let mut keep_iter = expired.iter().map(|e| !e);
+        self.latest.retain(|_| keep_iter.next().unwrap_or(true));
+        for kernel in &mut self.kernels {
+            kernel.retain_keys(&expired);
+        }
+        Ok(())
+    }
+
+    /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
+    /// this fails, naming the operator and partition.
+    fn report_state(&mut self) -> Result<()> {
+        let bytes = self.keys.size()
+            + self.buffer.size()
+            + self.kernels.iter().map(OverKernel::size).sum::<usize>()
+            + (self.counts.capacity() + self.latest.capacity()) * 8;
+        self.metrics.state_bytes.set(bytes);
+        self.metrics.keys.set(self.keys.len());
+        self.metrics.rows_waiting.set(self.buffer.len());
+        self.reservation.try_resize(bytes)
+    }
+}
+
+impl MessageHandler for OverState {
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.process(batch)
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.advance(watermark)
+    }
+}

@@ -1,0 +1,194 @@
+//! [`ReorderBuffer`]: holds rows until the watermark says no earlier row can still come,
+//! then releases them in ORDER BY order, ties in arrival order.
+//!
+//! Ordered input costs nothing: a lone batch that is already sorted and wholly released
+//! leaves as it came. Otherwise the released rows of the pending batches are filtered out,
+//! concatenated in arrival order and sorted by (time, arrival).
+
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
+use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
+use datafusion::arrow::compute::{
+    concat, concat_batches, filter, filter_record_batch, take_record_batch,
+};
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::Result;
+
+/// Rows in ORDER BY order and their ORDER BY values.
+pub struct Released {
+    pub batch: RecordBatch,
+    pub times: Int64Array,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct ReorderBuffer {
+    schema: SchemaRef,
+    pending: Vec<(RecordBatch, Int64Array)>,
+    rows: usize,
+}
+
+impl ReorderBuffer {
+    pub fn new(schema: SchemaRef) -> Self {
+        Self {
+            schema,
+            pending: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    /// Holds `batch`, whose rows have the non-null ORDER BY values `times`.
+    pub fn push(&mut self, batch: RecordBatch, times: Int64Array) {
+        if batch.num_rows() > 0 {
+            self.rows += batch.num_rows();
+            self.pending.push((batch, times));
+        }
+    }
+
+    /// Rows waiting.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// Releases the rows with a time at or below `watermark` (below it when `strict`; every
+    /// row when the watermark is `i64::MAX`).
+    pub fn release(&mut self, watermark: i64, strict: bool) -> Result<Option<Released>> {
+        if self.pending.is_empty() {
+            return Ok(None);
+        }
+        let everything = watermark == i64::MAX;
+        let bound = Int64Array::new_scalar(watermark);
+        let mut released = Vec::new();
+        let mut kept = Vec::new();
+        for (batch, times) in self.pending.drain(..) {
+            let mask: BooleanArray = if everything {
+                BooleanArray::from(vec![true; times.len()])
+            } else if strict {
+                lt(&times, &bound)?
+            } else {
+                lt_eq(&times, &bound)?
+            };
+            let leaving = mask.true_count();
+            if leaving == times.len() {
+                released.push((batch, times));
+            } else if leaving == 0 {
+                kept.push((batch, times));
+            } else {
+                let staying = datafusion::arrow::compute::not(&mask)?;
+                released.push((
+                    filter_record_batch(&batch, &mask)?,
+                    filtered(&times, &mask)?,
+                ));
+                kept.push((
+                    filter_record_batch(&batch, &staying)?,
+                    filtered(&times, &staying)?,
+                ));
+            }
+        }
+        self.pending = kept;
+        self.rows = self.pending.iter().map(|(b, _)| b.num_rows()).sum();
+        if released.is_empty() {
+            return Ok(None);
+        }
+        let (batch, times) = if released.len() == 1 {
+            released.swap_remove(0)
+        } else {
+            let batches: Vec<&RecordBatch> = released.iter().map(|(b, _)| b).collect();
+            let times: Vec<&dyn Array> = released.iter().map(|(_, t)| t as &dyn Array).collect();
+            let times = concat(&times)?;
+            (
+                concat_batches(&self.schema, batches)?,
+                times.as_primitive::<Int64Type>().clone(),
+            )
+        };
+        if is_sorted(&times) {
+            return Ok(Some(Released { batch, times }));
+        }
+        let mut order: Vec<(i64, u32)> = times
+            .values()
+            .iter()
+            .enumerate()
+            .map(|(row, time)| (*time, row as u32))
+            .collect();
+        order.sort_unstable();
+        let indices = UInt32Array::from_iter_values(order.iter().map(|(_, row)| *row));
+        let times = Int64Array::from_iter_values(order.iter().map(|(time, _)| *time));
+        let batch = take_record_batch(&batch, &indices)?;
+        Ok(Some(Released { batch, times }))
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.pending
+            .iter()
+            .map(|(b, t)| b.get_array_memory_size() + t.get_array_memory_size())
+            .sum()
+    }
+}
+
+fn filtered(times: &Int64Array, mask: &BooleanArray) -> Result<Int64Array> {
+    Ok(filter(times, mask)?.as_primitive::<Int64Type>().clone())
+}
+
+fn is_sorted(times: &Int64Array) -> bool {
+    times.values().windows(2).all(|pair| pair[0] <= pair[1])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, Int32Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema};
+
+    use super::*;
+
+    fn batch(schema: &SchemaRef, rows: &[i32]) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::clone(schema),
+            vec![Arc::new(Int32Array::from(rows.to_vec()))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn releases_in_time_then_arrival_order_up_to_the_watermark() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
+        let mut buffer = ReorderBuffer::new(Arc::clone(&schema));
+        buffer.push(
+            batch(&schema, &[1, 2, 3]),
+            Int64Array::from(vec![10, 30, 20]),
+        );
+        buffer.push(batch(&schema, &[4, 5]), Int64Array::from(vec![20, 5]));
+        let released = buffer.release(20, false).unwrap().unwrap();
+        let ids: Vec<i32> = released
+            .batch
+            .column(0)
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        assert_eq!(
+            ids,
+            vec![5, 1, 3, 4],
+            "time order, ties (3 and 4) by arrival"
+        );
+        assert_eq!(released.times.values().to_vec(), vec![5, 10, 20, 20]);
+        assert_eq!(buffer.len(), 1);
+        assert!(buffer.release(29, true).unwrap().is_none());
+        let last = buffer.release(30, false).unwrap().unwrap();
+        assert_eq!(last.times.values().to_vec(), vec![30]);
+        assert_eq!(buffer.len(), 0);
+    }
+
+    #[test]
+    fn strict_release_keeps_rows_at_the_watermark() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
+        let mut buffer = ReorderBuffer::new(Arc::clone(&schema));
+        buffer.push(batch(&schema, &[1, 2]), Int64Array::from(vec![10, 20]));
+        let released = buffer.release(20, true).unwrap().unwrap();
+        assert_eq!(released.times.values().to_vec(), vec![10]);
+        let rest = buffer.release(i64::MAX, true).unwrap().unwrap();
+        assert_eq!(rest.times.values().to_vec(), vec![20]);
+    }
+}
