@@ -11,23 +11,22 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, plan_err};
-use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};
 use freshet_engine::window::{WindowSpec, duration_in_unit};
-use freshet_engine::{EventTime, StreamExchangeExec, StreamSourceExec};
-use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
+use crate::stream_inputs::{choose_strategy, event_time};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -157,7 +156,8 @@ fn streaming_aggregate(
         .filter(|(i, _)| Some(*i) != window.as_ref().map(|w| w.position))
         .map(|(_, (e, _))| Arc::clone(e))
         .collect();
-    let (strategy, reason) = choose_strategy(&options.partitioning_strategy, keys, &input)?;
+    let (strategy, reason) =
+        choose_strategy(&options.partitioning_strategy, keys, &input, "GROUP BY")?;
     let exchange = StreamExchangeExec::try_new(
         input,
         strategy,
@@ -193,83 +193,6 @@ fn streaming_aggregate(
     Ok(Some(Arc::new(streaming)))
 }
 
-/// The exchange strategy feeding a keyed aggregation, and why: the user's choice (query
-/// option or session setting) when it gives correct results, else the automatic one.
-fn choose_strategy(
-    setting: &str,
-    keys: Vec<Arc<dyn PhysicalExpr>>,
-    input: &Arc<dyn ExecutionPlan>,
-) -> Result<(RoutingStrategy, String)> {
-    let key_names: Vec<&str> = keys
-        .iter()
-        .filter_map(|k| k.downcast_ref::<Column>().map(|c| c.name()))
-        .collect();
-    let mut sources: Vec<(String, Vec<String>)> = Vec::new();
-    input.apply(|node| {
-        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-            sources.push((
-                source.table().to_string(),
-                source.options().partitioned_by.clone(),
-            ));
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    // Sticky keeps each source partition whole: right only when every source is already
-    // partitioned by (a subset of) the keys.
-    let unpartitioned: Vec<&str> = sources
-        .iter()
-        .filter(|(_, by)| by.is_empty() || !by.iter().all(|c| key_names.contains(&c.as_str())))
-        .map(|(table, _)| table.as_str())
-        .collect();
-    let sticky_valid = !keys.is_empty()
-        && key_names.len() == keys.len()
-        && !sources.is_empty()
-        && unpartitioned.is_empty();
-    let keys_text = key_names.join(", ");
-    Ok(match setting {
-        "" if sticky_valid => (
-            RoutingStrategy::Sticky,
-            "auto: the source is partitioned by the keys".to_string(),
-        ),
-        "" | "fan_in" if keys.is_empty() => (
-            RoutingStrategy::FanIn,
-            format!(
-                "{}: no keys, one stream",
-                if setting.is_empty() { "auto" } else { "user" }
-            ),
-        ),
-        "" => (
-            RoutingStrategy::Hash(keys),
-            "auto: keyed aggregation".to_string(),
-        ),
-        "hash" if keys.is_empty() => (
-            RoutingStrategy::FanIn,
-            "user chose hash; without keys everything goes to one stream".to_string(),
-        ),
-        "hash" => (RoutingStrategy::Hash(keys), "user".to_string()),
-        "fan_in" => (RoutingStrategy::FanIn, "user".to_string()),
-        "sticky" if sticky_valid => (RoutingStrategy::Sticky, "user".to_string()),
-        "sticky" => {
-            return plan_err!(
-                "partitioning_strategy 'sticky' would give wrong results: stream {} is not declared partitioned by the GROUP BY keys ({keys_text}); register it with partitioned_by=<keys> or use 'hash'",
-                unpartitioned
-                    .first()
-                    .map_or("input".to_string(), |t| format!("'{t}'"))
-            );
-        }
-        "round_robin" => {
-            return plan_err!(
-                "partitioning_strategy 'round_robin' would give wrong results: it sends one key's rows to several streams; a GROUP BY needs 'hash' (or 'sticky' on a source partitioned by its keys)"
-            );
-        }
-        other => {
-            return plan_err!(
-                "unknown partitioning_strategy '{other}': expected hash, sticky, round_robin or fan_in"
-            );
-        }
-    })
-}
-
 /// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's
 /// exchange replaces them, and per-partition order must survive up to it.
 fn below_exchanges(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
@@ -290,38 +213,4 @@ fn window_function(expr: &Arc<dyn PhysicalExpr>) -> Option<(&str, &[Arc<dyn Phys
     let function = expr.downcast_ref::<ScalarFunctionExpr>()?;
     matches!(function.name(), "tumble" | "hop" | "session")
         .then(|| (function.name(), function.args()))
-}
-
-/// Where the exchange reads event times from, and the declared out-of-orderness of the
-/// stream that has `time` as its event-time column (0 if none declares it).
-fn event_time(input: &Arc<dyn ExecutionPlan>, time: &Arc<dyn PhysicalExpr>) -> Result<EventTime> {
-    let Some(column) = time.downcast_ref::<Column>() else {
-        return plan_err!("a window's time must be a column of the stream, got {time}");
-    };
-    let time_type = time.data_type(&input.schema())?;
-    let mut delay = None;
-    input.apply(|node| {
-        if let Some(source) = node.downcast_ref::<StreamSourceExec>()
-            && source.options().event_time.as_deref() == Some(column.name())
-        {
-            let nanos = source.options().out_of_orderness.as_nanos() as i64;
-            delay = Some(duration_in_unit(
-                &ScalarValue::DurationNanosecond(Some(nanos)),
-                &time_type,
-            ));
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    let delay = delay.transpose()?.unwrap_or(0);
-    if !matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
-        return plan_err!(
-            "a window's time column must be a timestamp or Int64, '{}' is {time_type}",
-            column.name()
-        );
-    }
-    Ok(EventTime {
-        column: column.index(),
-        delay,
-    })
 }

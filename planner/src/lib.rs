@@ -11,7 +11,9 @@ mod dialect;
 mod functions;
 mod install;
 mod options;
+mod over_rule;
 mod query;
+mod stream_inputs;
 mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;
@@ -20,5 +22,6 @@ pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite};
 pub use functions::window_functions;
 pub use install::install;
 pub use options::FreshetOptions;
+pub use over_rule::StreamingOverRule;
 pub use query::StreamingQuery;
 pub use unbounded_check::UnboundedInputCheck;

@@ -19,6 +19,9 @@ extensions_options! {
         /// 'sticky', 'round_robin' or 'fan_in'. A query's WITH ('partitioning_strategy' = …)
         /// sets it for that query.
         pub partitioning_strategy: String, default = String::new()
+        /// Window functions (OVER): forget a PARTITION BY key after this many milliseconds of
+        /// event time without a row (0: never). `EXPIRE AFTER … INACTIVITY` in OVER sets it.
+        pub expire_after_ms: u64, default = 0
     }
 }
 

@@ -14,6 +14,7 @@ use datafusion::physical_plan::{
 };
 use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
+use freshet_engine::over::OverWindowExec;
 use tokio::sync::mpsc;
 
 /// A planned streaming query.
@@ -55,16 +56,22 @@ impl StreamingQuery {
         execute_stream(Arc::clone(&self.plan), Arc::clone(&self.task_ctx))
     }
 
-    /// The records the query's window aggregations drop as late, as a stream of batches of
-    /// the aggregation's input. Ask before executing the query; read it while the query runs
+    /// The records the query's window aggregations and window functions drop as late, as a
+    /// stream of batches of the operator's input. Ask before executing the query; read it while the query runs
     /// (it ends when the query's operators are gone).
     pub fn late_records(&self) -> SendableRecordBatchStream {
         let (sender, receiver) = mpsc::unbounded_channel();
         let mut schema = None;
         let _ = self.plan.apply(|node| {
-            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
-                aggregate.late_records().subscribe(sender.clone());
-                schema.get_or_insert_with(|| aggregate.children()[0].schema());
+            let late_records = if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+                Some(aggregate.late_records())
+            } else {
+                node.downcast_ref::<OverWindowExec>()
+                    .map(|over| over.late_records())
+            };
+            if let Some(late_records) = late_records {
+                late_records.subscribe(sender.clone());
+                schema.get_or_insert_with(|| node.children()[0].schema());
             }
             Ok(TreeNodeRecursion::Continue)
         });
@@ -73,6 +80,19 @@ impl StreamingQuery {
             receiver.recv().await.map(|batch| (Ok(batch), receiver))
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+
+    /// The sum of the metric `name` (e.g. `late_records_dropped`) over the plan's operators
+    /// and partitions, so far.
+    pub fn metric_total(&self, name: &str) -> usize {
+        let mut total = 0;
+        let _ = self.plan.apply(|node| {
+            if let Some(metrics) = node.metrics() {
+                total += metrics.sum_by_name(name).map_or(0, |v| v.as_usize());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        total
     }
 
     /// Records the query's sources have handed out so far.

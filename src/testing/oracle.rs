@@ -72,6 +72,8 @@ pub struct Differential {
     ordered: bool,
     /// `SET` statements run on the streaming session first.
     settings: Vec<(String, String)>,
+    /// Operators Freshet's plan must not hold (e.g. a DataFusion operator a rule replaces).
+    absent_operators: Vec<String>,
 }
 
 impl Differential {
@@ -84,6 +86,7 @@ impl Differential {
             partitions: vec![1, 2, 4],
             ordered: false,
             settings: Vec::new(),
+            absent_operators: Vec::new(),
         }
     }
 
@@ -112,6 +115,13 @@ impl Differential {
     /// Runs `SET key = 'value'` on Freshet's session before the query.
     pub fn setting(mut self, key: &str, value: &str) -> Self {
         self.settings.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Fails if Freshet's plan holds the operator `name` (e.g. `BoundedWindowAggExec`): the
+    /// comparison is about Freshet's own operators, not a fallback to DataFusion's.
+    pub fn without_operator(mut self, name: &str) -> Self {
+        self.absent_operators.push(name.to_string());
         self
     }
 
@@ -164,6 +174,14 @@ impl Differential {
             }
         }
         let query = ctx.sql(&self.streaming_sql).await?;
+        let plan = query.explain();
+        if let Some(name) = self
+            .absent_operators
+            .iter()
+            .find(|name| plan.contains(&format!("{name}:")))
+        {
+            return datafusion::common::plan_err!("the plan holds {name}:\n{plan}");
+        }
         query.execute_merged()?.try_collect().await
     }
 

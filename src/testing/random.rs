@@ -27,6 +27,9 @@ pub struct RandomStream {
     /// Event time step between records and the largest backward move of one record.
     pub step_ms: i64,
     pub disorder_ms: i64,
+    /// Every record gets its own event time (`step_ms` apart, arrival order shuffled within
+    /// the disorder bound), for queries whose result depends on the order of ties.
+    pub distinct_times: bool,
     pub seed: u64,
 }
 
@@ -60,6 +63,7 @@ impl RandomStream {
             null_value_fraction: 0.05,
             step_ms: 100,
             disorder_ms: 0,
+            distinct_times: false,
             seed,
         }
     }
@@ -76,6 +80,11 @@ impl RandomStream {
 
     pub fn disorder_ms(mut self, disorder_ms: i64) -> Self {
         self.disorder_ms = disorder_ms;
+        self
+    }
+
+    pub fn distinct_times(mut self) -> Self {
+        self.distinct_times = true;
         self
     }
 
@@ -101,6 +110,7 @@ impl RandomStream {
     /// The stream's batches.
     pub fn generate(&self) -> Vec<RecordBatch> {
         let mut rng = Rng(self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let times = self.distinct_times.then(|| self.shuffled_times());
         let mut batches = Vec::new();
         let mut next_row = 0;
         while next_row < self.rows {
@@ -110,13 +120,36 @@ impl RandomStream {
             } else {
                 (1 + rng.below(self.max_batch_rows as u64) as usize).min(self.rows - next_row)
             };
-            batches.push(self.batch(&mut rng, next_row, size));
+            batches.push(self.batch(&mut rng, next_row, size, times.as_deref()));
             next_row += size;
         }
         batches
     }
 
-    fn batch(&self, rng: &mut Rng, first: usize, size: usize) -> RecordBatch {
+    /// Distinct event times `step_ms` apart, shuffled within blocks that span at most the
+    /// disorder bound: no record is more than `disorder_ms` behind an earlier one.
+    fn shuffled_times(&self) -> Vec<i64> {
+        let mut rng = Rng(self.seed ^ 0x9E37_79B9_7F4A_7C15);
+        let block = (self.disorder_ms.max(0) / self.step_ms.max(1) + 1) as usize;
+        let mut offsets: Vec<i64> = (0..self.rows as i64).collect();
+        for chunk in offsets.chunks_mut(block) {
+            for i in (1..chunk.len()).rev() {
+                chunk.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        offsets
+            .iter()
+            .map(|offset| 1_700_000_000_000 + offset * self.step_ms)
+            .collect()
+    }
+
+    fn batch(
+        &self,
+        rng: &mut Rng,
+        first: usize,
+        size: usize,
+        times: Option<&[i64]>,
+    ) -> RecordBatch {
         let mut k1 = Vec::with_capacity(size);
         let mut k2 = Vec::with_capacity(size);
         let mut v = Vec::with_capacity(size);
@@ -138,7 +171,10 @@ impl RandomStream {
             });
             q.push(rng.below(100) as i64);
             let jitter = rng.below(self.disorder_ms.max(0) as u64 + 1) as i64;
-            ts.push(1_700_000_000_000 + row as i64 * self.step_ms - jitter);
+            ts.push(match times {
+                Some(times) => times[row],
+                None => 1_700_000_000_000 + row as i64 * self.step_ms - jitter,
+            });
         }
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(k1)),

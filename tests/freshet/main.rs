@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod filters;
 mod oracle;
+mod over;
 mod partitioning;
 mod s0;
 mod support;

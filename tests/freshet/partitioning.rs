@@ -102,7 +102,7 @@ async fn automatic_choice_keeps_a_source_partitioned_by_the_keys_sticky() {
     );
     let (ctx, _) = context(2, &[]);
     let plan = ctx.sql(WINDOWED).await.unwrap().explain();
-    assert!(plan.contains("(auto: keyed aggregation)"), "{plan}");
+    assert!(plan.contains("(auto: hash on the GROUP BY keys)"), "{plan}");
 }
 
 #[tokio::test]

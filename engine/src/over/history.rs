@@ -117,15 +117,14 @@ impl ValueHistory {
             .collect();
         let sources: Vec<&dyn Array> = self.segments.iter().map(|s| s.as_ref()).collect();
         let compacted = interleave(&sources, &referenced)?;
-        let mut next = 0u32;
-        for id in self
+        for (next, id) in self
             .recent
             .iter_mut()
             .flatten()
             .chain(self.fixed_rows.iter_mut().flatten())
+            .enumerate()
         {
-            *id = (0, next);
-            next += 1;
+            *id = (0, next as u32);
         }
         self.segment_rows = compacted.len();
         self.segments = vec![compacted];

@@ -1,0 +1,447 @@
+//! [`StreamingOverRule`]: puts Freshet's [`OverWindowExec`] in place of DataFusion's window
+//! operators (`BoundedWindowAggExec`, `WindowAggExec`) over streams.
+//!
+//! DataFusion plans window functions as a sort by (PARTITION BY, ORDER BY) under one window
+//! operator per distinct PARTITION BY / ORDER BY. On a stream the sort is neither possible
+//! (unbounded) nor needed: the rule drops it and DataFusion's repartitioning, and feeds an
+//! `OverWindowExec` from a [`StreamExchangeExec`] that routes by the PARTITION BY keys and
+//! computes watermarks from the ORDER BY column, which must be a time (or integer) column
+//! in ascending order. The window expressions DataFusion built are read back as
+//! [`OverFunction`]s: the function, its argument, and the frame.
+//!
+//! Where the streaming operator cannot run a window (a frame reaching FOLLOWING rows, LEAD,
+//! ORDER BY on something else than a time column, …): on bounded input the rule leaves
+//! DataFusion's operator in place, which gives the batch result at the end of the input; on
+//! unbounded input it is a planning error that says what to change.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
+use datafusion::logical_expr::{WindowFrame, WindowFrameBound, WindowFrameUnits};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::window::SlidingAggregateWindowExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::windows::{
+    BoundedWindowAggExec, PlainAggregateWindowExpr, StandardWindowExpr, WindowAggExec, WindowExpr,
+    WindowUDFExpr,
+};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
+use freshet_engine::over::{
+    FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverSpec, OverWindowExec,
+    RankingKind,
+};
+use freshet_engine::window::duration_in_unit;
+use freshet_engine::{StreamExchangeExec, StreamSourceExec};
+
+use crate::options::FreshetOptions;
+use crate::stream_inputs::{choose_strategy, event_time};
+
+/// Frames longer than this are refused: per key the state holds a frame's rows.
+const MAX_FRAME_ROWS: u64 = 100_000_000;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct StreamingOverRule;
+
+impl PhysicalOptimizerRule for StreamingOverRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let options = config
+            .extensions
+            .get::<FreshetOptions>()
+            .cloned()
+            .unwrap_or_default();
+        Ok(plan
+            .transform_up(|node| match streaming_over(&node, &options, config)? {
+                Some(over) => Ok(Transformed::yes(over)),
+                None => Ok(Transformed::no(node)),
+            })?
+            .data)
+    }
+
+    fn name(&self) -> &str {
+        "FreshetStreamingOver"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The streaming replacement of `node`, if it is a window operator over a stream.
+fn streaming_over(
+    node: &Arc<dyn ExecutionPlan>,
+    options: &FreshetOptions,
+    config: &ConfigOptions,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let (window_exprs, input) = if let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() {
+        (window.window_expr(), window.input())
+    } else if let Some(window) = node.downcast_ref::<WindowAggExec>() {
+        (window.window_expr(), window.input())
+    } else {
+        return Ok(None);
+    };
+    let input = without_sorts(input)?;
+    if !reads_a_stream(&input)? {
+        return Ok(None);
+    }
+    match plan_over(window_exprs, &input, node.schema(), options, config) {
+        Ok(over) => Ok(Some(over)),
+        Err(e) if !node.boundedness().is_unbounded() && matches!(e, DataFusionError::Plan(_)) => {
+            // DataFusion's operator gives the batch result at the end of bounded input.
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn plan_over(
+    window_exprs: &[Arc<dyn WindowExpr>],
+    input: &Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    options: &FreshetOptions,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(first) = window_exprs.first() else {
+        return plan_err!("a window operator without window functions");
+    };
+    let input_schema = input.schema();
+    let order_by = order_column(first.as_ref(), &input_schema)?;
+    for expr in window_exprs {
+        if !same_exprs(expr.partition_by(), first.partition_by())
+            || order_column(expr.as_ref(), &input_schema)? != order_by
+        {
+            return plan_err!(
+                "{}: window functions computed together must share PARTITION BY and ORDER BY",
+                expr.name()
+            );
+        }
+    }
+    let functions = window_exprs
+        .iter()
+        .map(|expr| over_function(expr.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    let order_time = Arc::new(Column::new(input_schema.field(order_by).name(), order_by))
+        as Arc<dyn PhysicalExpr>;
+    let event_time = event_time(input, &order_time)?;
+    let keys = first.partition_by().to_vec();
+    let (strategy, reason) = choose_strategy(
+        &options.partitioning_strategy,
+        keys.clone(),
+        input,
+        "PARTITION BY",
+    )?;
+    let exchange = StreamExchangeExec::try_new(
+        Arc::clone(input),
+        strategy,
+        config.execution.target_partitions,
+        Some(event_time),
+    )?
+    .with_reason(reason);
+    let expire_after = match options.expire_after_ms {
+        0 => None,
+        ms => Some(duration_in_unit(
+            &ScalarValue::DurationMillisecond(Some(ms as i64)),
+            input_schema.field(order_by).data_type(),
+        )?),
+    };
+    let spec = OverSpec {
+        partition_by: keys,
+        order_by,
+        functions,
+        expire_after,
+        schema,
+    };
+    Ok(Arc::new(OverWindowExec::try_new(Arc::new(exchange), spec)?))
+}
+
+/// The ORDER BY column of a window function: one ascending time or integer column.
+fn order_column(expr: &dyn WindowExpr, schema: &SchemaRef) -> Result<usize> {
+    let name = expr.name();
+    let [order] = expr.order_by() else {
+        return plan_err!(
+            "{name}: a window over a stream needs ORDER BY on one event-time column (e.g. OVER (PARTITION BY k ORDER BY ts)); the stream is processed in that order"
+        );
+    };
+    let Some(column) = order.expr.downcast_ref::<Column>() else {
+        return plan_err!(
+            "{name}: ORDER BY {} is not a column; a window over a stream is ordered by its event-time column",
+            order.expr
+        );
+    };
+    if order.options.descending {
+        return plan_err!(
+            "{name}: ORDER BY {} DESC cannot be streamed (the newest row is never known); order ascending",
+            column.name()
+        );
+    }
+    let data_type = schema.field(column.index()).data_type();
+    if !matches!(data_type, DataType::Timestamp(_, _) | DataType::Int64) {
+        return plan_err!(
+            "{name}: ORDER BY {} ({data_type}) cannot be streamed: a window over a stream is ordered by a timestamp or Int64 event-time column",
+            column.name()
+        );
+    }
+    Ok(column.index())
+}
+
+/// The streaming function for one of DataFusion's window expressions.
+fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
+    let name = expr.name().to_string();
+    let field = expr.field()?;
+    let frame = expr.get_window_frame();
+    if let Some(standard) = expr.as_any().downcast_ref::<StandardWindowExpr>() {
+        let Some(udf) = standard
+            .get_standard_func_expr()
+            .as_any()
+            .downcast_ref::<WindowUDFExpr>()
+        else {
+            return plan_err!("{name}: this window function cannot be streamed");
+        };
+        let function = udf.fun().name().to_lowercase();
+        let args = udf.args();
+        let argument = args.first().cloned();
+        let ranking = |kind| OverFunction {
+            kind: OverFunctionKind::Ranking(kind),
+            argument: None,
+            frame: FrameStart::UnboundedPreceding,
+            peers: false,
+            field: Arc::clone(&field),
+        };
+        return Ok(match function.as_str() {
+            "row_number" => ranking(RankingKind::RowNumber),
+            "rank" => ranking(RankingKind::Rank),
+            "dense_rank" => ranking(RankingKind::DenseRank),
+            "lag" => {
+                let offset = match args.get(1) {
+                    Some(offset) => literal_integer(&name, offset, "offset")?,
+                    None => 1,
+                };
+                if offset < 0 {
+                    return plan_err!(
+                        "{name}: LAG with a negative offset looks at following rows, which a stream does not have yet"
+                    );
+                }
+                let default = match args.get(2) {
+                    Some(default) => literal(&name, default, "default")?,
+                    None => ScalarValue::Null,
+                };
+                OverFunction {
+                    kind: OverFunctionKind::Lag {
+                        offset: frame_length(&name, offset as u64)?,
+                        default,
+                    },
+                    argument,
+                    frame: FrameStart::UnboundedPreceding,
+                    peers: false,
+                    field,
+                }
+            }
+            "first_value" | "last_value" | "nth_value" => {
+                let kind = match function.as_str() {
+                    "first_value" => OverFunctionKind::FirstValue,
+                    "last_value" => OverFunctionKind::LastValue,
+                    _ => {
+                        let n = match args.get(1) {
+                            Some(n) => literal_integer(&name, n, "n")?,
+                            None => return plan_err!("{name}: NTH_VALUE needs n"),
+                        };
+                        if n < 1 {
+                            return plan_err!("{name}: NTH_VALUE's n must be at least 1, got {n}");
+                        }
+                        OverFunctionKind::NthValue(n as u64)
+                    }
+                };
+                let (frame, peers) = frame_start(&name, frame)?;
+                OverFunction {
+                    peers: peers && kind != OverFunctionKind::FirstValue,
+                    kind,
+                    argument,
+                    frame,
+                    field,
+                }
+            }
+            "lead" => {
+                return plan_err!(
+                    "{name}: LEAD is not supported on unbounded streams yet (it waits for following rows); use LAG, or run on bounded input"
+                );
+            }
+            other => {
+                return plan_err!(
+                    "{name}: window function {other} is not supported on unbounded streams; supported: ROW_NUMBER, RANK, DENSE_RANK, LAG, FIRST_VALUE, LAST_VALUE, NTH_VALUE, SUM, AVG, MIN, MAX, COUNT"
+                );
+            }
+        });
+    }
+    let aggregate = if let Some(plain) = expr.as_any().downcast_ref::<PlainAggregateWindowExpr>() {
+        plain.get_aggregate_expr()
+    } else if let Some(sliding) = expr.as_any().downcast_ref::<SlidingAggregateWindowExpr>() {
+        sliding.get_aggregate_expr()
+    } else {
+        return plan_err!("{name}: this window function cannot be streamed");
+    };
+    if aggregate.is_distinct() {
+        return plan_err!("{name}: DISTINCT aggregates over a window cannot be streamed");
+    }
+    let kind = match aggregate.fun().name().to_lowercase().as_str() {
+        "sum" => FrameAggregateKind::Sum,
+        "avg" | "mean" => FrameAggregateKind::Avg,
+        "count" => FrameAggregateKind::Count,
+        "min" => FrameAggregateKind::Min,
+        "max" => FrameAggregateKind::Max,
+        other => {
+            return plan_err!(
+                "{name}: aggregate {other} over a window is not supported on unbounded streams; supported: SUM, AVG, MIN, MAX, COUNT"
+            );
+        }
+    };
+    let arguments = aggregate.expressions();
+    let [argument] = arguments.as_slice() else {
+        return plan_err!("{name}: expected one argument");
+    };
+    let (frame, peers) = frame_start(&name, frame)?;
+    Ok(OverFunction {
+        kind: OverFunctionKind::Aggregate(kind),
+        argument: Some(Arc::clone(argument)),
+        frame,
+        peers,
+        field,
+    })
+}
+
+/// Where a frame that ends at the current row starts, and whether it takes in the current
+/// row's peers (RANGE).
+fn frame_start(name: &str, frame: &WindowFrame) -> Result<(FrameStart, bool)> {
+    let peers = match frame.units {
+        WindowFrameUnits::Rows => false,
+        WindowFrameUnits::Range => true,
+        WindowFrameUnits::Groups => {
+            return plan_err!(
+                "{name}: GROUPS frames cannot be streamed; use ROWS BETWEEN n PRECEDING AND CURRENT ROW"
+            );
+        }
+    };
+    match &frame.end_bound {
+        WindowFrameBound::CurrentRow => {}
+        WindowFrameBound::Following(_) => {
+            return plan_err!(
+                "{name}: a frame ending after the current row ({}) is not supported on unbounded streams yet: it waits for following rows; end the frame at CURRENT ROW",
+                frame.end_bound
+            );
+        }
+        WindowFrameBound::Preceding(_) => {
+            return plan_err!(
+                "{name}: a frame ending before the current row cannot be streamed; end the frame at CURRENT ROW"
+            );
+        }
+    }
+    let start = match &frame.start_bound {
+        WindowFrameBound::Preceding(value) if value.is_null() => FrameStart::UnboundedPreceding,
+        WindowFrameBound::Preceding(value) if peers => {
+            return plan_err!(
+                "{name}: RANGE frames with an offset ({value} PRECEDING) cannot be streamed yet; use ROWS BETWEEN n PRECEDING AND CURRENT ROW or RANGE UNBOUNDED PRECEDING"
+            );
+        }
+        WindowFrameBound::Preceding(value) => {
+            let rows = match value {
+                ScalarValue::UInt64(Some(rows)) => *rows,
+                other => match other.cast_to(&DataType::UInt64) {
+                    Ok(ScalarValue::UInt64(Some(rows))) => rows,
+                    _ => {
+                        return plan_err!(
+                            "{name}: frame start {value} PRECEDING must be a non-negative row count"
+                        );
+                    }
+                },
+            };
+            FrameStart::Preceding(frame_length(name, rows)?)
+        }
+        WindowFrameBound::CurrentRow if !peers => FrameStart::Preceding(0),
+        other => {
+            return plan_err!(
+                "{name}: frame start {other} cannot be streamed; start the frame at n PRECEDING or UNBOUNDED PRECEDING"
+            );
+        }
+    };
+    Ok((start, peers))
+}
+
+/// A frame length (or LAG offset) the state can hold.
+fn frame_length(name: &str, rows: u64) -> Result<u64> {
+    if rows > MAX_FRAME_ROWS {
+        return plan_err!(
+            "{name}: a frame of {rows} rows is more than a key's state may hold ({MAX_FRAME_ROWS}); use UNBOUNDED PRECEDING for a running aggregate"
+        );
+    }
+    Ok(rows)
+}
+
+fn literal(name: &str, expr: &Arc<dyn PhysicalExpr>, what: &str) -> Result<ScalarValue> {
+    match expr.downcast_ref::<Literal>() {
+        Some(literal) => Ok(literal.value().clone()),
+        None => plan_err!("{name}: the {what} must be a constant, got {expr}"),
+    }
+}
+
+fn literal_integer(name: &str, expr: &Arc<dyn PhysicalExpr>, what: &str) -> Result<i64> {
+    match literal(name, expr, what)?.cast_to(&DataType::Int64) {
+        Ok(ScalarValue::Int64(Some(value))) => Ok(value),
+        _ => plan_err!("{name}: the {what} must be an integer constant, got {expr}"),
+    }
+}
+
+fn same_exprs(a: &[Arc<dyn PhysicalExpr>], b: &[Arc<dyn PhysicalExpr>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.eq(b))
+}
+
+/// Whether `plan` reads one of Freshet's streams.
+fn reads_a_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
+}
+
+/// `plan` without the sorts and repartitions DataFusion put under a window operator, down to
+/// the stream (a sort pushed below a stream's source goes too).
+fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut plan = Arc::clone(plan);
+    loop {
+        let next = if let Some(sort) = plan.downcast_ref::<SortExec>()
+            && sort.fetch().is_none()
+        {
+            Arc::clone(sort.input())
+        } else if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
+            Arc::clone(repartition.input())
+        } else if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
+            Arc::clone(coalesce.input())
+        } else if let Some(merge) = plan.downcast_ref::<SortPreservingMergeExec>()
+            && merge.fetch().is_none()
+        {
+            Arc::clone(merge.input())
+        } else if plan.downcast_ref::<StreamSourceExec>().is_some()
+            && let [child] = plan.children().as_slice()
+            && let Some(sort) = child.downcast_ref::<SortExec>()
+            && sort.fetch().is_none()
+        {
+            let unsorted = Arc::clone(sort.input());
+            return Arc::clone(&plan).replace_children(
+                vec![unsorted],
+                ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+            );
+        } else {
+            return Ok(plan);
+        };
+        plan = next;
+    }
+}
