@@ -16,6 +16,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray,
 };
+use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
 use datafusion::common::Result;
@@ -106,30 +107,32 @@ impl FloatSum {
         self.sum = total;
     }
 
-    fn count(&mut self, value: f64, step: i64) -> bool {
+    /// Counts a non-finite value in (`step` 1) or out (-1).
+    fn count(&mut self, value: f64, step: i64) {
         let counter = if value.is_nan() {
             &mut self.nan
-        } else if value == f64::INFINITY {
+        } else if value > 0.0 {
             &mut self.positive_infinity
-        } else if value == f64::NEG_INFINITY {
-            &mut self.negative_infinity
         } else {
-            return false;
+            &mut self.negative_infinity
         };
         *counter = counter.wrapping_add_signed(step);
-        true
     }
 }
 
 impl RunningSum<f64> for FloatSum {
     fn add(&mut self, value: f64) {
-        if !self.count(value, 1) {
+        if value.is_finite() {
             self.add_finite(value);
+        } else {
+            self.count(value, 1);
         }
     }
     fn remove(&mut self, value: f64) {
-        if !self.count(value, -1) {
+        if value.is_finite() {
             self.add_finite(-value);
+        } else {
+            self.count(value, -1);
         }
     }
     fn value(&self) -> f64 {
@@ -148,12 +151,48 @@ impl RunningSum<f64> for FloatSum {
 /// One key's state.
 #[derive(Debug, Default, Clone)]
 struct KeyFrame<T, S> {
-    /// The frame's values, oldest first (bounded frames only).
+    /// The frame's values, oldest first (SUM/AVG/COUNT over bounded frames only).
     values: VecDeque<Option<T>>,
     sum: S,
+    /// Non-null values in the frame (SUM/AVG/COUNT).
     non_null: u64,
     /// MIN/MAX: (position, value), values strictly improving from back to front.
     extremes: VecDeque<(u64, T)>,
+}
+
+/// A validity bitmap built only once some row is null.
+struct Validity {
+    rows: usize,
+    bits: Option<BooleanBufferBuilder>,
+    pushed: usize,
+}
+
+impl Validity {
+    fn new(rows: usize) -> Self {
+        Self {
+            rows,
+            bits: None,
+            pushed: 0,
+        }
+    }
+
+    fn push(&mut self, valid: bool) {
+        match &mut self.bits {
+            Some(bits) => bits.append(valid),
+            None if valid => {}
+            None => {
+                let mut bits = BooleanBufferBuilder::new(self.rows);
+                bits.append_n(self.pushed, true);
+                bits.append(false);
+                self.bits = Some(bits);
+            }
+        }
+        self.pushed += 1;
+    }
+
+    fn finish(self) -> Option<NullBuffer> {
+        self.bits.map(|mut bits| NullBuffer::new(bits.finish()))
+    }
 }
 
 /// See the module documentation.
@@ -188,42 +227,63 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         positions: &[u64],
     ) -> Result<ArrayRef> {
         let values = values.as_primitive::<T::Arrow>();
+        if let Some(largest) = groups.iter().max()
+            && *largest >= self.keys.len()
+        {
+            self.keys.resize_with(largest + 1, KeyFrame::default);
+        }
         let rows = values.len();
-        let mut out_values: Vec<T> = Vec::with_capacity(rows);
-        let mut out_f64: Vec<f64> = Vec::new();
-        let mut out_count: Vec<i64> = Vec::new();
-        let mut valid: Vec<bool> = Vec::with_capacity(rows);
-        let maintain_sum = matches!(self.kind, FrameAggregateKind::Sum | FrameAggregateKind::Avg);
-        let extreme = match self.kind {
-            FrameAggregateKind::Min => Some(Ordering::Less),
-            FrameAggregateKind::Max => Some(Ordering::Greater),
-            _ => None,
-        };
-        let has_nulls = values.null_count() > 0;
-        for row in 0..rows {
-            let group = groups[row];
-            if group >= self.keys.len() {
-                self.keys.resize_with(group + 1, KeyFrame::default);
+        let mut validity = Validity::new(rows);
+        Ok(match self.kind {
+            FrameAggregateKind::Sum => {
+                let mut out = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, |key| {
+                    validity.push(key.non_null > 0);
+                    out.push(key.sum.value());
+                });
+                Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), validity.finish()))
             }
+            FrameAggregateKind::Avg => {
+                let mut out = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, |key| {
+                    validity.push(key.non_null > 0);
+                    out.push(key.sum.as_f64() / key.non_null as f64);
+                });
+                Arc::new(Float64Array::new(out.into(), validity.finish()))
+            }
+            FrameAggregateKind::Count => {
+                let mut out = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, |key| out.push(key.non_null as i64));
+                Arc::new(Int64Array::from(out))
+            }
+            FrameAggregateKind::Min | FrameAggregateKind::Max => {
+                let better = if self.kind == FrameAggregateKind::Min {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                };
+                let out = self.fold_extremes(values, groups, positions, better, &mut validity);
+                Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), validity.finish()))
+            }
+        })
+    }
+
+    /// SUM, AVG and COUNT: each row enters its key's running sum (and the value that leaves
+    /// a bounded frame leaves it); `emit` reads the key's state after each row.
+    fn fold_sums(
+        &mut self,
+        values: &PrimitiveArray<T::Arrow>,
+        groups: &[usize],
+        mut emit: impl FnMut(&KeyFrame<T, S>),
+    ) {
+        let has_nulls = values.null_count() > 0;
+        let raw = values.values();
+        for (row, &group) in groups.iter().enumerate() {
             let key = &mut self.keys[group];
-            let position = positions[row];
-            let value = (!has_nulls || values.is_valid(row)).then(|| values.value(row));
+            let value = (!has_nulls || values.is_valid(row)).then(|| raw[row]);
             if let Some(v) = value {
                 key.non_null += 1;
-                if maintain_sum {
-                    key.sum.add(v);
-                }
-                if let Some(better) = extreme {
-                    // Drop the values the new one beats: they can never be the extreme again.
-                    while key
-                        .extremes
-                        .back()
-                        .is_some_and(|(_, last)| v.total_cmp(last) != better.reverse())
-                    {
-                        key.extremes.pop_back();
-                    }
-                    key.extremes.push_back((position, v));
-                }
+                key.sum.add(v);
             }
             if let Some(preceding) = self.preceding {
                 key.values.push_back(value);
@@ -231,38 +291,57 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                     && let Some(Some(leaving)) = key.values.pop_front()
                 {
                     key.non_null -= 1;
-                    if maintain_sum {
-                        key.sum.remove(leaving);
-                    }
+                    key.sum.remove(leaving);
                 }
+            }
+            emit(key);
+        }
+    }
+
+    /// MIN and MAX: a monotonic deque per key whose front is the frame's extreme.
+    fn fold_extremes(
+        &mut self,
+        values: &PrimitiveArray<T::Arrow>,
+        groups: &[usize],
+        positions: &[u64],
+        better: Ordering,
+        validity: &mut Validity,
+    ) -> Vec<T> {
+        let has_nulls = values.null_count() > 0;
+        let raw = values.values();
+        let mut out = Vec::with_capacity(groups.len());
+        for (row, (&group, &position)) in groups.iter().zip(positions).enumerate() {
+            let key = &mut self.keys[group];
+            if !has_nulls || values.is_valid(row) {
+                let v = raw[row];
+                // Drop the values the new one beats: they can never be the extreme again.
+                while key
+                    .extremes
+                    .back()
+                    .is_some_and(|(_, last)| v.total_cmp(last) != better.reverse())
+                {
+                    key.extremes.pop_back();
+                }
+                key.extremes.push_back((position, v));
+            }
+            if let Some(preceding) = self.preceding {
                 let oldest = position.saturating_sub(preceding);
                 while key.extremes.front().is_some_and(|(p, _)| *p < oldest) {
                     key.extremes.pop_front();
                 }
             }
-            let present = key.non_null > 0;
-            match self.kind {
-                FrameAggregateKind::Sum => out_values.push(key.sum.value()),
-                FrameAggregateKind::Avg => out_f64.push(if present {
-                    key.sum.as_f64() / key.non_null as f64
-                } else {
-                    0.0
-                }),
-                FrameAggregateKind::Count => out_count.push(key.non_null as i64),
-                FrameAggregateKind::Min | FrameAggregateKind::Max => out_values.push(
-                    key.extremes
-                        .front()
-                        .map_or_else(T::default, |(_, value)| *value),
-                ),
+            match key.extremes.front() {
+                Some((_, extreme)) => {
+                    validity.push(true);
+                    out.push(*extreme);
+                }
+                None => {
+                    validity.push(false);
+                    out.push(T::default());
+                }
             }
-            valid.push(present);
         }
-        let nulls = Some(NullBuffer::from(valid));
-        Ok(match self.kind {
-            FrameAggregateKind::Count => Arc::new(Int64Array::from(out_count)),
-            FrameAggregateKind::Avg => Arc::new(Float64Array::new(out_f64.into(), nulls)),
-            _ => Arc::new(PrimitiveArray::<T::Arrow>::new(out_values.into(), nulls)),
-        })
+        out
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.

@@ -6,12 +6,13 @@
 //! and computes watermarks from the ORDER BY column. Per batch, the operator drops and counts
 //! rows without an ORDER BY value and late rows (older than the watermark, which already let
 //! newer rows of their key through), and holds the rest in a [`ReorderBuffer`]. When the
-//! watermark rises, the rows it passes leave the buffer in ORDER BY order (ties in arrival
-//! order; ordered input passes without a copy) and are computed as one batch:
+//! watermark rises, the rows it passes leave the buffer and are computed as one batch:
 //!
 //! 1. intern the PARTITION BY keys with DataFusion's `GroupValues`;
-//! 2. give each row its position in its key (the key's row count so far);
-//! 3. compute each function's column in one pass with its per-key state ([`OverKernel`]):
+//! 2. check that each key's rows are in ORDER BY order; if not, sort the batch by time
+//!    (ties in arrival order). Ordered input passes without a copy;
+//! 3. give each row its position in its key (the key's row count so far);
+//! 4. compute each function's column in one pass with its per-key state ([`OverKernel`]):
 //!    rankings from positions, LAG/FIRST_VALUE/NTH_VALUE from a history of each key's recent
 //!    values, SUM/AVG/COUNT/MIN/MAX from running sums and monotonic deques.
 //!
@@ -44,7 +45,7 @@ use datafusion::physical_plan::{
 };
 
 use super::functions::{OverFunction, OverKernel};
-use super::reorder::{Released, ReorderBuffer};
+use super::reorder::{Released, ReorderBuffer, sort_by_time};
 use crate::aggregate::{GroupTable, LateRecords};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
@@ -275,6 +276,8 @@ struct OverState {
     /// Per key: rows processed, and the ORDER BY value of the latest.
     counts: Vec<u64>,
     latest: Vec<i64>,
+    /// Scratch space of the per-key order check.
+    scratch: Vec<i64>,
     buffer: ReorderBuffer,
     /// Release only rows strictly below the watermark: a RANGE frame needs all peers at once.
     strict: bool,
@@ -324,6 +327,7 @@ impl OverState {
             kernels,
             counts: Vec::new(),
             latest: Vec::new(),
+            scratch: Vec::new(),
             buffer: ReorderBuffer::new(input_schema),
             strict: exec.spec.functions.iter().any(|f| f.peers),
             watermark: i64::MIN,
@@ -381,14 +385,27 @@ impl OverState {
 
     /// The output rows of released rows.
     fn compute(&mut self, released: Released) -> Result<RecordBatch> {
-        let Released { batch, times } = released;
-        let rows = batch.num_rows();
-        let keys = evaluate(&self.spec.partition_by, &batch)?;
+        let rows = released.batch.num_rows();
+        let keys = evaluate(&self.spec.partition_by, &released.batch)?;
         self.keys.intern(&keys, rows)?;
-        let groups = self.keys.last_group_ids(rows);
         let key_count = self.keys.len();
         self.counts.resize(key_count, 0);
         self.latest.resize(key_count, i64::MIN);
+        let arrived = self.keys.last_group_ids(rows);
+        // Rows of one key must go in time order; released rows usually are already (each
+        // source partition is in order), else they are sorted.
+        let (Released { batch, times }, groups) =
+            if in_order_per_key(arrived, released.times.values(), &mut self.scratch) {
+                (released, arrived.to_vec())
+            } else {
+                let (sorted, permutation) = sort_by_time(released)?;
+                let groups = permutation
+                    .values()
+                    .iter()
+                    .map(|row| arrived[*row as usize])
+                    .collect();
+                (sorted, groups)
+            };
         let times = times.values();
         let mut positions = Vec::with_capacity(rows);
         for (group, time) in groups.iter().zip(times.iter()) {
@@ -396,7 +413,6 @@ impl OverState {
             self.counts[*group] += 1;
             self.latest[*group] = *time;
         }
-        let groups = self.keys.last_group_ids(rows);
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         for (function, kernel) in self.spec.functions.iter().zip(&mut self.kernels) {
             let argument = match &function.argument {
@@ -406,7 +422,7 @@ impl OverState {
             columns.push(kernel.evaluate(
                 function,
                 argument.as_ref(),
-                groups,
+                &groups,
                 &positions,
                 times,
             )?);
@@ -469,6 +485,22 @@ impl OverState {
         self.metrics.rows_waiting.set(self.buffer.len());
         self.reservation.try_resize(bytes)
     }
+}
+
+/// Whether each key's rows come in time order (`latest` is scratch space, one slot per key).
+fn in_order_per_key(groups: &[usize], times: &[i64], latest: &mut Vec<i64>) -> bool {
+    let keys = groups.iter().max().map_or(0, |g| g + 1);
+    if latest.len() < keys {
+        latest.resize(keys, i64::MIN);
+    }
+    for group in groups {
+        latest[*group] = i64::MIN;
+    }
+    groups.iter().zip(times).all(|(group, time)| {
+        let ordered = *time >= latest[*group];
+        latest[*group] = *time;
+        ordered
+    })
 }
 
 impl MessageHandler for OverState {

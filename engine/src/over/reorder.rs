@@ -1,9 +1,9 @@
 //! [`ReorderBuffer`]: holds rows until the watermark says no earlier row can still come,
-//! then releases them in ORDER BY order, ties in arrival order.
+//! then releases them in arrival order; [`sort_by_time`] puts released rows in ORDER BY
+//! order, ties in arrival order, when the caller finds them out of order.
 //!
-//! Ordered input costs nothing: a lone batch that is already sorted and wholly released
-//! leaves as it came. Otherwise the released rows of the pending batches are filtered out,
-//! concatenated in arrival order and sorted by (time, arrival).
+//! Ordered input costs nothing: a lone batch that is wholly released leaves as it came.
+//! Otherwise the released rows of the pending batches are filtered out and concatenated.
 
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 
-/// Rows in ORDER BY order and their ORDER BY values.
+/// Rows and their ORDER BY values.
 pub struct Released {
     pub batch: RecordBatch,
     pub times: Int64Array,
@@ -102,19 +102,6 @@ impl ReorderBuffer {
                 times.as_primitive::<Int64Type>().clone(),
             )
         };
-        if is_sorted(&times) {
-            return Ok(Some(Released { batch, times }));
-        }
-        let mut order: Vec<(i64, u32)> = times
-            .values()
-            .iter()
-            .enumerate()
-            .map(|(row, time)| (*time, row as u32))
-            .collect();
-        order.sort_unstable();
-        let indices = UInt32Array::from_iter_values(order.iter().map(|(_, row)| *row));
-        let times = Int64Array::from_iter_values(order.iter().map(|(time, _)| *time));
-        let batch = take_record_batch(&batch, &indices)?;
         Ok(Some(Released { batch, times }))
     }
 
@@ -127,13 +114,27 @@ impl ReorderBuffer {
     }
 }
 
+/// `released` sorted by time, ties in their order, and the permutation applied (the
+/// original row of each output row).
+pub fn sort_by_time(released: Released) -> Result<(Released, UInt32Array)> {
+    let Released { batch, times } = released;
+    let mut order: Vec<(i64, u32)> = times
+            .values()
+            .iter()
+            .enumerate()
+            .map(|(row, time)| (*time, row as u32))
+            .collect();
+        order.sort_unstable();
+        let indices = UInt32Array::from_iter_values(order.iter().map(|(_, row)| *row));
+        let times = Int64Array::from_iter_values(order.iter().map(|(time, _)| *time));
+        let batch = take_record_batch(&batch, &indices)?;
+        Ok((Released { batch, times }, indices))
+}
+
 fn filtered(times: &Int64Array, mask: &BooleanArray) -> Result<Int64Array> {
     Ok(filter(times, mask)?.as_primitive::<Int64Type>().clone())
 }
 
-fn is_sorted(times: &Int64Array) -> bool {
-    times.values().windows(2).all(|pair| pair[0] <= pair[1])
-}
 
 #[cfg(test)]
 mod tests {
@@ -162,6 +163,7 @@ mod tests {
         );
         buffer.push(batch(&schema, &[4, 5]), Int64Array::from(vec![20, 5]));
         let released = buffer.release(20, false).unwrap().unwrap();
+        let (released, _) = sort_by_time(released).unwrap();
         let ids: Vec<i32> = released
             .batch
             .column(0)
