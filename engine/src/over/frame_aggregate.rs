@@ -13,13 +13,15 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray,
 };
-use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
 use datafusion::common::Result;
+
+use super::ring::Ring;
 
 /// Which aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +154,7 @@ impl RunningSum<f64> for FloatSum {
 #[derive(Debug, Default, Clone)]
 struct KeyFrame<T, S> {
     /// The frame's values, oldest first (SUM/AVG/COUNT over bounded frames only).
-    values: VecDeque<Option<T>>,
+    values: Ring<Option<T>>,
     sum: S,
     /// Non-null values in the frame (SUM/AVG/COUNT).
     non_null: u64,
@@ -176,6 +178,7 @@ impl Validity {
         }
     }
 
+    #[inline]
     fn push(&mut self, valid: bool) {
         match &mut self.bits {
             Some(bits) => bits.append(valid),
@@ -235,13 +238,29 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         let rows = values.len();
         let mut validity = Validity::new(rows);
         Ok(match self.kind {
+            // The current row is in its frame: a frame without a value needs a null input.
+            FrameAggregateKind::Sum if values.null_count() == 0 => {
+                let mut out = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, |key| out.push(key.sum.value()));
+                Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
+            }
+            FrameAggregateKind::Avg if values.null_count() == 0 => {
+                let mut out = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, |key| {
+                    out.push(key.sum.as_f64() / key.non_null as f64)
+                });
+                Arc::new(Float64Array::new(out.into(), None))
+            }
             FrameAggregateKind::Sum => {
                 let mut out = Vec::with_capacity(rows);
                 self.fold_sums(values, groups, |key| {
                     validity.push(key.non_null > 0);
                     out.push(key.sum.value());
                 });
-                Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), validity.finish()))
+                Arc::new(PrimitiveArray::<T::Arrow>::new(
+                    out.into(),
+                    validity.finish(),
+                ))
             }
             FrameAggregateKind::Avg => {
                 let mut out = Vec::with_capacity(rows);
@@ -263,7 +282,10 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                     Ordering::Greater
                 };
                 let out = self.fold_extremes(values, groups, positions, better, &mut validity);
-                Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), validity.finish()))
+                Arc::new(PrimitiveArray::<T::Arrow>::new(
+                    out.into(),
+                    validity.finish(),
+                ))
             }
         })
     }
@@ -285,14 +307,11 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 key.non_null += 1;
                 key.sum.add(v);
             }
-            if let Some(preceding) = self.preceding {
-                key.values.push_back(value);
-                if key.values.len() as u64 > preceding + 1
-                    && let Some(Some(leaving)) = key.values.pop_front()
-                {
-                    key.non_null -= 1;
-                    key.sum.remove(leaving);
-                }
+            if let Some(preceding) = self.preceding
+                && let Some(Some(leaving)) = key.values.push(value, preceding as usize + 1)
+            {
+                key.non_null -= 1;
+                key.sum.remove(leaving);
             }
             emit(key);
         }
@@ -356,10 +375,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             + self
                 .keys
                 .iter()
-                .map(|k| {
-                    k.values.capacity() * std::mem::size_of::<Option<T>>()
-                        + k.extremes.capacity() * std::mem::size_of::<(u64, T)>()
-                })
+                .map(|k| k.values.size() + k.extremes.capacity() * std::mem::size_of::<(u64, T)>())
                 .sum::<usize>()
     }
 }

@@ -10,14 +10,16 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array, UInt32Array, new_null_array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, new_null_array};
 use datafusion::arrow::compute::{cast, take};
-use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::arrow::datatypes::{
+    ArrowPrimitiveType, DataType, FieldRef, Float64Type, Int64Type,
+};
 use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::frame_aggregate::{FloatFrameAggregate, FrameAggregateKind, IntegerFrameAggregate};
-use super::history::ValueHistory;
+use super::history::{PrimitiveHistory, ValueHistory};
 use super::ranking::{Ranking, RankingKind};
 
 /// Where a frame starts; it always ends at the current row.
@@ -99,13 +101,97 @@ impl OverFunction {
     }
 }
 
+/// The history of a lookback function: typed for Int64 and Float64 values, else generic.
+#[derive(Debug)]
+pub enum Lookback {
+    Integer(PrimitiveHistory<Int64Type>),
+    Float(PrimitiveHistory<Float64Type>),
+    Any(ValueHistory),
+}
+
+impl Lookback {
+    fn new(argument_type: Option<&DataType>, depth: u64, fixed: Option<u64>) -> Self {
+        let depth = depth as usize;
+        match argument_type {
+            Some(DataType::Int64) => Self::Integer(PrimitiveHistory::new(depth, fixed)),
+            Some(DataType::Float64) => Self::Float(PrimitiveHistory::new(depth, fixed)),
+            _ => Self::Any(ValueHistory::new(depth, fixed)),
+        }
+    }
+
+    fn gather(
+        &mut self,
+        values: &ArrayRef,
+        default: &Option<ArrayRef>,
+        groups: &[usize],
+        positions: &[u64],
+        target: impl Fn(u64) -> Option<u64>,
+    ) -> Result<ArrayRef> {
+        Ok(match self {
+            Self::Integer(history) => {
+                let default = typed_default::<Int64Type>(default)?;
+                Arc::new(history.gather(
+                    values.as_primitive::<Int64Type>(),
+                    groups,
+                    positions,
+                    default,
+                    target,
+                ))
+            }
+            Self::Float(history) => {
+                let default = typed_default::<Float64Type>(default)?;
+                Arc::new(history.gather(
+                    values.as_primitive::<Float64Type>(),
+                    groups,
+                    positions,
+                    default,
+                    target,
+                ))
+            }
+            Self::Any(history) => {
+                let default = match default {
+                    Some(default) => cast(default, values.data_type())?,
+                    None => new_null_array(values.data_type(), 1),
+                };
+                history.gather(values, groups, positions, &default, target)?
+            }
+        })
+    }
+
+    fn retain_keys(&mut self, expired: &[bool]) {
+        match self {
+            Self::Integer(history) => history.retain_keys(expired),
+            Self::Float(history) => history.retain_keys(expired),
+            Self::Any(history) => history.retain_keys(expired),
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Self::Integer(history) => history.size(),
+            Self::Float(history) => history.size(),
+            Self::Any(history) => history.size(),
+        }
+    }
+}
+
+/// A one-row default as a value of `T` (`None` for a null or missing default).
+fn typed_default<T: ArrowPrimitiveType>(default: &Option<ArrayRef>) -> Result<Option<T::Native>> {
+    let Some(default) = default else {
+        return Ok(None);
+    };
+    let default = cast(default, &T::DATA_TYPE)?;
+    let default = default.as_primitive::<T>();
+    Ok((default.is_valid(0)).then(|| default.value(0)))
+}
+
 /// The state of one function: see the module documentation.
 #[derive(Debug)]
 pub enum OverKernel {
     Ranking(Ranking),
     /// LAG, FIRST_VALUE, NTH_VALUE: an earlier row's value.
     Lookback {
-        history: ValueHistory,
+        history: Lookback,
         default: Option<ArrayRef>,
     },
     /// LAST_VALUE over a frame ending at the current row: the row's own value.
@@ -126,22 +212,22 @@ impl OverKernel {
         Ok(match &function.kind {
             OverFunctionKind::Ranking(kind) => Self::Ranking(Ranking::new(*kind)),
             OverFunctionKind::Lag { offset, default } => Self::Lookback {
-                history: ValueHistory::new(*offset as usize, None),
+                history: Lookback::new(argument_type, *offset, None),
                 default: (!default.is_null())
                     .then(|| default.to_array())
                     .transpose()?,
             },
             OverFunctionKind::FirstValue => Self::Lookback {
                 history: match preceding {
-                    None => ValueHistory::new(0, Some(0)),
-                    Some(n) => ValueHistory::new(n as usize, None),
+                    None => Lookback::new(argument_type, 0, Some(0)),
+                    Some(n) => Lookback::new(argument_type, n, None),
                 },
                 default: None,
             },
             OverFunctionKind::NthValue(n) => Self::Lookback {
                 history: match preceding {
-                    None => ValueHistory::new(0, Some(n - 1)),
-                    Some(p) => ValueHistory::new(p.saturating_sub(n - 1) as usize, None),
+                    None => Lookback::new(argument_type, 0, Some(n - 1)),
+                    Some(p) => Lookback::new(argument_type, p.saturating_sub(n - 1), None),
                 },
                 default: None,
             },
@@ -176,13 +262,8 @@ impl OverKernel {
             Self::Ranking(ranking) => ranking.evaluate(groups, positions, times),
             Self::Current => Arc::clone(argument()?),
             Self::Lookback { history, default } => {
-                let values = argument()?;
-                let default = match default {
-                    Some(default) => cast(default, values.data_type())?,
-                    None => new_null_array(values.data_type(), 1),
-                };
                 let target = lookback_target(function);
-                history.gather(values, groups, positions, &default, target)?
+                history.gather(argument()?, default, groups, positions, target)?
             }
             Self::Integer(aggregate) => {
                 let values = cast(argument()?, &NumberClass::Integer.arrow_type())?;

@@ -7,6 +7,7 @@ mod history;
 mod over_window;
 mod ranking;
 mod reorder;
+mod ring;
 
 pub use frame_aggregate::FrameAggregateKind;
 pub use functions::{FrameStart, OverFunction, OverFunctionKind};

@@ -119,22 +119,21 @@ impl ReorderBuffer {
 pub fn sort_by_time(released: Released) -> Result<(Released, UInt32Array)> {
     let Released { batch, times } = released;
     let mut order: Vec<(i64, u32)> = times
-            .values()
-            .iter()
-            .enumerate()
-            .map(|(row, time)| (*time, row as u32))
-            .collect();
-        order.sort_unstable();
-        let indices = UInt32Array::from_iter_values(order.iter().map(|(_, row)| *row));
-        let times = Int64Array::from_iter_values(order.iter().map(|(time, _)| *time));
-        let batch = take_record_batch(&batch, &indices)?;
-        Ok((Released { batch, times }, indices))
+        .values()
+        .iter()
+        .enumerate()
+        .map(|(row, time)| (*time, row as u32))
+        .collect();
+    order.sort_unstable();
+    let indices = UInt32Array::from_iter_values(order.iter().map(|(_, row)| *row));
+    let times = Int64Array::from_iter_values(order.iter().map(|(time, _)| *time));
+    let batch = take_record_batch(&batch, &indices)?;
+    Ok((Released { batch, times }, indices))
 }
 
 fn filtered(times: &Int64Array, mask: &BooleanArray) -> Result<Int64Array> {
     Ok(filter(times, mask)?.as_primitive::<Int64Type>().clone())
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,76 @@
+//! [`Ring`]: the last `capacity` values of one key, in a buffer that grows up to the capacity
+//! and then wraps — a frame of 10 000 rows costs a key nothing until it has that many rows.
+
+/// See the module documentation.
+#[derive(Debug, Clone, Default)]
+pub struct Ring<T> {
+    buffer: Vec<T>,
+    /// Where the oldest value is, once the buffer is full.
+    head: usize,
+}
+
+impl<T: Copy> Ring<T> {
+    /// Adds `value`; returns the value it pushes out when `capacity` values are held.
+    #[inline]
+    pub fn push(&mut self, value: T, capacity: usize) -> Option<T> {
+        if self.buffer.len() < capacity {
+            self.buffer.push(value);
+            return None;
+        }
+        let leaving = std::mem::replace(&mut self.buffer[self.head], value);
+        self.head += 1;
+        if self.head == self.buffer.len() {
+            self.head = 0;
+        }
+        Some(leaving)
+    }
+
+    /// The value pushed `back` pushes ago (0: the latest), if still held.
+    #[inline]
+    pub fn back(&self, back: usize) -> Option<T> {
+        let len = self.buffer.len();
+        if back >= len {
+            return None;
+        }
+        // The latest value sits just before the head.
+        let latest = if self.head == 0 {
+            len - 1
+        } else {
+            self.head - 1
+        };
+        let index = if back <= latest {
+            latest - back
+        } else {
+            len + latest - back
+        };
+        Some(self.buffer[index])
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.buffer.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_values_and_returns_the_leaving_one() {
+        let mut ring = Ring::default();
+        assert_eq!(ring.push(1, 3), None);
+        assert_eq!(ring.push(2, 3), None);
+        assert_eq!(ring.back(0), Some(2));
+        assert_eq!(ring.back(1), Some(1));
+        assert_eq!(ring.back(2), None);
+        assert_eq!(ring.push(3, 3), None);
+        assert_eq!(ring.push(4, 3), Some(1));
+        assert_eq!(ring.push(5, 3), Some(2));
+        assert_eq!(
+            (ring.back(0), ring.back(1), ring.back(2)),
+            (Some(5), Some(4), Some(3))
+        );
+        assert_eq!(ring.back(3), None);
+    }
+}
