@@ -169,10 +169,14 @@ impl StreamingContext {
     /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
         let streaming = rewrite(sql, &|table| self.event_times.read().get(table).cloned())?;
-        let frame = if streaming.emit == EmitMode::Default && streaming.options.is_empty() {
+        let frame = if streaming.emit == EmitMode::Default
+            && streaming.options.is_empty()
+            && streaming.expire_after.is_none()
+        {
             self.ctx.sql(&streaming.sql).await?
         } else {
-            // EMIT and WITH (…) apply to this query only: plan it on a copy of the state.
+            // EMIT, EXPIRE AFTER and WITH (…) apply to this query only: plan it on a copy of
+            // the state.
             let mut state = self.ctx.state();
             let extensions = &mut state.config_mut().options_mut().extensions;
             if extensions.get::<FreshetOptions>().is_none() {
@@ -183,6 +187,9 @@ impl StreamingContext {
                     EmitMode::Changes => options.emit = "changes".to_string(),
                     EmitMode::Final => options.emit = "final".to_string(),
                     EmitMode::Default => {}
+                }
+                if let Some(expire_after) = streaming.expire_after {
+                    options.expire_after_ms = expire_after.as_millis() as u64;
                 }
                 for (key, value) in &streaming.options {
                     match key.as_str() {

@@ -304,3 +304,100 @@ async fn session_windows_with_emit_changes_are_refused() {
         "{error}"
     );
 }
+
+/// The planning error of a window query over an endless market_data stream.
+async fn endless_market_error(sql: &str) -> String {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, None),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    planning_error(&ctx, sql).await
+}
+
+#[tokio::test]
+async fn over_range_frame_on_a_non_numeric_order() {
+    let error = endless_market_error(
+        "SELECT SUM(price) OVER (PARTITION BY trader_id ORDER BY symbol RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) FROM market_data",
+    )
+    .await;
+    assert!(
+        error.contains("symbol") || error.contains("Utf8"),
+        "{error}"
+    );
+    assert!(!error.contains("panicked"), "{error}");
+}
+
+#[tokio::test]
+async fn over_following_rows_on_an_endless_stream() {
+    let error = endless_market_error(
+        "SELECT SUM(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN CURRENT ROW AND 2 FOLLOWING) FROM market_data",
+    )
+    .await;
+    assert!(error.contains("FOLLOWING"), "{error}");
+    assert!(error.contains("CURRENT ROW"), "says what to use: {error}");
+}
+
+#[tokio::test]
+async fn over_negative_frame_size() {
+    let error = endless_market_error(
+        "SELECT SUM(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN -3 PRECEDING AND CURRENT ROW) FROM market_data",
+    )
+    .await;
+    assert!(error.contains("non negative"), "{error}");
+}
+
+#[tokio::test]
+async fn over_absurd_frame_size() {
+    let error = endless_market_error(
+        "SELECT AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 1000000000000 PRECEDING AND CURRENT ROW) FROM market_data",
+    )
+    .await;
+    assert!(error.contains("1000000000000 rows"), "{error}");
+    assert!(
+        error.contains("UNBOUNDED PRECEDING"),
+        "suggests a fix: {error}"
+    );
+}
+
+#[tokio::test]
+async fn over_unsupported_window_functions() {
+    for (function, named) in [
+        ("NTILE(4)", "ntile"),
+        ("PERCENT_RANK()", "percent_rank"),
+        ("LEAD(price)", "LEAD"),
+    ] {
+        let error = endless_market_error(&format!(
+            "SELECT {function} OVER (PARTITION BY symbol ORDER BY trade_time) FROM market_data"
+        ))
+        .await;
+        assert!(error.contains(named), "{function}: {error}");
+        assert!(
+            error.contains("ROW_NUMBER") || error.contains("LAG"),
+            "{function}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn over_descending_or_missing_order() {
+    let error = endless_market_error(
+        "SELECT ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time DESC) FROM market_data",
+    )
+    .await;
+    assert!(error.contains("DESC"), "{error}");
+    let error = endless_market_error(
+        "SELECT ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY price) FROM market_data",
+    )
+    .await;
+    assert!(
+        error.contains("price") && error.contains("Float64"),
+        "{error}"
+    );
+    let error =
+        endless_market_error("SELECT ROW_NUMBER() OVER (PARTITION BY symbol) FROM market_data")
+            .await;
+    assert!(error.contains("needs ORDER BY"), "{error}");
+}

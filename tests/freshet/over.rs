@@ -248,3 +248,96 @@ async fn late_rows_are_dropped_counted_and_the_rest_is_exact() {
         "every record is accounted for"
     );
 }
+
+#[tokio::test]
+async fn predecessor_window_buffer_and_extended_named_windows() {
+    let stream = RandomStream::new(61).rows(2_000).distinct_times();
+    let batch = "SELECT k1, ts, AVG(q) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN 99 PRECEDING AND CURRENT ROW) AS a, \
+        SUM(q) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s FROM t";
+    let streaming_sql = "SELECT k1, ts, AVG(q) OVER (ROWS WINDOW BUFFER 100 ROWS PARTITION BY k1 ORDER BY ts) AS a, \
+        SUM(q) OVER (w ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s FROM t WINDOW w AS (PARTITION BY k1 ORDER BY ts)";
+    Differential::new(streaming_sql, batch)
+        .without_operator("BoundedWindowAggExec")
+        .table(random_table(&stream))
+        .run()
+        .await
+        .unwrap();
+}
+
+/// `EXPIRE AFTER … INACTIVITY` forgets a key that saw no row for that long: its next row
+/// starts afresh.
+#[tokio::test]
+async fn idle_keys_expire() {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+        Field::new("q", DataType::Int64, false),
+    ]));
+    let batch = |rows: &[(&str, i64, i64)]| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                std::sync::Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                std::sync::Arc::new(TimestampMillisecondArray::from_iter_values(
+                    rows.iter().map(|r| r.1),
+                )),
+                std::sync::Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap()
+    };
+    let batches = vec![
+        batch(&[("a", 0, 1), ("b", 0, 2)]),
+        batch(&[("a", 1_000, 3)]),
+        batch(&[("b", 100_000, 4)]),
+        batch(&[("a", 200_000, 5), ("b", 200_500, 6)]),
+    ];
+    let run = |sql: &'static str| {
+        let batches = batches.clone();
+        let schema = schema.clone();
+        async move {
+            let ctx = StreamingContext::with_partitions(1);
+            let options = StreamOptions {
+                event_time: Some("ts".to_string()),
+                partitions: Some(1),
+                ..StreamOptions::default()
+            };
+            ctx.register_batches("t", schema, batches, options).unwrap();
+            let query = ctx.sql(sql).await.unwrap();
+            let rows: Vec<RecordBatch> =
+                query.execute_merged().unwrap().try_collect().await.unwrap();
+            let table = datafusion::arrow::util::pretty::pretty_format_batches(&rows)
+                .unwrap()
+                .to_string();
+            (table, query.metric_total("keys_expired"))
+        }
+    };
+    let (forgetting, expired) = run(
+        "SELECT k, q, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts EXPIRE AFTER INTERVAL '1' MINUTE INACTIVITY) AS n FROM t",
+    )
+    .await;
+    assert!(
+        forgetting.contains("| a | 5 | 1 |"),
+        "a restarts after 199 s idle:\n{forgetting}"
+    );
+    assert!(
+        forgetting.contains("| b | 4 | 1 |"),
+        "b restarts after 100 s idle:\n{forgetting}"
+    );
+    assert!(
+        forgetting.contains("| b | 6 | 1 |"),
+        "and again:\n{forgetting}"
+    );
+    assert_eq!(expired, 3);
+    let (remembering, expired) =
+        run("SELECT k, q, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS n FROM t").await;
+    assert!(remembering.contains("| a | 5 | 3 |"), "{remembering}");
+    assert!(remembering.contains("| b | 6 | 3 |"), "{remembering}");
+    assert_eq!(expired, 0);
+}

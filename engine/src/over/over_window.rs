@@ -371,11 +371,13 @@ impl OverState {
     /// Moves the watermark and computes the rows it releases.
     fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.watermark = self.watermark.max(watermark);
+        // Keys idle for too long go before the released rows are computed: a row that comes
+        // after such a gap starts its key afresh.
+        self.expire_idle_keys()?;
         let output = match self.buffer.release(self.watermark, self.strict)? {
             Some(released) => Some(self.compute(released)?),
             None => None,
         };
-        self.expire_idle_keys()?;
         self.report_state()?;
         if let Some(batch) = &output {
             self.metrics.baseline.record_output(batch.num_rows());

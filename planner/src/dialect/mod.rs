@@ -6,7 +6,10 @@
 //! GROUP BY (`tumble(ts, size)`, `hop(ts, slide, size)`, `session(ts, gap)`), `window_start`
 //! and `window_end` become expressions over that key, and `EMIT …` becomes a flag. Because
 //! `tumble()` computes what `date_bin` computes, the rewritten query is also valid batch SQL.
+//! OVER clauses are rewritten too (the predecessor's `ROWS WINDOW BUFFER n ROWS`, `EXPIRE
+//! AFTER … INACTIVITY`, extended named windows): see `over`.
 
+mod over;
 mod rewrite;
 mod tokens;
 

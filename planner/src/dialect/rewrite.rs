@@ -16,6 +16,7 @@
 use datafusion::common::{Result, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
+use super::over::rewrite_over_clauses;
 use super::tokens::{
     depths, is_word, matching_paren, next_solid, position, previous_solid, split_arguments, text,
     tokenize, trimmed_text,
@@ -51,6 +52,8 @@ pub struct StreamingSql {
     pub window: Option<WindowKind>,
     /// Query options from a trailing `WITH ('key' = 'value', …)`.
     pub options: Vec<(String, String)>,
+    /// `EXPIRE AFTER … INACTIVITY` of the query's OVER windows.
+    pub expire_after: Option<std::time::Duration>,
 }
 
 /// A window key call, e.g. `tumble(trade_time, INTERVAL '1' MINUTE)`.
@@ -67,6 +70,7 @@ struct WindowCall {
 pub fn rewrite(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Result<StreamingSql> {
     let (sql, options) = take_options(sql)?;
     let (sql, emit) = take_emit(&sql)?;
+    let (sql, expire_after) = rewrite_over_clauses(&sql)?;
     let (sql, window) = rewrite_table_functions(&sql)?;
     let (sql, window) = match window {
         Some(window) => (sql, Some(window)),
@@ -74,6 +78,7 @@ pub fn rewrite(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Res
     };
     let mut streaming = finish(sql, emit, window)?;
     streaming.options = options;
+    streaming.expire_after = expire_after;
     Ok(streaming)
 }
 
@@ -136,6 +141,7 @@ fn finish(sql: String, emit: EmitMode, window: Option<WindowCall>) -> Result<Str
         emit,
         window: window.map(|w| w.kind),
         options: Vec::new(),
+        expire_after: None,
     })
 }
 
