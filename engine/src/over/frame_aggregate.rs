@@ -96,16 +96,21 @@ pub struct FloatSum {
     nan: u64,
     positive_infinity: u64,
     negative_infinity: u64,
+    /// The three counts above together, for a one-test fast path.
+    non_finite: u64,
 }
 
 impl FloatSum {
+    #[inline]
     fn add_finite(&mut self, value: f64) {
         let total = self.sum + value;
-        if self.sum.abs() >= value.abs() {
-            self.compensation += (self.sum - total) + value;
+        // Neumaier: the low-order bits lost by whichever operand is smaller.
+        let (large, small) = if self.sum.abs() >= value.abs() {
+            (self.sum, value)
         } else {
-            self.compensation += (value - total) + self.sum;
-        }
+            (value, self.sum)
+        };
+        self.compensation += (large - total) + small;
         self.sum = total;
     }
 
@@ -119,10 +124,12 @@ impl FloatSum {
             &mut self.negative_infinity
         };
         *counter = counter.wrapping_add_signed(step);
+        self.non_finite = self.non_finite.wrapping_add_signed(step);
     }
 }
 
 impl RunningSum<f64> for FloatSum {
+    #[inline]
     fn add(&mut self, value: f64) {
         if value.is_finite() {
             self.add_finite(value);
@@ -130,6 +137,7 @@ impl RunningSum<f64> for FloatSum {
             self.count(value, 1);
         }
     }
+    #[inline]
     fn remove(&mut self, value: f64) {
         if value.is_finite() {
             self.add_finite(-value);
@@ -137,7 +145,11 @@ impl RunningSum<f64> for FloatSum {
             self.count(value, -1);
         }
     }
+    #[inline]
     fn value(&self) -> f64 {
+        if self.non_finite == 0 {
+            return self.sum + self.compensation;
+        }
         match (self.nan, self.positive_infinity, self.negative_infinity) {
             (0, 0, 0) => self.sum + self.compensation,
             (0, _, 0) => f64::INFINITY,

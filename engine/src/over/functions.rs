@@ -262,8 +262,7 @@ impl OverKernel {
             Self::Ranking(ranking) => ranking.evaluate(groups, positions, times),
             Self::Current => Arc::clone(argument()?),
             Self::Lookback { history, default } => {
-                let target = lookback_target(function);
-                history.gather(argument()?, default, groups, positions, target)?
+                gather_lookback(function, history, argument()?, default, groups, positions)?
             }
             Self::Integer(aggregate) => {
                 let values = cast(argument()?, &NumberClass::Integer.arrow_type())?;
@@ -317,21 +316,39 @@ impl OverKernel {
     }
 }
 
-/// The position whose value a lookback function returns for the row at `position`.
-fn lookback_target(function: &OverFunction) -> impl Fn(u64) -> Option<u64> + use<> {
-    let kind = function.kind.clone();
-    let frame = function.frame;
-    move |position| {
-        let frame_start = match frame {
-            FrameStart::UnboundedPreceding => 0,
-            FrameStart::Preceding(n) => position.saturating_sub(n),
-        };
-        match &kind {
-            OverFunctionKind::Lag { offset, .. } => position.checked_sub(*offset),
-            OverFunctionKind::FirstValue => Some(frame_start),
-            OverFunctionKind::NthValue(n) => Some(frame_start + n - 1).filter(|p| *p <= position),
-            _ => None,
+/// The position whose value a lookback function returns, per function kind: each gets its
+/// own closure so that the per-row loop does not branch on the kind.
+fn gather_lookback(
+    function: &OverFunction,
+    history: &mut Lookback,
+    values: &ArrayRef,
+    default: &Option<ArrayRef>,
+    groups: &[usize],
+    positions: &[u64],
+) -> Result<ArrayRef> {
+    let frame_start = move |position: u64| match function.frame {
+        FrameStart::UnboundedPreceding => 0,
+        FrameStart::Preceding(n) => position.saturating_sub(n),
+    };
+    match &function.kind {
+        OverFunctionKind::Lag { offset, .. } => {
+            let offset = *offset;
+            history.gather(values, default, groups, positions, move |p| {
+                p.checked_sub(offset)
+            })
         }
+        OverFunctionKind::FirstValue => {
+            history.gather(values, default, groups, positions, move |p| {
+                Some(frame_start(p))
+            })
+        }
+        OverFunctionKind::NthValue(n) => {
+            let n = *n;
+            history.gather(values, default, groups, positions, move |p| {
+                Some(frame_start(p) + n - 1).filter(|target| *target <= p)
+            })
+        }
+        other => plan_err!("{other:?} is not a lookback function"),
     }
 }
 

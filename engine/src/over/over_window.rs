@@ -276,8 +276,6 @@ struct OverState {
     /// Per key: rows processed, and the ORDER BY value of the latest.
     counts: Vec<u64>,
     latest: Vec<i64>,
-    /// Scratch space of the per-key order check.
-    scratch: Vec<i64>,
     buffer: ReorderBuffer,
     /// Release only rows strictly below the watermark: a RANGE frame needs all peers at once.
     strict: bool,
@@ -327,7 +325,6 @@ impl OverState {
             kernels,
             counts: Vec::new(),
             latest: Vec::new(),
-            scratch: Vec::new(),
             buffer: ReorderBuffer::new(input_schema),
             strict: exec.spec.functions.iter().any(|f| f.peers),
             watermark: i64::MIN,
@@ -396,25 +393,35 @@ impl OverState {
         let arrived = self.keys.last_group_ids(rows);
         // Rows of one key must go in time order; released rows usually are already (each
         // source partition is in order), else they are sorted.
-        let (Released { batch, times }, groups) =
-            if in_order_per_key(arrived, released.times.values(), &mut self.scratch) {
-                (released, arrived.to_vec())
-            } else {
-                let (sorted, permutation) = sort_by_time(released)?;
-                let groups = permutation
-                    .values()
-                    .iter()
-                    .map(|row| arrived[*row as usize])
-                    .collect();
-                (sorted, groups)
-            };
-        let times = times.values();
         let mut positions = Vec::with_capacity(rows);
-        for (group, time) in groups.iter().zip(times.iter()) {
-            positions.push(self.counts[*group]);
-            self.counts[*group] += 1;
-            self.latest[*group] = *time;
-        }
+        let in_order = assign_positions(
+            arrived,
+            released.times.values(),
+            &mut self.counts,
+            &mut self.latest,
+            &mut positions,
+            true,
+        );
+        let (Released { batch, times }, groups) = if in_order {
+            (released, arrived.to_vec())
+        } else {
+            let (sorted, permutation) = sort_by_time(released)?;
+            let groups: Vec<usize> = permutation
+                .values()
+                .iter()
+                .map(|row| arrived[*row as usize])
+                .collect();
+            assign_positions(
+                &groups,
+                sorted.times.values(),
+                &mut self.counts,
+                &mut self.latest,
+                &mut positions,
+                false,
+            );
+            (sorted, groups)
+        };
+        let times = times.values();
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         for (function, kernel) in self.spec.functions.iter().zip(&mut self.kernels) {
             let argument = match &function.argument {
@@ -489,20 +496,30 @@ impl OverState {
     }
 }
 
-/// Whether each key's rows come in time order (`latest` is scratch space, one slot per key).
-fn in_order_per_key(groups: &[usize], times: &[i64], latest: &mut Vec<i64>) -> bool {
-    let keys = groups.iter().max().map_or(0, |g| g + 1);
-    if latest.len() < keys {
-        latest.resize(keys, i64::MIN);
+/// Gives each row its position in its key and moves the keys' row counts and latest times
+/// on. With `check`, stops at the first row older than its key's latest time, undoes the
+/// counts, and returns false (`latest` then needs the unchecked pass).
+fn assign_positions(
+    groups: &[usize],
+    times: &[i64],
+    counts: &mut [u64],
+    latest: &mut [i64],
+    positions: &mut Vec<u64>,
+    check: bool,
+) -> bool {
+    positions.clear();
+    for (row, (&group, &time)) in groups.iter().zip(times).enumerate() {
+        if check && time < latest[group] {
+            for &group in &groups[..row] {
+                counts[group] -= 1;
+            }
+            return false;
+        }
+        positions.push(counts[group]);
+        counts[group] += 1;
+        latest[group] = time;
     }
-    for group in groups {
-        latest[*group] = i64::MIN;
-    }
-    groups.iter().zip(times).all(|(group, time)| {
-        let ordered = *time >= latest[*group];
-        latest[*group] = *time;
-        ordered
-    })
+    true
 }
 
 impl MessageHandler for OverState {
