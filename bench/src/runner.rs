@@ -161,13 +161,22 @@ impl ScenarioRun<'_> {
         let start = Instant::now();
         let partitions = self.partitions.len();
         let ctx = StreamingContext::with_partitions(partitions);
+        // Data split by key (see `split_batches`) is declared so: keyed operators over it
+        // need no shuffle.
+        let options = StreamOptions {
+            partitioned_by: match self.scenario.keyed_by {
+                Some(keys) if partitions > 1 => keys.iter().map(|k| k.to_string()).collect(),
+                _ => Vec::new(),
+            },
+            ..StreamOptions::default()
+        };
         ctx.register_stream(
             self.scenario.table(),
             ReplaySource::Partitioned {
                 schema: Arc::clone(self.schema),
                 partitions: self.partitions.to_vec(),
             },
-            StreamOptions::default(),
+            options,
         )?;
         let query = ctx.sql(self.scenario.streaming_sql).await?;
         let print = drain_all(query.execute_partitions()?, fingerprint).await?;

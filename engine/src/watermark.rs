@@ -7,7 +7,7 @@
 //! the inputs still running — a finished input no longer holds it back — and `i64::MAX` once
 //! every input has finished.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, make_array};
 use datafusion::arrow::compute::{cast, max, min};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -39,10 +39,15 @@ impl EventTime {
     }
 }
 
-/// An event-time column as `Int64` values (timestamps are reinterpreted, not converted).
+/// An event-time column as `Int64` values (timestamps are reinterpreted, not converted:
+/// 64-bit time types share the buffers, without a copy).
 pub fn event_times(column: &ArrayRef) -> Result<ArrayRef> {
     Ok(match column.data_type() {
         DataType::Int64 => column.clone(),
+        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Duration(_) => {
+            let data = column.to_data().into_builder().data_type(DataType::Int64);
+            make_array(data.build()?)
+        }
         _ => cast(column, &DataType::Int64)?,
     })
 }
@@ -90,7 +95,26 @@ impl WatermarkTracker {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::TimestampMillisecondArray;
+
     use super::*;
+
+    #[test]
+    fn event_times_reinterpret_timestamps() {
+        let column: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![
+            Some(5),
+            None,
+            Some(7),
+        ]));
+        let times = event_times(&column).unwrap();
+        let times = times.as_primitive::<Int64Type>();
+        assert_eq!(
+            times.iter().collect::<Vec<_>>(),
+            vec![Some(5), None, Some(7)]
+        );
+    }
 
     #[test]
     fn combined_watermark_is_the_minimum_of_running_inputs() {

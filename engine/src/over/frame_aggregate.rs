@@ -13,7 +13,6 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray,
 };
@@ -22,6 +21,7 @@ use datafusion::arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
 use datafusion::common::Result;
 
 use super::ring::Ring;
+use super::sparse_nulls::SparseNulls;
 
 /// Which aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,39 +174,30 @@ struct KeyFrame<T, S> {
     extremes: VecDeque<(u64, T)>,
 }
 
-/// A validity bitmap built only once some row is null.
+/// The validity of an output column, pushed row by row.
 struct Validity {
+    nulls: SparseNulls,
     rows: usize,
-    bits: Option<BooleanBufferBuilder>,
-    pushed: usize,
 }
 
 impl Validity {
-    fn new(rows: usize) -> Self {
+    fn new() -> Self {
         Self {
-            rows,
-            bits: None,
-            pushed: 0,
+            nulls: SparseNulls::default(),
+            rows: 0,
         }
     }
 
     #[inline]
     fn push(&mut self, valid: bool) {
-        match &mut self.bits {
-            Some(bits) => bits.append(valid),
-            None if valid => {}
-            None => {
-                let mut bits = BooleanBufferBuilder::new(self.rows);
-                bits.append_n(self.pushed, true);
-                bits.append(false);
-                self.bits = Some(bits);
-            }
+        if !valid {
+            self.nulls.push(self.rows);
         }
-        self.pushed += 1;
+        self.rows += 1;
     }
 
     fn finish(self) -> Option<NullBuffer> {
-        self.bits.map(|mut bits| NullBuffer::new(bits.finish()))
+        self.nulls.finish(self.rows)
     }
 }
 
@@ -248,7 +239,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             self.keys.resize_with(largest + 1, KeyFrame::default);
         }
         let rows = values.len();
-        let mut validity = Validity::new(rows);
+        let mut validity = Validity::new();
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if values.null_count() == 0 => {

@@ -13,13 +13,13 @@
 
 use std::collections::VecDeque;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, PrimitiveArray};
-use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::array::{Array, ArrayRef, PrimitiveArray};
 use datafusion::arrow::compute::interleave;
 use datafusion::arrow::datatypes::ArrowPrimitiveType;
 use datafusion::common::Result;
 
 use super::ring::Ring;
+use super::sparse_nulls::SparseNulls;
 
 /// A row's value: `(segment, row)`; segment `segments.len()` is the batch being processed.
 type RowId = (u32, u32);
@@ -199,7 +199,7 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
         let raw = values.values();
         let capacity = self.depth + 1;
         let mut out = Vec::with_capacity(groups.len());
-        let mut valid = BooleanBufferBuilder::new(groups.len());
+        let mut nulls = SparseNulls::default();
         for (row, (&group, &position)) in groups.iter().zip(positions).enumerate() {
             let value = (!has_nulls || values.is_valid(row)).then(|| raw[row]);
             let recent = &mut self.recent[group];
@@ -212,12 +212,16 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
                 Some(wanted) => recent.back((position - wanted) as usize),
                 None => None,
             };
-            let result = source.unwrap_or(default);
-            valid.append(result.is_some());
-            out.push(result.unwrap_or_default());
+            match source.unwrap_or(default) {
+                Some(result) => out.push(result),
+                None => {
+                    nulls.push(row);
+                    out.push(T::Native::default());
+                }
+            }
         }
-        let nulls = NullBuffer::new(valid.finish());
-        PrimitiveArray::new(out.into(), Some(nulls).filter(|n| n.null_count() > 0))
+        let len = out.len();
+        PrimitiveArray::new(out.into(), nulls.finish(len))
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.

@@ -8,6 +8,7 @@ mod over_window;
 mod ranking;
 mod reorder;
 mod ring;
+mod sparse_nulls;
 
 pub use frame_aggregate::FrameAggregateKind;
 pub use functions::{FrameStart, OverFunction, OverFunctionKind};

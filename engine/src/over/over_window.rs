@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
 use datafusion::arrow::compute::kernels::cmp::lt;
-use datafusion::arrow::compute::{filter, filter_record_batch};
+use datafusion::arrow::compute::{filter, filter_record_batch, min};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -344,19 +344,30 @@ impl OverState {
         let times = event_times(batch.column(self.spec.order_by))?;
         let times = times.as_primitive::<Int64Type>();
         self.metrics.null_time_dropped.add(times.null_count());
-        let late: BooleanArray = lt(times, &Int64Array::new_scalar(self.watermark))?;
-        let late_rows = late.true_count();
-        if late_rows > 0 {
+        // No row is late when the oldest is not (the usual case, without building a mask).
+        let late = match min(times) {
+            Some(oldest) if oldest < self.watermark => {
+                Some(lt(times, &Int64Array::new_scalar(self.watermark))?)
+            }
+            _ => None,
+        };
+        let late_rows = late.as_ref().map_or(0, |late| late.true_count());
+        if let Some(late) = &late
+            && late_rows > 0
+        {
             self.metrics.late_dropped.add(late_rows);
             if self.late_records.wanted() {
-                self.late_records.send(batch, &late)?;
+                self.late_records.send(batch, late)?;
             }
         }
         if times.null_count() == 0 && late_rows == 0 {
             self.buffer.push(batch.clone(), times.clone());
         } else {
-            // `late` is null where the time is: keep rows that are valid and not late.
-            let keep: BooleanArray = late.iter().map(|l| Some(l == Some(false))).collect();
+            // Keep rows that have a time and are not late.
+            let keep: BooleanArray = match &late {
+                Some(late) => late.iter().map(|l| Some(l == Some(false))).collect(),
+                None => times.iter().map(|t| Some(t.is_some())).collect(),
+            };
             let kept_times = filter(times, &keep)?.as_primitive::<Int64Type>().clone();
             self.buffer
                 .push(filter_record_batch(batch, &keep)?, kept_times);

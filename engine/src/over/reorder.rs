@@ -8,7 +8,7 @@
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
 use datafusion::arrow::compute::{
-    concat, concat_batches, filter, filter_record_batch, take_record_batch,
+    concat, concat_batches, filter, filter_record_batch, max, take_record_batch,
 };
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -62,9 +62,12 @@ impl ReorderBuffer {
         let mut released = Vec::new();
         let mut kept = Vec::new();
         for (batch, times) in self.pending.drain(..) {
-            let mask: BooleanArray = if everything {
-                BooleanArray::from(vec![true; times.len()])
-            } else if strict {
+            let newest = max(&times).unwrap_or(i64::MIN);
+            if everything || newest < watermark || (!strict && newest == watermark) {
+                released.push((batch, times));
+                continue;
+            }
+            let mask: BooleanArray = if strict {
                 lt(&times, &bound)?
             } else {
                 lt_eq(&times, &bound)?
