@@ -165,8 +165,10 @@ impl RunningSum<f64> for FloatSum {
 /// One key's state.
 #[derive(Debug, Default, Clone)]
 struct KeyFrame<T, S> {
-    /// The frame's values, oldest first (SUM/AVG/COUNT over bounded frames only).
-    values: Ring<Option<T>>,
+    /// The frame's values (SUM/AVG/COUNT over bounded frames only); a null is held as a
+    /// default value and its position listed in `null_positions`.
+    values: Ring<T>,
+    null_positions: VecDeque<u64>,
     sum: S,
     /// Non-null values in the frame (SUM/AVG/COUNT).
     non_null: u64,
@@ -244,19 +246,24 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if values.null_count() == 0 => {
                 let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, |key| out.push(key.sum.value()));
+                self.fold_sums(values, groups, positions, |key| out.push(key.sum.value()));
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
             }
             FrameAggregateKind::Avg if values.null_count() == 0 => {
-                let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, |key| {
-                    out.push(key.sum.as_f64() / key.non_null as f64)
+                // Sums and counts first, divided in a second, vectorizable pass: a division
+                // in the per-row loop stalls it.
+                let mut sums = Vec::with_capacity(rows);
+                let mut counts = Vec::with_capacity(rows);
+                self.fold_sums(values, groups, positions, |key| {
+                    sums.push(key.sum.as_f64());
+                    counts.push(key.non_null as f64);
                 });
+                let out: Vec<f64> = sums.iter().zip(&counts).map(|(s, n)| s / n).collect();
                 Arc::new(Float64Array::new(out.into(), None))
             }
             FrameAggregateKind::Sum => {
                 let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, |key| {
+                self.fold_sums(values, groups, positions, |key| {
                     validity.push(key.non_null > 0);
                     out.push(key.sum.value());
                 });
@@ -267,7 +274,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             }
             FrameAggregateKind::Avg => {
                 let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, |key| {
+                self.fold_sums(values, groups, positions, |key| {
                     validity.push(key.non_null > 0);
                     out.push(key.sum.as_f64() / key.non_null as f64);
                 });
@@ -275,7 +282,9 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             }
             FrameAggregateKind::Count => {
                 let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, |key| out.push(key.non_null as i64));
+                self.fold_sums(values, groups, positions, |key| {
+                    out.push(key.non_null as i64)
+                });
                 Arc::new(Int64Array::from(out))
             }
             FrameAggregateKind::Min | FrameAggregateKind::Max => {
@@ -299,22 +308,32 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         &mut self,
         values: &PrimitiveArray<T::Arrow>,
         groups: &[usize],
+        positions: &[u64],
         mut emit: impl FnMut(&KeyFrame<T, S>),
     ) {
         let has_nulls = values.null_count() > 0;
         let raw = values.values();
-        for (row, &group) in groups.iter().enumerate() {
+        for (row, (&group, &position)) in groups.iter().zip(positions).enumerate() {
             let key = &mut self.keys[group];
-            let value = (!has_nulls || values.is_valid(row)).then(|| raw[row]);
-            if let Some(v) = value {
+            let valid = !has_nulls || values.is_valid(row);
+            let value = raw[row];
+            if valid {
                 key.non_null += 1;
-                key.sum.add(v);
+                key.sum.add(value);
+            } else if self.preceding.is_some() {
+                key.null_positions.push_back(position);
             }
             if let Some(preceding) = self.preceding
-                && let Some(Some(leaving)) = key.values.push(value, preceding as usize + 1)
+                && let Some(leaving) = key.values.push(value, preceding as usize + 1)
             {
-                key.non_null -= 1;
-                key.sum.remove(leaving);
+                // The value at `position - preceding - 1` leaves: null ones are listed.
+                let leaving_position = position - preceding - 1;
+                if key.null_positions.front() == Some(&leaving_position) {
+                    key.null_positions.pop_front();
+                } else {
+                    key.non_null -= 1;
+                    key.sum.remove(leaving);
+                }
             }
             emit(key);
         }
@@ -378,7 +397,11 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             + self
                 .keys
                 .iter()
-                .map(|k| k.values.size() + k.extremes.capacity() * std::mem::size_of::<(u64, T)>())
+                .map(|k| {
+                    k.values.size()
+                        + k.null_positions.capacity() * std::mem::size_of::<u64>()
+                        + k.extremes.capacity() * std::mem::size_of::<(u64, T)>()
+                })
                 .sum::<usize>()
     }
 }
