@@ -11,4 +11,4 @@ pub mod scenarios;
 
 pub use freshet_engine::{GeneratorKind, GeneratorSpec};
 pub use runner::{BenchConfig, ScenarioResult, ScenarioRun, run_scenario};
-pub use scenarios::{Scenario, scenario, scenarios};
+pub use scenarios::{Scenario, scenario, scenarios, variants};

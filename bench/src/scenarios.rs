@@ -129,9 +129,46 @@ pub fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// The scenario named `id` (case-insensitive).
+const S1_FRAME_10_SQL: &str = "SELECT symbol, price, \
+AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS avg_10, \
+MAX(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS max_10 \
+FROM market_data";
+
+const S1_FRAME_10K_SQL: &str = "SELECT symbol, price, \
+AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9999 PRECEDING AND CURRENT ROW) AS avg_10k, \
+MAX(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9999 PRECEDING AND CURRENT ROW) AS max_10k \
+FROM market_data";
+
+/// Variants run only when named (`--scenario`): S1's moving AVG and MAX over frames of 10
+/// and of 10 000 rows, to show that a row's cost does not depend on the frame length.
+pub fn variants() -> Vec<Scenario> {
+    let frame = |id, description, sql| Scenario {
+        id,
+        description,
+        data: GeneratorKind::MarketData,
+        amount_base: 150.0,
+        streaming_sql: sql,
+        batch_sql: sql,
+        keyed_by: Some(&["symbol"]),
+    };
+    vec![
+        frame(
+            "S1-frame10",
+            "moving AVG and MAX over 10 rows",
+            S1_FRAME_10_SQL,
+        ),
+        frame(
+            "S1-frame10k",
+            "moving AVG and MAX over 10 000 rows",
+            S1_FRAME_10K_SQL,
+        ),
+    ]
+}
+
+/// The scenario or variant named `id` (case-insensitive).
 pub fn scenario(id: &str) -> Option<Scenario> {
     scenarios()
         .into_iter()
+        .chain(variants())
         .find(|s| s.id.eq_ignore_ascii_case(id))
 }

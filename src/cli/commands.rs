@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
-use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios};
+use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios, variants};
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain};
 use freshet_engine::{GeneratorKind, GeneratorSpec};
@@ -185,6 +185,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                     "unknown scenario '{id}'; available: {}",
                     scenarios()
                         .iter()
+                        .chain(&variants())
                         .map(|s| s.id)
                         .collect::<Vec<_>>()
                         .join(", ")
