@@ -134,6 +134,17 @@ fn plan_over(
         .iter()
         .map(|expr| over_function(expr.as_ref()))
         .collect::<Result<Vec<_>>>()?;
+    let reads_ahead = functions.iter().any(|f| f.lookahead() > 0);
+    if reads_ahead && functions.iter().any(|f| f.peers) {
+        return plan_err!(
+            "LEAD or a FOLLOWING frame next to a RANGE frame (the default with ORDER BY) in one window cannot be streamed yet; give the aggregates ROWS frames"
+        );
+    }
+    if reads_ahead && options.expire_after_ms > 0 {
+        return plan_err!(
+            "EXPIRE AFTER together with LEAD or a FOLLOWING frame is not supported yet"
+        );
+    }
     let order_time = Arc::new(Column::new(input_schema.field(order_by).name(), order_by))
         as Arc<dyn PhysicalExpr>;
     let event_time = event_time(input, &order_time)?;
@@ -218,6 +229,7 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
             kind: OverFunctionKind::Ranking(kind),
             argument: None,
             frame: FrameStart::UnboundedPreceding,
+            following: 0,
             peers: false,
             field: Arc::clone(&field),
         };
@@ -225,27 +237,31 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
             "row_number" => ranking(RankingKind::RowNumber),
             "rank" => ranking(RankingKind::Rank),
             "dense_rank" => ranking(RankingKind::DenseRank),
-            "lag" => {
+            "lag" | "lead" => {
                 let offset = match args.get(1) {
                     Some(offset) => literal_integer(&name, offset, "offset")?,
                     None => 1,
                 };
                 if offset < 0 {
                     return plan_err!(
-                        "{name}: LAG with a negative offset looks at following rows, which a stream does not have yet"
+                        "{name}: a negative offset is not supported; use {} with a positive one",
+                        if function == "lag" { "LEAD" } else { "LAG" }
                     );
                 }
                 let default = match args.get(2) {
                     Some(default) => literal(&name, default, "default")?,
                     None => ScalarValue::Null,
                 };
+                let offset = frame_length(&name, offset as u64)?;
                 OverFunction {
-                    kind: OverFunctionKind::Lag {
-                        offset: frame_length(&name, offset as u64)?,
-                        default,
+                    kind: if function == "lag" {
+                        OverFunctionKind::Lag { offset, default }
+                    } else {
+                        OverFunctionKind::Lead { offset, default }
                     },
                     argument,
                     frame: FrameStart::UnboundedPreceding,
+                    following: 0,
                     peers: false,
                     field,
                 }
@@ -265,19 +281,20 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
                         OverFunctionKind::NthValue(n as u64)
                     }
                 };
-                let (frame, peers) = frame_start(&name, frame)?;
+                let (frame, following, peers) = frame_bounds(&name, frame)?;
+                if following > 0 && kind != OverFunctionKind::FirstValue {
+                    return plan_err!(
+                        "{name}: LAST_VALUE and NTH_VALUE over a frame ending after the current row are not supported on unbounded streams yet; end the frame at CURRENT ROW"
+                    );
+                }
                 OverFunction {
                     peers: peers && kind != OverFunctionKind::FirstValue,
                     kind,
                     argument,
                     frame,
+                    following,
                     field,
                 }
-            }
-            "lead" => {
-                return plan_err!(
-                    "{name}: LEAD is not supported on unbounded streams yet (it waits for following rows); use LAG, or run on bounded input"
-                );
             }
             other => {
                 return plan_err!(
@@ -312,19 +329,20 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
     let [argument] = arguments.as_slice() else {
         return plan_err!("{name}: expected one argument");
     };
-    let (frame, peers) = frame_start(&name, frame)?;
+    let (frame, following, peers) = frame_bounds(&name, frame)?;
     Ok(OverFunction {
         kind: OverFunctionKind::Aggregate(kind),
         argument: Some(Arc::clone(argument)),
         frame,
+        following,
         peers,
         field,
     })
 }
 
-/// Where a frame that ends at the current row starts, and whether it takes in the current
-/// row's peers (RANGE).
-fn frame_start(name: &str, frame: &WindowFrame) -> Result<(FrameStart, bool)> {
+/// Where a ROWS frame starts, how many rows after the current one it ends, and whether it
+/// takes in the current row's peers (RANGE … CURRENT ROW).
+fn frame_bounds(name: &str, frame: &WindowFrame) -> Result<(FrameStart, u64, bool)> {
     let peers = match frame.units {
         WindowFrameUnits::Rows => false,
         WindowFrameUnits::Range => true,
@@ -334,20 +352,25 @@ fn frame_start(name: &str, frame: &WindowFrame) -> Result<(FrameStart, bool)> {
             );
         }
     };
-    match &frame.end_bound {
-        WindowFrameBound::CurrentRow => {}
-        WindowFrameBound::Following(_) => {
+    let following = match &frame.end_bound {
+        WindowFrameBound::CurrentRow => 0,
+        WindowFrameBound::Following(value) if value.is_null() => {
             return plan_err!(
-                "{name}: a frame ending after the current row ({}) is not supported on unbounded streams yet: it waits for following rows; end the frame at CURRENT ROW",
-                frame.end_bound
+                "{name}: a frame ending at UNBOUNDED FOLLOWING needs the whole stream; end the frame at CURRENT ROW or n FOLLOWING"
             );
         }
+        WindowFrameBound::Following(_) if peers => {
+            return plan_err!(
+                "{name}: RANGE frames ending after the current row cannot be streamed; use ROWS BETWEEN … AND n FOLLOWING"
+            );
+        }
+        WindowFrameBound::Following(value) => frame_length(name, row_count(name, value)?)?,
         WindowFrameBound::Preceding(_) => {
             return plan_err!(
                 "{name}: a frame ending before the current row cannot be streamed; end the frame at CURRENT ROW"
             );
         }
-    }
+    };
     let start = match &frame.start_bound {
         WindowFrameBound::Preceding(value) if value.is_null() => FrameStart::UnboundedPreceding,
         WindowFrameBound::Preceding(value) if peers => {
@@ -356,18 +379,7 @@ fn frame_start(name: &str, frame: &WindowFrame) -> Result<(FrameStart, bool)> {
             );
         }
         WindowFrameBound::Preceding(value) => {
-            let rows = match value {
-                ScalarValue::UInt64(Some(rows)) => *rows,
-                other => match other.cast_to(&DataType::UInt64) {
-                    Ok(ScalarValue::UInt64(Some(rows))) => rows,
-                    _ => {
-                        return plan_err!(
-                            "{name}: frame start {value} PRECEDING must be a non-negative row count"
-                        );
-                    }
-                },
-            };
-            FrameStart::Preceding(frame_length(name, rows)?)
+            FrameStart::Preceding(frame_length(name, row_count(name, value)?)?)
         }
         WindowFrameBound::CurrentRow if !peers => FrameStart::Preceding(0),
         other => {
@@ -376,7 +388,15 @@ fn frame_start(name: &str, frame: &WindowFrame) -> Result<(FrameStart, bool)> {
             );
         }
     };
-    Ok((start, peers))
+    Ok((start, following, peers))
+}
+
+/// A frame offset as a row count.
+fn row_count(name: &str, value: &ScalarValue) -> Result<u64> {
+    match value.cast_to(&DataType::UInt64) {
+        Ok(ScalarValue::UInt64(Some(rows))) => Ok(rows),
+        _ => plan_err!("{name}: frame offset {value} must be a non-negative row count"),
+    }
 }
 
 /// A frame length (or LAG offset) the state can hold.

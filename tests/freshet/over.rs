@@ -341,3 +341,53 @@ async fn idle_keys_expire() {
     assert!(remembering.contains("| b | 6 | 3 |"), "{remembering}");
     assert_eq!(expired, 0);
 }
+
+/// LEAD and frames ending after the current row: each row leaves when its key has enough
+/// following rows, the last rows of each key at the end of the input.
+#[tokio::test]
+async fn lead_and_following_frames_match_datafusion() {
+    let sql = "SELECT k1, ts, q, \
+        LEAD(v) OVER w AS next_v, LEAD(q, 3, -1) OVER w AS third_next, LAG(q) OVER w AS prev, \
+        ROW_NUMBER() OVER w AS n, RANK() OVER w AS r, \
+        SUM(q) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING) AS centred, \
+        AVG(v) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN CURRENT ROW AND 5 FOLLOWING) AS ahead, \
+        MAX(q) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING) AS top, \
+        COUNT(v) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN 3 PRECEDING AND 3 FOLLOWING) AS c, \
+        FIRST_VALUE(k2) OVER (PARTITION BY k1 ORDER BY ts ROWS BETWEEN 2 PRECEDING AND 4 FOLLOWING) AS f \
+        FROM t WINDOW w AS (PARTITION BY k1 ORDER BY ts)";
+    for (seed, rows) in [(71, 2_500), (72, 3), (73, 0)] {
+        let mut stream = RandomStream::new(seed)
+            .rows(rows)
+            .disorder_ms(800)
+            .distinct_times();
+        stream.nan_fraction = 0.0;
+        streaming(sql)
+            .table(random_table(&stream))
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}, {rows} rows: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn lead_runs_on_an_endless_stream() {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, None),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let query = ctx
+        .sql("SELECT symbol, price, LEAD(price) OVER (PARTITION BY symbol ORDER BY trade_time) AS next_price FROM market_data LIMIT 5000")
+        .await
+        .unwrap();
+    assert!(
+        query.explain().contains("OverWindowExec"),
+        "{}",
+        query.explain()
+    );
+    let rows: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let rows: usize = rows.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 5_000);
+}

@@ -3,10 +3,17 @@
 //! per-key state ([`OverKernel`]), which turns a batch of rows in processing order into one
 //! output column.
 //!
-//! Every frame ends at the current row (ROWS … PRECEDING or UNBOUNDED PRECEDING … CURRENT
-//! ROW), so a row's results are known as soon as it is processed. A RANGE frame's current row
-//! takes in its peers (rows of the key with the same ORDER BY value): the row's result is the
-//! one computed at its last peer ([`fill_peers`]); the operator releases peers together.
+//! Frames are ROWS frames from `n PRECEDING` or UNBOUNDED PRECEDING to the current row or
+//! `m FOLLOWING`. A query that reads following rows (LEAD, FOLLOWING frames) has a lookahead
+//! `L`, the most rows any of its functions reads ahead: each row is then completed by the
+//! row `L` positions later in its key (or by the end of the input), and every kernel runs at
+//! that completing row `q` for the row `p = q - L` — lookbacks reach `L` rows further back,
+//! and a frame aggregate sees its values delayed by `L - m` rows. Without lookahead a row's
+//! results are known as soon as it is processed.
+//!
+//! A RANGE frame's current row takes in its peers (rows of the key with the same ORDER BY
+//! value): the row's result is the one computed at its last peer ([`fill_peers`]); the
+//! operator releases peers together.
 
 use std::sync::Arc;
 
@@ -22,7 +29,7 @@ use super::frame_aggregate::{FloatFrameAggregate, FrameAggregateKind, IntegerFra
 use super::history::{PrimitiveHistory, ValueHistory};
 use super::ranking::{Ranking, RankingKind};
 
-/// Where a frame starts; it always ends at the current row.
+/// Where a frame starts; it ends at the current row or `following` rows after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameStart {
     UnboundedPreceding,
@@ -36,6 +43,11 @@ pub enum OverFunctionKind {
     Ranking(RankingKind),
     /// LAG(x, offset, default).
     Lag {
+        offset: u64,
+        default: ScalarValue,
+    },
+    /// LEAD(x, offset, default).
+    Lead {
         offset: u64,
         default: ScalarValue,
     },
@@ -53,6 +65,8 @@ pub struct OverFunction {
     /// The value argument (none for the rankings; COUNT(*) counts a literal).
     pub argument: Option<Arc<dyn PhysicalExpr>>,
     pub frame: FrameStart,
+    /// Rows after the current one in the frame (`m FOLLOWING`; 0: CURRENT ROW).
+    pub following: u64,
     /// RANGE frame: the current row's peers are in its frame.
     pub peers: bool,
     /// The output column.
@@ -86,6 +100,19 @@ impl NumberClass {
 }
 
 impl OverFunction {
+    /// How many rows after the current one the function reads.
+    pub fn lookahead(&self) -> u64 {
+        match &self.kind {
+            OverFunctionKind::Lead { offset, .. } => *offset,
+            OverFunctionKind::Ranking(_) | OverFunctionKind::Lag { .. } => 0,
+            _ => self.following,
+        }
+    }
+
+    pub fn is_ranking(&self) -> bool {
+        matches!(self.kind, OverFunctionKind::Ranking(_))
+    }
+
     /// Checks that the operator can compute this function over `argument_type`.
     pub fn validate(&self, argument_type: Option<&DataType>) -> Result<()> {
         let name = self.field.name();
@@ -196,58 +223,88 @@ pub enum OverKernel {
     },
     /// LAST_VALUE over a frame ending at the current row: the row's own value.
     Current,
-    Integer(IntegerFrameAggregate),
-    Float(FloatFrameAggregate),
+    Integer(IntegerFrameAggregate, Delay),
+    Float(FloatFrameAggregate, Delay),
     /// COUNT(x) of a type the numeric kernels do not take: only x's nulls matter.
-    Count(IntegerFrameAggregate),
+    Count(IntegerFrameAggregate, Delay),
 }
 
+/// A frame aggregate's values delayed by some rows per key (a frame that ends `m FOLLOWING`
+/// under a lookahead `L` sees each key's value from `L - m` rows back); `None`: no delay.
+type Delay = Option<(Lookback, u64)>;
+
 impl OverKernel {
-    pub fn try_new(function: &OverFunction, argument_type: Option<&DataType>) -> Result<Self> {
+    /// The state of `function` in a query with lookahead `lookahead` (see the module
+    /// documentation).
+    pub fn try_new(
+        function: &OverFunction,
+        argument_type: Option<&DataType>,
+        lookahead: u64,
+    ) -> Result<Self> {
         function.validate(argument_type)?;
         let preceding = match function.frame {
             FrameStart::UnboundedPreceding => None,
             FrameStart::Preceding(n) => Some(n),
         };
-        Ok(match &function.kind {
-            OverFunctionKind::Ranking(kind) => Self::Ranking(Ranking::new(*kind)),
-            OverFunctionKind::Lag { offset, default } => Self::Lookback {
-                history: Lookback::new(argument_type, *offset, None),
+        let lookback = |depth: u64, fixed: Option<u64>, default: &ScalarValue| -> Result<Self> {
+            Ok(Self::Lookback {
+                history: Lookback::new(argument_type, depth, fixed),
                 default: (!default.is_null())
                     .then(|| default.to_array())
                     .transpose()?,
+            })
+        };
+        let none = ScalarValue::Null;
+        Ok(match &function.kind {
+            OverFunctionKind::Ranking(kind) => Self::Ranking(Ranking::new(*kind)),
+            OverFunctionKind::Lag { offset, default } => {
+                lookback(offset + lookahead, None, default)?
+            }
+            OverFunctionKind::Lead { offset, default } => {
+                lookback(lookahead.saturating_sub(*offset), None, default)?
+            }
+            OverFunctionKind::FirstValue => match preceding {
+                None => lookback(0, Some(0), &none)?,
+                Some(n) => lookback(n + lookahead, None, &none)?,
             },
-            OverFunctionKind::FirstValue => Self::Lookback {
-                history: match preceding {
-                    None => Lookback::new(argument_type, 0, Some(0)),
-                    Some(n) => Lookback::new(argument_type, n, None),
-                },
-                default: None,
+            OverFunctionKind::NthValue(n) => match preceding {
+                None => lookback(0, Some(n - 1), &none)?,
+                Some(p) => lookback(p + lookahead, None, &none)?,
             },
-            OverFunctionKind::NthValue(n) => Self::Lookback {
-                history: match preceding {
-                    None => Lookback::new(argument_type, 0, Some(n - 1)),
-                    Some(p) => Lookback::new(argument_type, p.saturating_sub(n - 1), None),
-                },
-                default: None,
-            },
-            OverFunctionKind::LastValue => Self::Current,
-            OverFunctionKind::Aggregate(kind) => match argument_type.and_then(NumberClass::of) {
-                Some(NumberClass::Integer) => {
-                    Self::Integer(IntegerFrameAggregate::new(*kind, preceding))
+            OverFunctionKind::LastValue if lookahead == 0 => Self::Current,
+            OverFunctionKind::LastValue => lookback(lookahead - function.following, None, &none)?,
+            OverFunctionKind::Aggregate(kind) => {
+                let frame = preceding.map(|p| p + function.following);
+                let delay_rows = lookahead - function.following.min(lookahead);
+                let class = argument_type.and_then(NumberClass::of);
+                let delay = (delay_rows > 0).then(|| {
+                    let delayed_type = class.unwrap_or(NumberClass::Integer).arrow_type();
+                    (
+                        Lookback::new(Some(&delayed_type), delay_rows, None),
+                        delay_rows,
+                    )
+                });
+                match class {
+                    Some(NumberClass::Integer) => {
+                        Self::Integer(IntegerFrameAggregate::new(*kind, frame), delay)
+                    }
+                    Some(NumberClass::Float) => {
+                        Self::Float(FloatFrameAggregate::new(*kind, frame), delay)
+                    }
+                    None => Self::Count(IntegerFrameAggregate::new(*kind, frame), delay),
                 }
-                Some(NumberClass::Float) => Self::Float(FloatFrameAggregate::new(*kind, preceding)),
-                None => Self::Count(IntegerFrameAggregate::new(*kind, preceding)),
-            },
+            }
         })
     }
 
     /// The function's output for rows in processing order: row `r` is at position
     /// `positions[r]` of key `groups[r]` with ORDER BY value `times[r]`; `argument` is the
-    /// evaluated argument.
+    /// evaluated argument. Under a lookahead `L` the output of row `r` belongs to the row
+    /// `L` positions earlier in its key (rankings are instead given the rows they rank).
     pub fn evaluate(
         &mut self,
         function: &OverFunction,
+        lookahead: u64,
         argument: Option<&ArrayRef>,
         groups: &[usize],
         positions: &[u64],
@@ -261,23 +318,32 @@ impl OverKernel {
         let output = match self {
             Self::Ranking(ranking) => ranking.evaluate(groups, positions, times),
             Self::Current => Arc::clone(argument()?),
-            Self::Lookback { history, default } => {
-                gather_lookback(function, history, argument()?, default, groups, positions)?
-            }
-            Self::Integer(aggregate) => {
+            Self::Lookback { history, default } => gather_lookback(
+                function,
+                lookahead,
+                history,
+                argument()?,
+                default,
+                groups,
+                positions,
+            )?,
+            Self::Integer(aggregate, delay) => {
                 let values = cast(argument()?, &NumberClass::Integer.arrow_type())?;
+                let values = delayed(delay, values, groups, positions)?;
                 aggregate.evaluate(&values, groups, positions)?
             }
-            Self::Float(aggregate) => {
+            Self::Float(aggregate, delay) => {
                 let values = cast(argument()?, &NumberClass::Float.arrow_type())?;
+                let values = delayed(delay, values, groups, positions)?;
                 aggregate.evaluate(&values, groups, positions)?
             }
-            Self::Count(aggregate) => {
+            Self::Count(aggregate, delay) => {
                 let values = argument()?;
                 let validity: ArrayRef = Arc::new(Int64Array::new(
                     vec![0; values.len()].into(),
                     values.logical_nulls(),
                 ));
+                let validity = delayed(delay, validity, groups, positions)?;
                 aggregate.evaluate(&validity, groups, positions)?
             }
         };
@@ -299,8 +365,18 @@ impl OverKernel {
             Self::Ranking(ranking) => ranking.retain_keys(expired),
             Self::Lookback { history, .. } => history.retain_keys(expired),
             Self::Current => {}
-            Self::Integer(aggregate) | Self::Count(aggregate) => aggregate.retain_keys(expired),
-            Self::Float(aggregate) => aggregate.retain_keys(expired),
+            Self::Integer(aggregate, delay) | Self::Count(aggregate, delay) => {
+                aggregate.retain_keys(expired);
+                if let Some((history, _)) = delay {
+                    history.retain_keys(expired);
+                }
+            }
+            Self::Float(aggregate, delay) => {
+                aggregate.retain_keys(expired);
+                if let Some((history, _)) = delay {
+                    history.retain_keys(expired);
+                }
+            }
         }
     }
 
@@ -310,41 +386,79 @@ impl OverKernel {
             Self::Ranking(ranking) => ranking.size(),
             Self::Lookback { history, .. } => history.size(),
             Self::Current => 0,
-            Self::Integer(aggregate) | Self::Count(aggregate) => aggregate.size(),
-            Self::Float(aggregate) => aggregate.size(),
+            Self::Integer(aggregate, delay) | Self::Count(aggregate, delay) => {
+                aggregate.size() + delay.as_ref().map_or(0, |(history, _)| history.size())
+            }
+            Self::Float(aggregate, delay) => {
+                aggregate.size() + delay.as_ref().map_or(0, |(history, _)| history.size())
+            }
         }
     }
 }
 
-/// The position whose value a lookback function returns, per function kind: each gets its
-/// own closure so that the per-row loop does not branch on the kind.
+/// `values` delayed by the rows of `delay` per key (null until a key has that many rows).
+fn delayed(
+    delay: &mut Delay,
+    values: ArrayRef,
+    groups: &[usize],
+    positions: &[u64],
+) -> Result<ArrayRef> {
+    match delay {
+        None => Ok(values),
+        Some((history, rows)) => {
+            let rows = *rows;
+            history.gather(&values, &None, groups, positions, move |q| {
+                q.checked_sub(rows)
+            })
+        }
+    }
+}
+
+/// The position whose value a lookback function returns for the row `p = q - lookahead`,
+/// given the completing row `q`, per function kind: each gets its own closure so that the
+/// per-row loop does not branch on the kind.
 fn gather_lookback(
     function: &OverFunction,
+    lookahead: u64,
     history: &mut Lookback,
     values: &ArrayRef,
     default: &Option<ArrayRef>,
     groups: &[usize],
     positions: &[u64],
 ) -> Result<ArrayRef> {
-    let frame_start = move |position: u64| match function.frame {
+    let frame_start = move |p: u64| match function.frame {
         FrameStart::UnboundedPreceding => 0,
-        FrameStart::Preceding(n) => position.saturating_sub(n),
+        FrameStart::Preceding(n) => p.saturating_sub(n),
     };
+    let l = lookahead;
     match &function.kind {
         OverFunctionKind::Lag { offset, .. } => {
-            let offset = *offset;
-            history.gather(values, default, groups, positions, move |p| {
-                p.checked_sub(offset)
+            let back = offset + l;
+            history.gather(values, default, groups, positions, move |q| {
+                q.checked_sub(back)
+            })
+        }
+        OverFunctionKind::Lead { offset, .. } => {
+            let back = l.saturating_sub(*offset);
+            history.gather(values, default, groups, positions, move |q| {
+                q.checked_sub(back)
+            })
+        }
+        OverFunctionKind::LastValue => {
+            let back = l - function.following.min(l);
+            history.gather(values, default, groups, positions, move |q| {
+                q.checked_sub(back)
             })
         }
         OverFunctionKind::FirstValue => {
-            history.gather(values, default, groups, positions, move |p| {
-                Some(frame_start(p))
+            history.gather(values, default, groups, positions, move |q| {
+                q.checked_sub(l).map(frame_start)
             })
         }
         OverFunctionKind::NthValue(n) => {
             let n = *n;
-            history.gather(values, default, groups, positions, move |p| {
+            history.gather(values, default, groups, positions, move |q| {
+                let p = q.checked_sub(l)?;
                 Some(frame_start(p) + n - 1).filter(|target| *target <= p)
             })
         }

@@ -4,6 +4,7 @@
 mod frame_aggregate;
 mod functions;
 mod history;
+mod lookahead;
 mod over_window;
 mod ranking;
 mod reorder;

@@ -23,9 +23,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_null_array,
+};
 use datafusion::arrow::compute::kernels::cmp::lt;
-use datafusion::arrow::compute::{filter, filter_record_batch, min};
+use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, min};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -45,6 +47,7 @@ use datafusion::physical_plan::{
 };
 
 use super::functions::{OverFunction, OverKernel};
+use super::lookahead::{CompletingRows, Lookahead};
 use super::reorder::{Released, ReorderBuffer, sort_by_time};
 use crate::aggregate::{GroupTable, LateRecords};
 use crate::exchange::StreamExchangeExec;
@@ -273,6 +276,10 @@ struct OverState {
     spec: OverSpec,
     keys: GroupTable,
     kernels: Vec<OverKernel>,
+    /// Set when some function reads following rows.
+    lookahead: Option<Lookahead>,
+    tails_completed: bool,
+    argument_types: Vec<Option<DataType>>,
     /// Per key: rows processed, and the ORDER BY value of the latest.
     counts: Vec<u64>,
     latest: Vec<i64>,
@@ -307,22 +314,38 @@ impl OverState {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        let lookahead = exec
+            .spec
+            .functions
+            .iter()
+            .map(OverFunction::lookahead)
+            .max()
+            .unwrap_or(0);
+        let argument_types = exec
+            .spec
+            .functions
+            .iter()
+            .map(|function| match &function.argument {
+                Some(argument) => Ok(Some(argument.data_type(&input_schema)?)),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let kernels = exec
             .spec
             .functions
             .iter()
-            .map(|function| {
-                let argument_type: Option<DataType> = match &function.argument {
-                    Some(argument) => Some(argument.data_type(&input_schema)?),
-                    None => None,
-                };
-                OverKernel::try_new(function, argument_type.as_ref())
+            .zip(&argument_types)
+            .map(|(function, argument_type)| {
+                OverKernel::try_new(function, argument_type.as_ref(), lookahead)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             spec: exec.spec.clone(),
             keys: GroupTable::try_new(&Arc::new(Schema::new(key_fields)), &[])?,
             kernels,
+            lookahead: (lookahead > 0).then(|| Lookahead::new(lookahead, &input_schema)),
+            tails_completed: false,
+            argument_types,
             counts: Vec::new(),
             latest: Vec::new(),
             buffer: ReorderBuffer::new(input_schema),
@@ -382,10 +405,18 @@ impl OverState {
         // Keys idle for too long go before the released rows are computed: a row that comes
         // after such a gap starts its key afresh.
         self.expire_idle_keys()?;
-        let output = match self.buffer.release(self.watermark, self.strict)? {
+        let mut output = match self.buffer.release(self.watermark, self.strict)? {
             Some(released) => Some(self.compute(released)?),
             None => None,
         };
+        if self.watermark == i64::MAX
+            && let Some(tails) = self.complete_tails()?
+        {
+            output = Some(match output {
+                Some(batch) => concat_batches(&self.spec.schema, [&batch, &tails])?,
+                None => tails,
+            });
+        }
         self.report_state()?;
         if let Some(batch) = &output {
             self.metrics.baseline.record_output(batch.num_rows());
@@ -432,21 +463,93 @@ impl OverState {
             );
             (sorted, groups)
         };
+        let arguments = self
+            .spec
+            .functions
+            .iter()
+            .map(|function| match &function.argument {
+                Some(argument) => Ok(Some(argument.evaluate(&batch)?.into_array(rows)?)),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(lookahead) = &mut self.lookahead {
+            let completing = CompletingRows {
+                rows: lookahead.rows_of(batch.columns(), rows)?,
+                arguments,
+                groups: &groups,
+                positions: &positions,
+                times: &times,
+            };
+            let columns =
+                lookahead.complete(&self.spec.functions, &mut self.kernels, completing, None)?;
+            return self.output_batch(columns);
+        }
         let times = times.values();
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-        for (function, kernel) in self.spec.functions.iter().zip(&mut self.kernels) {
-            let argument = match &function.argument {
-                Some(argument) => Some(argument.evaluate(&batch)?.into_array(rows)?),
-                None => None,
-            };
+        for ((function, kernel), argument) in self
+            .spec
+            .functions
+            .iter()
+            .zip(&mut self.kernels)
+            .zip(&arguments)
+        {
             columns.push(kernel.evaluate(
                 function,
+                0,
                 argument.as_ref(),
                 &groups,
                 &positions,
                 times,
             )?);
         }
+        self.output_batch(columns)
+    }
+
+    /// At the end of the input, under a lookahead: the key's last rows, completed by virtual
+    /// rows.
+    fn complete_tails(&mut self) -> Result<Option<RecordBatch>> {
+        // The end of the input can be signalled twice (a last watermark, then the end).
+        let Some(lookahead) = self.lookahead.as_mut().filter(|_| !self.tails_completed) else {
+            return Ok(None);
+        };
+        self.tails_completed = true;
+        let rows_per_key = lookahead.rows();
+        let mut groups = Vec::new();
+        let mut positions = Vec::new();
+        // Histories count on consecutive positions: every key with rows gets all of them.
+        for (group, count) in self.counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+            for extra in 0..rows_per_key {
+                groups.push(group);
+                positions.push(count + extra);
+            }
+        }
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let len = groups.len();
+        let arguments = self
+            .argument_types
+            .iter()
+            .map(|data_type| data_type.as_ref().map(|t| new_null_array(t, len)))
+            .collect();
+        let times = Int64Array::from(vec![i64::MAX; len]);
+        let completing = CompletingRows {
+            rows: lookahead.virtual_rows(len),
+            arguments,
+            groups: &groups,
+            positions: &positions,
+            times: &times,
+        };
+        let columns = lookahead.complete(
+            &self.spec.functions,
+            &mut self.kernels,
+            completing,
+            Some(&self.counts),
+        )?;
+        Ok(Some(self.output_batch(columns)?))
+    }
+
+    fn output_batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new(
             Arc::clone(&self.spec.schema),
             columns,
@@ -499,6 +602,7 @@ impl OverState {
         let bytes = self.keys.size()
             + self.buffer.size()
             + self.kernels.iter().map(OverKernel::size).sum::<usize>()
+            + self.lookahead.as_ref().map_or(0, Lookahead::size)
             + (self.counts.capacity() + self.latest.capacity()) * 8;
         self.metrics.state_bytes.set(bytes);
         self.metrics.keys.set(self.keys.len());
