@@ -9,7 +9,7 @@
 //! in ascending order. The window expressions DataFusion built are read back as
 //! [`OverFunction`]s: the function, its argument, and the frame.
 //!
-//! Where the streaming operator cannot run a window (a frame reaching FOLLOWING rows, LEAD,
+//! Where the streaming operator cannot run a window (a frame reaching UNBOUNDED FOLLOWING,
 //! ORDER BY on something else than a time column, …): on bounded input the rule leaves
 //! DataFusion's operator in place, which gives the batch result at the end of the input; on
 //! unbounded input it is a planning error that says what to change.
@@ -298,7 +298,7 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
             }
             other => {
                 return plan_err!(
-                    "{name}: window function {other} is not supported on unbounded streams; supported: ROW_NUMBER, RANK, DENSE_RANK, LAG, FIRST_VALUE, LAST_VALUE, NTH_VALUE, SUM, AVG, MIN, MAX, COUNT"
+                    "{name}: window function {other} is not supported on unbounded streams; supported: ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, FIRST_VALUE, LAST_VALUE, NTH_VALUE, SUM, AVG, MIN, MAX, COUNT"
                 );
             }
         });

@@ -391,3 +391,42 @@ async fn lead_runs_on_an_endless_stream() {
     let rows: usize = rows.iter().map(|b| b.num_rows()).sum();
     assert_eq!(rows, 5_000);
 }
+
+#[tokio::test]
+async fn window_state_beyond_the_memory_limit_is_a_clean_error() {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::prelude::SessionConfig;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(256 * 1024, 1.0)
+        .build_arc()
+        .unwrap();
+    let ctx = StreamingContext::with_state_builder(
+        SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_target_partitions(1))
+            .with_runtime_env(runtime)
+            .with_default_features(),
+    );
+    // 200 000 keys, each holding a frame: far more state than 256 KiB.
+    let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(200_000));
+    spec.symbols = 200_000;
+    ctx.register_generator("market_data", spec, StreamOptions::default())
+        .unwrap();
+    let query = ctx
+        .sql("SELECT symbol, SUM(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS s FROM market_data")
+        .await
+        .unwrap();
+    assert!(
+        query.explain().contains("OverWindowExec"),
+        "{}",
+        query.explain()
+    );
+    let error = query
+        .execute_merged()
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("OverWindowExec[0]"), "{error}");
+}
