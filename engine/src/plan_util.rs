@@ -3,10 +3,14 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{ExecutionPlanProperties, PlanProperties};
 
 /// The one child of a unary operator `name` being rebuilt with new `children`.
 pub(crate) fn single_child(
@@ -28,4 +32,39 @@ pub(crate) fn evaluate(
         .iter()
         .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
         .collect()
+}
+
+/// The properties of a stateful streaming operator over an exchange with output `schema`:
+/// incremental, as many partitions as its input, and bounded memory even on an unbounded
+/// input. Keys are routed by the exchange, but its hash expressions name input columns, not
+/// this operator's output: the output partitioning is only a partition count.
+pub(crate) fn stateful_properties(
+    input: &Arc<dyn ExecutionPlan>,
+    schema: &SchemaRef,
+) -> PlanProperties {
+    let boundedness = match input.boundedness() {
+        Boundedness::Bounded => Boundedness::Bounded,
+        Boundedness::Unbounded { .. } => Boundedness::Unbounded {
+            requires_infinite_memory: false,
+        },
+    };
+    PlanProperties::new(
+        EquivalenceProperties::new(Arc::clone(schema)),
+        Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+        EmissionType::Incremental,
+        boundedness,
+    )
+}
+
+/// Calls `f` on each of `expressions` until it says stop (`ExecutionPlan::apply_expressions`).
+pub(crate) fn visit_expressions<'a>(
+    expressions: impl IntoIterator<Item = &'a Arc<dyn PhysicalExpr>>,
+    f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+) -> Result<TreeNodeRecursion> {
+    for expression in expressions {
+        if f(expression)? == TreeNodeRecursion::Stop {
+            return Ok(TreeNodeRecursion::Stop);
+        }
+    }
+    Ok(TreeNodeRecursion::Continue)
 }

@@ -38,11 +38,7 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let options = config
-            .extensions
-            .get::<FreshetOptions>()
-            .cloned()
-            .unwrap_or_default();
+        let options = FreshetOptions::of(config);
         let mut replaced = false;
         let plan = plan
             .transform_up(|node| match streaming_aggregate(&node, &options, config)? {

@@ -1,6 +1,6 @@
 //! [`FreshetOptions`]: Freshet's session options, `SET freshet.<name> = <value>`.
 
-use datafusion::common::config::ConfigExtension;
+use datafusion::common::config::{ConfigExtension, ConfigOptions};
 use datafusion::common::extensions_options;
 
 extensions_options! {
@@ -22,6 +22,17 @@ extensions_options! {
         /// Window functions (OVER): forget a PARTITION BY key after this many milliseconds of
         /// event time without a row (0: never). `EXPIRE AFTER … INACTIVITY` in OVER sets it.
         pub expire_after_ms: u64, default = 0
+    }
+}
+
+impl FreshetOptions {
+    /// The options set in `config`, or the defaults.
+    pub fn of(config: &ConfigOptions) -> Self {
+        config
+            .extensions
+            .get::<FreshetOptions>()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 

@@ -59,11 +59,7 @@ impl PhysicalOptimizerRule for StreamingOverRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let options = config
-            .extensions
-            .get::<FreshetOptions>()
-            .cloned()
-            .unwrap_or_default();
+        let options = FreshetOptions::of(config);
         Ok(plan
             .transform_up(|node| match streaming_over(&node, &options, config)? {
                 Some(over) => Ok(Transformed::yes(over)),

@@ -10,6 +10,8 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
+use crate::support::memory_limited_context;
+
 const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
 const S3A_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
 
@@ -359,19 +361,7 @@ async fn windows_close_on_the_watermark_of_an_endless_stream() {
 
 #[tokio::test]
 async fn state_beyond_the_memory_limit_is_a_clean_error() {
-    use datafusion::execution::SessionStateBuilder;
-    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-    use datafusion::prelude::SessionConfig;
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(256 * 1024, 1.0)
-        .build_arc()
-        .unwrap();
-    let ctx = StreamingContext::with_state_builder(
-        SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_target_partitions(1))
-            .with_runtime_env(runtime)
-            .with_default_features(),
-    );
+    let ctx = memory_limited_context(256 * 1024);
     // 200 000 distinct keys in one changelog aggregation: far more state than 256 KiB.
     let mut spec = GeneratorSpec::new(GeneratorKind::Orders, Some(200_000));
     spec.customers = 200_000;

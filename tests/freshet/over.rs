@@ -10,6 +10,8 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
+use crate::support::memory_limited_context;
+
 const S1: &str = "SELECT symbol, price, \
 LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, \
 ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS seq_num, \
@@ -394,19 +396,7 @@ async fn lead_runs_on_an_endless_stream() {
 
 #[tokio::test]
 async fn window_state_beyond_the_memory_limit_is_a_clean_error() {
-    use datafusion::execution::SessionStateBuilder;
-    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-    use datafusion::prelude::SessionConfig;
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(256 * 1024, 1.0)
-        .build_arc()
-        .unwrap();
-    let ctx = StreamingContext::with_state_builder(
-        SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_target_partitions(1))
-            .with_runtime_env(runtime)
-            .with_default_features(),
-    );
+    let ctx = memory_limited_context(256 * 1024);
     // 200 000 keys, each holding a frame: far more state than 256 KiB.
     let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(200_000));
     spec.symbols = 200_000;

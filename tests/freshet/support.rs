@@ -59,3 +59,20 @@ pub async fn planning_error(ctx: &StreamingContext, sql: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// A one-stream context whose memory pool holds `bytes`.
+pub fn memory_limited_context(bytes: usize) -> StreamingContext {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::prelude::SessionConfig;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(bytes, 1.0)
+        .build_arc()
+        .expect("a memory-limited runtime");
+    StreamingContext::with_state_builder(
+        SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_target_partitions(1))
+            .with_runtime_env(runtime)
+            .with_default_features(),
+    )
+}

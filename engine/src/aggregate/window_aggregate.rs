@@ -34,16 +34,15 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
-    PlanProperties, ReplaceChildrenOptions,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
 };
 
 use super::groups::GroupTable;
@@ -52,7 +51,7 @@ use super::running::RunningAggregates;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
-use crate::plan_util::{evaluate, single_child};
+use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::event_times;
 use crate::window::{WindowSpec, window_starts};
 
@@ -125,20 +124,7 @@ impl WindowAggregateExec {
         {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
-        let boundedness = match input.boundedness() {
-            Boundedness::Bounded => Boundedness::Bounded,
-            Boundedness::Unbounded { .. } => Boundedness::Unbounded {
-                requires_infinite_memory: false,
-            },
-        };
-        // Keys are routed by the exchange, but its hash expressions name input columns, not
-        // this operator's output: the output partitioning is only a partition count.
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&spec.schema)),
-            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
-            EmissionType::Incremental,
-            boundedness,
-        );
+        let properties = stateful_properties(&input, &spec.schema);
         Ok(Self {
             input,
             spec,
@@ -223,19 +209,15 @@ impl ExecutionPlan for WindowAggregateExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let expressions = self
+        let expressions: Vec<Arc<dyn PhysicalExpr>> = self
             .spec
             .group_by
             .iter()
             .map(|(e, _)| Arc::clone(e))
             .chain(self.spec.aggregates.iter().flat_map(|a| a.expressions()))
-            .chain(self.spec.filters.iter().flatten().cloned());
-        for expression in expressions {
-            if f(&expression)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+            .chain(self.spec.filters.iter().flatten().cloned())
+            .collect();
+        visit_expressions(&expressions, f)
     }
 
     fn replace_children(

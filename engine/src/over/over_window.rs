@@ -35,15 +35,14 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
-    PlanProperties, ReplaceChildrenOptions,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
 };
 
 use super::functions::{OverFunction, OverKernel};
@@ -52,7 +51,7 @@ use super::reorder::{Released, ReorderBuffer, sort_by_time};
 use crate::aggregate::{GroupTable, LateRecords};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
-use crate::plan_util::{evaluate, single_child};
+use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::event_times;
 
 /// What an [`OverWindowExec`] computes.
@@ -98,18 +97,7 @@ impl OverWindowExec {
             };
             function.validate(argument_type.as_ref())?;
         }
-        let boundedness = match input.boundedness() {
-            Boundedness::Bounded => Boundedness::Bounded,
-            Boundedness::Unbounded { .. } => Boundedness::Unbounded {
-                requires_infinite_memory: false,
-            },
-        };
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&spec.schema)),
-            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
-            EmissionType::Incremental,
-            boundedness,
-        );
+        let properties = stateful_properties(&input, &spec.schema);
         Ok(Self {
             input,
             spec,
@@ -192,12 +180,7 @@ impl ExecutionPlan for OverWindowExec {
                 .iter()
                 .filter_map(|f| f.argument.as_ref()),
         );
-        for expression in expressions {
-            if f(expression)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        visit_expressions(expressions, f)
     }
 
     fn replace_children(
