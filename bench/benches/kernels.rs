@@ -1,17 +1,22 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
-//! assignment, hash and sticky routing, group interning and accumulator updates, and the
-//! per-record changelog kernels. Run with `cargo bench -p freshet-bench --bench kernels`.
+//! assignment, hash and sticky routing, group interning and accumulator updates, the
+//! per-record changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use datafusion::arrow::array::{AsArray, Int64Array};
-use datafusion::arrow::datatypes::{Int64Type, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::common::ScalarValue;
 use datafusion::functions_aggregate::average::avg_udaf;
 use datafusion::functions_aggregate::count::count_udaf;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::expressions::{Column, col};
 use freshet_engine::aggregate::{GroupTable, RunningAggregates};
+use freshet_engine::over::{
+    FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
+};
 use freshet_engine::watermark::event_times;
 use freshet_engine::window::window_starts;
 use freshet_engine::{GeneratorKind, GeneratorSpec};
@@ -92,7 +97,85 @@ fn kernels(c: &mut Criterion) {
                 .expect("running values") // ok: bench
         })
     });
+    let symbols = vec![batch.column(0).clone()];
+    let symbol_schema = Arc::new(Schema::new(vec![schema.field(0).clone()]));
+    let mut symbol_table = GroupTable::try_new(&symbol_schema, &[]).expect("table"); // ok: bench setup
+    let symbol_groups = symbol_table
+        .intern(&symbols, ROWS)
+        .expect("intern") // ok: bench setup
+        .to_vec();
+    group.bench_function("intern_one_utf8_key", |b| {
+        b.iter(|| symbol_table.intern(&symbols, ROWS).expect("intern").len()) // ok: bench
+    });
+    let price_values = batch.column(2).clone();
+    for (name, functions) in [
+        ("rows_window_s1", s1_functions(99)),
+        ("rows_window_avg_10", vec![moving_avg(9)]),
+        ("rows_window_avg_10000", vec![moving_avg(9_999)]),
+    ] {
+        group.bench_function(name, |b| {
+            let mut kernels: Vec<OverKernel> = functions
+                .iter()
+                .map(|f| OverKernel::try_new(f, Some(&DataType::Float64), 0).expect("kernel")) // ok: bench setup
+                .collect();
+            let mut counts = vec![0u64; symbol_groups.iter().max().map_or(0, |g| g + 1)];
+            let times = vec![0i64; ROWS];
+            b.iter(|| {
+                let positions: Vec<u64> = symbol_groups
+                    .iter()
+                    .map(|g| {
+                        counts[*g] += 1;
+                        counts[*g] - 1
+                    })
+                    .collect();
+                for (function, kernel) in functions.iter().zip(&mut kernels) {
+                    let argument = function.argument.as_ref().map(|_| &price_values);
+                    kernel
+                        .evaluate(function, 0, argument, &symbol_groups, &positions, &times)
+                        .expect("window values"); // ok: bench
+                }
+            })
+        });
+    }
     group.finish();
+}
+
+/// S1's functions: LAG(price, 1), ROW_NUMBER() and AVG(price) over `preceding + 1` rows.
+fn s1_functions(preceding: u64) -> Vec<OverFunction> {
+    let price: Arc<dyn PhysicalExpr> = Arc::new(Column::new("price", 2));
+    vec![
+        OverFunction {
+            kind: OverFunctionKind::Lag {
+                offset: 1,
+                default: ScalarValue::Null,
+            },
+            argument: Some(Arc::clone(&price)),
+            frame: FrameStart::UnboundedPreceding,
+            following: 0,
+            peers: false,
+            field: Arc::new(Field::new("prev_price", DataType::Float64, true)),
+        },
+        OverFunction {
+            kind: OverFunctionKind::Ranking(RankingKind::RowNumber),
+            argument: None,
+            frame: FrameStart::UnboundedPreceding,
+            following: 0,
+            peers: false,
+            field: Arc::new(Field::new("seq_num", DataType::UInt64, false)),
+        },
+        moving_avg(preceding),
+    ]
+}
+
+fn moving_avg(preceding: u64) -> OverFunction {
+    OverFunction {
+        kind: OverFunctionKind::Aggregate(FrameAggregateKind::Avg),
+        argument: Some(Arc::new(Column::new("price", 2))),
+        frame: FrameStart::Preceding(preceding),
+        following: 0,
+        peers: false,
+        field: Arc::new(Field::new("moving_avg", DataType::Float64, true)),
+    }
 }
 
 criterion_group!(benches, kernels);

@@ -7,6 +7,7 @@
 pub mod compare;
 pub mod report;
 pub mod runner;
+pub mod scaling;
 pub mod scenarios;
 
 pub use freshet_engine::{GeneratorKind, GeneratorSpec};

@@ -249,12 +249,13 @@ fn median(mut times: Vec<Duration>) -> Duration {
 
 /// Resets the kernel's peak-RSS mark of this process (Linux), so that the next reading is the
 /// peak of what follows.
-fn reset_peak_rss() {
+/// Starts a new peak-memory measurement (Linux; elsewhere nothing happens).
+pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The process's peak resident memory, from `/proc/self/status` (Linux).
-fn peak_rss() -> Option<u64> {
+pub(crate) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

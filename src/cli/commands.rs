@@ -5,9 +5,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
+use freshet_bench::scaling::{run_scaling, scaling_table};
 use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios, variants};
 use freshet_engine::options::parse_count;
-use freshet_engine::sink::{SinkSpec, drain};
+use freshet_engine::sink::{SinkSpec, drain, write_generated};
 use freshet_engine::{GeneratorKind, GeneratorSpec};
 use freshet_planner::{StreamingContext, StreamingQuery};
 
@@ -136,15 +137,7 @@ fn generate(args: GenArgs) -> Result<()> {
             );
         }
     };
-    let mut writer = sink.open(&spec.schema(), Box::new(std::io::sink()))?;
-    let mut index = 0;
-    let mut records = 0;
-    while let Some(batch) = spec.batch_at(index)? {
-        records += batch.num_rows();
-        writer.write(&batch)?;
-        index += 1;
-    }
-    writer.finish()?;
+    let records = write_generated(&spec, &sink)?;
     eprintln!(
         "wrote {records} {} records to {}",
         args.kind,
@@ -153,11 +146,36 @@ fn generate(args: GenArgs) -> Result<()> {
     Ok(())
 }
 
+async fn bench_scaling(args: &BenchArgs) -> Result<()> {
+    let sizes = args
+        .sizes
+        .iter()
+        .map(|size| parse_count("sizes", size).map(|n| n as u64))
+        .collect::<Result<Vec<_>>>()?;
+    if sizes.contains(&0) {
+        return plan_err!("--sizes: each size must be at least 1 record");
+    }
+    let partitions = args.partitions.first().copied().unwrap_or(1);
+    if partitions == 0 {
+        return plan_err!("--partitions: stream counts must be at least 1");
+    }
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("freshet-scaling"));
+    let results = run_scaling(&sizes, &dir, partitions).await?;
+    print!("{}", scaling_table(&results));
+    Ok(())
+}
+
 fn output_kind(path: &Path) -> Option<&str> {
     path.extension()?.to_str()
 }
 
 async fn bench(args: BenchArgs) -> Result<()> {
+    if args.scaling {
+        return bench_scaling(&args).await;
+    }
     let records = if args.quick {
         200_000
     } else {

@@ -108,6 +108,16 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Scaling mode instead: S3a over market_data Parquet files of each of --sizes records,
+    /// with throughput and peak memory per size (at the first --partitions count).
+    #[arg(long)]
+    pub scaling: bool,
+    /// Scaling mode: the file sizes, in records.
+    #[arg(long, value_delimiter = ',', default_value = "1M,10M,100M")]
+    pub sizes: Vec<String>,
+    /// Scaling mode: where the Parquet files are written (and reused from).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// Runs the command line; the binary's `main`.

@@ -143,6 +143,26 @@ fn bench_quick_compares_freshet_with_datafusion() {
 }
 
 #[test]
+fn bench_scaling_runs_s3a_over_growing_parquet_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = freshet_ok(&[
+        "bench",
+        "--scaling",
+        "--sizes",
+        "2000,6000",
+        "--partitions",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(table.contains("peak RSS"), "{table}");
+    // One row per size; S3a gives one row per (trader, symbol, minute): 20 per 60 records.
+    assert!(table.contains("| 2000 |") && table.contains("| 6000 |"), "{table}");
+    assert!(table.contains("| 680 |") && table.contains("| 2000 | "), "{table}");
+    assert!(dir.path().join("market_data_6000.parquet").exists());
+}
+
+#[test]
 fn every_record_is_counted_or_written_as_late() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("windows.csv");

@@ -12,6 +12,6 @@ mod ring;
 mod sparse_nulls;
 
 pub use frame_aggregate::FrameAggregateKind;
-pub use functions::{FrameStart, OverFunction, OverFunctionKind};
+pub use functions::{FrameStart, OverFunction, OverFunctionKind, OverKernel};
 pub use over_window::{OverSpec, OverWindowExec};
 pub use ranking::RankingKind;

@@ -103,6 +103,21 @@ impl SinkSpec {
     }
 }
 
+/// Writes the whole of the bounded generated stream `spec` to `sink`; returns the records
+/// written.
+pub fn write_generated(spec: &crate::GeneratorSpec, sink: &SinkSpec) -> Result<u64> {
+    let mut writer = sink.open(&spec.schema(), Box::new(std::io::sink()))?;
+    let mut index = 0;
+    let mut records = 0;
+    while let Some(batch) = spec.batch_at(index)? {
+        records += batch.num_rows() as u64;
+        writer.write(&batch)?;
+        index += 1;
+    }
+    writer.finish()?;
+    Ok(records)
+}
+
 /// Drains `stream` into `writer`.
 pub async fn drain(
     mut stream: SendableRecordBatchStream,
