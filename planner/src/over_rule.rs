@@ -136,11 +136,7 @@ fn plan_over(
             "LEAD or a FOLLOWING frame next to a RANGE frame (the default with ORDER BY) in one window cannot be streamed yet; give the aggregates ROWS frames"
         );
     }
-    if reads_ahead && options.expire_after_ms > 0 {
-        return plan_err!(
-            "EXPIRE AFTER together with LEAD or a FOLLOWING frame is not supported yet"
-        );
-    }
+
     let order_time = Arc::new(Column::new(input_schema.field(order_by).name(), order_by))
         as Arc<dyn PhysicalExpr>;
     let event_time = event_time(input, &order_time)?;

@@ -157,8 +157,14 @@ fn bench_scaling_runs_s3a_over_growing_parquet_files() {
     ]);
     assert!(table.contains("peak RSS"), "{table}");
     // One row per size; S3a gives one row per (trader, symbol, minute): 20 per 60 records.
-    assert!(table.contains("| 2000 |") && table.contains("| 6000 |"), "{table}");
-    assert!(table.contains("| 680 |") && table.contains("| 2000 | "), "{table}");
+    assert!(
+        table.contains("| 2000 |") && table.contains("| 6000 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| 680 |") && table.contains("| 2000 | "),
+        "{table}"
+    );
     assert!(dir.path().join("market_data_6000.parquet").exists());
 }
 

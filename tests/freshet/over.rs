@@ -314,9 +314,14 @@ async fn idle_keys_expire() {
             let query = ctx.sql(sql).await.unwrap();
             let rows: Vec<RecordBatch> =
                 query.execute_merged().unwrap().try_collect().await.unwrap();
+            // The table with one space between cells, whatever the column widths.
             let table = datafusion::arrow::util::pretty::pretty_format_batches(&rows)
                 .unwrap()
-                .to_string();
+                .to_string()
+                .lines()
+                .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+                .join("\n");
             (table, query.metric_total("keys_expired"))
         }
     };
@@ -342,6 +347,22 @@ async fn idle_keys_expire() {
     assert!(remembering.contains("| a | 5 | 3 |"), "{remembering}");
     assert!(remembering.contains("| b | 6 | 3 |"), "{remembering}");
     assert_eq!(expired, 0);
+    // Rows waiting for a following row leave when their key expires, as at the end of input.
+    let (leading, expired) = run(
+        "SELECT k, q, LEAD(q, 1, -1) OVER (PARTITION BY k ORDER BY ts EXPIRE AFTER INTERVAL '1' MINUTE INACTIVITY) AS next FROM t",
+    )
+    .await;
+    assert!(leading.contains("| a | 1 | 3 |"), "{leading}");
+    assert!(
+        leading.contains("| a | 3 | -1 |"),
+        "a's tail closes at expiry:\n{leading}"
+    );
+    assert!(leading.contains("| a | 5 | -1 |"), "{leading}");
+    assert!(leading.contains("| b | 2 | -1 |"), "{leading}");
+    assert_eq!(expired, 3);
+    let (leading, _) =
+        run("SELECT k, q, LEAD(q, 1, -1) OVER (PARTITION BY k ORDER BY ts) AS next FROM t").await;
+    assert!(leading.contains("| a | 3 | 5 |"), "{leading}");
 }
 
 /// LEAD and frames ending after the current row: each row leaves when its key has enough

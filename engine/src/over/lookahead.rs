@@ -7,7 +7,8 @@
 //! of whole rows, `L` deep per key), its ORDER BY value, its position, and the choice of the
 //! rows that complete something (`q ≥ L`). At the end of the input each key gets `L` virtual
 //! rows without values, which complete its last rows: frames are cut at the key's last real
-//! row, and a LEAD past it takes its default.
+//! row, and a LEAD past it takes its default. A key that expires for idleness is completed
+//! the same way.
 
 use std::sync::Arc;
 
@@ -158,6 +159,12 @@ impl Lookahead {
             columns.push(column);
         }
         Ok(columns)
+    }
+
+    /// Forgets the keys `expired` marks, renumbering the others in order.
+    pub fn retain_keys(&mut self, expired: &[bool]) {
+        self.row_delay.retain_keys(expired);
+        self.time_delay.retain_keys(expired);
     }
 
     /// Bytes held.

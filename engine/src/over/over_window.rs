@@ -17,8 +17,9 @@
 //!    values, SUM/AVG/COUNT/MIN/MAX from running sums and monotonic deques.
 //!
 //! State is O(frame) per key, work O(1) amortized per row and function. Keys idle for longer
-//! than `expire_after` (event time, by the watermark) are forgotten: a later row of the key
-//! starts afresh. State is accounted in the memory pool.
+//! than `expire_after` (event time, by the watermark) are forgotten — their rows still
+//! waiting for following rows leave first, as at the end of the input — and a later row of
+//! the key starts afresh. State is accounted in the memory pool.
 
 use std::fmt;
 use std::sync::Arc;
@@ -387,19 +388,18 @@ impl OverState {
         self.watermark = self.watermark.max(watermark);
         // Keys idle for too long go before the released rows are computed: a row that comes
         // after such a gap starts its key afresh.
-        self.expire_idle_keys()?;
+        let expired_tails = self.expire_idle_keys()?;
         let mut output = match self.buffer.release(self.watermark, self.strict)? {
             Some(released) => Some(self.compute(released)?),
             None => None,
         };
-        if self.watermark == i64::MAX
-            && let Some(tails) = self.complete_tails()?
-        {
-            output = Some(match output {
-                Some(batch) => concat_batches(&self.spec.schema, [&batch, &tails])?,
-                None => tails,
-            });
+        if self.watermark == i64::MAX {
+            let tails = self.complete_tails(|_| true)?;
+            // The end of the input can be signalled twice (a last watermark, then the end).
+            self.tails_completed = true;
+            output = self.combine(output, tails)?;
         }
+        let output = self.combine(expired_tails, output)?;
         self.report_state()?;
         if let Some(batch) = &output {
             self.metrics.baseline.record_output(batch.num_rows());
@@ -488,19 +488,22 @@ impl OverState {
         self.output_batch(columns)
     }
 
-    /// At the end of the input, under a lookahead: the key's last rows, completed by virtual
-    /// rows.
-    fn complete_tails(&mut self) -> Result<Option<RecordBatch>> {
-        // The end of the input can be signalled twice (a last watermark, then the end).
+    /// Under a lookahead, at the end of the input or when keys expire: the last rows of the
+    /// keys `closing` names, completed by virtual rows.
+    fn complete_tails(&mut self, closing: impl Fn(usize) -> bool) -> Result<Option<RecordBatch>> {
         let Some(lookahead) = self.lookahead.as_mut().filter(|_| !self.tails_completed) else {
             return Ok(None);
         };
-        self.tails_completed = true;
         let rows_per_key = lookahead.rows();
         let mut groups = Vec::new();
         let mut positions = Vec::new();
         // Histories count on consecutive positions: every key with rows gets all of them.
-        for (group, count) in self.counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+        for (group, count) in self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(group, count)| **count > 0 && closing(*group))
+        {
             for extra in 0..rows_per_key {
                 groups.push(group);
                 positions.push(count + extra);
@@ -532,6 +535,20 @@ impl OverState {
         Ok(Some(self.output_batch(columns)?))
     }
 
+    /// `first` and `second` as one batch, if any.
+    fn combine(
+        &self,
+        first: Option<RecordBatch>,
+        second: Option<RecordBatch>,
+    ) -> Result<Option<RecordBatch>> {
+        Ok(match (first, second) {
+            (Some(first), Some(second)) => {
+                Some(concat_batches(&self.spec.schema, [&first, &second])?)
+            }
+            (first, second) => first.or(second),
+        })
+    }
+
     fn output_batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new(
             Arc::clone(&self.spec.schema),
@@ -541,23 +558,29 @@ impl OverState {
 
     /// Forgets the keys whose latest row is more than `expire_after` behind the watermark,
     /// at most every half expiry interval (each sweep is O(keys)).
-    fn expire_idle_keys(&mut self) -> Result<()> {
+    /// Under a lookahead, the expiring keys' last rows leave first, completed as at the end
+    /// of the input; they are returned.
+    fn expire_idle_keys(&mut self) -> Result<Option<RecordBatch>> {
         let Some(expire_after) = self.spec.expire_after else {
-            return Ok(());
+            return Ok(None);
         };
         if self.watermark == i64::MAX
             || self.watermark.saturating_sub(self.swept_at) < expire_after / 2
         {
-            return Ok(());
+            return Ok(None);
         }
         self.swept_at = self.watermark;
         let cutoff = self.watermark.saturating_sub(expire_after);
         let expired: Vec<bool> = self.latest.iter().map(|t| *t < cutoff).collect();
         let expiring = expired.iter().filter(|e| **e).count();
         if expiring == 0 {
-            return Ok(());
+            return Ok(None);
         }
         self.metrics.keys_expired.add(expiring);
+        let tails = self.complete_tails(|group| expired[group])?;
+        if let Some(lookahead) = &mut self.lookahead {
+            lookahead.retain_keys(&expired);
+        }
         // Rebuild the key table with the survivors, in order, so their ids stay dense.
         let rows = self.keys.len();
         let keys = self.keys.emit_keys(EmitTo::All)?;
@@ -576,7 +599,7 @@ impl OverState {
         for kernel in &mut self.kernels {
             kernel.retain_keys(&expired);
         }
-        Ok(())
+        Ok(tails)
     }
 
     /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
