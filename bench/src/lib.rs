@@ -4,6 +4,7 @@
 //! Every speed is measured next to DataFusion batch on the same in-memory batches in the same
 //! run, and only after both engines were checked to give the same result.
 
+pub mod chart;
 pub mod compare;
 pub mod report;
 pub mod runner;

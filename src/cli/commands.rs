@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
+use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::scaling::{run_scaling, scaling_table};
 use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios, variants};
 use freshet_engine::options::parse_count;
@@ -165,6 +166,9 @@ async fn bench_scaling(args: &BenchArgs) -> Result<()> {
         .unwrap_or_else(|| std::env::temp_dir().join("freshet-scaling"));
     let results = run_scaling(&sizes, &dir, partitions).await?;
     print!("{}", scaling_table(&results));
+    if let Some(path) = &args.svg {
+        write_file(path, &scaling_svg(&results))?;
+    }
     Ok(())
 }
 
@@ -220,10 +224,18 @@ async fn bench(args: BenchArgs) -> Result<()> {
         results.extend(run_scenario(scenario, &config).await?);
     }
     print!("{}", report::table(&results));
-    if let Some(path) = &args.json
-        && let Err(e) = std::fs::write(path, report::json(&results))
-    {
-        return plan_err!("cannot write {}: {e}", path.display());
+    if let Some(path) = &args.json {
+        write_file(path, &report::json(&results))?;
+    }
+    if let Some(path) = &args.svg {
+        write_file(path, &throughput_svg(&results))?;
     }
     Ok(())
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<()> {
+    match std::fs::write(path, contents) {
+        Ok(()) => Ok(()),
+        Err(e) => plan_err!("cannot write {}: {e}", path.display()),
+    }
 }

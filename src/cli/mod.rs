@@ -108,6 +108,9 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Also draw the results as an SVG chart into this file.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
     /// Scaling mode instead: S3a over market_data Parquet files of each of --sizes records,
     /// with throughput and peak memory per size (at the first --partitions count).
     #[arg(long)]
