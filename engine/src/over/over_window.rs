@@ -29,7 +29,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::kernels::cmp::lt;
 use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, min};
-use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -291,7 +291,7 @@ impl OverState {
             .iter()
             .enumerate()
             .map(|(i, key)| {
-                Ok(datafusion::arrow::datatypes::Field::new(
+                Ok(Field::new(
                     format!("key{i}"),
                     key.data_type(&input_schema)?,
                     true,
