@@ -114,6 +114,14 @@ fn plan_over(
     let Some(first) = window_exprs.first() else {
         return plan_err!("a window operator without window functions");
     };
+    if reads_ahead_below(input)? {
+        // Its rows leave late (when following rows arrive), behind rows of other keys, so a
+        // watermark computed from its output would call them late here.
+        return plan_err!(
+            "{}: a window over the result of LEAD or a FOLLOWING frame with other PARTITION BY / ORDER BY cannot be streamed yet; compute it in a separate query",
+            first.name()
+        );
+    }
     let input_schema = input.schema();
     let order_by = order_column(first.as_ref(), &input_schema)?;
     for expr in window_exprs {
@@ -417,6 +425,15 @@ fn literal_integer(name: &str, expr: &Arc<dyn PhysicalExpr>, what: &str) -> Resu
 
 fn same_exprs(a: &[Arc<dyn PhysicalExpr>], b: &[Arc<dyn PhysicalExpr>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.eq(b))
+}
+
+/// Whether `plan` holds a window operator that reads following rows.
+fn reads_ahead_below(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| {
+        Ok(node
+            .downcast_ref::<OverWindowExec>()
+            .is_some_and(|over| over.spec().functions.iter().any(|f| f.lookahead() > 0)))
+    })
 }
 
 /// Whether `plan` reads one of Freshet's streams.

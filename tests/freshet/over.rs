@@ -441,3 +441,33 @@ async fn window_state_beyond_the_memory_limit_is_a_clean_error() {
         .to_string();
     assert!(error.contains("OverWindowExec[0]"), "{error}");
 }
+
+/// A window over LEAD's output would see LEAD's delayed rows as late: on a bounded stream the
+/// outer window runs on DataFusion's operator (correct at the end), on an endless one it is
+/// refused.
+#[tokio::test]
+async fn windows_over_lead_output() {
+    let sql = "SELECT k1, k2, ts, LEAD(q) OVER (PARTITION BY k1 ORDER BY ts) AS next_q, \
+        ROW_NUMBER() OVER (PARTITION BY k2 ORDER BY ts) AS n2 FROM t";
+    let stream = RandomStream::new(81).rows(2_000).distinct_times();
+    Differential::same_sql(sql)
+        .table(random_table(&stream))
+        .run()
+        .await
+        .unwrap();
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, None),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let error = match ctx
+        .sql("SELECT LEAD(price) OVER (PARTITION BY symbol ORDER BY trade_time) AS next_price, ROW_NUMBER() OVER (PARTITION BY trader_id ORDER BY trade_time) AS n FROM market_data")
+        .await
+    {
+        Ok(_) => panic!("should not plan"),
+        Err(e) => e.to_string(),
+    };
+    assert!(error.contains("separate query"), "{error}");
+}

@@ -433,12 +433,12 @@ mod tests {
                     FrameAggregateKind::Min => frame
                         .iter()
                         .copied()
-                        .min_by(|a, b| FrameNumber::total_cmp(a, b))
+                        .min_by(FrameNumber::total_cmp)
                         .unwrap_or_default(),
                     FrameAggregateKind::Max => frame
                         .iter()
                         .copied()
-                        .max_by(|a, b| FrameNumber::total_cmp(a, b))
+                        .max_by(FrameNumber::total_cmp)
                         .unwrap_or_default(),
                 })
             })
