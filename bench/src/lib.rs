@@ -6,6 +6,7 @@
 
 pub mod chart;
 pub mod compare;
+pub mod latency;
 pub mod report;
 pub mod runner;
 pub mod scaling;

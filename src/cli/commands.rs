@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
 use freshet_bench::chart::{scaling_svg, throughput_svg};
+use freshet_bench::latency::{latency_table, run_latency};
 use freshet_bench::scaling::{run_scaling, scaling_table};
 use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios, variants};
 use freshet_engine::options::parse_count;
@@ -179,6 +180,16 @@ fn output_kind(path: &Path) -> Option<&str> {
 async fn bench(args: BenchArgs) -> Result<()> {
     if args.scaling {
         return bench_scaling(&args).await;
+    }
+    if args.latency {
+        let records = parse_count("records", &args.records)? as u64;
+        let rate = parse_count("rate", &args.rate)? as f64;
+        if records == 0 {
+            return plan_err!("--records must be at least 1");
+        }
+        let result = run_latency(records, rate).await?;
+        print!("{}", latency_table(&result));
+        return Ok(());
     }
     let records = if args.quick {
         200_000

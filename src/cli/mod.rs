@@ -111,6 +111,14 @@ pub struct BenchArgs {
     /// Also draw the results as an SVG chart into this file.
     #[arg(long, value_name = "PATH")]
     pub svg: Option<PathBuf>,
+    /// Latency mode instead: S3b over a market_data replay paced at --rate on one stream,
+    /// with the p50 / p99 / max latency from a record entering the source to its changelog
+    /// row leaving the query (--records records).
+    #[arg(long)]
+    pub latency: bool,
+    /// Latency mode: the replay's rate in records per second (1M, 500k, …).
+    #[arg(long, default_value = "1M")]
+    pub rate: String,
     /// Scaling mode instead: S3a over market_data Parquet files of each of --sizes records,
     /// with throughput and peak memory per size (at the first --partitions count).
     #[arg(long)]

@@ -169,6 +169,13 @@ fn bench_scaling_runs_s3a_over_growing_parquet_files() {
 }
 
 #[test]
+fn bench_latency_reports_percentiles_of_a_paced_s3b() {
+    let table = freshet_ok(&["bench", "--latency", "--records", "20000", "--rate", "400k"]);
+    assert!(table.contains("| p50 | p99 | max |"), "{table}");
+    assert!(table.contains("| 20000 | 0.4 M/s |"), "{table}");
+}
+
+#[test]
 fn every_record_is_counted_or_written_as_late() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("windows.csv");
