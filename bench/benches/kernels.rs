@@ -85,6 +85,25 @@ fn kernels(c: &mut Criterion) {
                 .expect("update") // ok: bench
         })
     });
+    group.bench_function("accumulate_only", |b| {
+        // COUNT + AVG folded into groups already interned: the accumulators' share of
+        // `intern_and_accumulate`.
+        let mut table = GroupTable::try_new(&key_schema, &aggregates).expect("table"); // ok: bench
+        table.intern(&key_columns, ROWS).expect("intern"); // ok: bench setup
+        let group_ids = table.last_group_ids(ROWS).to_vec();
+        let groups = table.len();
+        let mut accumulators: Vec<_> = aggregates
+            .iter()
+            .map(|a| a.create_groups_accumulator().expect("groups accumulator")) // ok: bench setup
+            .collect();
+        b.iter(|| {
+            for (accumulator, arguments) in accumulators.iter_mut().zip(&arguments) {
+                accumulator
+                    .update_batch(arguments, &group_ids, None, groups)
+                    .expect("update"); // ok: bench
+            }
+        })
+    });
     group.bench_function("per_record_changelog", |b| {
         let mut table = GroupTable::try_new(&key_schema, &aggregates).expect("table"); // ok: bench
         let mut running =
