@@ -10,7 +10,7 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
-use crate::support::memory_limited_context;
+use crate::support::{endless_market_data, memory_limited_context};
 
 const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
 const S3A_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
@@ -329,13 +329,7 @@ async fn allowed_lateness_keeps_late_records() {
 
 #[tokio::test]
 async fn windows_close_on_the_watermark_of_an_endless_stream() {
-    let ctx = StreamingContext::with_partitions(2);
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        StreamOptions::default(),
-    )
-    .unwrap();
+    let ctx = endless_market_data();
     let query = ctx
         .sql("SELECT window_start, COUNT(*) AS n FROM market_data WINDOW TUMBLING (1m) LIMIT 3")
         .await

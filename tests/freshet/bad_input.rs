@@ -3,7 +3,7 @@
 
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 
-use crate::support::{freshet_error, gen_orders, planning_error};
+use crate::support::{endless_market_data, freshet_error, gen_orders, planning_error};
 
 fn orders_context() -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
@@ -307,13 +307,7 @@ async fn session_windows_with_emit_changes_are_refused() {
 
 /// The planning error of a window query over an endless market_data stream.
 async fn endless_market_error(sql: &str) -> String {
-    let ctx = StreamingContext::with_partitions(2);
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        StreamOptions::default(),
-    )
-    .unwrap();
+    let ctx = endless_market_data();
     planning_error(&ctx, sql).await
 }
 

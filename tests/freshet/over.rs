@@ -10,7 +10,7 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
-use crate::support::memory_limited_context;
+use crate::support::{endless_market_data, memory_limited_context};
 
 const S1: &str = "SELECT symbol, price, \
 LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, \
@@ -51,13 +51,7 @@ async fn s1_equals_datafusion_window_functions() {
 
 #[tokio::test]
 async fn s1_plans_freshet_operator_without_a_sort() {
-    let ctx = StreamingContext::with_partitions(2);
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        StreamOptions::default(),
-    )
-    .unwrap();
+    let ctx = endless_market_data();
     let plan = ctx.sql(S1).await.unwrap().explain();
     assert!(plan.contains("OverWindowExec"), "{plan}");
     assert!(
@@ -394,13 +388,7 @@ async fn lead_and_following_frames_match_datafusion() {
 
 #[tokio::test]
 async fn lead_runs_on_an_endless_stream() {
-    let ctx = StreamingContext::with_partitions(2);
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        StreamOptions::default(),
-    )
-    .unwrap();
+    let ctx = endless_market_data();
     let query = ctx
         .sql("SELECT symbol, price, LEAD(price) OVER (PARTITION BY symbol ORDER BY trade_time) AS next_price FROM market_data LIMIT 5000")
         .await
@@ -455,13 +443,7 @@ async fn windows_over_lead_output() {
         .run()
         .await
         .unwrap();
-    let ctx = StreamingContext::with_partitions(2);
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        StreamOptions::default(),
-    )
-    .unwrap();
+    let ctx = endless_market_data();
     let error = match ctx
         .sql("SELECT LEAD(price) OVER (PARTITION BY symbol ORDER BY trade_time) AS next_price, ROW_NUMBER() OVER (PARTITION BY trader_id ORDER BY trade_time) AS n FROM market_data")
         .await

@@ -76,3 +76,15 @@ pub fn memory_limited_context(bytes: usize) -> StreamingContext {
             .with_default_features(),
     )
 }
+
+/// A two-stream context with an endless `market_data` generator.
+pub fn endless_market_data() -> StreamingContext {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        freshet::GeneratorSpec::new(freshet::GeneratorKind::MarketData, None),
+        freshet::StreamOptions::default(),
+    )
+    .expect("the generator registers");
+    ctx
+}
