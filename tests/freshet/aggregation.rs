@@ -10,7 +10,7 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
-use crate::support::{endless_market_data, memory_limited_context};
+use crate::support::{endless_market_data, execution_error, memory_limited_context};
 
 const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
 const S3A_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
@@ -365,13 +365,7 @@ async fn state_beyond_the_memory_limit_is_a_clean_error() {
         .sql("SELECT order_id, COUNT(*) AS n FROM orders GROUP BY order_id EMIT CHANGES")
         .await
         .unwrap();
-    let error = query
-        .execute_merged()
-        .unwrap()
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = execution_error(&query).await;
     assert!(error.contains("WindowAggregateExec[0]"), "{error}");
 }
 

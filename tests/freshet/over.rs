@@ -10,7 +10,7 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
-use crate::support::{endless_market_data, memory_limited_context};
+use crate::support::{endless_market_data, execution_error, memory_limited_context};
 
 const S1: &str = "SELECT symbol, price, \
 LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, \
@@ -420,13 +420,7 @@ async fn window_state_beyond_the_memory_limit_is_a_clean_error() {
         "{}",
         query.explain()
     );
-    let error = query
-        .execute_merged()
-        .unwrap()
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = execution_error(&query).await;
     assert!(error.contains("OverWindowExec[0]"), "{error}");
 }
 

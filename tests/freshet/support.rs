@@ -88,3 +88,15 @@ pub fn endless_market_data() -> StreamingContext {
     .expect("the generator registers");
     ctx
 }
+
+/// The error `query` fails with when run to the end; fails the test if it succeeds.
+pub async fn execution_error(query: &freshet::StreamingQuery) -> String {
+    use futures::TryStreamExt;
+    match query.execute_merged() {
+        Ok(stream) => match stream.try_collect::<Vec<_>>().await {
+            Ok(_) => panic!("the query should fail"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
