@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{AsArray, Int64Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::common::ScalarValue;
 use datafusion::functions_aggregate::average::avg_udaf;
@@ -13,7 +14,11 @@ use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::expressions::{Column, col};
-use freshet_engine::aggregate::{GroupTable, RunningAggregates};
+use datafusion::physical_plan::aggregates::group_values::{
+    GroupValues, new_group_values as datafusion_group_values,
+};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use freshet_engine::aggregate::{GroupTable, RunningAggregates, new_group_values};
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
@@ -126,6 +131,41 @@ fn kernels(c: &mut Criterion) {
     group.bench_function("intern_one_utf8_key", |b| {
         b.iter(|| symbol_table.intern(&symbols, ROWS).expect("intern").len()) // ok: bench
     });
+    // Freshet's packed interner against DataFusion's on the keys of S1/S2 (symbol) and of
+    // S3a/S3b (window start, trader_id, symbol).
+    let starts: ArrayRef = Arc::new(window_starts(&times, 60_000, 0));
+    let window_keys: Vec<ArrayRef> = vec![
+        cast(&starts, schema.field(4).data_type()).expect("cast"), // ok: bench setup
+        batch.column(1).clone(),
+        batch.column(0).clone(),
+    ];
+    for (name, keys) in [
+        ("one_utf8_key", &symbols),
+        ("window_and_two_utf8_keys", &window_keys),
+    ] {
+        let key_schema = Arc::new(Schema::new(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| Field::new(format!("k{i}"), k.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let interners: [(&str, Box<dyn GroupValues>); 2] = [
+            (
+                "packed",
+                new_group_values(Arc::clone(&key_schema)).expect("interner"),
+            ), // ok: bench setup
+            (
+                "datafusion",
+                datafusion_group_values(key_schema, &GroupOrdering::None).expect("interner"), // ok: bench setup
+            ),
+        ];
+        for (interner, mut values) in interners {
+            let mut ids = Vec::with_capacity(ROWS);
+            group.bench_function(format!("intern_{name}_{interner}"), |b| {
+                b.iter(|| values.intern(keys, &mut ids).expect("intern")) // ok: bench
+            });
+        }
+    }
     let price_values = batch.column(2).clone();
     for (name, functions) in [
         ("rows_window_s1", s1_functions(99)),

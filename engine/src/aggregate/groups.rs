@@ -1,4 +1,4 @@
-//! [`GroupTable`]: interned group keys (DataFusion's `GroupValues`) and one
+//! [`GroupTable`]: interned group keys (a `GroupValues`, packed where the keys allow) and one
 //! `GroupsAccumulator` per aggregate, updated a batch at a time; groups are emitted whole or as
 //! a prefix of the table (`EmitTo::First`).
 
@@ -11,8 +11,9 @@ use datafusion::common::Result;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
-use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use datafusion::physical_plan::aggregates::group_values::GroupValues;
+
+use super::packed_keys::new_group_values;
 
 /// A table of groups and their aggregates.
 pub struct GroupTable {
@@ -33,10 +34,7 @@ impl GroupTable {
         let keys = if key_schema.fields().is_empty() {
             None
         } else {
-            Some(new_group_values(
-                Arc::clone(key_schema),
-                &GroupOrdering::None,
-            )?)
+            Some(new_group_values(Arc::clone(key_schema))?)
         };
         let accumulators = aggregates
             .iter()

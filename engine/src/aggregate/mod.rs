@@ -3,11 +3,13 @@
 
 mod groups;
 mod late;
+mod packed_keys;
 mod running;
 mod sessions;
 mod window_aggregate;
 
 pub use groups::GroupTable;
 pub use late::LateRecords;
+pub use packed_keys::{PackedGroupValues, new_group_values};
 pub use running::RunningAggregates;
 pub use window_aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};

@@ -585,15 +585,28 @@ impl AggregateState {
             }
         };
         if let Some(starts) = starts {
-            // Group ids are handed out in order of first appearance: a row whose id is the
-            // next unused one created its group.
-            let ids = self.table.last_group_ids(rows);
-            for (id, start) in ids.iter().zip(starts.values().iter()) {
-                if *id == self.group_windows.len() {
-                    self.group_windows.push_back(*start);
-                    if *start > self.newest_window {
-                        self.newest_window = *start;
-                        self.metrics.windows_opened.add(1);
+            // The groups this update created are the ids from the old table length on (not
+            // necessarily numbered in order of appearance): each takes its first row's window.
+            let known = self.group_windows.len();
+            let created = self.table.len().saturating_sub(known);
+            if created > 0 {
+                let mut window_of_new = vec![None; created];
+                let ids = self.table.last_group_ids(rows);
+                for (id, start) in ids.iter().zip(starts.values().iter()) {
+                    if let Some(slot @ None) =
+                        id.checked_sub(known).and_then(|i| window_of_new.get_mut(i))
+                    {
+                        *slot = Some(*start);
+                        if *start > self.newest_window {
+                            self.newest_window = *start;
+                            self.metrics.windows_opened.add(1);
+                        }
+                    }
+                }
+                for start in window_of_new {
+                    match start {
+                        Some(start) => self.group_windows.push_back(start),
+                        None => return internal_err!("a new group without a row"),
                     }
                 }
             }

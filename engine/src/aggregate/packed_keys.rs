@@ -1,0 +1,984 @@
+//! [`PackedGroupValues`]: a [`GroupValues`] for keys that fit in 32 bytes.
+//!
+//! Streaming keys are mostly a few short strings, integers and a window start, e.g.
+//! `(window_start, trader_id, symbol)`. DataFusion's general multi-column interner compares
+//! column by column through dynamic dispatch per row; here each row's whole key is instead
+//! encoded into one 32-byte value, a column at a time over the batch, and interned in an
+//! open-addressing table with one hash and one 32-byte comparison per row.
+//!
+//! Layout: one header byte per key column (validity for a fixed-width column, `length + 1`
+//! or 0 for null for a string), then each column's slot at a fixed offset: a fixed-width
+//! column's value bytes, a string's bytes zero-padded to the column's slot width (8 or 16).
+//! Fixed offsets let a string be copied as one masked 16-byte load. A column whose strings
+//! outgrow its slot gets a wider one when the key still fits (the stored keys are re-encoded,
+//! keeping their ids); a row that still does not fit is encoded without the size limit and
+//! interned in an ordinary hash map. Which encoding a key gets depends only on the key and
+//! the layout, so the two never hold the same key. Group ids are handed out in order of
+//! first appearance.
+//!
+//! Only types whose equality is bitwise are packed: integers, dates, times, timestamps,
+//! durations, decimals and strings. Other keys (floats, booleans, nested types) use
+//! DataFusion's own interner; see [`new_group_values`].
+//!
+//! `bench/benches/kernels.rs` (`intern_*`) measures this against DataFusion's interner on the
+//! scenario keys.
+
+use std::collections::HashMap;
+use std::mem::size_of;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayData, ArrayRef, AsArray, LargeStringArray, NullBufferBuilder, StringArray,
+    StringViewArray, make_array,
+};
+use datafusion::arrow::buffer::{Buffer, MutableBuffer, OffsetBuffer, ScalarBuffer};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::{Result, internal_err};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+
+/// Bytes of a packed key.
+const PACKED_BYTES: usize = 32;
+
+/// An empty slot of the hash table.
+const EMPTY: u32 = u32::MAX;
+
+/// Rows packed and probed at a time: the packed keys stay in the first-level cache.
+const CHUNK: usize = 256;
+
+/// The slot widths a string column can have.
+const STRING_SLOTS: [usize; 2] = [8, 16];
+
+/// The interner for keys of `schema`: [`PackedGroupValues`] when every key column has a
+/// bitwise equality and the columns fit, else DataFusion's.
+pub fn new_group_values(schema: SchemaRef) -> Result<Box<dyn GroupValues>> {
+    match PackedGroupValues::try_new(&schema) {
+        Some(packed) => Ok(Box::new(packed)),
+        None => group_values::new_group_values(schema, &GroupOrdering::None),
+    }
+}
+
+/// Where one key column lives in a packed key (its header byte is its column index).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum KeyColumn {
+    /// A primitive value of `width` bytes at byte `offset`.
+    Fixed { width: usize, offset: usize },
+    /// Utf8, LargeUtf8 or Utf8View: up to `slot` bytes at byte `offset`.
+    String { slot: usize, offset: usize },
+}
+
+/// A key encoded in 32 bytes, aligned for word-wise hashing and comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(16))]
+struct Packed([u8; PACKED_BYTES]);
+
+impl Packed {
+    const ZERO: Packed = Packed([0; PACKED_BYTES]);
+
+    fn word(&self, i: usize) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&self.0[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(word)
+    }
+
+    /// The table slot of this key in a table of `1 << bits` slots: the top bits of a
+    /// Fibonacci multiply of the hash.
+    #[inline]
+    fn slot(&self, bits: u32) -> usize {
+        (self.hash().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// Two folded multiplies over the four words.
+    fn hash(&self) -> u64 {
+        fold(
+            self.word(0) ^ 0x243f_6a88_85a3_08d3,
+            self.word(1) ^ 0x1319_8a2e_0370_7344,
+        ) ^ fold(
+            self.word(2) ^ 0xa409_3822_299f_31d0,
+            self.word(3) ^ 0x082e_fa98_ec4e_6c89,
+        )
+    }
+}
+
+fn fold(a: u64, b: u64) -> u64 {
+    let product = (a as u128) * (b as u128);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// Group keys packed into 32 bytes each.
+pub struct PackedGroupValues {
+    data_types: Vec<DataType>,
+    columns: Vec<KeyColumn>,
+    /// Each group's packed key (zero for a group with a long key).
+    keys: Vec<Packed>,
+    /// Open addressing with linear probing: group ids of packed keys, `EMPTY` where free.
+    table: Vec<u32>,
+    /// Keys that did not fit, by their long encoding, and the reverse for emission.
+    long_groups: HashMap<Vec<u8>, usize>,
+    long_keys: HashMap<usize, Vec<u8>>,
+    /// Per-chunk scratch: packed keys and whether each row's key did not fit.
+    scratch: Vec<Packed>,
+    long_rows: Vec<bool>,
+}
+
+impl PackedGroupValues {
+    /// `None` when a key column's type is not packed or the columns do not fit.
+    pub fn try_new(schema: &SchemaRef) -> Option<Self> {
+        let data_types: Vec<DataType> = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let slots = data_types
+            .iter()
+            .map(|t| match t {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(None),
+                t if has_bitwise_equality(t) => t.primitive_width().map(Some),
+                _ => None,
+            })
+            .collect::<Option<Vec<Option<usize>>>>()?;
+        let columns = layout(&slots, &vec![STRING_SLOTS[0]; slots.len()])?;
+        Some(Self {
+            data_types,
+            columns,
+            keys: Vec::new(),
+            table: vec![EMPTY; 64],
+            long_groups: HashMap::new(),
+            long_keys: HashMap::new(),
+            scratch: Vec::new(),
+            long_rows: Vec::new(),
+        })
+    }
+
+    /// Widens the slots of string columns whose values in `cols` outgrow them, where the
+    /// key still fits; the stored keys are re-encoded in the new layout with their ids.
+    fn widen_for(&mut self, cols: &[ArrayRef]) -> Result<()> {
+        let mut wanted: Vec<usize> = Vec::with_capacity(self.columns.len());
+        let mut widen = false;
+        for (column, array) in self.columns.iter().zip(cols) {
+            match *column {
+                KeyColumn::String { slot, .. } => {
+                    let longest = longest_string(array.as_ref())?;
+                    let fitting = STRING_SLOTS.iter().copied().find(|s| *s >= longest);
+                    let width = fitting.unwrap_or(slot).max(slot);
+                    widen |= width > slot;
+                    wanted.push(width);
+                }
+                KeyColumn::Fixed { .. } => wanted.push(0),
+            }
+        }
+        if !widen {
+            return Ok(());
+        }
+        let kinds: Vec<Option<usize>> = self
+            .columns
+            .iter()
+            .map(|c| match c {
+                KeyColumn::Fixed { width, .. } => Some(*width),
+                KeyColumn::String { .. } => None,
+            })
+            .collect();
+        let Some(columns) = layout(&kinds, &wanted) else {
+            // Too wide: those rows take the long encoding.
+            return Ok(());
+        };
+        let stored = self.decode(self.keys.len())?;
+        self.columns = columns;
+        self.keys.clear();
+        self.long_groups.clear();
+        self.long_keys.clear();
+        self.rebuild_table(64);
+        if !stored.is_empty() {
+            let mut ids = Vec::new();
+            self.intern_rows(&stored, &mut ids)?;
+        }
+        Ok(())
+    }
+
+    /// Interns every row of `cols` in the current layout.
+    fn intern_rows(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        let rows = cols.first().map_or(0, |c| c.len());
+        groups.clear();
+        groups.resize(rows, 0);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut long_rows = std::mem::take(&mut self.long_rows);
+        for first in (0..rows).step_by(CHUNK) {
+            let chunk = CHUNK.min(rows - first);
+            self.pack(cols, first, chunk, &mut scratch, &mut long_rows)?;
+            let mut row = 0;
+            while row < chunk {
+                // Rows whose keys are known, with the table borrowed once.
+                row += find_known(
+                    &self.table,
+                    &self.keys,
+                    &scratch[row..],
+                    &long_rows[row..],
+                    &mut groups[first + row..first + chunk],
+                );
+                if row < chunk {
+                    groups[first + row] = if long_rows[row] {
+                        self.intern_long(cols, first + row)?
+                    } else {
+                        self.intern_packed(&scratch[row])
+                    };
+                    row += 1;
+                }
+            }
+        }
+        self.scratch = scratch;
+        self.long_rows = long_rows;
+        Ok(())
+    }
+
+    /// Encodes rows `first..first + rows` of `cols` into `keys`, flagging in `long_rows`
+    /// those that do not fit.
+    fn pack(
+        &self,
+        cols: &[ArrayRef],
+        first: usize,
+        rows: usize,
+        keys: &mut Vec<Packed>,
+        long_rows: &mut Vec<bool>,
+    ) -> Result<()> {
+        keys.clear();
+        keys.resize(rows, Packed::ZERO);
+        long_rows.clear();
+        long_rows.resize(rows, false);
+        for (header, (column, array)) in self.columns.iter().zip(cols).enumerate() {
+            let array = array.slice(first, rows);
+            match *column {
+                KeyColumn::Fixed { width, offset } => {
+                    pack_fixed(array.as_ref(), header, width, offset, keys)?
+                }
+                KeyColumn::String { slot, offset } => {
+                    pack_string(array.as_ref(), header, slot, offset, keys, long_rows)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The group of a packed key, creating it if new.
+    #[inline]
+    fn intern_packed(&mut self, key: &Packed) -> usize {
+        let mask = self.table.len() - 1;
+        let mut slot = key.slot(mask.count_ones());
+        loop {
+            let entry = self.table[slot];
+            if entry == EMPTY {
+                return self.insert(slot, key);
+            }
+            if self.keys[entry as usize] == *key {
+                return entry as usize;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// A new group for `key`, at the free `slot`.
+    #[cold]
+    fn insert(&mut self, slot: usize, key: &Packed) -> usize {
+        let group = self.keys.len();
+        self.keys.push(*key);
+        self.table[slot] = group as u32;
+        if self.keys.len() * 2 > self.table.len() {
+            self.rebuild_table(self.table.len() * 2);
+        }
+        group
+    }
+
+    /// The group of a row whose key did not fit, creating it if new.
+    fn intern_long(&mut self, cols: &[ArrayRef], row: usize) -> Result<usize> {
+        let key = self.encode_long(cols, row)?;
+        if let Some(group) = self.long_groups.get(&key) {
+            return Ok(*group);
+        }
+        let group = self.keys.len();
+        self.keys.push(Packed::ZERO);
+        self.long_keys.insert(group, key.clone());
+        self.long_groups.insert(key, group);
+        Ok(group)
+    }
+
+    /// The unlimited encoding, column by column: a validity byte and the value for a
+    /// fixed-width column, a 4-byte `length + 1` (0 for null) and the bytes for a string.
+    fn encode_long(&self, cols: &[ArrayRef], row: usize) -> Result<Vec<u8>> {
+        let mut key = Vec::new();
+        for (column, array) in self.columns.iter().zip(cols) {
+            match *column {
+                KeyColumn::Fixed { width, .. } => {
+                    let values = fixed_bytes(array.as_ref(), width)?;
+                    if array.is_valid(row) {
+                        key.push(1);
+                        key.extend_from_slice(&values[row * width..(row + 1) * width]);
+                    } else {
+                        key.push(0);
+                        key.resize(key.len() + width, 0);
+                    }
+                }
+                KeyColumn::String { .. } => match string_value(array.as_ref(), row)? {
+                    Some(bytes) => {
+                        key.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
+                        key.extend_from_slice(bytes);
+                    }
+                    None => key.extend_from_slice(&0u32.to_le_bytes()),
+                },
+            }
+        }
+        Ok(key)
+    }
+
+    fn rebuild_table(&mut self, slots: usize) {
+        self.table.clear();
+        self.table.resize(slots, EMPTY);
+        let mask = slots - 1;
+        for (group, key) in self.keys.iter().enumerate() {
+            if self.long_keys.contains_key(&group) {
+                continue;
+            }
+            let mut slot = key.slot(mask.count_ones());
+            while self.table[slot] != EMPTY {
+                slot = (slot + 1) & mask;
+            }
+            self.table[slot] = group as u32;
+        }
+    }
+
+    /// The key columns of groups `0..n`.
+    fn decode(&self, n: usize) -> Result<Vec<ArrayRef>> {
+        if self.long_keys.keys().all(|group| *group >= n) {
+            return self.decode_packed(&self.keys[..n]);
+        }
+        let mut fields: Vec<Vec<Option<&[u8]>>> = vec![Vec::with_capacity(n); self.columns.len()];
+        for group in 0..n {
+            match self.long_keys.get(&group) {
+                Some(long) => self.split_long(long, &mut fields)?,
+                None => self.split_packed(&self.keys[group], &mut fields)?,
+            }
+        }
+        fields
+            .iter()
+            .zip(&self.columns)
+            .zip(&self.data_types)
+            .map(|((values, column), data_type)| match column {
+                KeyColumn::Fixed { width, .. } => build_fixed(values, *width, data_type),
+                KeyColumn::String { .. } => build_string(values, data_type),
+            })
+            .collect()
+    }
+
+    /// The key columns of packed `keys`, built column by column.
+    fn decode_packed(&self, keys: &[Packed]) -> Result<Vec<ArrayRef>> {
+        self.columns
+            .iter()
+            .zip(&self.data_types)
+            .enumerate()
+            .map(|(header, (column, data_type))| {
+                let mut nulls = NullBufferBuilder::new(keys.len());
+                for key in keys {
+                    nulls.append(key.0[header] > 0);
+                }
+                let nulls = nulls.finish();
+                match *column {
+                    KeyColumn::Fixed { width, offset } => {
+                        let mut values = MutableBuffer::new(keys.len() * width);
+                        for key in keys {
+                            values.extend_from_slice(&key.0[offset..offset + width]);
+                        }
+                        let data = ArrayData::builder(data_type.clone())
+                            .len(keys.len())
+                            .add_buffer(Buffer::from(values))
+                            .nulls(nulls)
+                            .build()?;
+                        Ok(make_array(data))
+                    }
+                    KeyColumn::String { slot, offset } => {
+                        let mut offsets = Vec::with_capacity(keys.len() + 1);
+                        let mut values = Vec::with_capacity(keys.len() * slot);
+                        offsets.push(0i32);
+                        for key in keys {
+                            let length = (key.0[header] as usize).saturating_sub(1).min(slot);
+                            values.extend_from_slice(&key.0[offset..offset + length]);
+                            offsets.push(values.len() as i32);
+                        }
+                        let strings = StringArray::try_new(
+                            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                            Buffer::from_vec(values),
+                            nulls,
+                        )?;
+                        Ok(match data_type {
+                            DataType::Utf8 => Arc::new(strings) as ArrayRef,
+                            other => cast(&strings, other)?,
+                        })
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn split_packed<'a>(
+        &self,
+        key: &'a Packed,
+        fields: &mut [Vec<Option<&'a [u8]>>],
+    ) -> Result<()> {
+        for (header, (column, values)) in self.columns.iter().zip(fields.iter_mut()).enumerate() {
+            let flag = key.0[header] as usize;
+            let (offset, length) = match *column {
+                KeyColumn::Fixed { width, offset } => (offset, width),
+                KeyColumn::String { offset, .. } => (offset, flag.saturating_sub(1)),
+            };
+            match key.0.get(offset..offset + length) {
+                Some(bytes) => values.push((flag > 0).then_some(bytes)),
+                None => return internal_err!("corrupt packed group key"),
+            }
+        }
+        Ok(())
+    }
+
+    fn split_long<'a>(&self, key: &'a [u8], fields: &mut [Vec<Option<&'a [u8]>>]) -> Result<()> {
+        let corrupt = || internal_err!("corrupt long group key");
+        let mut position = 0;
+        for (column, values) in self.columns.iter().zip(fields.iter_mut()) {
+            match *column {
+                KeyColumn::Fixed { width, .. } => {
+                    let Some(bytes) = key.get(position..position + 1 + width) else {
+                        return corrupt();
+                    };
+                    values.push((bytes[0] == 1).then(|| &bytes[1..]));
+                    position += 1 + width;
+                }
+                KeyColumn::String { .. } => {
+                    let Some(length) = key.get(position..position + 4) else {
+                        return corrupt();
+                    };
+                    let mut length_bytes = [0u8; 4];
+                    length_bytes.copy_from_slice(length);
+                    let length = u32::from_le_bytes(length_bytes) as usize;
+                    position += 4;
+                    if length == 0 {
+                        values.push(None);
+                        continue;
+                    }
+                    let Some(bytes) = key.get(position..position + length - 1) else {
+                        return corrupt();
+                    };
+                    values.push(Some(bytes));
+                    position += length - 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes to `groups` the groups of the leading `keys` that are in `table`; returns how
+/// many, stopping at the first new or long key.
+fn find_known(
+    table: &[u32],
+    known: &[Packed],
+    keys: &[Packed],
+    long_rows: &[bool],
+    groups: &mut [usize],
+) -> usize {
+    let mask = table.len() - 1;
+    for (row, ((key, long), group)) in keys.iter().zip(long_rows).zip(groups).enumerate() {
+        if *long {
+            return row;
+        }
+        let mut slot = key.slot(mask.count_ones());
+        loop {
+            let entry = table[slot];
+            if entry == EMPTY {
+                return row;
+            }
+            if known.get(entry as usize) == Some(key) {
+                *group = entry as usize;
+                break;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+    keys.len()
+}
+
+/// Header bytes first, then each column's slot: `kinds` gives each column's fixed width
+/// (`None` for a string), `string_slots` each string column's slot width. `None` when the
+/// columns do not fit.
+fn layout(kinds: &[Option<usize>], string_slots: &[usize]) -> Option<Vec<KeyColumn>> {
+    let mut offset = kinds.len();
+    let columns: Vec<KeyColumn> = kinds
+        .iter()
+        .zip(string_slots)
+        .map(|(kind, slot)| {
+            let column = match kind {
+                Some(width) => KeyColumn::Fixed {
+                    width: *width,
+                    offset,
+                },
+                None => KeyColumn::String {
+                    slot: *slot,
+                    offset,
+                },
+            };
+            offset += kind.unwrap_or(*slot);
+            column
+        })
+        .collect();
+    (!columns.is_empty() && offset <= PACKED_BYTES).then_some(columns)
+}
+
+impl GroupValues for PackedGroupValues {
+    fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        if cols.len() != self.columns.len() {
+            return internal_err!(
+                "expected {} key columns, got {}",
+                self.columns.len(),
+                cols.len()
+            );
+        }
+        self.widen_for(cols)?;
+        self.intern_rows(cols, groups)
+    }
+
+    fn size(&self) -> usize {
+        let long: usize = self.long_keys.values().map(|k| 2 * k.capacity() + 48).sum();
+        size_of::<Self>()
+            + self.keys.capacity() * size_of::<Packed>()
+            + self.table.capacity() * size_of::<u32>()
+            + self.scratch.capacity() * size_of::<Packed>()
+            + self.long_rows.capacity()
+            + long
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let n = match emit_to {
+            EmitTo::All => self.keys.len(),
+            EmitTo::First(n) => n.min(self.keys.len()),
+        };
+        let arrays = self.decode(n)?;
+        self.keys.drain(..n);
+        if !self.long_keys.is_empty() {
+            let long_keys = std::mem::take(&mut self.long_keys);
+            self.long_groups.clear();
+            for (group, key) in long_keys {
+                if group >= n {
+                    self.long_groups.insert(key.clone(), group - n);
+                    self.long_keys.insert(group - n, key);
+                }
+            }
+        }
+        let slots = (self.keys.len() * 2).next_power_of_two().max(64);
+        self.rebuild_table(slots);
+        Ok(arrays)
+    }
+
+    fn clear_shrink(&mut self, num_rows: usize) {
+        self.keys.clear();
+        self.keys.shrink_to(num_rows);
+        self.long_groups.clear();
+        self.long_keys.clear();
+        self.rebuild_table(64);
+        self.table.shrink_to_fit();
+    }
+}
+
+/// Types whose values are equal exactly when their bytes are.
+fn has_bitwise_equality(data_type: &DataType) -> bool {
+    data_type.is_integer()
+        || matches!(
+            data_type,
+            DataType::Date32
+                | DataType::Date64
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Timestamp(_, _)
+                | DataType::Duration(_)
+                | DataType::Decimal128(_, _)
+        )
+}
+
+/// The value bytes of a primitive array (`width` bytes per row, from its offset).
+fn fixed_bytes(array: &dyn Array, width: usize) -> Result<Buffer> {
+    let data = array.to_data();
+    let Some(buffer) = data.buffers().first() else {
+        return internal_err!("primitive key column without a values buffer");
+    };
+    let start = data.offset() * width;
+    let length = data.len() * width;
+    if buffer.len() < start + length {
+        return internal_err!("primitive key column shorter than its length");
+    }
+    Ok(buffer.slice_with_length(start, length))
+}
+
+fn pack_fixed(
+    array: &dyn Array,
+    header: usize,
+    width: usize,
+    offset: usize,
+    keys: &mut [Packed],
+) -> Result<()> {
+    let values = fixed_bytes(array, width)?;
+    let nulls = array.logical_nulls();
+    match (width, &nulls) {
+        (8, None) => pack_fixed_valid::<8>(&values, header, offset, keys),
+        (4, None) => pack_fixed_valid::<4>(&values, header, offset, keys),
+        _ => {
+            for (row, (key, value)) in keys.iter_mut().zip(values.chunks_exact(width)).enumerate() {
+                if nulls.as_ref().is_none_or(|n| n.is_valid(row)) {
+                    key.0[header] = 1;
+                    key.0[offset..offset + width].copy_from_slice(value);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A fixed-width column without nulls, `WIDTH` bytes per value.
+fn pack_fixed_valid<const WIDTH: usize>(
+    values: &[u8],
+    header: usize,
+    offset: usize,
+    keys: &mut [Packed],
+) {
+    if offset + WIDTH > PACKED_BYTES || header >= PACKED_BYTES {
+        return;
+    }
+    for (key, value) in keys.iter_mut().zip(values.chunks_exact(WIDTH)) {
+        key.0[header] = 1;
+        key.0[offset..offset + WIDTH].copy_from_slice(value);
+    }
+}
+
+/// The length of the longest string of a string column.
+fn longest_string(array: &dyn Array) -> Result<usize> {
+    Ok(match array.data_type() {
+        DataType::Utf8 => max_length(array.as_string::<i32>().value_offsets()),
+        DataType::LargeUtf8 => max_length(array.as_string::<i64>().value_offsets()),
+        DataType::Utf8View => {
+            let views = array.as_string_view().views();
+            views.iter().map(|v| *v as u32 as usize).max().unwrap_or(0)
+        }
+        other => return internal_err!("{other} is not a string key column"),
+    })
+}
+
+fn max_length<O: Copy + Into<i64>>(offsets: &[O]) -> usize {
+    offsets
+        .windows(2)
+        .map(|w| (w[1].into() - w[0].into()) as usize)
+        .max()
+        .unwrap_or(0)
+}
+
+fn pack_string(
+    array: &dyn Array,
+    header: usize,
+    slot: usize,
+    offset: usize,
+    keys: &mut [Packed],
+    long_rows: &mut [bool],
+) -> Result<()> {
+    let nulls = array.logical_nulls();
+    match (array.data_type(), slot) {
+        (DataType::Utf8, 8) => pack_utf8::<8>(array, header, offset, keys, long_rows),
+        (DataType::Utf8, 16) => pack_utf8::<16>(array, header, offset, keys, long_rows),
+        _ => {
+            for (row, key) in keys.iter_mut().enumerate() {
+                if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+                    continue;
+                }
+                match string_value(array, row)? {
+                    Some(bytes) if bytes.len() <= slot => {
+                        key.0[header] = bytes.len() as u8 + 1;
+                        key.0[offset..offset + bytes.len()].copy_from_slice(bytes);
+                    }
+                    Some(_) => long_rows[row] = true,
+                    None => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Utf8 into slots of `SLOT` (8 or 16) bytes: each string is read as whole words masked to
+/// its length, where the values buffer has the words from the string's start.
+fn pack_utf8<const SLOT: usize>(
+    array: &dyn Array,
+    header: usize,
+    offset: usize,
+    keys: &mut [Packed],
+    long_rows: &mut [bool],
+) {
+    const WORD: usize = 8;
+    let strings = array.as_string::<i32>();
+    let offsets = strings.value_offsets();
+    let values = strings.values().as_slice();
+    let nulls = strings.logical_nulls();
+    if offset + SLOT > PACKED_BYTES || header >= PACKED_BYTES {
+        long_rows.fill(true);
+        return;
+    }
+    for (row, ((key, long), bounds)) in keys
+        .iter_mut()
+        .zip(long_rows.iter_mut())
+        .zip(offsets.windows(2))
+        .enumerate()
+    {
+        if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let (from, to) = (bounds[0] as usize, bounds[1] as usize);
+        let length = to.saturating_sub(from);
+        if length > SLOT {
+            *long = true;
+            continue;
+        }
+        key.0[header] = length as u8 + 1;
+        match values.get(from..from + SLOT) {
+            Some(bytes) => {
+                for (word, chunk) in bytes.chunks_exact(WORD).enumerate() {
+                    let mut buffer = [0u8; WORD];
+                    buffer.copy_from_slice(chunk);
+                    let kept = length.saturating_sub(word * WORD).min(WORD);
+                    let value = u64::from_le_bytes(buffer) & BYTE_MASKS[kept];
+                    let at = offset + word * WORD;
+                    key.0[at..at + WORD].copy_from_slice(&value.to_le_bytes());
+                }
+            }
+            None => {
+                let bytes = values.get(from..to).unwrap_or_default();
+                key.0[offset..offset + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+    }
+}
+
+/// `BYTE_MASKS[n]` keeps the low `n` bytes of a word.
+const BYTE_MASKS: [u64; 9] = [
+    0,
+    0xff,
+    0xffff,
+    0xff_ffff,
+    0xffff_ffff,
+    0xff_ffff_ffff,
+    0xffff_ffff_ffff,
+    0xff_ffff_ffff_ffff,
+    u64::MAX,
+];
+
+/// Row `row` of a Utf8, LargeUtf8 or Utf8View array, `None` if null.
+fn string_value(array: &dyn Array, row: usize) -> Result<Option<&[u8]>> {
+    if array.is_null(row) {
+        return Ok(None);
+    }
+    Ok(Some(match array.data_type() {
+        DataType::Utf8 => array.as_string::<i32>().value(row).as_bytes(),
+        DataType::LargeUtf8 => array.as_string::<i64>().value(row).as_bytes(),
+        DataType::Utf8View => array.as_string_view().value(row).as_bytes(),
+        other => return internal_err!("{other} is not a string key column"),
+    }))
+}
+
+fn build_fixed(values: &[Option<&[u8]>], width: usize, data_type: &DataType) -> Result<ArrayRef> {
+    let mut buffer = MutableBuffer::new(values.len() * width);
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for value in values {
+        match value {
+            Some(bytes) => {
+                buffer.extend_from_slice(bytes);
+                nulls.append_non_null();
+            }
+            None => {
+                buffer.extend_zeros(width);
+                nulls.append_null();
+            }
+        }
+    }
+    let data = ArrayData::builder(data_type.clone())
+        .len(values.len())
+        .add_buffer(Buffer::from(buffer))
+        .nulls(nulls.finish())
+        .build()?;
+    Ok(make_array(data))
+}
+
+fn build_string(values: &[Option<&[u8]>], data_type: &DataType) -> Result<ArrayRef> {
+    let texts = match values
+        .iter()
+        .map(|v| v.map(std::str::from_utf8).transpose())
+        .collect::<std::result::Result<Vec<Option<&str>>, _>>()
+    {
+        Ok(texts) => texts,
+        Err(e) => return internal_err!("packed string key is not UTF-8: {e}"),
+    };
+    Ok(match data_type {
+        DataType::Utf8 => Arc::new(StringArray::from(texts)),
+        DataType::LargeUtf8 => Arc::new(LargeStringArray::from(texts)),
+        DataType::Utf8View => Arc::new(StringViewArray::from(texts)),
+        other => return internal_err!("{other} is not a string key column"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int32Array, Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::compute::cast;
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
+
+    use super::*;
+    use crate::splitmix64;
+
+    /// Random keys: short and long strings (some empty), nulls, few distinct values.
+    fn random_columns(seed: u64, rows: usize, string_type: &DataType) -> Vec<ArrayRef> {
+        let draw = |i: usize, salt: u64| splitmix64(seed ^ (i as u64) ^ salt.wrapping_mul(0x9E37));
+        let strings: Vec<Option<String>> = (0..rows)
+            .map(|i| match draw(i, 1) % 12 {
+                0 => None,
+                1 => Some(String::new()),
+                2 => Some(format!(
+                    "a-rather-long-key-that-does-not-fit-{}",
+                    draw(i, 2) % 3
+                )),
+                n => Some(format!("SYM{}", n + draw(i, 3) % 4)),
+            })
+            .collect();
+        let strings: ArrayRef = Arc::new(StringArray::from(strings));
+        let ints: Int64Array = (0..rows)
+            .map(|i| (draw(i, 4) % 9 != 0).then(|| (draw(i, 5) % 5) as i64 - 2))
+            .collect();
+        let times: TimestampMillisecondArray = (0..rows)
+            .map(|i| Some(60_000 * (draw(i, 6) % 3) as i64))
+            .collect();
+        vec![
+            Arc::new(times),
+            cast(&strings, string_type).unwrap(),
+            Arc::new(ints),
+            Arc::new(Int32Array::from_iter(
+                (0..rows).map(|i| (draw(i, 7) % 2) as i32),
+            )),
+        ]
+    }
+
+    fn schema(columns: &[ArrayRef]) -> SchemaRef {
+        Arc::new(Schema::new(
+            columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Field::new(format!("k{i}"), c.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    fn reference(schema: &SchemaRef) -> Box<dyn GroupValues> {
+        group_values::new_group_values(Arc::clone(schema), &GroupOrdering::None).unwrap()
+    }
+
+    /// Both interners give every row the same group id and emit the same keys.
+    fn assert_same_as_datafusion(string_type: DataType) {
+        let batches: Vec<Vec<ArrayRef>> = (0..4)
+            .map(|b| random_columns(b, 500 + 300 * b as usize, &string_type))
+            .collect();
+        let schema = schema(&batches[0]);
+        let mut packed = PackedGroupValues::try_new(&schema).unwrap();
+        // DataFusion's multi-column interner numbers Utf8View groups in its own order, so the
+        // reference sees the same strings as Utf8.
+        let as_utf8 = |columns: &[ArrayRef]| -> Vec<ArrayRef> {
+            columns
+                .iter()
+                .map(|c| match c.data_type() {
+                    DataType::Utf8View => cast(c, &DataType::Utf8).unwrap(),
+                    _ => Arc::clone(c),
+                })
+                .collect()
+        };
+        let mut expected = reference(&self::schema(&as_utf8(&batches[0])));
+        let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+        for (b, columns) in batches.iter().enumerate() {
+            // Sliced inputs exercise array offsets.
+            let columns: Vec<ArrayRef> = columns.iter().map(|c| c.slice(3, c.len() - 3)).collect();
+            packed.intern(&columns, &mut got_ids).unwrap();
+            expected.intern(&as_utf8(&columns), &mut want_ids).unwrap();
+            assert_eq!(got_ids, want_ids, "group ids of batch {b}");
+            assert_eq!(packed.len(), expected.len());
+            let emit = if b == 1 {
+                EmitTo::First(7)
+            } else if b == 3 {
+                EmitTo::All
+            } else {
+                continue;
+            };
+            let got = packed.emit(emit).unwrap();
+            let want = expected.emit(emit).unwrap();
+            for (g, w) in as_utf8(&got).iter().zip(&want) {
+                assert_eq!(g.as_ref(), w.as_ref(), "emitted keys after batch {b}");
+            }
+            assert_eq!(got[1].data_type(), &string_type);
+            assert_eq!(packed.len(), expected.len());
+        }
+        assert!(packed.is_empty());
+    }
+
+    #[test]
+    fn matches_datafusion_on_utf8_keys() {
+        assert_same_as_datafusion(DataType::Utf8);
+    }
+
+    #[test]
+    fn matches_datafusion_on_large_utf8_keys() {
+        assert_same_as_datafusion(DataType::LargeUtf8);
+    }
+
+    #[test]
+    fn matches_datafusion_on_utf8_view_keys() {
+        assert_same_as_datafusion(DataType::Utf8View);
+    }
+
+    #[test]
+    fn reuses_the_table_after_clear_shrink() {
+        let columns = random_columns(9, 1000, &DataType::Utf8);
+        let schema = schema(&columns);
+        let mut packed = PackedGroupValues::try_new(&schema).unwrap();
+        let mut first = Vec::new();
+        packed.intern(&columns, &mut first).unwrap();
+        packed.clear_shrink(10);
+        assert!(packed.is_empty());
+        let mut second = Vec::new();
+        packed.intern(&columns, &mut second).unwrap();
+        assert_eq!(first, second, "numbering starts over after clearing");
+    }
+
+    #[test]
+    fn leaves_other_key_types_to_datafusion() {
+        let floats = Schema::new(vec![Field::new("f", DataType::Float64, true)]);
+        assert!(PackedGroupValues::try_new(&Arc::new(floats)).is_none());
+        let wide = Schema::new(
+            (0..4)
+                .map(|i| {
+                    Field::new(
+                        format!("t{i}"),
+                        DataType::Timestamp(TimeUnit::Nanosecond, None),
+                        true,
+                    )
+                })
+                .chain([Field::new("s", DataType::Utf8, true)])
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            PackedGroupValues::try_new(&Arc::new(wide)).is_none(),
+            "36 fixed bytes do not fit in 32"
+        );
+    }
+}
