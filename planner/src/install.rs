@@ -8,14 +8,16 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::functions::window_functions;
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
+use crate::stateless_rule::StatelessExchangeRule;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
 /// it holds.
 ///
-/// [`StreamingAggregateRule`], [`StreamingOverRule`] and then [`UnboundedInputCheck`] go right
-/// before DataFusion's own `SanityCheckPlan`: windowed and changelog aggregations and window
-/// functions over streams become Freshet's operators,
+/// [`StreamingAggregateRule`], [`StreamingOverRule`], [`StatelessExchangeRule`] and then
+/// [`UnboundedInputCheck`] go right before DataFusion's own `SanityCheckPlan`: windowed and
+/// changelog aggregations and window functions over streams become Freshet's operators, the
+/// remaining round-robin repartitions of streams become Freshet's exchange,
 /// and a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change. The window functions and the `freshet.*` session options are added too.
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
@@ -26,6 +28,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
+    rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
     let options = &mut builder

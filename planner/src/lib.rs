@@ -13,6 +13,7 @@ mod install;
 mod options;
 mod over_rule;
 mod query;
+mod stateless_rule;
 mod stream_inputs;
 mod unbounded_check;
 
@@ -24,4 +25,5 @@ pub use install::install;
 pub use options::FreshetOptions;
 pub use over_rule::StreamingOverRule;
 pub use query::StreamingQuery;
+pub use stateless_rule::StatelessExchangeRule;
 pub use unbounded_check::UnboundedInputCheck;

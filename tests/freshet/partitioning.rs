@@ -1,11 +1,12 @@
 //! Choosing how a keyed aggregation is fed: the user's `partitioning_strategy` when it gives
 //! correct results, else the automatic choice; every valid strategy gives the batch result.
+//! Stateless queries over a stream with fewer partitions than streams get Freshet's exchange too.
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_expr::expressions::col;
 use datafusion::prelude::SessionContext;
 use freshet::partitioner::{Router, RoutingStrategy};
-use freshet::testing::{RandomStream, compare_results};
+use freshet::testing::{Differential, RandomStream, TestTable, compare_results};
 use freshet::{ReplaySource, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
@@ -140,4 +141,85 @@ async fn strategies_that_would_give_wrong_results_are_refused() {
         error.contains("unknown query option 'parallelism'"),
         "{error}"
     );
+}
+
+const STATELESS: &str = "SELECT k1, v, q FROM t WHERE q % 2 = 0 OR k1 IS NULL";
+
+/// Random rows as one source partition: fewer than the streams, so the stage is fed by an
+/// exchange.
+fn one_partition_table() -> TestTable {
+    let batches = RandomStream::new(5)
+        .rows(3_000)
+        .disorder_ms(1_000)
+        .generate();
+    TestTable::batches("t", RandomStream::schema(), batches).with_options(StreamOptions {
+        partitions: Some(1),
+        ..StreamOptions::default()
+    })
+}
+
+#[tokio::test]
+async fn stateless_queries_give_the_batch_result_under_every_strategy() {
+    for strategy in ["", "round_robin", "sticky", "fan_in", "hash"] {
+        let mut check = Differential::same_sql(STATELESS)
+            .table(one_partition_table())
+            .without_operator("RepartitionExec");
+        if !strategy.is_empty() {
+            check = check.setting("freshet.partitioning_strategy", strategy);
+        }
+        check
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("strategy '{strategy}': {e}"));
+    }
+}
+
+#[tokio::test]
+async fn explain_names_the_stateless_exchange_strategy_and_why() {
+    for (strategy, expected) in [
+        (
+            "",
+            "strategy=round_robin, partitions=1->2 (auto: stateless, fewer source partitions than streams)",
+        ),
+        (
+            "round_robin",
+            "strategy=round_robin, partitions=1->2 (user)",
+        ),
+        (
+            "fan_in",
+            "strategy=fan_in, partitions=1->1 (user: one stream)",
+        ),
+        (
+            "sticky",
+            "strategy=sticky, partitions=1->1 (user: each stream keeps its source partition)",
+        ),
+        (
+            "hash",
+            "strategy=round_robin, partitions=1->2 (auto: the user's hash needs keys",
+        ),
+    ] {
+        let ctx = StreamingContext::with_partitions(2);
+        if !strategy.is_empty() {
+            ctx.session()
+                .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
+                .await
+                .unwrap();
+        }
+        ctx.register_batches(
+            "t",
+            RandomStream::schema(),
+            RandomStream::new(1).rows(10).generate(),
+            StreamOptions {
+                partitions: Some(1),
+                ..StreamOptions::default()
+            },
+        )
+        .unwrap();
+        let plan = ctx.sql(STATELESS).await.unwrap().explain();
+        assert!(
+            plan.contains(&format!("StreamExchangeExec: {expected}")),
+            "strategy '{strategy}': {plan}"
+        );
+        assert!(!plan.contains("RepartitionExec"), "{plan}");
+    }
 }
