@@ -20,6 +20,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -160,7 +161,8 @@ impl StreamExchangeExec {
             (0..self.outputs).map(|_| mpsc::channel(capacity)).unzip();
         let delay = self.event_time.map_or(0, |e| e.delay);
         let watermarks = Arc::new(Mutex::new(Progress {
-            tracker: WatermarkTracker::new(inputs, delay),
+            tracker: WatermarkTracker::new(inputs, delay)
+                .with_idle_timeout(self.event_time.and_then(|e| e.idle_timeout)),
             sent: i64::MIN,
             drift_limit: 0,
         }));
@@ -179,6 +181,14 @@ impl StreamExchangeExec {
                 event_time: self.event_time,
             };
             tasks.push(SpawnedTask::spawn(task.run()));
+        }
+        if let Some(timeout) = self.event_time.and_then(|e| e.idle_timeout) {
+            tasks.push(SpawnedTask::spawn(watch_idle_inputs(
+                timeout,
+                senders.iter().map(mpsc::Sender::downgrade).collect(),
+                Arc::clone(&watermarks),
+                Arc::clone(&advanced),
+            )));
         }
         Ok(Running {
             receivers: receivers.into_iter().map(Some).collect(),
@@ -199,7 +209,7 @@ struct Progress {
 impl Progress {
     /// The combined watermark, if it rose since it was last sent.
     fn advance(&mut self) -> Option<i64> {
-        let watermark = self.tracker.watermark()?;
+        let watermark = self.tracker.watermark(Instant::now())?;
         (watermark > self.sent).then(|| {
             self.sent = watermark;
             watermark
@@ -265,7 +275,7 @@ impl InputTask {
             if let Some(newest) = newest {
                 let watermark = {
                     let mut progress = self.watermarks.lock();
-                    progress.tracker.observe(self.input, newest);
+                    progress.tracker.observe(self.input, newest, Instant::now());
                     progress.drift_limit = progress.drift_limit.max(span.saturating_mul(2));
                     progress.advance()
                 };
@@ -288,7 +298,7 @@ impl InputTask {
                 let progress = self.watermarks.lock();
                 let ahead = match (
                     progress.tracker.input(self.input),
-                    progress.tracker.watermark(),
+                    progress.tracker.watermark(Instant::now()),
                 ) {
                     (Some(mine), Some(combined)) => mine.saturating_sub(combined),
                     _ => 0,
@@ -298,6 +308,33 @@ impl InputTask {
                 }
             }
             woken.await;
+        }
+    }
+}
+
+/// With an idle timeout, looks at the combined watermark every `timeout`: an input that fell
+/// silent stops holding it back even when no other input sends anything. Ends when every
+/// input task has ended (it holds the outputs only weakly).
+async fn watch_idle_inputs(
+    timeout: Duration,
+    senders: Vec<mpsc::WeakSender<Message>>,
+    watermarks: Arc<Mutex<Progress>>,
+    advanced: Arc<Notify>,
+) {
+    let mut ticks = tokio::time::interval(timeout);
+    loop {
+        ticks.tick().await;
+        let Some(senders) = senders
+            .iter()
+            .map(mpsc::WeakSender::upgrade)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let watermark = watermarks.lock().advance();
+        if let Some(watermark) = watermark {
+            advanced.notify_waiters();
+            broadcast(&senders, || Ok(StreamMessage::Watermark(watermark))).await;
         }
     }
 }
@@ -326,6 +363,9 @@ impl DisplayAs for StreamExchangeExec {
                 ", watermark=max(column {}) - {}",
                 event_time.column, event_time.delay
             )?;
+            if let Some(timeout) = event_time.idle_timeout {
+                write!(f, ", idle_timeout={timeout:?}")?;
+            }
         }
         Ok(())
     }
@@ -406,5 +446,113 @@ impl ExecutionPlan for StreamExchangeExec {
             self.schema(),
             batches,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use datafusion::arrow::array::TimestampMillisecondArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::execution::SendableRecordBatchStream;
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    /// Partition 0 sends one batch of times 1 000..=1 009 and then stays open; partition 1
+    /// never sends anything.
+    #[derive(Debug)]
+    struct OpenPartition {
+        schema: SchemaRef,
+        sends: bool,
+    }
+
+    impl PartitionStream for OpenPartition {
+        fn schema(&self) -> &SchemaRef {
+            &self.schema
+        }
+
+        fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
+            let batches = if self.sends {
+                let times = TimestampMillisecondArray::from_iter_values(1_000..1_010);
+                vec![Ok(RecordBatch::try_new(
+                    Arc::clone(&self.schema),
+                    vec![Arc::new(times)],
+                )
+                .unwrap())]
+            } else {
+                vec![]
+            };
+            let stream = futures::stream::iter(batches).chain(futures::stream::pending());
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                stream,
+            ))
+        }
+    }
+
+    /// The first watermark the exchange sends within `wait`, over one partition that sent
+    /// records and one that stays silent.
+    async fn first_watermark(idle_timeout: Option<Duration>, wait: Duration) -> Option<i64> {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        )]));
+        let partitions: Vec<Arc<dyn PartitionStream>> = [true, false]
+            .into_iter()
+            .map(|sends| {
+                Arc::new(OpenPartition {
+                    schema: Arc::clone(&schema),
+                    sends,
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        let source = StreamingTableExec::try_new(schema, partitions, None, [], true, None).unwrap();
+        let event_time = EventTime {
+            column: 0,
+            delay: 5,
+            idle_timeout,
+        };
+        let exchange = StreamExchangeExec::try_new(
+            Arc::new(source),
+            RoutingStrategy::FanIn,
+            1,
+            Some(event_time),
+        )
+        .unwrap();
+        let mut messages = exchange
+            .execute_messages(0, SessionContext::new().task_ctx())
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, messages.next()).await {
+                Ok(Some(Ok(StreamMessage::Watermark(watermark)))) => return Some(watermark),
+                Ok(Some(Ok(StreamMessage::Batch(_)))) => continue,
+                Ok(Some(Err(e))) => panic!("{e}"),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_silent_partition_holds_the_watermark_without_an_idle_timeout() {
+        assert_eq!(
+            first_watermark(None, Duration::from_millis(300)).await,
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn an_idle_timeout_leaves_a_silent_partition_out() {
+        assert_eq!(
+            first_watermark(Some(Duration::from_millis(50)), Duration::from_secs(10)).await,
+            Some(1_004),
+            "max event time 1 009 minus the 5 ms delay, once partition 1 is idle"
+        );
     }
 }

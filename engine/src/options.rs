@@ -1,5 +1,5 @@
-//! The options a stream is registered with: its event-time column, watermark delay,
-//! boundedness, source partitioning and replay pacing.
+//! The options a stream is registered with: its event-time column, watermark delay and idle
+//! timeout, boundedness, source partitioning and replay pacing.
 //!
 //! Options are plain data so that they can be written out with a checkpoint and sent to
 //! another machine with the plan. They are set from code or from `key=value` pairs (the
@@ -39,6 +39,9 @@ pub struct StreamOptions {
     pub partitioned_by: Vec<String>,
     /// Replay speed.
     pub pacing: Pacing,
+    /// A source partition that sends no record for this long (wall-clock) stops holding
+    /// the watermark back until it sends again (its records may then be late).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl StreamOptions {
@@ -50,6 +53,7 @@ impl StreamOptions {
         "partitions",
         "partitioned_by",
         "rate",
+        "idle_timeout",
     ];
 
     /// Sets the option `key` from its textual `value`. Returns `Ok(false)` when `key` is not a
@@ -82,6 +86,15 @@ impl StreamOptions {
                     );
                 }
                 self.pacing = Pacing::RecordsPerSecond(rate);
+            }
+            "idle_timeout" => {
+                let timeout = parse_duration(value)?;
+                if timeout.is_zero() {
+                    return plan_err!(
+                        "option idle_timeout={value}: expected a positive duration, e.g. 30s"
+                    );
+                }
+                self.idle_timeout = Some(timeout);
             }
             _ => return Ok(false),
         }
@@ -125,6 +138,8 @@ mod tests {
         assert!(options.set("partitioned_by", "a+b").unwrap());
         assert!(options.set("rate", "1000").unwrap());
         assert!(options.set("bounded", "false").unwrap());
+        assert!(options.set("idle_timeout", "30s").unwrap());
+        assert_eq!(options.idle_timeout, Some(Duration::from_secs(30)));
         assert_eq!(options.event_time.as_deref(), Some("ts"));
         assert_eq!(options.out_of_orderness, Duration::from_secs(5));
         assert_eq!(options.partitions, Some(4));
@@ -140,6 +155,8 @@ mod tests {
         assert!(options.set("partitions", "0").is_err());
         assert!(options.set("rate", "-3").is_err());
         assert!(options.set("bounded", "maybe").is_err());
+        assert!(options.set("idle_timeout", "0s").is_err());
+        assert!(options.set("idle_timeout", "soon").is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, make_array};
 use datafusion::arrow::compute::{cast, max, min};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
+use std::time::{Duration, Instant};
+
 use datafusion::common::Result;
 
 /// A batch or a watermark, in stream order: after `Watermark(w)`, no record with an event
@@ -28,6 +30,9 @@ pub struct EventTime {
     pub column: usize,
     /// Declared out-of-orderness, in the event-time unit.
     pub delay: i64,
+    /// A running source partition silent this long (wall-clock) no longer holds the
+    /// watermark back.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl EventTime {
@@ -52,27 +57,47 @@ pub fn event_times(column: &ArrayRef) -> Result<ArrayRef> {
     })
 }
 
-/// The combined watermark of several inputs.
+/// The combined watermark of several inputs: the minimum over the inputs still running. With
+/// an idle timeout, a running input that has sent no record for that long (wall-clock) is left
+/// out until it sends one again, so a silent source partition does not hold every window open;
+/// its records may then be late.
 #[derive(Debug, Clone)]
 pub struct WatermarkTracker {
     /// Per input: its watermark, or `None` before its first record; `i64::MAX` when finished.
     inputs: Vec<Option<i64>>,
+    /// Per input: when it last sent a record (or when tracking started).
+    last_active: Vec<Instant>,
     delay: i64,
+    idle_timeout: Option<Duration>,
 }
 
 impl WatermarkTracker {
     pub fn new(inputs: usize, delay: i64) -> Self {
         Self {
             inputs: vec![None; inputs],
+            last_active: vec![Instant::now(); inputs],
             delay,
+            idle_timeout: None,
         }
     }
 
-    /// Input `input` saw event times up to `max_event_time`.
-    pub fn observe(&mut self, input: usize, max_event_time: i64) {
+    /// Leaves out of the combined watermark the running inputs silent for `timeout`.
+    pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    /// Input `input` saw event times up to `max_event_time`, at `now`.
+    pub fn observe(&mut self, input: usize, max_event_time: i64, now: Instant) {
         let watermark = max_event_time.saturating_sub(self.delay);
         let current = &mut self.inputs[input];
         *current = Some(current.map_or(watermark, |w| w.max(watermark)));
+        self.last_active[input] = now;
     }
 
     /// Input `input` has ended.
@@ -85,11 +110,29 @@ impl WatermarkTracker {
         self.inputs.get(input).copied().flatten()
     }
 
-    /// The combined watermark; `None` while some running input has seen no record.
-    pub fn watermark(&self) -> Option<i64> {
-        self.inputs
-            .iter()
-            .try_fold(i64::MAX, |low, w| w.map(|w| low.min(w)))
+    /// The combined watermark at `now`: the minimum over the running inputs that are not
+    /// idle, `None` while one of them has seen no record. When every running input is idle,
+    /// the minimum over those that have seen a record (`None` if none has).
+    pub fn watermark(&self, now: Instant) -> Option<i64> {
+        let idle = |input: usize| {
+            self.idle_timeout
+                .is_some_and(|t| now.saturating_duration_since(self.last_active[input]) >= t)
+        };
+        let running = || {
+            self.inputs
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| **w != Some(i64::MAX))
+        };
+        if running().next().is_none() {
+            return Some(i64::MAX);
+        }
+        if running().all(|(input, _)| idle(input)) {
+            return running().filter_map(|(_, w)| *w).min();
+        }
+        running()
+            .filter(|(input, _)| !idle(*input))
+            .try_fold(i64::MAX, |low, (_, w)| w.map(|w| low.min(w)))
     }
 }
 
@@ -100,6 +143,44 @@ mod tests {
     use datafusion::arrow::array::TimestampMillisecondArray;
 
     use super::*;
+
+    #[test]
+    fn idle_inputs_are_left_out_until_they_send_again() {
+        let start = Instant::now();
+        let later = start + Duration::from_secs(10);
+        let mut tracker =
+            WatermarkTracker::new(3, 0).with_idle_timeout(Some(Duration::from_secs(5)));
+        tracker.observe(0, 100, start);
+        tracker.observe(1, 50, start);
+        assert_eq!(
+            tracker.watermark(start),
+            None,
+            "input 2 has seen nothing, not idle yet"
+        );
+        tracker.observe(0, 200, later);
+        assert_eq!(
+            tracker.watermark(later),
+            Some(200),
+            "inputs 1 and 2 have been silent for 10 s"
+        );
+        tracker.observe(1, 60, later);
+        assert_eq!(tracker.watermark(later), Some(60), "input 1 is back");
+        let much_later = later + Duration::from_secs(10);
+        assert_eq!(
+            tracker.watermark(much_later),
+            Some(60),
+            "every input idle: the ones that have seen records decide"
+        );
+        tracker.finish(0);
+        tracker.finish(1);
+        assert_eq!(
+            tracker.watermark(much_later),
+            None,
+            "the only running input is idle and has seen nothing"
+        );
+        tracker.finish(2);
+        assert_eq!(tracker.watermark(much_later), Some(i64::MAX));
+    }
 
     #[test]
     fn event_times_reinterpret_timestamps() {
@@ -118,21 +199,22 @@ mod tests {
 
     #[test]
     fn combined_watermark_is_the_minimum_of_running_inputs() {
+        let now = Instant::now();
         let mut tracker = WatermarkTracker::new(2, 5);
-        assert_eq!(tracker.watermark(), None);
-        tracker.observe(0, 100);
-        assert_eq!(tracker.watermark(), None, "input 1 has seen nothing yet");
-        tracker.observe(1, 50);
-        assert_eq!(tracker.watermark(), Some(45));
-        tracker.observe(1, 40);
-        assert_eq!(tracker.watermark(), Some(45), "watermarks never go back");
+        assert_eq!(tracker.watermark(now), None);
+        tracker.observe(0, 100, now);
+        assert_eq!(tracker.watermark(now), None, "input 1 has seen nothing yet");
+        tracker.observe(1, 50, now);
+        assert_eq!(tracker.watermark(now), Some(45));
+        tracker.observe(1, 40, now);
+        assert_eq!(tracker.watermark(now), Some(45), "watermarks never go back");
         tracker.finish(1);
         assert_eq!(
-            tracker.watermark(),
+            tracker.watermark(now),
             Some(95),
             "a finished input no longer holds it back"
         );
         tracker.finish(0);
-        assert_eq!(tracker.watermark(), Some(i64::MAX));
+        assert_eq!(tracker.watermark(now), Some(i64::MAX));
     }
 }

@@ -92,8 +92,8 @@ pub(crate) fn choose_strategy(
     })
 }
 
-/// Where the exchange reads event times from, and the declared out-of-orderness of the
-/// stream that has `time` as its event-time column (0 if none declares it).
+/// Where the exchange reads event times from, and the declared out-of-orderness (0 if none
+/// is declared) and idle timeout of the stream that has `time` as its event-time column.
 pub(crate) fn event_time(
     input: &Arc<dyn ExecutionPlan>,
     time: &Arc<dyn PhysicalExpr>,
@@ -103,10 +103,12 @@ pub(crate) fn event_time(
     };
     let time_type = time.data_type(&input.schema())?;
     let mut delay = None;
+    let mut idle_timeout = None;
     input.apply(|node| {
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && source.options().event_time.as_deref() == Some(column.name())
         {
+            idle_timeout = source.options().idle_timeout;
             let nanos = source.options().out_of_orderness.as_nanos() as i64;
             delay = Some(duration_in_unit(
                 &ScalarValue::DurationNanosecond(Some(nanos)),
@@ -126,5 +128,6 @@ pub(crate) fn event_time(
     Ok(EventTime {
         column: column.index(),
         delay,
+        idle_timeout,
     })
 }

@@ -40,7 +40,7 @@ pub struct PlanArgs {
     pub sql: String,
     /// A stream: NAME=PATH (Parquet, CSV or Arrow file or directory) or
     /// NAME=generator:market_data|orders, followed by ,key=value options: event_time,
-    /// watermark, bounded, partitions, partitioned_by (a+b), rate; for generators also
+    /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also
     /// records (a count or unbounded), batch_size, symbols, traders, step_ms, disorder_ms,
     /// seed, customers, amount_base. The tables market_data and orders exist by default as
     /// generators of 1M records.

@@ -3,7 +3,7 @@
 
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
-use crate::support::{freshet_ok, gen_orders};
+use crate::support::{freshet_error, freshet_ok, gen_orders};
 
 #[test]
 fn every_subcommand_has_help() {
@@ -59,6 +59,24 @@ fn explain_shows_sources_watermark_and_partitioning() {
     );
     assert!(plan.contains("watermark=max(trade_time) - 5s"), "{plan}");
     assert!(plan.contains("partitioned_by=[symbol]"), "{plan}");
+}
+
+#[test]
+fn explain_shows_the_idle_timeout_of_a_windowed_query() {
+    let plan = freshet_ok(&[
+        "explain",
+        "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)",
+        "--table",
+        "market_data=generator:market_data,records=unbounded,idle_timeout=30s",
+    ]);
+    assert!(plan.contains("idle_timeout=30s"), "{plan}");
+    let error = freshet_error(&[
+        "explain",
+        "SELECT symbol FROM market_data",
+        "--table",
+        "market_data=generator:market_data,idle_timeout=0s",
+    ]);
+    assert!(error.contains("idle_timeout=0s"), "{error}");
 }
 
 #[test]
