@@ -14,6 +14,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::packed_keys::new_group_values;
+use super::windowed_keys::WindowedGroupValues;
 
 /// A table of groups and their aggregates.
 pub struct GroupTable {
@@ -36,6 +37,27 @@ impl GroupTable {
         } else {
             Some(new_group_values(Arc::clone(key_schema))?)
         };
+        Self::with_keys(keys, aggregates)
+    }
+
+    /// As [`Self::try_new`] for keys whose first column is a window start (an integer or
+    /// timestamp) followed by at least one key column: the keys are interned once for all
+    /// windows ([`WindowedGroupValues`]).
+    pub fn try_new_windowed(
+        key_schema: &SchemaRef,
+        aggregates: &[Arc<AggregateFunctionExpr>],
+    ) -> Result<Self> {
+        if key_schema.fields().len() < 2 {
+            return Self::try_new(key_schema, aggregates);
+        }
+        let keys: Box<dyn GroupValues> = Box::new(WindowedGroupValues::try_new(key_schema)?);
+        Self::with_keys(Some(keys), aggregates)
+    }
+
+    fn with_keys(
+        keys: Option<Box<dyn GroupValues>>,
+        aggregates: &[Arc<AggregateFunctionExpr>],
+    ) -> Result<Self> {
         let accumulators = aggregates
             .iter()
             .map(create_accumulator)

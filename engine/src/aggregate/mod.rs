@@ -7,9 +7,11 @@ mod packed_keys;
 mod running;
 mod sessions;
 mod window_aggregate;
+mod windowed_keys;
 
 pub use groups::GroupTable;
 pub use late::LateRecords;
 pub use packed_keys::{PackedGroupValues, new_group_values};
 pub use running::RunningAggregates;
 pub use window_aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};
+pub use windowed_keys::WindowedGroupValues;

@@ -368,10 +368,18 @@ impl AggregateState {
             key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
             argument_exprs,
             filter_exprs: exec.spec.filters.clone(),
-            table: GroupTable::try_new(
-                &Arc::new(Schema::new(table_fields)),
-                &exec.spec.aggregates,
-            )?,
+            table: match exec.spec.window.as_ref().map(|w| w.spec) {
+                Some(WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }) => {
+                    GroupTable::try_new_windowed(
+                        &Arc::new(Schema::new(table_fields)),
+                        &exec.spec.aggregates,
+                    )?
+                }
+                _ => GroupTable::try_new(
+                    &Arc::new(Schema::new(table_fields)),
+                    &exec.spec.aggregates,
+                )?,
+            },
             running,
             group_windows: VecDeque::new(),
             newest_window: i64::MIN,

@@ -1,0 +1,397 @@
+//! [`WindowedGroupValues`]: a [`GroupValues`] for `(window start, key...)` groups that interns
+//! the keys once, not once per window.
+//!
+//! A windowed aggregation's groups are the product of few open windows and keys that recur in
+//! every window: S3a's 20 `(trader_id, symbol)` pairs in each 1-minute window. Interning the
+//! whole `(window, keys)` tuple makes a table with every open window's groups, refilled as
+//! windows close. Here the keys go through an inner [`GroupValues`] (packed where possible)
+//! whose table stays as small as the key set, and each open window keeps a dense array from
+//! key id to group id: a row costs one key lookup and one array access.
+//!
+//! Group ids are handed out in order of creation and `EmitTo::First(n)` emits the first `n`,
+//! as the window aggregation expects. Emitted key values come from the rows that first showed
+//! each key, kept as small arrays (`interleave` gathers them); the inner table is rebuilt from
+//! the live groups when most of its keys no longer belong to an open group, so an endless
+//! stream of new keys does not grow it without bound.
+
+use std::collections::HashMap;
+use std::mem::size_of;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
+use datafusion::arrow::compute::{cast, interleave, take};
+use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
+use datafusion::common::{Result, internal_err};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_plan::aggregates::group_values::GroupValues;
+
+use super::packed_keys::new_group_values;
+use crate::watermark::event_times;
+
+/// No group yet for this key in this window.
+const ABSENT: usize = usize::MAX;
+
+/// Key value chunks kept before they are concatenated.
+const MAX_KEY_CHUNKS: usize = 64;
+
+/// Key tables smaller than this are never compacted.
+const COMPACT_MIN_KEYS: usize = 4_096;
+
+/// One open window: its start and, per key id, the id of its group (`ABSENT` if none).
+struct WindowSlots {
+    start: i64,
+    groups: Vec<usize>,
+    /// The largest group id of this window, to drop it once emitted.
+    newest_group: usize,
+}
+
+/// Groups of `(window start, keys)`; see the module documentation.
+pub struct WindowedGroupValues {
+    window_type: DataType,
+    key_schema: SchemaRef,
+    keys: Box<dyn GroupValues>,
+    /// Key values: per key column, the chunks of first-seen rows; `key_rows[key]` is
+    /// `(chunk, row)` of key id `key`.
+    key_chunks: Vec<Vec<ArrayRef>>,
+    key_rows: Vec<(usize, usize)>,
+    /// Open windows, and where each start is in `windows`.
+    windows: Vec<WindowSlots>,
+    window_index: HashMap<i64, usize>,
+    /// Per group (ids from `emitted` on): its window start and key id.
+    groups: Vec<(i64, usize)>,
+    /// Groups emitted so far: stored ids are `emitted + position in groups`.
+    emitted: usize,
+    key_ids: Vec<usize>,
+}
+
+impl WindowedGroupValues {
+    /// Groups over `schema`: the window start column first, then the key columns.
+    pub fn try_new(schema: &SchemaRef) -> Result<Self> {
+        let Some((window, keys)) = schema.fields().split_first() else {
+            return internal_err!("windowed groups need a window column");
+        };
+        let key_schema = Arc::new(Schema::new(keys.to_vec()));
+        Ok(Self {
+            window_type: window.data_type().clone(),
+            keys: new_group_values(Arc::clone(&key_schema))?,
+            key_chunks: vec![Vec::new(); key_schema.fields().len()],
+            key_schema,
+            key_rows: Vec::new(),
+            windows: Vec::new(),
+            window_index: HashMap::new(),
+            groups: Vec::new(),
+            emitted: 0,
+            key_ids: Vec::new(),
+        })
+    }
+
+    /// Keeps the key values of the keys `cols` created (ids from `known` on).
+    fn remember_new_keys(&mut self, cols: &[ArrayRef], known: usize) -> Result<()> {
+        let created = self.keys.len().saturating_sub(known);
+        if created == 0 {
+            return Ok(());
+        }
+        let mut first_rows = vec![u32::MAX; created];
+        for (row, key) in self.key_ids.iter().enumerate() {
+            if let Some(slot) = key.checked_sub(known).and_then(|k| first_rows.get_mut(k))
+                && *slot == u32::MAX
+            {
+                *slot = row as u32;
+            }
+        }
+        if first_rows.contains(&u32::MAX) {
+            return internal_err!("a new key without a row");
+        }
+        let chunk = self.key_chunks.first().map_or(0, Vec::len);
+        let indices = UInt32Array::from(first_rows);
+        for (chunks, column) in self.key_chunks.iter_mut().zip(cols) {
+            chunks.push(take(column.as_ref(), &indices, None)?);
+        }
+        self.key_rows.extend((0..created).map(|row| (chunk, row)));
+        if chunk + 1 > MAX_KEY_CHUNKS {
+            self.merge_key_chunks()?;
+        }
+        Ok(())
+    }
+
+    /// Concatenates the key chunks into one.
+    fn merge_key_chunks(&mut self) -> Result<()> {
+        let all: Vec<usize> = (0..self.key_rows.len()).collect();
+        let values = self.key_values(&all)?;
+        self.key_chunks = values.into_iter().map(|v| vec![v]).collect();
+        self.key_rows = (0..all.len()).map(|row| (0, row)).collect();
+        Ok(())
+    }
+
+    /// The key columns of key ids `keys`.
+    fn key_values(&self, keys: &[usize]) -> Result<Vec<ArrayRef>> {
+        let indices = keys
+            .iter()
+            .map(|k| match self.key_rows.get(*k) {
+                Some(location) => Ok(*location),
+                None => internal_err!("unknown key id {k}"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.key_chunks
+            .iter()
+            .zip(self.key_schema.fields())
+            .map(|(chunks, field)| {
+                if chunks.is_empty() {
+                    return Ok(datafusion::arrow::array::new_empty_array(field.data_type()));
+                }
+                let chunks: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
+                Ok(interleave(&chunks, &indices)?)
+            })
+            .collect()
+    }
+
+    /// Rebuilds the key table from the keys of live groups when most keys are dead.
+    fn compact_keys(&mut self) -> Result<()> {
+        let keys = self.keys.len();
+        if keys < COMPACT_MIN_KEYS {
+            return Ok(());
+        }
+        let mut live: Vec<usize> = self.groups.iter().map(|(_, k)| *k).collect();
+        live.sort_unstable();
+        live.dedup();
+        if live.len() * 2 > keys {
+            return Ok(());
+        }
+        let values = self.key_values(&live)?;
+        let mut renumbered = Vec::new();
+        self.keys.clear_shrink(live.len());
+        self.keys.intern(&values, &mut renumbered)?;
+        let mut new_id = vec![ABSENT; keys];
+        for (old, new) in live.iter().zip(&renumbered) {
+            new_id[*old] = *new;
+        }
+        for (_, key) in &mut self.groups {
+            *key = new_id[*key];
+        }
+        for window in &mut self.windows {
+            let mut groups = vec![ABSENT; live.len()];
+            for (old, group) in window.groups.iter().enumerate() {
+                if *group != ABSENT && *group >= self.emitted && new_id[old] != ABSENT {
+                    groups[new_id[old]] = *group;
+                }
+            }
+            window.groups = groups;
+        }
+        self.key_chunks = values.into_iter().map(|v| vec![v]).collect();
+        self.key_rows = (0..live.len()).map(|row| (0, row)).collect();
+        Ok(())
+    }
+}
+
+impl GroupValues for WindowedGroupValues {
+    fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        let Some((window, keys)) = cols.split_first() else {
+            return internal_err!("windowed groups need a window column");
+        };
+        let known = self.keys.len();
+        self.keys.intern(keys, &mut self.key_ids)?;
+        self.remember_new_keys(keys, known)?;
+        let key_count = self.keys.len();
+        let starts = event_times(window)?;
+        let starts = starts.as_primitive::<Int64Type>();
+        if starts.null_count() > 0 {
+            return internal_err!("null window start");
+        }
+        groups.clear();
+        groups.reserve(starts.len());
+        let mut current = usize::MAX;
+        let mut current_start = i64::MIN;
+        for (start, key) in starts.values().iter().zip(&self.key_ids) {
+            if current == usize::MAX || *start != current_start {
+                current = match self.window_index.get(start) {
+                    Some(index) => *index,
+                    None => {
+                        self.windows.push(WindowSlots {
+                            start: *start,
+                            groups: Vec::new(),
+                            newest_group: 0,
+                        });
+                        self.window_index.insert(*start, self.windows.len() - 1);
+                        self.windows.len() - 1
+                    }
+                };
+                current_start = *start;
+            }
+            let window = &mut self.windows[current];
+            if window.groups.len() < key_count {
+                window.groups.resize(key_count, ABSENT);
+            }
+            let slot = &mut window.groups[*key];
+            if *slot == ABSENT || *slot < self.emitted {
+                *slot = self.emitted + self.groups.len();
+                window.newest_group = *slot;
+                self.groups.push((*start, *key));
+            }
+            groups.push(*slot - self.emitted);
+        }
+        Ok(())
+    }
+
+    fn size(&self) -> usize {
+        let chunks: usize = self
+            .key_chunks
+            .iter()
+            .flatten()
+            .map(|c| c.get_array_memory_size())
+            .sum();
+        let windows: usize = self
+            .windows
+            .iter()
+            .map(|w| w.groups.capacity() * size_of::<usize>() + size_of::<WindowSlots>())
+            .sum();
+        size_of::<Self>()
+            + self.keys.size()
+            + chunks
+            + self.key_rows.capacity() * size_of::<(usize, usize)>()
+            + windows
+            + self.window_index.capacity() * 2 * size_of::<i64>()
+            + self.groups.capacity() * size_of::<(i64, usize)>()
+            + self.key_ids.capacity() * size_of::<usize>()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let n = match emit_to {
+            EmitTo::All => self.groups.len(),
+            EmitTo::First(n) => n.min(self.groups.len()),
+        };
+        let (starts, keys): (Vec<i64>, Vec<usize>) = self.groups.drain(..n).unzip();
+        let starts: ArrayRef = Arc::new(Int64Array::from(starts));
+        let mut columns = vec![cast(&starts, &self.window_type)?];
+        columns.extend(self.key_values(&keys)?);
+        self.emitted += n;
+        let emitted = self.emitted;
+        self.windows.retain(|w| w.newest_group >= emitted);
+        self.window_index = self
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.start, i))
+            .collect();
+        self.compact_keys()?;
+        Ok(columns)
+    }
+
+    fn clear_shrink(&mut self, num_rows: usize) {
+        self.keys.clear_shrink(num_rows);
+        self.key_chunks.iter_mut().for_each(Vec::clear);
+        self.key_rows.clear();
+        self.windows.clear();
+        self.window_index.clear();
+        self.groups.clear();
+        self.emitted = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{StringArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{Field, TimeUnit};
+
+    use super::*;
+    use crate::aggregate::PackedGroupValues;
+    use crate::splitmix64;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(
+                "window_start",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+            Field::new("k", DataType::Utf8, true),
+        ]))
+    }
+
+    /// `rows` rows over windows `first_window..first_window + windows` (in random order) and
+    /// `keys` keys, some null, some too long to pack.
+    fn batch(seed: u64, rows: usize, first_window: i64, windows: u64, keys: u64) -> Vec<ArrayRef> {
+        let draw = |i: usize, salt: u64| splitmix64(seed ^ ((i as u64) << 8) ^ salt);
+        let starts: TimestampMillisecondArray = (0..rows)
+            .map(|i| Some(60_000 * (first_window + (draw(i, 1) % windows) as i64)))
+            .collect();
+        let keys: StringArray = (0..rows)
+            .map(|i| match draw(i, 2) % (keys + 2) {
+                0 => None,
+                1 => Some("a key far too long to be packed in thirty-two bytes".to_string()),
+                k => Some(format!("K{k}")),
+            })
+            .collect();
+        vec![Arc::new(starts), Arc::new(keys)]
+    }
+
+    /// Interns `batches`, emitting `emit[i]` after batch `i`, in both tables: same ids, same
+    /// emitted keys.
+    fn assert_same_as_packed(batches: &[Vec<ArrayRef>], emit: &[EmitTo]) {
+        let mut windowed = WindowedGroupValues::try_new(&schema()).unwrap();
+        let mut packed = PackedGroupValues::try_new(&schema()).unwrap();
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for (i, (columns, emit)) in batches.iter().zip(emit).enumerate() {
+            windowed.intern(columns, &mut got).unwrap();
+            packed.intern(columns, &mut want).unwrap();
+            assert_eq!(got, want, "group ids of batch {i}");
+            assert_eq!(windowed.len(), packed.len());
+            let got = windowed.emit(*emit).unwrap();
+            let want = packed.emit(*emit).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.as_ref(), w.as_ref(), "emitted keys after batch {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn matches_interning_the_whole_tuple() {
+        let batches: Vec<_> = (0..6).map(|b| batch(b, 700, b as i64 * 2, 4, 15)).collect();
+        let emit = [
+            EmitTo::First(0),
+            EmitTo::First(10),
+            EmitTo::First(1),
+            EmitTo::First(0),
+            EmitTo::First(40),
+            EmitTo::All,
+        ];
+        assert_same_as_packed(&batches, &emit);
+    }
+
+    #[test]
+    fn compacts_its_keys_and_stays_the_same() {
+        // 6 000 distinct keys per batch, each batch in its own windows: emitting a batch's
+        // groups leaves most keys dead, which rebuilds the key table.
+        let batches: Vec<_> = (0..4)
+            .map(|b| batch(b + 10, 9_000, b as i64 * 10, 2, 6_000))
+            .collect();
+        let mut windowed = WindowedGroupValues::try_new(&schema()).unwrap();
+        let mut ids = Vec::new();
+        windowed.intern(&batches[0], &mut ids).unwrap();
+        let keys_before = windowed.keys.len();
+        let groups = windowed.len();
+        windowed.emit(EmitTo::First(groups)).unwrap();
+        assert!(
+            windowed.keys.len() < keys_before,
+            "the key table was rebuilt ({keys_before} keys before)"
+        );
+        let emit: Vec<EmitTo> = (0..4)
+            .map(|b| {
+                if b == 3 {
+                    EmitTo::All
+                } else {
+                    EmitTo::First(5_000)
+                }
+            })
+            .collect();
+        assert_same_as_packed(&batches, &emit);
+    }
+}
