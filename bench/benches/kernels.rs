@@ -18,7 +18,9 @@ use datafusion::physical_plan::aggregates::group_values::{
     GroupValues, new_group_values as datafusion_group_values,
 };
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use freshet_engine::aggregate::{GroupTable, RunningAggregates, new_group_values};
+use freshet_engine::aggregate::{
+    GroupTable, RunningAggregates, WindowedGroupValues, new_group_values,
+};
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
@@ -149,16 +151,15 @@ fn kernels(c: &mut Criterion) {
                 .map(|(i, k)| Field::new(format!("k{i}"), k.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
-        let interners: [(&str, Box<dyn GroupValues>); 2] = [
-            (
-                "packed",
-                new_group_values(Arc::clone(&key_schema)).expect("interner"),
-            ), // ok: bench setup
-            (
-                "datafusion",
-                datafusion_group_values(key_schema, &GroupOrdering::None).expect("interner"), // ok: bench setup
-            ),
-        ];
+        let packed = new_group_values(Arc::clone(&key_schema)).expect("interner"); // ok: bench setup
+        let mut interners: Vec<(&str, Box<dyn GroupValues>)> = vec![("packed", packed)];
+        if keys.len() > 1 {
+            let windowed = WindowedGroupValues::try_new(&key_schema).expect("interner"); // ok: bench setup
+            interners.push(("windowed", Box::new(windowed)));
+        }
+        let datafusion =
+            datafusion_group_values(key_schema, &GroupOrdering::None).expect("interner"); // ok: bench setup
+        interners.push(("datafusion", datafusion));
         for (interner, mut values) in interners {
             let mut ids = Vec::with_capacity(ROWS);
             group.bench_function(format!("intern_{name}_{interner}"), |b| {
