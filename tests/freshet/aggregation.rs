@@ -402,6 +402,26 @@ async fn session_windows_equal_gap_splitting_in_batch_sql() {
 }
 
 #[tokio::test]
+async fn session_window_end_is_the_last_event_time_plus_the_gap() {
+    let batch_sql = SESSIONS_BATCH.replace(
+        "SELECT k1, MIN(ts) AS window_start,",
+        "SELECT k1, MIN(ts) AS window_start, MAX(ts) + INTERVAL '3 seconds' AS window_end,",
+    );
+    let mut stream = RandomStream::new(4).rows(2_000).keys(50).disorder_ms(1_500);
+    stream.null_key_fraction = 0.0;
+    for streaming in [
+        "SELECT k1, window_start, window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
+        "SELECT k1, window_start, _WINDOW_END AS window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY session(ts, INTERVAL '3' SECOND), k1",
+    ] {
+        Differential::new(streaming, &batch_sql)
+            .table(random_table(&stream))
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{streaming}: {e}"));
+    }
+}
+
+#[tokio::test]
 async fn ordered_windowed_results_match_datafusion() {
     Differential::new(
         "SELECT window_start, symbol, COUNT(*) AS n, MAX(price) AS top FROM market_data GROUP BY symbol WINDOW TUMBLING (1m) ORDER BY window_start, symbol",

@@ -61,8 +61,19 @@ pub struct StreamingSql {
 struct WindowCall {
     kind: WindowKind,
     call: String,
-    /// The window length, for `window_end` (none for sessions).
-    size: Option<String>,
+    /// What `window_end` stands for: the window start plus its length, or for a session its
+    /// last event time plus the gap (`max(ts) + gap`, an aggregate of the session's rows).
+    end: String,
+}
+
+impl WindowCall {
+    fn new(kind: WindowKind, call: String, size_or_gap: &str, time_column: &str) -> Self {
+        let end = match kind {
+            WindowKind::Session => format!("(max({time_column}) + {size_or_gap})"),
+            _ => format!("({call} + {size_or_gap})"),
+        };
+        Self { kind, call, end }
+    }
 }
 
 /// Rewrites `sql`; `event_time_of(table)` gives a stream's declared event-time column for the
@@ -248,16 +259,18 @@ fn rewrite_table_functions(sql: &str) -> Result<(String, Option<WindowCall>)> {
         let time_column = trimmed_text(&descriptor[open_d + 1..close_d]);
         let argument = |n: usize| trimmed_text(&tokens[arguments[n].0..arguments[n].1]);
         let call = match kind {
-            WindowKind::Tumble => WindowCall {
+            WindowKind::Tumble => WindowCall::new(
                 kind,
-                call: format!("tumble({time_column}, {})", argument(2)),
-                size: Some(argument(2)),
-            },
-            _ => WindowCall {
+                format!("tumble({time_column}, {})", argument(2)),
+                &argument(2),
+                &time_column,
+            ),
+            _ => WindowCall::new(
                 kind,
-                call: format!("hop({time_column}, {}, {})", argument(2), argument(3)),
-                size: Some(argument(3)),
-            },
+                format!("hop({time_column}, {}, {})", argument(2), argument(3)),
+                &argument(3),
+                &time_column,
+            ),
         };
         let sql = format!(
             "{} {table_name}{}",
@@ -336,22 +349,11 @@ fn rewrite_window_clause(
     };
     let durations: Vec<String> = durations.iter().map(|d| interval_literal(d)).collect();
     let call = match kind {
-        WindowKind::Tumble => WindowCall {
-            kind,
-            call: format!("tumble({time_column}, {})", durations[0]),
-            size: Some(durations[0].clone()),
-        },
-        WindowKind::Hop => WindowCall {
-            kind,
-            call: format!("hop({time_column}, {}, {})", durations[1], durations[0]),
-            size: Some(durations[0].clone()),
-        },
-        WindowKind::Session => WindowCall {
-            kind,
-            call: format!("session({time_column}, {})", durations[0]),
-            size: None,
-        },
+        WindowKind::Tumble => format!("tumble({time_column}, {})", durations[0]),
+        WindowKind::Hop => format!("hop({time_column}, {}, {})", durations[1], durations[0]),
+        WindowKind::Session => format!("session({time_column}, {})", durations[0]),
     };
+    let call = WindowCall::new(kind, call, &durations[0], &time_column);
     let before = &tokens[..window];
     let after = text(&tokens[close + 1..]);
     let group_by = (0..before.len()).find(|&i| {
@@ -440,17 +442,33 @@ fn find_window_key(sql: &str) -> Result<Option<WindowCall>> {
         };
         let close = matching_paren(&tokens, open)?;
         let arguments = split_arguments(&tokens, open, close);
-        let size = match kind {
-            WindowKind::Tumble => arguments.get(1),
-            WindowKind::Hop => arguments.get(2),
-            WindowKind::Session => None,
-        }
-        .map(|(start, end)| trimmed_text(&tokens[*start..*end]));
-        return Ok(Some(WindowCall {
+        let argument = |n: usize| {
+            arguments
+                .get(n)
+                .map(|(start, end)| trimmed_text(&tokens[*start..*end]))
+        };
+        let length = match kind {
+            WindowKind::Tumble | WindowKind::Session => argument(1),
+            WindowKind::Hop => argument(2),
+        };
+        let (Some(time_column), Some(length)) = (argument(0), length) else {
+            return plan_err!(
+                "malformed {}() window at {}: expected {}",
+                tokens[i].token,
+                position(&tokens[i]),
+                match kind {
+                    WindowKind::Tumble => "tumble(ts, size)",
+                    WindowKind::Hop => "hop(ts, slide, size)",
+                    WindowKind::Session => "session(ts, gap)",
+                }
+            );
+        };
+        return Ok(Some(WindowCall::new(
             kind,
-            call: trimmed_text(&tokens[i..=close]),
-            size,
-        }));
+            trimmed_text(&tokens[i..=close]),
+            &length,
+            &time_column,
+        )));
     }
     Ok(None)
 }
@@ -536,15 +554,7 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
             }
             _ => {
                 let expression = if is_end {
-                    match &window.size {
-                        Some(size) => format!("({} + {size})", window.call),
-                        None => {
-                            return plan_err!(
-                                "window_end of a SESSION window is not supported yet (at {})",
-                                position(token)
-                            );
-                        }
-                    }
+                    window.end.clone()
                 } else {
                     window.call.clone()
                 };
