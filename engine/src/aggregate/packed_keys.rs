@@ -631,8 +631,8 @@ fn pack_fixed(
     let values = fixed_bytes(array, width)?;
     let nulls = array.logical_nulls();
     match (width, &nulls) {
-        (8, None) => pack_fixed_valid::<8>(&values, header, offset, keys),
-        (4, None) => pack_fixed_valid::<4>(&values, header, offset, keys),
+        (8, None) => pack_fixed_valid::<8>(&values, header, offset, keys)?,
+        (4, None) => pack_fixed_valid::<4>(&values, header, offset, keys)?,
         _ => {
             for (row, (key, value)) in keys.iter_mut().zip(values.chunks_exact(width)).enumerate() {
                 if nulls.as_ref().is_none_or(|n| n.is_valid(row)) {
@@ -651,14 +651,15 @@ fn pack_fixed_valid<const WIDTH: usize>(
     header: usize,
     offset: usize,
     keys: &mut [Packed],
-) {
+) -> Result<()> {
     if offset + WIDTH > PACKED_BYTES || header >= PACKED_BYTES {
-        return;
+        return internal_err!("packed key layout out of bounds");
     }
     for (key, value) in keys.iter_mut().zip(values.chunks_exact(WIDTH)) {
         key.0[header] = 1;
         key.0[offset..offset + WIDTH].copy_from_slice(value);
     }
+    Ok(())
 }
 
 /// The length of the longest string of a string column.
