@@ -9,7 +9,10 @@
 //! `round_robin`, `sticky` or `fan_in`, else round-robin (the source has fewer partitions
 //! than streams, or there would be no repartition). `hash` names keys a stateless stage does
 //! not have, so it gets the automatic choice and EXPLAIN says so. Keyed operators were fed by
-//! their own exchanges before this rule runs.
+//! their own exchanges before this rule runs. When the sources already have a partition per
+//! stream (no repartition), a user's `fan_in` or `round_robin` puts an exchange over each
+//! source, unless a keyed exchange or an operator that needs a certain input distribution is
+//! in the plan (either may rely on the source's partitions).
 
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion::physical_plan::{Distribution, ExecutionPlan, Partitioning};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
@@ -35,25 +38,47 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let setting = FreshetOptions::of(config).partitioning_strategy;
+        let replaced = plan.transform_up(|node| {
+            let Some(repartition) = node.downcast_ref::<RepartitionExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Partitioning::RoundRobinBatch(outputs) = repartition.partitioning() else {
+                return Ok(Transformed::no(node));
+            };
+            if !reads_stream(repartition.input()) {
+                return Ok(Transformed::no(node));
+            }
+            let (strategy, reason) = stateless_strategy(&setting);
+            let exchange = StreamExchangeExec::try_new(
+                Arc::clone(repartition.input()),
+                strategy,
+                *outputs,
+                None,
+            )?
+            .with_reason(reason);
+            Ok(Transformed::yes(
+                Arc::new(exchange) as Arc<dyn ExecutionPlan>
+            ))
+        })?;
+        if replaced.transformed || !matches!(setting.as_str(), "fan_in" | "round_robin") {
+            return Ok(replaced.data);
+        }
+        // The sources already have a partition per stream, so DataFusion added no exchange;
+        // the user's fan-in or round-robin still applies where nothing relies on the
+        // sources' partitions.
+        let plan = replaced.data;
+        if contains::<StreamExchangeExec>(&plan) || requires_a_distribution(&plan) {
+            return Ok(plan);
+        }
+        let outputs = config.execution.target_partitions;
         Ok(plan
             .transform_up(|node| {
-                let Some(repartition) = node.downcast_ref::<RepartitionExec>() else {
-                    return Ok(Transformed::no(node));
-                };
-                let Partitioning::RoundRobinBatch(outputs) = repartition.partitioning() else {
-                    return Ok(Transformed::no(node));
-                };
-                if !reads_stream(repartition.input()) {
+                if node.downcast_ref::<StreamSourceExec>().is_none() {
                     return Ok(Transformed::no(node));
                 }
                 let (strategy, reason) = stateless_strategy(&setting);
-                let exchange = StreamExchangeExec::try_new(
-                    Arc::clone(repartition.input()),
-                    strategy,
-                    *outputs,
-                    None,
-                )?
-                .with_reason(reason);
+                let exchange =
+                    StreamExchangeExec::try_new(node, strategy, outputs, None)?.with_reason(reason);
                 Ok(Transformed::yes(
                     Arc::new(exchange) as Arc<dyn ExecutionPlan>
                 ))
@@ -93,14 +118,39 @@ fn stateless_strategy(setting: &str) -> (RoutingStrategy, String) {
 
 /// Whether a Freshet stream is read under `plan`.
 fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut stream = false;
+    contains::<StreamSourceExec>(plan)
+}
+
+/// Whether an operator of `plan` needs its input distributed in a certain way (an
+/// aggregation or join relying on the sources' partitioning): an exchange under it would
+/// break that.
+fn requires_a_distribution(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut requires = false;
     let _ = plan.apply(|node| {
-        stream |= node.downcast_ref::<StreamSourceExec>().is_some();
-        Ok(if stream {
+        requires |= node
+            .input_distribution_requirements()
+            .into_per_child()
+            .iter()
+            .any(|d| !matches!(d, Distribution::UnspecifiedDistribution));
+        Ok(if requires {
             TreeNodeRecursion::Stop
         } else {
             TreeNodeRecursion::Continue
         })
     });
-    stream
+    requires
+}
+
+/// Whether `plan` holds an operator of type `T`.
+fn contains<T: ExecutionPlan + 'static>(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found |= node.downcast_ref::<T>().is_some();
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
 }

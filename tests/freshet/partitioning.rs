@@ -223,3 +223,51 @@ async fn explain_names_the_stateless_exchange_strategy_and_why() {
         assert!(!plan.contains("RepartitionExec"), "{plan}");
     }
 }
+
+#[tokio::test]
+async fn user_fan_in_and_round_robin_apply_to_sources_with_a_partition_per_stream() {
+    let batches = RandomStream::new(6).rows(2_000).generate();
+    for (strategy, expected) in [
+        (
+            "fan_in",
+            "strategy=fan_in, partitions=2->1 (user: one stream)",
+        ),
+        (
+            "round_robin",
+            "strategy=round_robin, partitions=2->2 (user)",
+        ),
+    ] {
+        let ctx = StreamingContext::with_partitions(2);
+        ctx.session()
+            .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
+            .await
+            .unwrap();
+        ctx.register_batches(
+            "t",
+            RandomStream::schema(),
+            batches.clone(),
+            StreamOptions {
+                partitions: Some(2),
+                ..StreamOptions::default()
+            },
+        )
+        .unwrap();
+        let plan = ctx.sql(STATELESS).await.unwrap().explain();
+        assert!(
+            plan.contains(&format!("StreamExchangeExec: {expected}")),
+            "strategy '{strategy}': {plan}"
+        );
+        let table = TestTable::batches("t", RandomStream::schema(), batches.clone()).with_options(
+            StreamOptions {
+                partitions: Some(2),
+                ..StreamOptions::default()
+            },
+        );
+        Differential::same_sql(STATELESS)
+            .table(table)
+            .setting("freshet.partitioning_strategy", strategy)
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("strategy '{strategy}': {e}"));
+    }
+}
