@@ -45,20 +45,13 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
             let Partitioning::RoundRobinBatch(outputs) = repartition.partitioning() else {
                 return Ok(Transformed::no(node));
             };
-            if !reads_stream(repartition.input()) {
+            if !any_node(repartition.input(), is::<StreamSourceExec>) {
                 return Ok(Transformed::no(node));
             }
-            let (strategy, reason) = stateless_strategy(&setting);
-            let exchange = StreamExchangeExec::try_new(
-                Arc::clone(repartition.input()),
-                strategy,
-                *outputs,
-                None,
-            )?
-            .with_reason(reason);
-            Ok(Transformed::yes(
-                Arc::new(exchange) as Arc<dyn ExecutionPlan>
-            ))
+            let input = Arc::clone(repartition.input());
+            Ok(Transformed::yes(stateless_exchange(
+                input, &setting, *outputs,
+            )?))
         })?;
         if replaced.transformed || !matches!(setting.as_str(), "fan_in" | "round_robin") {
             return Ok(replaced.data);
@@ -67,21 +60,20 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
         // the user's fan-in or round-robin still applies where nothing relies on the
         // sources' partitions.
         let plan = replaced.data;
-        if contains::<StreamExchangeExec>(&plan) || requires_a_distribution(&plan) {
+        if any_node(&plan, |node| {
+            is::<StreamExchangeExec>(node) || requires_a_distribution(node)
+        }) {
             return Ok(plan);
         }
         let outputs = config.execution.target_partitions;
         Ok(plan
             .transform_up(|node| {
-                if node.downcast_ref::<StreamSourceExec>().is_none() {
+                if !is::<StreamSourceExec>(&node) {
                     return Ok(Transformed::no(node));
                 }
-                let (strategy, reason) = stateless_strategy(&setting);
-                let exchange =
-                    StreamExchangeExec::try_new(node, strategy, outputs, None)?.with_reason(reason);
-                Ok(Transformed::yes(
-                    Arc::new(exchange) as Arc<dyn ExecutionPlan>
-                ))
+                Ok(Transformed::yes(stateless_exchange(
+                    node, &setting, outputs,
+                )?))
             })?
             .data)
     }
@@ -93,6 +85,18 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// A [`StreamExchangeExec`] of `outputs` streams over `input` with the stateless strategy
+/// for `setting`.
+fn stateless_exchange(
+    input: Arc<dyn ExecutionPlan>,
+    setting: &str,
+    outputs: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let (strategy, reason) = stateless_strategy(setting);
+    let exchange = StreamExchangeExec::try_new(input, strategy, outputs, None)?;
+    Ok(Arc::new(exchange.with_reason(reason)))
 }
 
 /// The strategy of a stateless stage's exchange and why (see the module documentation).
@@ -116,36 +120,28 @@ fn stateless_strategy(setting: &str) -> (RoutingStrategy, String) {
     }
 }
 
-/// Whether a Freshet stream is read under `plan`.
-fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    contains::<StreamSourceExec>(plan)
+/// Whether `node` needs its input distributed in a certain way (an aggregation or join
+/// relying on the sources' partitioning): an exchange under it would break that.
+fn requires_a_distribution(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.input_distribution_requirements()
+        .into_per_child()
+        .iter()
+        .any(|d| !matches!(d, Distribution::UnspecifiedDistribution))
 }
 
-/// Whether an operator of `plan` needs its input distributed in a certain way (an
-/// aggregation or join relying on the sources' partitioning): an exchange under it would
-/// break that.
-fn requires_a_distribution(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut requires = false;
-    let _ = plan.apply(|node| {
-        requires |= node
-            .input_distribution_requirements()
-            .into_per_child()
-            .iter()
-            .any(|d| !matches!(d, Distribution::UnspecifiedDistribution));
-        Ok(if requires {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    });
-    requires
+/// Whether `node` is a `T`.
+fn is<T: ExecutionPlan + 'static>(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.downcast_ref::<T>().is_some()
 }
 
-/// Whether `plan` holds an operator of type `T`.
-fn contains<T: ExecutionPlan + 'static>(plan: &Arc<dyn ExecutionPlan>) -> bool {
+/// Whether some node of `plan` satisfies `predicate`.
+fn any_node(
+    plan: &Arc<dyn ExecutionPlan>,
+    predicate: impl Fn(&Arc<dyn ExecutionPlan>) -> bool,
+) -> bool {
     let mut found = false;
     let _ = plan.apply(|node| {
-        found |= node.downcast_ref::<T>().is_some();
+        found = predicate(node);
         Ok(if found {
             TreeNodeRecursion::Stop
         } else {

@@ -174,6 +174,29 @@ async fn stateless_queries_give_the_batch_result_under_every_strategy() {
     }
 }
 
+/// Freshet's plan of `STATELESS` at 2 streams under `strategy` ("" for automatic), over
+/// `batches` in `source_partitions` partitions.
+async fn stateless_plan(
+    strategy: &str,
+    source_partitions: usize,
+    batches: Vec<RecordBatch>,
+) -> String {
+    let ctx = StreamingContext::with_partitions(2);
+    if !strategy.is_empty() {
+        ctx.session()
+            .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
+            .await
+            .unwrap();
+    }
+    let options = StreamOptions {
+        partitions: Some(source_partitions),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", RandomStream::schema(), batches, options)
+        .unwrap();
+    ctx.sql(STATELESS).await.unwrap().explain()
+}
+
 #[tokio::test]
 async fn explain_names_the_stateless_exchange_strategy_and_why() {
     for (strategy, expected) in [
@@ -198,24 +221,7 @@ async fn explain_names_the_stateless_exchange_strategy_and_why() {
             "strategy=round_robin, partitions=1->2 (auto: the user's hash needs keys",
         ),
     ] {
-        let ctx = StreamingContext::with_partitions(2);
-        if !strategy.is_empty() {
-            ctx.session()
-                .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
-                .await
-                .unwrap();
-        }
-        ctx.register_batches(
-            "t",
-            RandomStream::schema(),
-            RandomStream::new(1).rows(10).generate(),
-            StreamOptions {
-                partitions: Some(1),
-                ..StreamOptions::default()
-            },
-        )
-        .unwrap();
-        let plan = ctx.sql(STATELESS).await.unwrap().explain();
+        let plan = stateless_plan(strategy, 1, RandomStream::new(1).rows(10).generate()).await;
         assert!(
             plan.contains(&format!("StreamExchangeExec: {expected}")),
             "strategy '{strategy}': {plan}"
@@ -237,22 +243,7 @@ async fn user_fan_in_and_round_robin_apply_to_sources_with_a_partition_per_strea
             "strategy=round_robin, partitions=2->2 (user)",
         ),
     ] {
-        let ctx = StreamingContext::with_partitions(2);
-        ctx.session()
-            .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
-            .await
-            .unwrap();
-        ctx.register_batches(
-            "t",
-            RandomStream::schema(),
-            batches.clone(),
-            StreamOptions {
-                partitions: Some(2),
-                ..StreamOptions::default()
-            },
-        )
-        .unwrap();
-        let plan = ctx.sql(STATELESS).await.unwrap().explain();
+        let plan = stateless_plan(strategy, 2, batches.clone()).await;
         assert!(
             plan.contains(&format!("StreamExchangeExec: {expected}")),
             "strategy '{strategy}': {plan}"
