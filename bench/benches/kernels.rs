@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::common::ScalarValue;
+use datafusion::common::hash_utils::create_hashes;
 use datafusion::functions_aggregate::average::avg_udaf;
 use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::physical_expr::PhysicalExpr;
@@ -18,6 +19,7 @@ use datafusion::physical_plan::aggregates::group_values::{
     GroupValues, new_group_values as datafusion_group_values,
 };
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
 use freshet_engine::aggregate::{
     GroupTable, RunningAggregates, WindowedGroupValues, new_group_values,
 };
@@ -53,6 +55,27 @@ fn kernels(c: &mut Criterion) {
         col("symbol", &schema).expect("column"),    // ok: bench setup
     ];
     let mut hash = Router::try_new(&RoutingStrategy::Hash(keys.clone()), 0, 1, 2).expect("router"); // ok: bench setup
+    // The two pieces of hash routing's cost: hashing the keys and gathering a Utf8 column.
+    let key_arrays = vec![batch.column(1).clone(), batch.column(0).clone()];
+    let mut hashes = vec![0u64; ROWS];
+    group.bench_function("create_hashes_two_utf8_keys", |b| {
+        b.iter(|| {
+            hashes.fill(0);
+            create_hashes(
+                &key_arrays,
+                REPARTITION_RANDOM_STATE.random_state(),
+                &mut hashes,
+            )
+            .map(|h| h[0])
+        })
+    });
+    let order: UInt32Array = (0..ROWS as u32)
+        .map(|i| (i % 2) * (ROWS as u32 / 2) + i / 2)
+        .collect();
+    let symbols = batch.column(0).clone();
+    group.bench_function("arrow_take_utf8", |b| {
+        b.iter(|| take(symbols.as_ref(), &order, None).expect("take")) // ok: bench
+    });
     group.bench_function("hash_routing_2_streams", |b| {
         b.iter(|| hash.route(batch.clone()).expect("routes")) // ok: bench
     });
