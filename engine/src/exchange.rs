@@ -80,7 +80,12 @@ impl StreamExchangeExec {
     ) -> Result<Self> {
         let outputs = match strategy {
             RoutingStrategy::FanIn => 1,
-            RoutingStrategy::Sticky => input.output_partitioning().partition_count(),
+            // Each source partition stays whole; more of them than streams share streams
+            // (`p mod n`), fewer keep their own.
+            RoutingStrategy::Sticky => input
+                .output_partitioning()
+                .partition_count()
+                .min(outputs.max(1)),
             _ => outputs.max(1),
         };
         let partitioning = match &strategy {

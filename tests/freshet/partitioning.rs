@@ -33,8 +33,17 @@ fn keyed_partitions(partitions: usize) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch
 }
 
 fn context(partitions: usize, partitioned_by: &[&str]) -> (StreamingContext, Vec<RecordBatch>) {
-    let (batches, split) = keyed_partitions(partitions);
-    let ctx = StreamingContext::with_partitions(partitions);
+    context_onto(partitions, partitions, partitioned_by)
+}
+
+/// `sources` source partitions read by `streams` streams.
+fn context_onto(
+    sources: usize,
+    streams: usize,
+    partitioned_by: &[&str],
+) -> (StreamingContext, Vec<RecordBatch>) {
+    let (batches, split) = keyed_partitions(sources);
+    let ctx = StreamingContext::with_partitions(streams);
     let options = StreamOptions {
         event_time: Some("ts".to_string()),
         out_of_orderness: std::time::Duration::from_secs(1),
@@ -104,6 +113,25 @@ async fn automatic_choice_keeps_a_source_partitioned_by_the_keys_sticky() {
     let (ctx, _) = context(2, &[]);
     let plan = ctx.sql(WINDOWED).await.unwrap().explain();
     assert!(plan.contains("(auto: hash on the GROUP BY keys)"), "{plan}");
+}
+
+#[tokio::test]
+async fn sticky_maps_more_source_partitions_than_streams_onto_the_streams() {
+    for (sources, streams) in [(4, 2), (3, 2), (5, 1)] {
+        for setting in ["", " WITH ('partitioning_strategy' = 'sticky')"] {
+            let (ctx, batches) = context_onto(sources, streams, &["k1"]);
+            let query = ctx.sql(&format!("{WINDOWED}{setting}")).await.unwrap();
+            let plan = query.explain();
+            assert!(
+                plan.contains(&format!("strategy=sticky, partitions={sources}->{streams}")),
+                "{plan}"
+            );
+            let actual: Vec<RecordBatch> =
+                query.execute_merged().unwrap().try_collect().await.unwrap();
+            compare_results(&batch_result(batches).await, &actual, false)
+                .unwrap_or_else(|e| panic!("{sources} sources onto {streams} streams: {e}"));
+        }
+    }
 }
 
 #[tokio::test]
