@@ -15,6 +15,12 @@
 //! that, one fast source partition would fill the consumers' state with windows that cannot
 //! close until the slowest partition catches up.
 //!
+//! With a [`PartialAggregate`] (two-phase aggregation), each input task first folds its batch
+//! into partial states and routes those instead of the rows. The partial step decides which
+//! rows are late against the watermark the final step will hold when it reads the states;
+//! to make that exact, the input tasks then take turns (one async lock) for the span from
+//! reading the watermark to having sent their states and any new watermark.
+//!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
 
@@ -28,6 +34,9 @@ use datafusion::common::{DataFusionError, Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
@@ -39,6 +48,7 @@ use futures::{StreamExt, future};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
+use crate::aggregate::{PartialAggregate, PartialAggregator};
 use crate::plan_util::single_child;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
@@ -55,6 +65,27 @@ pub struct StreamExchangeExec {
     reason: String,
     properties: Arc<PlanProperties>,
     running: Arc<Mutex<Option<Running>>>,
+    /// Two-phase aggregation: the partial step run on each input partition.
+    partial: Option<Arc<PartialAggregate>>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+fn exchange_properties(
+    input: &Arc<dyn ExecutionPlan>,
+    strategy: &RoutingStrategy,
+    outputs: usize,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+) -> PlanProperties {
+    let partitioning = match strategy {
+        RoutingStrategy::Hash(keys) => Partitioning::Hash(keys.clone(), outputs),
+        _ => Partitioning::UnknownPartitioning(outputs),
+    };
+    PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        partitioning,
+        EmissionType::Incremental,
+        input.boundedness(),
+    )
 }
 
 /// The channels of one execution, taken one output at a time.
@@ -88,16 +119,7 @@ impl StreamExchangeExec {
                 .min(outputs.max(1)),
             _ => outputs.max(1),
         };
-        let partitioning = match &strategy {
-            RoutingStrategy::Hash(keys) => Partitioning::Hash(keys.clone(), outputs),
-            _ => Partitioning::UnknownPartitioning(outputs),
-        };
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(input.schema()),
-            partitioning,
-            EmissionType::Incremental,
-            input.boundedness(),
-        );
+        let properties = exchange_properties(&input, &strategy, outputs, input.schema());
         Ok(Self {
             input,
             strategy,
@@ -106,7 +128,24 @@ impl StreamExchangeExec {
             reason: String::new(),
             properties: Arc::new(properties),
             running: Arc::new(Mutex::new(None)),
+            partial: None,
+            metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// Runs `partial` on each input partition and routes its partial states (whose schema
+    /// the exchange then has) instead of the rows; the strategy's keys refer to the states.
+    pub fn with_partial_aggregate(mut self, partial: Arc<PartialAggregate>) -> Self {
+        let properties =
+            exchange_properties(&self.input, &self.strategy, self.outputs, partial.schema());
+        self.properties = Arc::new(properties);
+        self.partial = Some(partial);
+        self
+    }
+
+    /// The partial aggregation step, in two-phase aggregation.
+    pub fn partial_aggregate(&self) -> Option<&Arc<PartialAggregate>> {
+        self.partial.as_ref()
     }
 
     /// Records why the strategy was chosen, for EXPLAIN.
@@ -172,9 +211,23 @@ impl StreamExchangeExec {
             drift_limit: 0,
         }));
         let advanced = Arc::new(Notify::new());
+        let turns = self
+            .partial
+            .as_ref()
+            .map(|_| Arc::new(tokio::sync::Mutex::new(())));
         let mut tasks = Vec::with_capacity(inputs);
         for input in 0..inputs {
             let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
+            let partial = match &self.partial {
+                Some(partial) => Some(PartialStep {
+                    aggregator: partial.aggregator()?,
+                    late_dropped: MetricBuilder::new(&self.metrics)
+                        .counter("late_records_dropped", input),
+                    null_time_dropped: MetricBuilder::new(&self.metrics)
+                        .counter("null_event_time_dropped", input),
+                }),
+                None => None,
+            };
             let task = InputTask {
                 input,
                 plan: Arc::clone(&self.input),
@@ -184,6 +237,8 @@ impl StreamExchangeExec {
                 watermarks: Arc::clone(&watermarks),
                 advanced: Arc::clone(&advanced),
                 event_time: self.event_time,
+                partial,
+                turns: turns.clone(),
             };
             tasks.push(SpawnedTask::spawn(task.run()));
         }
@@ -193,6 +248,7 @@ impl StreamExchangeExec {
                 senders.iter().map(mpsc::Sender::downgrade).collect(),
                 Arc::clone(&watermarks),
                 Arc::clone(&advanced),
+                turns,
             )));
         }
         Ok(Running {
@@ -232,6 +288,27 @@ struct InputTask {
     /// Woken whenever the combined watermark rises or an input ends.
     advanced: Arc<Notify>,
     event_time: Option<EventTime>,
+    partial: Option<PartialStep>,
+    /// Two-phase aggregation: held from reading the watermark for the partial step to having
+    /// sent the states and any new watermark (see the module documentation).
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// The partial aggregation of one input partition and its counters.
+struct PartialStep {
+    aggregator: PartialAggregator,
+    late_dropped: Count,
+    null_time_dropped: Count,
+}
+
+/// Takes the turn, when the exchange's inputs take turns.
+async fn take_turn(
+    turns: &Option<Arc<tokio::sync::Mutex<()>>>,
+) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    match turns {
+        Some(turns) => Some(turns.lock().await),
+        None => None,
+    }
 }
 
 impl InputTask {
@@ -240,6 +317,7 @@ impl InputTask {
         let senders = std::mem::take(&mut self.senders);
         match outcome {
             Ok(()) => {
+                let _turn = take_turn(&self.turns).await;
                 let watermark = {
                     let mut progress = self.watermarks.lock();
                     progress.tracker.finish(self.input);
@@ -264,6 +342,7 @@ impl InputTask {
         let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
+            let turn = take_turn(&self.turns).await;
             let (newest, span) = match &self.event_time {
                 Some(event_time) => match event_time.range_in(&batch)? {
                     Some((oldest, newest)) => (Some(newest), newest.saturating_sub(oldest)),
@@ -271,7 +350,21 @@ impl InputTask {
                 },
                 None => (None, 0),
             };
-            for (output, piece) in self.router.route(batch)? {
+            let batch = match &mut self.partial {
+                Some(partial) => {
+                    let watermark = self.watermarks.lock().sent;
+                    let outcome = partial.aggregator.aggregate(&batch, watermark)?;
+                    partial.late_dropped.add(outcome.late);
+                    partial.null_time_dropped.add(outcome.null_times);
+                    outcome.states
+                }
+                None => Some(batch),
+            };
+            for (output, piece) in batch
+                .map(|b| self.router.route(b))
+                .transpose()?
+                .unwrap_or_default()
+            {
                 // A closed channel means its consumer stopped reading; the others go on.
                 let _ = self.senders[output]
                     .send(Ok(StreamMessage::Batch(piece)))
@@ -288,32 +381,33 @@ impl InputTask {
                     self.advanced.notify_waiters();
                     broadcast(&self.senders, || Ok(StreamMessage::Watermark(watermark))).await;
                 }
-                self.wait_for_slower_inputs().await;
+                drop(turn);
+                wait_for_slower_inputs(self.input, &self.watermarks, &self.advanced).await;
             }
         }
         Ok(())
     }
+}
 
-    /// Waits while this input is further ahead of the combined watermark than the drift
-    /// limit allows.
-    async fn wait_for_slower_inputs(&self) {
-        loop {
-            let woken = self.advanced.notified();
-            {
-                let progress = self.watermarks.lock();
-                let ahead = match (
-                    progress.tracker.input(self.input),
-                    progress.tracker.watermark(Instant::now()),
-                ) {
-                    (Some(mine), Some(combined)) => mine.saturating_sub(combined),
-                    _ => 0,
-                };
-                if ahead <= progress.drift_limit {
-                    return;
-                }
+/// Waits while input `input` is further ahead of the combined watermark than the drift
+/// limit allows.
+async fn wait_for_slower_inputs(input: usize, watermarks: &Mutex<Progress>, advanced: &Notify) {
+    loop {
+        let woken = advanced.notified();
+        {
+            let progress = watermarks.lock();
+            let ahead = match (
+                progress.tracker.input(input),
+                progress.tracker.watermark(Instant::now()),
+            ) {
+                (Some(mine), Some(combined)) => mine.saturating_sub(combined),
+                _ => 0,
+            };
+            if ahead <= progress.drift_limit {
+                return;
             }
-            woken.await;
         }
+        woken.await;
     }
 }
 
@@ -325,6 +419,7 @@ async fn watch_idle_inputs(
     senders: Vec<mpsc::WeakSender<Message>>,
     watermarks: Arc<Mutex<Progress>>,
     advanced: Arc<Notify>,
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
 ) {
     let mut ticks = tokio::time::interval(timeout);
     loop {
@@ -336,6 +431,7 @@ async fn watch_idle_inputs(
         else {
             return;
         };
+        let _turn = take_turn(&turns).await;
         let watermark = watermarks.lock().advance();
         if let Some(watermark) = watermark {
             advanced.notify_waiters();
@@ -361,6 +457,13 @@ impl DisplayAs for StreamExchangeExec {
         )?;
         if !self.reason.is_empty() {
             write!(f, " ({})", self.reason)?;
+        }
+        if let Some(partial) = &self.partial {
+            write!(
+                f,
+                ", partial_aggregate=[{}] per input partition",
+                partial.aggregate_names().join(", ")
+            )?;
         }
         if let Some(event_time) = &self.event_time {
             write!(
@@ -417,10 +520,13 @@ impl ExecutionPlan for StreamExchangeExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let child = single_child("StreamExchangeExec", children)?;
-        Ok(Arc::new(
+        let mut exchange =
             Self::try_new(child, self.strategy.clone(), self.outputs, self.event_time)?
-                .with_reason(self.reason.clone()),
-        ))
+                .with_reason(self.reason.clone());
+        if let Some(partial) = &self.partial {
+            exchange = exchange.with_partial_aggregate(Arc::clone(partial));
+        }
+        Ok(Arc::new(exchange))
     }
 
     fn with_new_children(
@@ -451,6 +557,10 @@ impl ExecutionPlan for StreamExchangeExec {
             self.schema(),
             batches,
         )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

@@ -22,8 +22,11 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use freshet_engine::StreamExchangeExec;
-use freshet_engine::aggregate::{AggregateEmit, AggregateSpec, WindowAggregateExec, WindowKey};
+use freshet_engine::aggregate::{
+    AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
+};
 use freshet_engine::window::{WindowSpec, duration_in_unit};
+use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
 use crate::stream_inputs::{choose_strategy, event_time};
@@ -152,15 +155,6 @@ fn streaming_aggregate(
         .filter(|(i, _)| Some(*i) != window.as_ref().map(|w| w.position))
         .map(|(_, (e, _))| Arc::clone(e))
         .collect();
-    let (strategy, reason) =
-        choose_strategy(&options.partitioning_strategy, keys, &input, "GROUP BY")?;
-    let exchange = StreamExchangeExec::try_new(
-        input,
-        strategy,
-        config.execution.target_partitions,
-        event_time,
-    )?
-    .with_reason(reason);
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(
             &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms as i64)),
@@ -185,8 +179,73 @@ fn streaming_aggregate(
         allowed_lateness,
         schema: aggregate.schema(),
     };
+    let setting = options.partitioning_strategy.as_str();
+    let exchange = match two_phase(setting, &keys, &spec)? {
+        Some((partial, reason)) => {
+            let partial = Arc::new(partial);
+            let strategy = if keys.is_empty() {
+                RoutingStrategy::FanIn
+            } else {
+                RoutingStrategy::Hash(partial.key_columns())
+            };
+            StreamExchangeExec::try_new(
+                input,
+                strategy,
+                config.execution.target_partitions,
+                event_time,
+            )?
+            .with_reason(reason)
+            .with_partial_aggregate(partial)
+        }
+        None => {
+            let (strategy, reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
+            StreamExchangeExec::try_new(
+                input,
+                strategy,
+                config.execution.target_partitions,
+                event_time,
+            )?
+            .with_reason(reason)
+        }
+    };
     let streaming = WindowAggregateExec::try_new(Arc::new(exchange), spec)?;
     Ok(Some(Arc::new(streaming)))
+}
+
+/// Whether the aggregation runs in two phases (a partial step per source partition in the
+/// exchange, the final step after it), and why: when the user asks for `two_phase` (an error
+/// where it does not apply), and automatically for a GROUP BY without keys over tumbling or
+/// hopping windows with EMIT FINAL, whose single final stream would otherwise receive every
+/// raw row.
+fn two_phase(
+    setting: &str,
+    keys: &[Arc<dyn PhysicalExpr>],
+    spec: &AggregateSpec,
+) -> Result<Option<(PartialAggregate, String)>> {
+    let destination = if keys.is_empty() {
+        "one final stream"
+    } else {
+        "states hashed on the GROUP BY keys"
+    };
+    match setting {
+        "two_phase" => Ok(Some((
+            PartialAggregate::try_new(spec)?,
+            format!("user: partial aggregates per source partition, {destination}"),
+        ))),
+        "" if keys.is_empty()
+            && spec.emit == AggregateEmit::Final
+            && spec
+                .window
+                .as_ref()
+                .is_some_and(|w| !matches!(w.spec, WindowSpec::Session { .. })) =>
+        {
+            Ok(Some((
+                PartialAggregate::try_new(spec)?,
+                format!("auto: no keys; partial aggregates per source partition, {destination}"),
+            )))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's

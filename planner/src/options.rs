@@ -16,7 +16,7 @@ extensions_options! {
         /// event time; EMIT FINAL waits this long before emitting a window.
         pub allowed_lateness_ms: u64, default = 0
         /// How keyed streaming operators are fed: '' (chosen from the plan), 'hash',
-        /// 'sticky', 'round_robin' or 'fan_in'. A query's WITH ('partitioning_strategy' = …)
+        /// 'sticky', 'round_robin', 'fan_in' or 'two_phase'. A query's WITH ('partitioning_strategy' = …)
         /// sets it for that query.
         pub partitioning_strategy: String, default = String::new()
         /// Window functions (OVER): forget a PARTITION BY key after this many milliseconds of

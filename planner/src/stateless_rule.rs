@@ -108,10 +108,11 @@ fn stateless_strategy(setting: &str) -> (RoutingStrategy, String) {
             "user: each stream keeps its source partition".to_string(),
         ),
         "fan_in" => (RoutingStrategy::FanIn, "user: one stream".to_string()),
-        "hash" => (
+        "hash" | "two_phase" => (
             RoutingStrategy::RoundRobin,
-            "auto: the user's hash needs keys, a stateless stage has none; fewer source partitions than streams"
-                .to_string(),
+            format!(
+                "auto: the user's {setting} needs keys or an aggregation, a stateless stage has neither; fewer source partitions than streams"
+            ),
         ),
         _ => (
             RoutingStrategy::RoundRobin,

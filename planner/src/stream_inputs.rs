@@ -79,6 +79,11 @@ pub(crate) fn choose_strategy(
                     .map_or("input".to_string(), |t| format!("'{t}'"))
             );
         }
+        "two_phase" => {
+            return plan_err!(
+                "partitioning_strategy 'two_phase' applies to GROUP BY over tumbling or hopping windows with EMIT FINAL; a {role} needs 'hash' (or 'sticky' on a source partitioned by its keys)"
+            );
+        }
         "round_robin" => {
             return plan_err!(
                 "partitioning_strategy 'round_robin' would give wrong results: it sends one key's rows to several streams; a {role} needs 'hash' (or 'sticky' on a source partitioned by its keys)"
@@ -86,7 +91,7 @@ pub(crate) fn choose_strategy(
         }
         other => {
             return plan_err!(
-                "unknown partitioning_strategy '{other}': expected hash, sticky, round_robin or fan_in"
+                "unknown partitioning_strategy '{other}': expected hash, sticky, round_robin, fan_in or two_phase"
             );
         }
     })

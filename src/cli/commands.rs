@@ -38,9 +38,9 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         None => StreamingContext::new(),
     };
     if let Some(strategy) = &args.strategy {
-        if !["hash", "sticky", "round_robin", "fan_in"].contains(&strategy.as_str()) {
+        if !["hash", "sticky", "round_robin", "fan_in", "two_phase"].contains(&strategy.as_str()) {
             return plan_err!(
-                "--strategy {strategy}: expected hash, sticky, round_robin or fan_in"
+                "--strategy {strategy}: expected hash, sticky, round_robin, fan_in or two_phase"
             );
         }
         ctx.session()

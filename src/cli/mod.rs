@@ -55,7 +55,7 @@ pub struct PlanArgs {
     /// Watermark delay (out-of-orderness) of every --table that does not set its own, e.g. 5s.
     #[arg(long, value_name = "DURATION")]
     pub watermark: Option<String>,
-    /// How keyed operators are fed: hash, sticky, round_robin or fan_in (default: chosen
+    /// How keyed operators are fed: hash, sticky, round_robin, fan_in or two_phase (default: chosen
     /// from the plan; a query's WITH ('partitioning_strategy' = …) overrides it).
     #[arg(long, value_name = "STRATEGY")]
     pub strategy: Option<String>,

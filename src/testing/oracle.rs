@@ -74,6 +74,8 @@ pub struct Differential {
     settings: Vec<(String, String)>,
     /// Operators Freshet's plan must not hold (e.g. a DataFusion operator a rule replaces).
     absent_operators: Vec<String>,
+    /// Text Freshet's plan must hold (e.g. the strategy an exchange must use).
+    required_plan_text: Vec<String>,
 }
 
 impl Differential {
@@ -87,6 +89,7 @@ impl Differential {
             ordered: false,
             settings: Vec::new(),
             absent_operators: Vec::new(),
+            required_plan_text: Vec::new(),
         }
     }
 
@@ -122,6 +125,13 @@ impl Differential {
     /// comparison is about Freshet's own operators, not a fallback to DataFusion's.
     pub fn without_operator(mut self, name: &str) -> Self {
         self.absent_operators.push(name.to_string());
+        self
+    }
+
+    /// Fails unless Freshet's plan (EXPLAIN text) holds `text`: the comparison is about that
+    /// plan.
+    pub fn with_plan_text(mut self, text: &str) -> Self {
+        self.required_plan_text.push(text.to_string());
         self
     }
 
@@ -181,6 +191,13 @@ impl Differential {
             .find(|name| plan.contains(&format!("{name}:")))
         {
             return datafusion::common::plan_err!("the plan holds {name}:\n{plan}");
+        }
+        if let Some(text) = self
+            .required_plan_text
+            .iter()
+            .find(|text| !plan.contains(text.as_str()))
+        {
+            return datafusion::common::plan_err!("the plan lacks '{text}':\n{plan}");
         }
         query.execute_merged()?.try_collect().await
     }

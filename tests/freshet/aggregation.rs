@@ -28,7 +28,7 @@ fn market_data(records: u64, batch_size: usize, disorder_ms: i64) -> TestTable {
     TestTable::new("market_data", TestSource::Generator(spec)).with_options(options)
 }
 
-fn random_table(stream: &RandomStream) -> TestTable {
+pub(crate) fn random_table(stream: &RandomStream) -> TestTable {
     let options = StreamOptions {
         event_time: Some("ts".to_string()),
         out_of_orderness: std::time::Duration::from_millis(stream.disorder_ms as u64),

@@ -9,3 +9,4 @@ mod over;
 mod partitioning;
 mod s0;
 mod support;
+mod two_phase;

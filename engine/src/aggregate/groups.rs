@@ -116,6 +116,33 @@ impl GroupTable {
         Ok(())
     }
 
+    /// Interns `keys` and merges partial aggregate states into the aggregates: `states[i]`
+    /// are the state columns of aggregate `i` (as [`Self::emit_states`] gives them).
+    pub fn merge(
+        &mut self,
+        keys: &[ArrayRef],
+        states: &[Vec<ArrayRef>],
+        rows: usize,
+    ) -> Result<()> {
+        self.intern(keys, rows)?;
+        for (accumulator, states) in self.accumulators.iter_mut().zip(states) {
+            accumulator.merge_batch(states, &self.group_ids, self.groups)?;
+        }
+        Ok(())
+    }
+
+    /// The key columns and the aggregates' partial states (columns per aggregate) of the
+    /// groups `emit_to` names, which leave the table.
+    pub fn emit_states(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>)> {
+        let keys = self.emit_keys(emit_to)?;
+        let states = self
+            .accumulators
+            .iter_mut()
+            .map(|accumulator| accumulator.state(emit_to))
+            .collect::<Result<_>>()?;
+        Ok((keys, states))
+    }
+
     /// The key columns and aggregate results of the groups `emit_to` names, which leave the
     /// table (the remaining groups' ids shift down).
     pub fn emit(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {

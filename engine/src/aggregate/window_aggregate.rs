@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take};
 use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -45,15 +45,17 @@ use datafusion::physical_plan::{
     ReplaceChildrenOptions,
 };
 
+use super::assignment::{Assignment, assign_windows};
 use super::groups::GroupTable;
 use super::late::LateRecords;
+use super::partial::PartialStates;
 use super::running::RunningAggregates;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::event_times;
-use crate::window::{WindowSpec, window_starts};
+use crate::window::WindowSpec;
 
 /// A GROUP BY expression over the input and its output name.
 pub type GroupExpr = (Arc<dyn PhysicalExpr>, String);
@@ -125,12 +127,17 @@ impl WindowAggregateExec {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
         let properties = stateful_properties(&input, &spec.schema);
+        // Two-phase: late records are found, and sent, by the partial step.
+        let late_records = input
+            .downcast_ref::<StreamExchangeExec>()
+            .and_then(|e| e.partial_aggregate())
+            .map_or_else(LateRecords::default, |p| p.late_records().clone());
         Ok(Self {
             input,
             spec,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
-            late_records: LateRecords::default(),
+            late_records,
         })
     }
 
@@ -318,13 +325,9 @@ struct AggregateState {
     reservation: MemoryReservation,
     /// Session windows: the rows of open sessions.
     sessions: Option<SessionBuffer>,
-}
-
-/// Rows of a batch assigned to windows: their window starts and, when not every row of the
-/// batch takes part, which rows.
-struct Assignment {
-    starts: Option<Int64Array>,
-    rows: Option<UInt32Array>,
+    /// Two-phase aggregation: the input is partial states of this many key columns and of
+    /// aggregates with these numbers of state columns.
+    merge: Option<(usize, Vec<usize>)>,
 }
 
 impl AggregateState {
@@ -395,6 +398,10 @@ impl AggregateState {
                 Some(WindowSpec::Session { .. }) => Some(SessionBuffer::new(input_schema)),
                 _ => None,
             },
+            merge: exec
+                .exchange()?
+                .partial_aggregate()
+                .map(|p| (p.key_count(), p.state_widths().to_vec())),
         })
     }
 
@@ -410,79 +417,38 @@ impl AggregateState {
             .saturating_add(self.allowed_lateness)
     }
 
+    /// Windows starting at or before this are closed.
+    fn closed_through(&self) -> i64 {
+        self.closes_at(0)
+            .saturating_neg()
+            .saturating_add(self.watermark)
+    }
+
     /// The windows of `batch`'s rows (one assignment per overlapping window of a hop);
     /// counts, and sends to the side output, rows with no event time or only closed windows.
     fn assign(&self, batch: &RecordBatch) -> Result<Vec<Assignment>> {
         let Some(window) = &self.window else {
-            return Ok(vec![Assignment {
-                starts: None,
-                rows: None,
-            }]);
+            return Ok(vec![Assignment::whole_batch()]);
         };
-        let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
-        let times = event_times(&time)?;
-        let times = times.as_primitive::<Int64Type>();
-        let (slide, assignments, offset) = match window.spec {
-            WindowSpec::Tumble { size, offset } => (size, 1, offset),
-            WindowSpec::Hop { size, slide } => (slide, size / slide, 0),
-            WindowSpec::Session { .. } => {
-                return internal_err!("session windows are not run by WindowAggregateExec");
-            }
-        };
-        // Windows starting at or before this are closed.
-        let closed_through = self
-            .closes_at(0)
-            .saturating_neg()
-            .saturating_add(self.watermark);
-        let latest = window_starts(times, slide, offset);
-        // A row is late when even its latest window is closed.
-        let late = latest
-            .iter()
-            .filter(|start| start.is_some_and(|s| s <= closed_through))
-            .count();
-        self.metrics.null_time_dropped.add(latest.null_count());
-        self.metrics.late_dropped.add(late);
-        if late > 0 && self.late_records.wanted() {
-            let is_late: BooleanArray = latest
-                .iter()
-                .map(|start| Some(start.is_some_and(|s| s <= closed_through)))
-                .collect();
-            self.late_records.send(batch, &is_late)?;
+        let assigned = assign_windows(window, self.closed_through(), batch)?;
+        self.metrics.null_time_dropped.add(assigned.null_times);
+        self.metrics.late_dropped.add(assigned.late_count);
+        if let Some(late) = &assigned.late
+            && self.late_records.wanted()
+        {
+            self.late_records.send(batch, late)?;
         }
-        (0..assignments)
-            .map(|j| {
-                let starts = if j == 0 {
-                    latest.clone()
-                } else {
-                    latest.unary(|s| s.wrapping_sub(j * slide))
-                };
-                let all_open =
-                    starts.null_count() == 0 && starts.values().iter().all(|s| *s > closed_through);
-                if all_open {
-                    return Ok(Assignment {
-                        starts: Some(starts),
-                        rows: None,
-                    });
-                }
-                let rows: UInt32Array = starts
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.is_some_and(|s| s > closed_through))
-                    .map(|(row, _)| row as u32)
-                    .collect();
-                let starts = take(&starts, &rows, None)?
-                    .as_primitive::<Int64Type>()
-                    .clone();
-                Ok(Assignment {
-                    starts: Some(starts),
-                    rows: Some(rows),
-                })
-            })
-            .collect()
+        Ok(assigned.assignments)
     }
 
     fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        if let Some((key_count, state_widths)) = &self.merge {
+            let states = PartialStates::split(batch, *key_count, state_widths)?;
+            self.merge_states(states)?;
+            self.report_state()?;
             return Ok(None);
         }
         self.metrics.records_in.add(batch.num_rows());
@@ -508,19 +474,7 @@ impl AggregateState {
             .collect::<Result<_>>()?;
         let mut outputs = Vec::new();
         for assignment in assignments {
-            let pick = |arrays: &[ArrayRef]| -> Result<Vec<ArrayRef>> {
-                match &assignment.rows {
-                    None => Ok(arrays.to_vec()),
-                    Some(rows) => arrays
-                        .iter()
-                        .map(|a| Ok(take(a.as_ref(), rows, None)?))
-                        .collect(),
-                }
-            };
-            let rows = assignment
-                .rows
-                .as_ref()
-                .map_or(batch.num_rows(), |r| r.len());
+            let rows = assignment.len(batch.num_rows());
             if rows == 0 {
                 continue;
             }
@@ -529,17 +483,14 @@ impl AggregateState {
                 None => None,
             };
             let mut table_keys: Vec<ArrayRef> = window_column.iter().cloned().collect();
-            table_keys.extend(pick(&keys)?);
+            table_keys.extend(assignment.pick(&keys)?);
             let arguments = arguments
                 .iter()
-                .map(|a| pick(a))
+                .map(|a| assignment.pick(a))
                 .collect::<Result<Vec<_>>>()?;
             let filters = filters
                 .iter()
-                .map(|f| match f {
-                    Some(f) => Ok(Some(pick(std::slice::from_ref(f))?[0].as_boolean().clone())),
-                    None => Ok(None),
-                })
+                .map(|f| assignment.pick_filter(f))
                 .collect::<Result<Vec<_>>>()?;
             if let Some(output) = self.update(
                 assignment.starts.as_ref(),
@@ -593,6 +544,51 @@ impl AggregateState {
             }
         };
         if let Some(starts) = starts {
+            self.track_new_groups(starts, rows)?;
+        }
+        Ok(output)
+    }
+
+    /// Two-phase aggregation: merges a batch of partial states into the table.
+    fn merge_states(&mut self, states: PartialStates) -> Result<()> {
+        let closed_through = self.closed_through();
+        let open: BooleanArray = states
+            .starts
+            .iter()
+            .map(|s| Some(s.is_some_and(|s| s > closed_through)))
+            .collect();
+        let records: u64 = states.records.values().iter().sum();
+        // The partial step judged lateness at this operator's watermark, so no state of a
+        // closed window should come; if one does, its records are dropped and counted.
+        let states = if open.true_count() == open.len() {
+            states
+        } else {
+            let closed = open.len() - open.true_count();
+            let late: u64 = states
+                .records
+                .iter()
+                .zip(open.iter())
+                .filter(|(_, open)| *open == Some(false))
+                .map(|(n, _)| n.unwrap_or(0))
+                .sum();
+            self.metrics.late_dropped.add(late as usize);
+            if closed == open.len() {
+                return Ok(());
+            }
+            states.filter(&open)?
+        };
+        self.metrics.records_in.add(records as usize);
+        let rows = states.starts.len();
+        let mut table_keys = vec![self.window_column(&states.starts)?];
+        table_keys.extend(states.keys);
+        self.table.merge(&table_keys, &states.states, rows)?;
+        self.track_new_groups(&states.starts, rows)
+    }
+
+    /// After an update or merge of `rows` rows with window `starts`: records the window of
+    /// each group it created, and counts windows opening.
+    fn track_new_groups(&mut self, starts: &Int64Array, rows: usize) -> Result<()> {
+        {
             // The groups this update created are the ids from the old table length on (not
             // necessarily numbered in order of appearance): each takes its first row's window.
             let known = self.group_windows.len();
@@ -619,7 +615,7 @@ impl AggregateState {
                 }
             }
         }
-        Ok(output)
+        Ok(())
     }
 
     /// Moves the watermark; emits (EMIT FINAL) or forgets the groups of the windows it closes.

@@ -1,0 +1,348 @@
+//! [`PartialAggregate`]: the first step of two-phase window aggregation, run by the exchange
+//! on each source partition before the shuffle, so that partial states rather than raw rows
+//! cross it.
+//!
+//! For each input batch, the rows are assigned to their tumbling or hopping windows against
+//! the watermark the final step will have when it reads the result (the exchange serialises
+//! watermarks and partial results, so the two agree exactly); rows without an event time and
+//! late rows are dropped, counted, and late rows go to the query's late-record side output,
+//! as the single-phase aggregation does. The rest are folded into a [`GroupTable`] keyed by
+//! (window start, GROUP BY keys), which is emitted whole as one batch of partial states:
+//!
+//! `__window_start` (Int64, event-time units), the key columns, each aggregate's state
+//! columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input records counted
+//! in that row — a hop's record counts in its latest window only).
+//!
+//! The final step ([`super::WindowAggregateExec`] over an exchange with a partial aggregate)
+//! merges these states (`merge_batch`) per (window, keys) and emits windows as usual.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
+use datafusion::arrow::compute::filter;
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::common::{Result, internal_err, plan_err};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Column;
+
+use super::assignment::assign_windows;
+use super::groups::GroupTable;
+use super::late::LateRecords;
+use super::window_aggregate::{AggregateEmit, AggregateSpec, WindowKey};
+use crate::plan_util::evaluate;
+use crate::window::WindowSpec;
+
+/// Name of the window-start column of partial states.
+pub const WINDOW_START_COLUMN: &str = "__window_start";
+/// Name of the record-count column of partial states.
+pub const RECORDS_COLUMN: &str = "__records";
+
+/// What the partial step computes; shared by the exchange's input tasks.
+pub struct PartialAggregate {
+    key_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    argument_exprs: Vec<Vec<Arc<dyn PhysicalExpr>>>,
+    filter_exprs: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    window: WindowKey,
+    allowed_lateness: i64,
+    /// (window start, keys) as the group table interns them.
+    table_schema: SchemaRef,
+    schema: SchemaRef,
+    /// Number of state columns of each aggregate.
+    state_widths: Vec<usize>,
+    late_records: LateRecords,
+}
+
+impl fmt::Debug for PartialAggregate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartialAggregate")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl PartialAggregate {
+    /// The partial step of `spec`, an EMIT FINAL aggregation over tumbling or hopping windows.
+    pub fn try_new(spec: &AggregateSpec) -> Result<Self> {
+        let Some(window) = spec.window.clone() else {
+            return plan_err!("two-phase aggregation needs a tumbling or hopping window");
+        };
+        if matches!(window.spec, WindowSpec::Session { .. }) {
+            return plan_err!(
+                "two-phase aggregation does not apply to SESSION windows: a session's extent is only known from all of its rows; use 'hash'"
+            );
+        }
+        if spec.emit != AggregateEmit::Final {
+            return plan_err!(
+                "two-phase aggregation needs EMIT FINAL: EMIT CHANGES emits per input record, so the raw records must reach the aggregation; use 'hash'"
+            );
+        }
+        let keys: Vec<&(Arc<dyn PhysicalExpr>, String)> = spec
+            .group_by
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != window.position)
+            .map(|(_, key)| key)
+            .collect();
+        let key_fields: Vec<Field> = spec
+            .group_by
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != window.position)
+            .map(|(i, _)| spec.schema.field(i).clone())
+            .collect();
+        let window_field = Field::new(WINDOW_START_COLUMN, DataType::Int64, false);
+        let table_schema = Arc::new(Schema::new(
+            std::iter::once(window_field.clone())
+                .chain(key_fields.iter().cloned())
+                .collect::<Vec<_>>(),
+        ));
+        let mut fields = table_schema.fields().iter().cloned().collect::<Vec<_>>();
+        let mut state_widths = Vec::with_capacity(spec.aggregates.len());
+        for aggregate in &spec.aggregates {
+            let state_fields = aggregate.state_fields()?;
+            state_widths.push(state_fields.len());
+            fields.extend(state_fields);
+        }
+        fields.push(Arc::new(Field::new(
+            RECORDS_COLUMN,
+            DataType::UInt64,
+            false,
+        )));
+        let argument_exprs = spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                let mut arguments = a.expressions();
+                arguments.extend(a.order_bys().iter().map(|o| Arc::clone(&o.expr)));
+                arguments
+            })
+            .collect();
+        Ok(Self {
+            key_exprs: keys.iter().map(|(e, _)| Arc::clone(e)).collect(),
+            argument_exprs,
+            filter_exprs: spec.filters.clone(),
+            aggregates: spec.aggregates.clone(),
+            window,
+            allowed_lateness: spec.allowed_lateness,
+            table_schema,
+            schema: Arc::new(Schema::new(fields)),
+            state_widths,
+            late_records: LateRecords::default(),
+        })
+    }
+
+    /// The schema of the partial states.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The GROUP BY key columns (without the window) of the partial states, to route on.
+    pub fn key_columns(&self) -> Vec<Arc<dyn PhysicalExpr>> {
+        (1..=self.key_exprs.len())
+            .map(|i| Arc::new(Column::new(self.schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect()
+    }
+
+    /// Number of state columns of each aggregate, in order after the key columns.
+    pub fn state_widths(&self) -> &[usize] {
+        &self.state_widths
+    }
+
+    /// Number of key columns (without the window start).
+    pub fn key_count(&self) -> usize {
+        self.key_exprs.len()
+    }
+
+    /// The side output late records go to (the final step's).
+    pub fn late_records(&self) -> &LateRecords {
+        &self.late_records
+    }
+
+    /// The aggregates, for EXPLAIN.
+    pub fn aggregate_names(&self) -> Vec<&str> {
+        self.aggregates.iter().map(|a| a.name()).collect()
+    }
+
+    /// Fresh per-partition state.
+    pub fn aggregator(self: &Arc<Self>) -> Result<PartialAggregator> {
+        Ok(PartialAggregator {
+            spec: Arc::clone(self),
+            table: GroupTable::try_new(&self.table_schema, &self.aggregates)?,
+            records: Vec::new(),
+        })
+    }
+
+    /// Windows starting at or before this are closed once the watermark is `watermark`.
+    fn closed_through(&self, watermark: i64) -> i64 {
+        self.window
+            .spec
+            .size()
+            .saturating_add(self.allowed_lateness)
+            .saturating_neg()
+            .saturating_add(watermark)
+    }
+}
+
+/// What one input batch gave: its partial states (if any row was on time) and the rows left
+/// out.
+pub struct PartialOutcome {
+    pub states: Option<RecordBatch>,
+    pub late: usize,
+    pub null_times: usize,
+}
+
+/// The partial step of one source partition.
+pub struct PartialAggregator {
+    spec: Arc<PartialAggregate>,
+    table: GroupTable,
+    /// Records counted per group (by group id) for the batch being aggregated.
+    records: Vec<u64>,
+}
+
+impl PartialAggregator {
+    /// The partial states of `batch` for a final step at `watermark`.
+    pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
+        let spec = Arc::clone(&self.spec);
+        let assigned = assign_windows(&spec.window, spec.closed_through(watermark), batch)?;
+        if let Some(late) = &assigned.late
+            && spec.late_records.wanted()
+        {
+            spec.late_records.send(batch, late)?;
+        }
+        let keys = evaluate(&spec.key_exprs, batch)?;
+        let arguments = spec
+            .argument_exprs
+            .iter()
+            .map(|exprs| evaluate(exprs, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let filters: Vec<Option<ArrayRef>> = spec
+            .filter_exprs
+            .iter()
+            .map(|f| match f {
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(batch.num_rows())?)),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        self.records.clear();
+        for assignment in &assigned.assignments {
+            let (rows, Some(starts)) = (assignment.len(batch.num_rows()), &assignment.starts)
+            else {
+                return internal_err!("a partial window assignment without window starts");
+            };
+            if rows == 0 {
+                continue;
+            }
+            let mut table_keys: Vec<ArrayRef> = vec![Arc::new(starts.clone())];
+            table_keys.extend(assignment.pick(&keys)?);
+            let arguments = arguments
+                .iter()
+                .map(|a| assignment.pick(a))
+                .collect::<Result<Vec<_>>>()?;
+            let filters = filters
+                .iter()
+                .map(|f| assignment.pick_filter(f))
+                .collect::<Result<Vec<_>>>()?;
+            self.table.update(&table_keys, &arguments, &filters, rows)?;
+            self.records.resize(self.table.len(), 0);
+            if assignment.latest {
+                for group in self.table.last_group_ids(rows) {
+                    self.records[*group] += 1;
+                }
+            }
+        }
+        let states = self.emit()?;
+        Ok(PartialOutcome {
+            states,
+            late: assigned.late_count,
+            null_times: assigned.null_times,
+        })
+    }
+
+    /// Every group's partial state as one batch; the table is left empty.
+    fn emit(&mut self) -> Result<Option<RecordBatch>> {
+        let groups = self.table.len();
+        if groups == 0 {
+            return Ok(None);
+        }
+        let (keys, states) = self.table.emit_states(EmitTo::All)?;
+        let mut columns = keys;
+        columns.extend(states.into_iter().flatten());
+        columns.push(Arc::new(UInt64Array::from(std::mem::take(
+            &mut self.records,
+        ))));
+        let options = RecordBatchOptions::new().with_row_count(Some(groups));
+        Ok(Some(RecordBatch::try_new_with_options(
+            self.spec.schema(),
+            columns,
+            &options,
+        )?))
+    }
+}
+
+/// The parts of a batch of partial states, as the final step reads them.
+pub struct PartialStates {
+    pub starts: Int64Array,
+    pub keys: Vec<ArrayRef>,
+    pub states: Vec<Vec<ArrayRef>>,
+    pub records: UInt64Array,
+}
+
+impl PartialStates {
+    /// The rows `keep` selects.
+    pub fn filter(self, keep: &BooleanArray) -> Result<Self> {
+        let each = |arrays: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
+            arrays
+                .iter()
+                .map(|a| Ok(filter(a.as_ref(), keep)?))
+                .collect()
+        };
+        Ok(Self {
+            starts: filter(&self.starts, keep)?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            keys: each(self.keys)?,
+            states: self.states.into_iter().map(each).collect::<Result<_>>()?,
+            records: filter(&self.records, keep)?
+                .as_primitive::<UInt64Type>()
+                .clone(),
+        })
+    }
+
+    /// Splits `batch` (of [`PartialAggregate::schema`]) into its parts.
+    pub fn split(batch: &RecordBatch, key_count: usize, state_widths: &[usize]) -> Result<Self> {
+        let expected = 2 + key_count + state_widths.iter().sum::<usize>();
+        if batch.num_columns() != expected {
+            return internal_err!(
+                "partial states with {} columns, expected {expected}",
+                batch.num_columns()
+            );
+        }
+        let columns = batch.columns();
+        let mut at = 1 + key_count;
+        let states = state_widths
+            .iter()
+            .map(|width| {
+                let state = columns[at..at + width].to_vec();
+                at += width;
+                state
+            })
+            .collect();
+        let (Some(starts), Some(records)) = (
+            columns[0].as_primitive_opt::<Int64Type>(),
+            columns[at].as_primitive_opt::<UInt64Type>(),
+        ) else {
+            return internal_err!("partial states without Int64 window starts and UInt64 counts");
+        };
+        Ok(Self {
+            starts: starts.clone(),
+            keys: columns[1..1 + key_count].to_vec(),
+            states,
+            records: records.clone(),
+        })
+    }
+}

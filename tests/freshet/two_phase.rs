@@ -1,0 +1,214 @@
+//! Two-phase window aggregation: a partial step per source partition inside the exchange,
+//! partial states shuffled to the final step. Results equal DataFusion batch SQL; late and
+//! timeless records are counted and sent to the side output exactly as in one phase.
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Int64Type;
+use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
+use freshet::{StreamOptions, StreamingContext};
+use futures::TryStreamExt;
+
+use crate::aggregation::random_table;
+use crate::support::{endless_market_data, planning_error};
+
+const TWO_PHASE: &str = "partial_aggregate=[";
+
+/// Keyed and keyless queries over tumbling windows, with the aggregates whose states are
+/// more than one value (AVG, COUNT DISTINCT, STDDEV), FILTER, HAVING and a WHERE.
+const QUERIES: [(&str, &str); 4] = [
+    (
+        "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '7' SECOND)",
+        "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1, date_bin(INTERVAL '7 seconds', ts)",
+    ),
+    (
+        "SELECT window_start, k1, k2, COUNT(v) AS n, COUNT(DISTINCT q) AS distinct_q, stddev(q) AS spread FROM t WHERE q > 10 GROUP BY k1, k2 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+        "SELECT date_bin(INTERVAL '1 minute', ts) AS window_start, k1, k2, COUNT(v) AS n, COUNT(DISTINCT q) AS distinct_q, stddev(q) AS spread FROM t WHERE q > 10 GROUP BY k1, k2, date_bin(INTERVAL '1 minute', ts)",
+    ),
+    (
+        "SELECT window_end, COUNT(*) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t WINDOW TUMBLING (ts, INTERVAL '3' SECOND)",
+        "SELECT date_bin(INTERVAL '3 seconds', ts) + INTERVAL '3 seconds' AS window_end, COUNT(*) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t GROUP BY date_bin(INTERVAL '3 seconds', ts)",
+    ),
+    (
+        "SELECT k2 % 3 AS bucket, MAX(q) AS top FROM t GROUP BY k2 % 3 WINDOW TUMBLING (ts, INTERVAL '20' SECOND) HAVING MAX(q) > 50",
+        "SELECT k2 % 3 AS bucket, MAX(q) AS top FROM t GROUP BY k2 % 3, date_bin(INTERVAL '20 seconds', ts) HAVING MAX(q) > 50",
+    ),
+];
+
+/// `stream` replayed from `sources` source partitions, or one per stream.
+fn table(stream: &RandomStream, sources: Option<usize>) -> TestTable {
+    let mut table = random_table(stream);
+    table.options.partitions = sources;
+    table
+}
+
+#[tokio::test]
+async fn two_phase_window_aggregations_match_datafusion() {
+    for seed in 0..2 {
+        let stream = RandomStream::new(seed).rows(3_000).disorder_ms(2_000);
+        for sources in [None, Some(1), Some(3)] {
+            for (streaming, batch) in QUERIES {
+                Differential::new(streaming, batch)
+                    .table(table(&stream, sources))
+                    .setting("freshet.partitioning_strategy", "two_phase")
+                    .with_plan_text(TWO_PHASE)
+                    .run()
+                    .await
+                    .unwrap_or_else(|e| panic!("seed {seed}, {sources:?} sources: {e}"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_phase_hopping_windows_match_datafusion() {
+    let stream = RandomStream::new(9).rows(2_000).disorder_ms(1_000);
+    let batch = "SELECT k1, w AS window_start, COUNT(*) AS n, AVG(q) AS mean FROM (
+            SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) AS w FROM t
+            UNION ALL SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) - INTERVAL '5 seconds' AS w FROM t
+            UNION ALL SELECT k1, q, date_bin(INTERVAL '5 seconds', ts) - INTERVAL '10 seconds' AS w FROM t
+        ) GROUP BY k1, w";
+    Differential::new(
+        "SELECT k1, window_start, COUNT(*) AS n, AVG(q) AS mean FROM t GROUP BY k1 WINDOW HOPPING (ts, INTERVAL '15' SECOND, INTERVAL '5' SECOND) WITH ('partitioning_strategy' = 'two_phase')",
+        batch,
+    )
+    .table(table(&stream, None))
+    .with_plan_text(TWO_PHASE)
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn empty_and_one_row_streams_aggregate_in_two_phases() {
+    for rows in [0, 1] {
+        let stream = RandomStream::new(5).rows(rows);
+        Differential::new(
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE) WITH ('partitioning_strategy' = 'two_phase')",
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1, date_bin(INTERVAL '1 minute', ts)",
+        )
+        .table(table(&stream, None))
+        .with_plan_text(TWO_PHASE)
+        .run()
+        .await
+        .unwrap();
+    }
+}
+
+/// The query's results, late-record count, timeless-record count and late records' `q`
+/// values (sorted), from one source partition read by two streams.
+async fn run_with_late_records(
+    strategy: &str,
+    stream: &RandomStream,
+) -> (Vec<RecordBatch>, usize, usize, Vec<i64>) {
+    let ctx = StreamingContext::with_partitions(2);
+    // Declared out-of-orderness below the data's disorder: some records come late.
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_millis(300),
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", RandomStream::schema(), stream.generate(), options)
+        .unwrap();
+    let query = ctx
+        .sql(&format!(
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '2' SECOND) WITH ('partitioning_strategy' = '{strategy}')"
+        ))
+        .await
+        .unwrap();
+    let late_stream = query.late_records();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let late = query.metric_total("late_records_dropped");
+    let timeless = query.metric_total("null_event_time_dropped");
+    drop(query);
+    let late_rows: Vec<RecordBatch> = late_stream.try_collect().await.unwrap();
+    let mut late_values: Vec<i64> = late_rows
+        .iter()
+        .flat_map(|b| {
+            let q = b.column_by_name("q").unwrap().as_primitive::<Int64Type>();
+            q.iter().map(|v| v.unwrap_or(i64::MIN)).collect::<Vec<_>>()
+        })
+        .collect();
+    late_values.sort_unstable();
+    (results, late, timeless, late_values)
+}
+
+#[tokio::test]
+async fn late_and_timeless_records_are_counted_and_sent_as_in_one_phase() {
+    let stream = RandomStream::new(17).rows(4_000).disorder_ms(3_000);
+    let (one_phase, late, timeless, late_values) = run_with_late_records("hash", &stream).await;
+    let (two_phase, late_2, timeless_2, late_values_2) =
+        run_with_late_records("two_phase", &stream).await;
+    assert!(late > 0, "the data must hold late records");
+    assert_eq!((late_2, timeless_2), (late, timeless));
+    assert_eq!(late_values_2.len(), late);
+    assert_eq!(late_values_2, late_values);
+    freshet::testing::compare_results(&one_phase, &two_phase, false).unwrap();
+}
+
+#[tokio::test]
+async fn a_global_window_aggregate_is_two_phase_by_default() {
+    let stream = RandomStream::new(3).rows(1_000);
+    let ctx = StreamingContext::with_partitions(2);
+    let table = table(&stream, None);
+    let TestSource::Batches { schema, batches } = table.source else {
+        unreachable!("random tables are batches");
+    };
+    ctx.register_batches("t", schema, batches, table.options)
+        .unwrap();
+    let plan = ctx
+        .sql("SELECT COUNT(*) AS n FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
+        .await
+        .unwrap()
+        .explain();
+    assert!(
+        plan.contains("strategy=fan_in, partitions=2->1 (auto: no keys; partial aggregates per source partition, one final stream), partial_aggregate=[count(Int64(1))]"),
+        "{plan}"
+    );
+    let keyed = ctx
+        .sql(
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+        )
+        .await
+        .unwrap()
+        .explain();
+    assert!(!keyed.contains(TWO_PHASE), "{keyed}");
+}
+
+#[tokio::test]
+async fn two_phase_where_it_cannot_apply_is_a_clear_error() {
+    let stream = RandomStream::new(3).rows(100);
+    let ctx = StreamingContext::with_partitions(2);
+    let table = table(&stream, None);
+    let TestSource::Batches { schema, batches } = table.source else {
+        unreachable!("random tables are batches");
+    };
+    ctx.register_batches("t", schema, batches, table.options)
+        .unwrap();
+    let option = "WITH ('partitioning_strategy' = 'two_phase')";
+    for (sql, expected) in [
+        (
+            format!(
+                "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '1' MINUTE) EMIT CHANGES {option}"
+            ),
+            "two-phase aggregation needs EMIT FINAL",
+        ),
+        (
+            format!(
+                "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '1' SECOND) {option}"
+            ),
+            "does not apply to SESSION windows",
+        ),
+    ] {
+        let error = planning_error(&ctx, &sql).await;
+        assert!(error.contains(expected), "{sql}: {error}");
+    }
+    let sql = format!(
+        "SELECT symbol, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS r FROM market_data {option}"
+    );
+    let error = planning_error(&endless_market_data(), &sql).await;
+    assert!(
+        error.contains("'two_phase' applies to GROUP BY over tumbling or hopping windows"),
+        "{error}"
+    );
+}
