@@ -48,7 +48,7 @@ use futures::{StreamExt, future};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
-use crate::aggregate::{PartialAggregate, PartialAggregator};
+use crate::aggregate::{PartialAggregate, PartialAggregator, PartialOutcome};
 use crate::plan_util::single_child;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
@@ -301,6 +301,17 @@ struct PartialStep {
     null_time_dropped: Count,
 }
 
+/// The routed pieces of a partial step's states (taken out of `outcome`).
+fn route_states(
+    router: &mut Router,
+    outcome: &mut PartialOutcome,
+) -> Result<Vec<(usize, datafusion::arrow::record_batch::RecordBatch)>> {
+    match outcome.states.take() {
+        Some(states) => router.route(states),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Takes the turn, when the exchange's inputs take turns.
 async fn take_turn(
     turns: &Option<Arc<tokio::sync::Mutex<()>>>,
@@ -342,7 +353,6 @@ impl InputTask {
         let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
-            let turn = take_turn(&self.turns).await;
             let (newest, span) = match &self.event_time {
                 Some(event_time) => match event_time.range_in(&batch)? {
                     Some((oldest, newest)) => (Some(newest), newest.saturating_sub(oldest)),
@@ -350,21 +360,27 @@ impl InputTask {
                 },
                 None => (None, 0),
             };
-            let batch = match &mut self.partial {
+            let (pieces, turn) = match &mut self.partial {
+                None => (self.router.route(batch)?, None),
                 Some(partial) => {
+                    // Aggregate and route at the watermark of now, then take the turn; only
+                    // if a window closed meanwhile, aggregate again at the new watermark.
                     let watermark = self.watermarks.lock().sent;
-                    let outcome = partial.aggregator.aggregate(&batch, watermark)?;
+                    let mut outcome = partial.aggregator.aggregate(&batch, watermark)?;
+                    let mut pieces = route_states(&mut self.router, &mut outcome)?;
+                    let turn = take_turn(&self.turns).await;
+                    let now = self.watermarks.lock().sent;
+                    if !partial.aggregator.holds_at(&outcome, now) {
+                        outcome = partial.aggregator.aggregate(&batch, now)?;
+                        pieces = route_states(&mut self.router, &mut outcome)?;
+                    }
+                    partial.aggregator.send_late(&batch, &outcome)?;
                     partial.late_dropped.add(outcome.late);
                     partial.null_time_dropped.add(outcome.null_times);
-                    outcome.states
+                    (pieces, turn)
                 }
-                None => Some(batch),
             };
-            for (output, piece) in batch
-                .map(|b| self.router.route(b))
-                .transpose()?
-                .unwrap_or_default()
-            {
+            for (output, piece) in pieces {
                 // A closed channel means its consumer stopped reading; the others go on.
                 let _ = self.senders[output]
                     .send(Ok(StreamMessage::Batch(piece)))

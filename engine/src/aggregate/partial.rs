@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
-use datafusion::arrow::compute::filter;
+use datafusion::arrow::compute::{filter, min};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{Result, internal_err, plan_err};
@@ -188,12 +188,16 @@ impl PartialAggregate {
     }
 }
 
-/// What one input batch gave: its partial states (if any row was on time) and the rows left
-/// out.
+/// What one input batch gave at a watermark: its partial states (if any row was on time) and
+/// the rows left out.
 pub struct PartialOutcome {
     pub states: Option<RecordBatch>,
+    /// Which rows are late, if any is.
+    pub late_rows: Option<BooleanArray>,
     pub late: usize,
     pub null_times: usize,
+    /// The earliest window start among the states.
+    earliest_window: Option<i64>,
 }
 
 /// The partial step of one source partition.
@@ -205,15 +209,11 @@ pub struct PartialAggregator {
 }
 
 impl PartialAggregator {
-    /// The partial states of `batch` for a final step at `watermark`.
+    /// The partial states of `batch` for a final step at `watermark`. Late rows are only
+    /// marked: [`Self::send_late`] sends them once the watermark is settled.
     pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
         let spec = Arc::clone(&self.spec);
         let assigned = assign_windows(&spec.window, spec.closed_through(watermark), batch)?;
-        if let Some(late) = &assigned.late
-            && spec.late_records.wanted()
-        {
-            spec.late_records.send(batch, late)?;
-        }
         let keys = evaluate(&spec.key_exprs, batch)?;
         let arguments = spec
             .argument_exprs
@@ -229,6 +229,7 @@ impl PartialAggregator {
             })
             .collect::<Result<_>>()?;
         self.records.clear();
+        let mut earliest_window: Option<i64> = None;
         for assignment in &assigned.assignments {
             let (rows, Some(starts)) = (assignment.len(batch.num_rows()), &assignment.starts)
             else {
@@ -236,6 +237,9 @@ impl PartialAggregator {
             };
             if rows == 0 {
                 continue;
+            }
+            if let Some(earliest) = min(starts) {
+                earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
             }
             let mut table_keys: Vec<ArrayRef> = vec![Arc::new(starts.clone())];
             table_keys.extend(assignment.pick(&keys)?);
@@ -258,9 +262,29 @@ impl PartialAggregator {
         let states = self.emit()?;
         Ok(PartialOutcome {
             states,
+            late_rows: assigned.late,
             late: assigned.late_count,
             null_times: assigned.null_times,
+            earliest_window,
         })
+    }
+
+    /// Whether `outcome`, aggregated at an earlier watermark, still holds at `watermark`:
+    /// none of its windows has closed since, so no row changed from on time to late.
+    pub fn holds_at(&self, outcome: &PartialOutcome, watermark: i64) -> bool {
+        outcome
+            .earliest_window
+            .is_none_or(|start| start > self.spec.closed_through(watermark))
+    }
+
+    /// Sends `outcome`'s late rows of `batch` to the side output, if somebody reads it.
+    pub fn send_late(&self, batch: &RecordBatch, outcome: &PartialOutcome) -> Result<()> {
+        match &outcome.late_rows {
+            Some(late) if self.spec.late_records.wanted() => {
+                self.spec.late_records.send(batch, late)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Every group's partial state as one batch; the table is left empty.
@@ -366,7 +390,12 @@ mod tests {
         RecordBatch::try_new(
             schema,
             vec![
-                Arc::new(StringArray::from(vec![Some("a"), Some("a"), None, Some("b")])),
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    Some("a"),
+                    None,
+                    Some("b"),
+                ])),
                 Arc::new(TimestampMillisecondArray::from(vec![
                     Some(0),
                     Some(1_500),
@@ -443,6 +472,17 @@ mod tests {
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 3);
         assert_eq!(column_sum(&states, "n[count]"), 9);
         assert_eq!(states.num_rows(), 7);
+    }
+
+    #[test]
+    fn an_outcome_holds_until_one_of_its_windows_closes() {
+        let input = input();
+        let partial = partial(&input.schema());
+        let mut aggregator = partial.aggregator().unwrap();
+        let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
+        // The earliest window starts at -2 000 and closes at 1 000.
+        assert!(aggregator.holds_at(&outcome, 999));
+        assert!(!aggregator.holds_at(&outcome, 1_000));
     }
 
     #[test]
