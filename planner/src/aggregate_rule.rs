@@ -20,10 +20,12 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
-    AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
+    AggregateEmit, AggregateSpec, PartialAggregate, RunningAggregates, WindowAggregateExec,
+    WindowKey,
 };
 use freshet_engine::window::{WindowSpec, duration_in_unit};
 use freshet_partitioner::RoutingStrategy;
@@ -43,13 +45,30 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let options = FreshetOptions::of(config);
         let mut replaced = false;
+        let mut nullable_aggregates = false;
         let plan = plan
-            .transform_up(|node| match streaming_aggregate(&node, &options, config)? {
-                Some(aggregate) => {
-                    replaced = true;
-                    Ok(Transformed::yes(aggregate))
+            .transform_up(|node| {
+                // Projections keep their output schema when their input changes: those over
+                // session changes (nullable aggregates) are built again.
+                if nullable_aggregates
+                    && let Some(projection) = node.downcast_ref::<ProjectionExec>()
+                {
+                    let rebuilt = ProjectionExec::try_new(
+                        projection.expr().to_vec(),
+                        Arc::clone(projection.input()),
+                    )?;
+                    return Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>));
                 }
-                None => Ok(Transformed::no(node)),
+                match streaming_aggregate(&node, &options, config)? {
+                    Some(aggregate) => {
+                        replaced = true;
+                        nullable_aggregates |= aggregate
+                            .downcast_ref::<WindowAggregateExec>()
+                            .is_some_and(WindowAggregateExec::emits_deletions);
+                        Ok(Transformed::yes(aggregate))
+                    }
+                    None => Ok(Transformed::no(node)),
+                }
             })?
             .data;
         if options.emit == "changes" && !replaced {
@@ -64,8 +83,10 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
         "FreshetStreamingAggregate"
     }
 
+    /// EMIT CHANGES on session windows makes the aggregate columns nullable: a row whose
+    /// aggregates are NULL deletes a merged session. No other change is made.
     fn schema_check(&self) -> bool {
-        true
+        false
     }
 }
 
@@ -132,11 +153,6 @@ fn streaming_aggregate(
                 })
                 .collect::<Result<Vec<ScalarValue>>>()?;
             let spec = WindowSpec::from_call(name, &durations, &time_type)?;
-            if let (WindowSpec::Session { .. }, true) = (spec, changes) {
-                return plan_err!(
-                    "EMIT CHANGES is not supported on SESSION windows yet (sessions merge as records arrive); use EMIT FINAL"
-                );
-            }
             Some(WindowKey {
                 position,
                 spec,
@@ -170,6 +186,21 @@ fn streaming_aggregate(
             return plan_err!("freshet.changes_per = '{other}': expected 'record' or 'batch'");
         }
     };
+    let sessions = window
+        .as_ref()
+        .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }));
+    if sessions && emit != AggregateEmit::Final {
+        if emit == AggregateEmit::ChangesPerBatch {
+            return plan_err!(
+                "EMIT CHANGES on SESSION windows is per record only (sessions merge as records arrive); remove freshet.changes_per = 'batch'"
+            );
+        }
+        if RunningAggregates::plan(raw.aggr_expr(), raw.filter_expr(), &input_schema).is_none() {
+            return plan_err!(
+                "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"
+            );
+        }
+    }
     let spec = AggregateSpec {
         group_by: group_by.expr().to_vec(),
         aggregates: raw.aggr_expr().to_vec(),

@@ -8,6 +8,7 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::functions::window_functions;
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
+use crate::session_distinct::session_safe;
 use crate::stateless_rule::StatelessExchangeRule;
 use crate::unbounded_check::UnboundedInputCheck;
 
@@ -19,7 +20,9 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// changelog aggregations and window functions over streams become Freshet's operators, the
 /// remaining round-robin repartitions of streams become Freshet's exchange,
 /// and a query an endless stream still cannot answer fails with Freshet's explanation of
-/// what to change. The window functions and the `freshet.*` session options are added too.
+/// what to change. The window functions and the `freshet.*` session options are added too,
+/// and DataFusion's `SingleDistinctToGroupBy` is kept off session windows
+/// ([`crate::session_distinct`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let optimizer = builder.physical_optimizers().take().unwrap_or_default();
     let mut rules = optimizer.rules;
@@ -43,5 +46,8 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .scalar_functions()
         .get_or_insert_with(Vec::new)
         .extend(window_functions());
-    builder.with_physical_optimizer_rules(rules)
+    let logical_rules = builder.optimizer().take().unwrap_or_default().rules;
+    builder
+        .with_optimizer_rules(session_safe(logical_rules))
+        .with_physical_optimizer_rules(rules)
 }

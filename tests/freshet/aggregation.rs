@@ -2,6 +2,7 @@
 //! tumbling and hopping windows (`date_bin` GROUP BY), EMIT CHANGES (running window
 //! aggregates in arrival order), out-of-order input within the watermark, null keys, NaN.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
@@ -429,6 +430,148 @@ async fn ordered_windowed_results_match_datafusion() {
     )
     .table(market_data(20_000, 1_000, 2_000))
     .ordered()
+    .run()
+    .await
+    .unwrap();
+}
+
+/// A changelog applied as upserts keyed by its first two columns (keys and window start as
+/// text); a row whose other columns are all NULL deletes its key. Also the number of rows
+/// that were not deletions.
+fn apply_changelog(batches: &[RecordBatch]) -> (BTreeMap<(String, String), Vec<String>>, usize) {
+    use datafusion::arrow::util::display::array_value_to_string;
+    let mut table = BTreeMap::new();
+    let mut upserts = 0;
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let text = |c: usize| array_value_to_string(batch.column(c), row).unwrap();
+            let key = (text(0), text(1));
+            let values: Vec<String> = (2..batch.num_columns()).map(text).collect();
+            if (2..batch.num_columns()).all(|c| batch.column(c).is_null(row)) {
+                assert!(
+                    table.remove(&key).is_some(),
+                    "deletion of an unknown {key:?}"
+                );
+            } else {
+                upserts += 1;
+                table.insert(key, values);
+            }
+        }
+    }
+    (table, upserts)
+}
+
+#[tokio::test]
+async fn session_changes_end_at_the_final_sessions() {
+    let batch_sql = SESSIONS_BATCH.replace(
+        "SELECT k1, MIN(ts) AS window_start,",
+        "SELECT k1, MIN(ts) AS window_start, MAX(ts) + INTERVAL '3 seconds' AS window_end, AVG(q) AS mean, MIN(q) AS low, MAX(v) AS high,",
+    );
+    let streaming = "SELECT k1, window_start, window_end, AVG(q) AS mean, MIN(q) AS low, MAX(v) AS high, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES";
+    for seed in 0..3 {
+        let mut stream = RandomStream::new(seed)
+            .rows(2_000)
+            .keys(50)
+            .disorder_ms(1_500);
+        stream.null_key_fraction = 0.0;
+        // DataFusion's float MAX depends on row order around NaN.
+        stream.nan_fraction = 0.0;
+        let differential = Differential::new(streaming, &batch_sql).table(random_table(&stream));
+        let (expected, _) = apply_changelog(&differential.batch_result().await.unwrap());
+        for streams in [1, 2, 4] {
+            let changelog = differential.streaming_result(streams).await.unwrap();
+            let (actual, upserts) = apply_changelog(&changelog);
+            assert_eq!(upserts, 2_000, "one row per record, seed {seed}");
+            let rows: usize = changelog.iter().map(RecordBatch::num_rows).sum();
+            assert!(rows > upserts, "disorder merges some sessions, seed {seed}");
+            let differing: Vec<_> = expected
+                .iter()
+                .filter(|(key, row)| actual.get(*key) != Some(*row))
+                .chain(
+                    actual
+                        .iter()
+                        .filter(|(key, _)| !expected.contains_key(*key)),
+                )
+                .take(3)
+                .collect();
+            assert!(
+                differing.is_empty() && actual.len() == expected.len(),
+                "seed {seed} at {streams} streams: {} sessions, expected {}; first differences {differing:?}",
+                actual.len(),
+                expected.len()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn session_changes_delete_the_sessions_a_record_merges() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    // Seconds after 100 s, in arrival order: 0 and 4 open two sessions (gap 3 s), 2 bridges
+    // them, -1 extends the merged one backwards.
+    let seconds = [0, 4, 2, -1];
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
+            Arc::new(TimestampMillisecondArray::from(
+                seconds
+                    .iter()
+                    .map(|s| Some(100_000 + s * 1_000))
+                    .collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    let ctx = StreamingContext::with_partitions(1);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_secs(10),
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", schema, vec![batch], options)
+        .unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
+        .await
+        .unwrap();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
+        .unwrap()
+        .to_string();
+    let expected = "\
++---------------------+---+-----+
+| window_start        | n | ids |
++---------------------+---+-----+
+| 1970-01-01T00:01:40 | 1 | 1   |
+| 1970-01-01T00:01:44 | 1 | 2   |
+| 1970-01-01T00:01:44 |   |     |
+| 1970-01-01T00:01:40 | 3 | 6   |
+| 1970-01-01T00:01:40 |   |     |
+| 1970-01-01T00:01:39 | 4 | 10  |
++---------------------+---+-----+";
+    assert_eq!(formatted, expected);
+}
+
+/// DataFusion rewrites a lone COUNT(DISTINCT x) into a GROUP BY on x, which would cut
+/// sessions per value of x; sessions keep the DISTINCT aggregate.
+#[tokio::test]
+async fn session_windows_count_distinct_values_per_session() {
+    let batch_sql = SESSIONS_BATCH.replace(
+        "SELECT k1, MIN(ts) AS window_start, COUNT(*) AS n, SUM(q) AS total",
+        "SELECT k1, MIN(ts) AS window_start, COUNT(DISTINCT k2) AS n",
+    );
+    let mut stream = RandomStream::new(4).rows(2_000).keys(50).disorder_ms(1_500);
+    stream.null_key_fraction = 0.0;
+    Differential::new(
+        "SELECT k1, window_start, COUNT(DISTINCT k2) AS n FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
+        &batch_sql,
+    )
+    .table(random_table(&stream))
     .run()
     .await
     .unwrap();

@@ -7,6 +7,7 @@ mod late;
 mod packed_keys;
 mod partial;
 mod running;
+mod session_changes;
 mod sessions;
 mod window_aggregate;
 mod windowed_keys;

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
 use datafusion::common::Result;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -41,11 +42,14 @@ struct Running {
 pub struct RunningAggregates {
     kernels: Vec<Kernel>,
     states: Vec<Running>,
+    /// Each aggregate's output type: MIN and MAX of a temporal type run on its Int64 values.
+    output_types: Vec<DataType>,
 }
 
 impl RunningAggregates {
     /// Kernels for `aggregates` over `input`, or `None` if one of them has none
-    /// (not COUNT/SUM/AVG/MIN/MAX of an Int64 or Float64, DISTINCT, FILTER or ORDER BY).
+    /// (not COUNT/SUM/AVG/MIN/MAX of an Int64 or Float64 or MIN/MAX of a timestamp, date or
+    /// time; DISTINCT, FILTER or ORDER BY).
     pub fn plan(
         aggregates: &[Arc<AggregateFunctionExpr>],
         filters: &[Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>],
@@ -69,6 +73,16 @@ impl RunningAggregates {
                 };
                 let input_type = argument.data_type(input).ok()?;
                 let output_type = aggregate.field().data_type().clone();
+                if matches!(name.as_str(), "min" | "max")
+                    && is_temporal_int64(&input_type)
+                    && output_type == input_type
+                {
+                    return Some(if name == "min" {
+                        Kernel::MinInt
+                    } else {
+                        Kernel::MaxInt
+                    });
+                }
                 let kernel = match (name.as_str(), &input_type) {
                     ("sum", DataType::Int64) => Kernel::SumInt,
                     ("sum", DataType::Float64) => Kernel::SumFloat,
@@ -90,7 +104,15 @@ impl RunningAggregates {
             })
             .collect::<Option<Vec<_>>>()?;
         let states = vec![Running::default(); kernels.len()];
-        Some(Self { kernels, states })
+        let output_types = aggregates
+            .iter()
+            .map(|a| a.field().data_type().clone())
+            .collect();
+        Some(Self {
+            kernels,
+            states,
+            output_types,
+        })
     }
 
     /// Folds rows into their groups (`group_ids`, `groups` groups in all) and returns, per
@@ -105,10 +127,17 @@ impl RunningAggregates {
             .iter()
             .zip(&mut self.states)
             .zip(arguments)
-            .map(|((kernel, state), arguments)| {
+            .zip(&self.output_types)
+            .map(|(((kernel, state), arguments), output_type)| {
                 state.counts.resize(groups, 0);
-                let argument = arguments.first();
-                Ok(match kernel {
+                let argument = match arguments.first() {
+                    Some(a) if is_temporal_int64(a.data_type()) => {
+                        Some(cast(a.as_ref(), &DataType::Int64)?)
+                    }
+                    other => other.cloned(),
+                };
+                let argument = argument.as_ref();
+                let values = match kernel {
                     Kernel::Count => count(state, group_ids, argument),
                     Kernel::SumInt | Kernel::AvgInt | Kernel::MinInt | Kernel::MaxInt => {
                         let Some(values) = argument else {
@@ -138,9 +167,78 @@ impl RunningAggregates {
                             groups,
                         )
                     }
+                };
+                Ok(if values.data_type() == output_type {
+                    values
+                } else {
+                    cast(values.as_ref(), output_type)?
                 })
             })
             .collect()
+    }
+
+    /// Folds group `from`'s running state into group `into` (two sessions merging); `from`
+    /// is left empty.
+    pub fn merge_group(&mut self, from: usize, into: usize) {
+        for (kernel, state) in self.kernels.iter().zip(&mut self.states) {
+            let (Some(&from_count), Some(&into_count)) =
+                (state.counts.get(from), state.counts.get(into))
+            else {
+                continue;
+            };
+            let groups = state.counts.len();
+            state
+                .ints
+                .resize(groups.max(state.ints.len()), initial_int(*kernel));
+            state.floats.resize(groups.max(state.floats.len()), 0.0);
+            if from_count > 0 {
+                match kernel {
+                    Kernel::Count => {}
+                    Kernel::SumInt | Kernel::AvgInt | Kernel::MinInt | Kernel::MaxInt => {
+                        let (a, b) = (state.ints[into], state.ints[from]);
+                        state.ints[into] = match kernel {
+                            _ if into_count == 0 => b,
+                            Kernel::MinInt => a.min(b),
+                            Kernel::MaxInt => a.max(b),
+                            _ => a.wrapping_add(b),
+                        };
+                    }
+                    _ => {
+                        let (a, b) = (state.floats[into], state.floats[from]);
+                        state.floats[into] = match kernel {
+                            _ if into_count == 0 => b,
+                            Kernel::MinFloat if b.total_cmp(&a).is_lt() => b,
+                            Kernel::MaxFloat if b.total_cmp(&a).is_gt() => b,
+                            Kernel::MinFloat | Kernel::MaxFloat => a,
+                            _ => a + b,
+                        };
+                    }
+                }
+            }
+            state.counts[into] += from_count;
+            state.counts[from] = 0;
+        }
+    }
+
+    /// Keeps only the groups `keep` lists, renumbered `0..keep.len()` in that order.
+    pub fn retain(&mut self, keep: &[usize]) {
+        for state in &mut self.states {
+            let pick = |values: &[i64]| -> Vec<i64> {
+                keep.iter()
+                    .map(|&g| values.get(g).copied().unwrap_or(0))
+                    .collect()
+            };
+            state.counts = pick(&state.counts);
+            if !state.ints.is_empty() {
+                state.ints = pick(&state.ints);
+            }
+            if !state.floats.is_empty() {
+                state.floats = keep
+                    .iter()
+                    .map(|&g| state.floats.get(g).copied().unwrap_or(0.0))
+                    .collect();
+            }
+        }
     }
 
     /// Forgets the first `n` groups (the others' ids shift down by `n`, as in the group
@@ -161,6 +259,23 @@ impl RunningAggregates {
             .map(|s| (s.counts.capacity() + s.ints.capacity() + s.floats.capacity()) * 8)
             .sum()
     }
+}
+
+/// The integer state of a group without values.
+fn initial_int(kernel: Kernel) -> i64 {
+    match kernel {
+        Kernel::MinInt => i64::MAX,
+        Kernel::MaxInt => i64::MIN,
+        _ => 0,
+    }
+}
+
+/// Temporal types stored as 64-bit integers, whose MIN and MAX are those of the integers.
+fn is_temporal_int64(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Time64(_) | DataType::Duration(_)
+    )
 }
 
 fn count(state: &mut Running, group_ids: &[usize], argument: Option<&ArrayRef>) -> ArrayRef {
@@ -194,12 +309,7 @@ fn ints(
     values: &Int64Array,
     groups: usize,
 ) -> ArrayRef {
-    let initial = match kernel {
-        Kernel::MinInt => i64::MAX,
-        Kernel::MaxInt => i64::MIN,
-        _ => 0,
-    };
-    state.ints.resize(groups, initial);
+    state.ints.resize(groups, initial_int(kernel));
     let (counts, totals) = (&mut state.counts, &mut state.ints);
     let mut output_ints = Vec::with_capacity(group_ids.len());
     let mut output_floats = Vec::new();

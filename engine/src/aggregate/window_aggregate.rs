@@ -50,6 +50,7 @@ use super::groups::GroupTable;
 use super::late::LateRecords;
 use super::partial::PartialStates;
 use super::running::RunningAggregates;
+use super::session_changes::SessionChanges;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
@@ -126,6 +127,14 @@ impl WindowAggregateExec {
         {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
+        let deletions = spec.emit == AggregateEmit::ChangesPerRecord
+            && spec
+                .window
+                .as_ref()
+                .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }));
+        if deletions {
+            spec.schema = with_nullable_aggregates(&spec.schema, spec.aggregates.len());
+        }
         let properties = stateful_properties(&input, &spec.schema);
         // Two-phase: late records are found, and sent, by the partial step.
         let late_records = input
@@ -150,6 +159,17 @@ impl WindowAggregateExec {
     /// The emit mode in effect (per-record changes fall back to per batch without kernels).
     pub fn emit(&self) -> AggregateEmit {
         self.spec.emit
+    }
+
+    /// Whether the changelog deletes rows (EMIT CHANGES on session windows: a merged
+    /// session's old (keys, window start) with NULL aggregates).
+    pub fn emits_deletions(&self) -> bool {
+        self.spec.emit == AggregateEmit::ChangesPerRecord
+            && self
+                .spec
+                .window
+                .as_ref()
+                .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }))
     }
 
     pub fn window(&self) -> Option<&WindowKey> {
@@ -267,6 +287,23 @@ impl ExecutionPlan for WindowAggregateExec {
     }
 }
 
+/// `schema` with its last `aggregates` fields nullable: session changes delete merged
+/// sessions with rows of NULL aggregates.
+fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize) -> SchemaRef {
+    let first = schema.fields().len().saturating_sub(aggregates);
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            f.as_ref()
+                .clone()
+                .with_nullable(f.is_nullable() || i >= first)
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// Counters of one output partition.
 struct AggregateMetrics {
     baseline: BaselineMetrics,
@@ -323,8 +360,10 @@ struct AggregateState {
     metrics: AggregateMetrics,
     /// The state's bytes, accounted in the session's memory pool.
     reservation: MemoryReservation,
-    /// Session windows: the rows of open sessions.
+    /// Session windows with EMIT FINAL: the rows of open sessions.
     sessions: Option<SessionBuffer>,
+    /// Session windows with EMIT CHANGES: the open sessions and their running aggregates.
+    session_changes: Option<SessionChanges>,
     /// Two-phase aggregation: the input is partial states of this many key columns and of
     /// aggregates with these numbers of state columns.
     merge: Option<(usize, Vec<usize>)>,
@@ -367,6 +406,25 @@ impl AggregateState {
             }
             _ => None,
         };
+        let session_window = exec.spec.window.as_ref().and_then(|w| match w.spec {
+            WindowSpec::Session { gap } => Some(gap),
+            _ => None,
+        });
+        let (running, session_changes) = match (session_window, running) {
+            (Some(gap), Some(running)) => {
+                let key_schema = Arc::new(Schema::new(table_fields[1..].to_vec()));
+                (
+                    None,
+                    Some(SessionChanges::try_new(&key_schema, running, gap)?),
+                )
+            }
+            (Some(_), None) if exec.spec.emit != AggregateEmit::Final => {
+                return internal_err!(
+                    "EMIT CHANGES on session windows needs per-record kernels for every aggregate"
+                );
+            }
+            (_, running) => (running, None),
+        };
         Ok(Self {
             key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
             argument_exprs,
@@ -394,10 +452,11 @@ impl AggregateState {
             late_records: exec.late_records.clone(),
             metrics: AggregateMetrics::new(&exec.metrics, partition),
             reservation,
-            sessions: match exec.spec.window.as_ref().map(|w| w.spec) {
-                Some(WindowSpec::Session { .. }) => Some(SessionBuffer::new(input_schema)),
+            sessions: match (session_window, &session_changes) {
+                (Some(_), None) => Some(SessionBuffer::new(input_schema)),
                 _ => None,
             },
+            session_changes,
             merge: exec
                 .exchange()?
                 .partial_aggregate()
@@ -453,9 +512,18 @@ impl AggregateState {
         }
         self.metrics.records_in.add(batch.num_rows());
         if self.sessions.is_some() {
-            self.buffer_sessions(batch)?;
+            if let Some(rows) = self.open_session_rows(batch)?
+                && let Some(sessions) = &mut self.sessions
+            {
+                sessions.push(rows);
+            }
             self.report_state()?;
             return Ok(None);
+        }
+        if self.session_changes.is_some() {
+            let output = self.session_changelog(batch)?;
+            self.report_state()?;
+            return self.combine(output.into_iter().collect());
         }
         let assignments = self.assign(batch)?;
         let keys = evaluate(&self.key_exprs, batch)?;
@@ -624,6 +692,15 @@ impl AggregateState {
         if self.sessions.is_some() {
             return self.close_sessions();
         }
+        if let (Some(changes), Some(window)) = (&mut self.session_changes, &self.window) {
+            let (watermark, length) = (
+                self.watermark,
+                window.spec.size().saturating_add(self.allowed_lateness),
+            );
+            changes.close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark);
+            self.report_state()?;
+            return Ok(None);
+        }
         let closing = if self.window.is_none() || self.watermark == i64::MAX {
             if self.watermark == i64::MAX {
                 self.table.len()
@@ -666,11 +743,11 @@ impl AggregateState {
         self.combine(output)
     }
 
-    /// Buffers the rows of `batch` that can still join an open session; drops and counts
-    /// rows without an event time and rows whose session would already have closed.
-    fn buffer_sessions(&mut self, batch: &RecordBatch) -> Result<()> {
-        let (Some(window), Some(sessions)) = (&self.window, &mut self.sessions) else {
-            return Ok(());
+    /// The rows of `batch` that can still join an open session; drops and counts rows
+    /// without an event time and rows whose session would already have closed.
+    fn open_session_rows(&self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let Some(window) = &self.window else {
+            return Ok(None);
         };
         let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
         let times = event_times(&time)?;
@@ -691,8 +768,40 @@ impl AggregateState {
         if late_rows > 0 {
             self.late_records.send(batch, &late)?;
         }
-        sessions.push(filter_record_batch(batch, &keep)?);
-        Ok(())
+        Ok(Some(filter_record_batch(batch, &keep)?))
+    }
+
+    /// EMIT CHANGES on session windows: the changelog rows of `batch` (see
+    /// [`SessionChanges`]).
+    fn session_changelog(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let (Some(rows), Some(window)) = (self.open_session_rows(batch)?, &self.window) else {
+            return Ok(None);
+        };
+        if rows.num_rows() == 0 {
+            return Ok(None);
+        }
+        let times = event_times(&window.time.evaluate(&rows)?.into_array(rows.num_rows())?)?;
+        let times = times.as_primitive::<Int64Type>().clone();
+        let keys = evaluate(&self.key_exprs, &rows)?;
+        let arguments = self
+            .argument_exprs
+            .iter()
+            .map(|exprs| evaluate(exprs, &rows))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(changes) = &mut self.session_changes else {
+            return Ok(None);
+        };
+        let changelog = changes.update(&keys, &times, &arguments)?;
+        let mut table_keys = vec![self.window_column(&changelog.starts)?];
+        for key in &keys {
+            table_keys.push(take(key.as_ref(), &changelog.key_rows, None)?);
+        }
+        let count = changelog.key_rows.len();
+        Ok(Some(self.output_batch(
+            table_keys,
+            changelog.values,
+            count,
+        )?))
     }
 
     /// Aggregates and emits the sessions the watermark has closed.
@@ -802,6 +911,7 @@ impl AggregateState {
     fn report_state(&mut self) -> Result<()> {
         let bytes = self.table.size()
             + self.sessions.as_ref().map_or(0, |s| s.size())
+            + self.session_changes.as_ref().map_or(0, |s| s.size())
             + self.running.as_ref().map_or(0, |r| r.size())
             + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.metrics.state_bytes.set(bytes);

@@ -1,0 +1,251 @@
+//! [`SessionChanges`]: EMIT CHANGES over session windows, one changelog row per record.
+//!
+//! Each key keeps its open sessions (first and last event time, and a running-aggregate
+//! group), sorted by start. A batch's keys are interned at once; then its rows are walked in
+//! arrival order: a record within the gap of no session opens one; within the gap of one it
+//! extends it (perhaps backwards: an out-of-order record before the session's start); within
+//! the gap of two (the one before and the one after) it bridges them into one. The rows'
+//! aggregates come from the [`RunningAggregates`] kernels, run over stretches of the batch
+//! between bridges; at a bridge, the later session's running state is merged into the
+//! earlier one's.
+//!
+//! The output is an upsert changelog keyed by (GROUP BY keys, `window_start`): one row per
+//! record with its session's aggregates including it, and, when a session's start changes
+//! (it is bridged into an earlier one, or extended backwards), a row for the old
+//! (keys, start) whose aggregates are all NULL: a deletion. A session leaves the state when
+//! the watermark passes its last event time plus the gap (and the allowed lateness).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::{Result, internal_err};
+use datafusion::physical_plan::aggregates::group_values::GroupValues;
+
+use super::packed_keys::new_group_values;
+use super::running::RunningAggregates;
+
+/// Open sessions kept before their groups are renumbered: past this many groups, and more
+/// dead than live, the running state is compacted.
+const COMPACT_AFTER: usize = 4_096;
+
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    start: i64,
+    last: i64,
+    group: usize,
+}
+
+/// The changelog of one batch: each output row's source row (for its keys), window start,
+/// and aggregate values (NULL for deletions).
+pub struct SessionChangelog {
+    pub key_rows: UInt32Array,
+    pub starts: Int64Array,
+    pub values: Vec<ArrayRef>,
+}
+
+/// See the module documentation.
+pub struct SessionChanges {
+    /// Interned GROUP BY keys; `None` without keys (one key).
+    keys: Option<Box<dyn GroupValues>>,
+    /// Open sessions per key id, sorted by start.
+    sessions: Vec<Vec<Session>>,
+    running: RunningAggregates,
+    /// Groups handed out (live and dead).
+    groups: usize,
+    gap: i64,
+    key_ids: Vec<usize>,
+}
+
+impl SessionChanges {
+    /// For keys of `key_schema` (no fields: no keys), sessions cut at `gap`.
+    pub fn try_new(key_schema: &SchemaRef, running: RunningAggregates, gap: i64) -> Result<Self> {
+        let keys = if key_schema.fields().is_empty() {
+            None
+        } else {
+            Some(new_group_values(Arc::clone(key_schema))?)
+        };
+        Ok(Self {
+            keys,
+            sessions: Vec::new(),
+            running,
+            groups: 0,
+            gap,
+            key_ids: Vec::new(),
+        })
+    }
+
+    /// Folds the records of a batch (its key columns, event times without nulls, and the
+    /// aggregates' arguments) into their sessions; returns the changelog rows.
+    pub fn update(
+        &mut self,
+        keys: &[ArrayRef],
+        times: &Int64Array,
+        arguments: &[Vec<ArrayRef>],
+    ) -> Result<SessionChangelog> {
+        let rows = times.len();
+        match &mut self.keys {
+            Some(values) => values.intern(keys, &mut self.key_ids)?,
+            None => {
+                self.key_ids.clear();
+                self.key_ids.resize(rows, 0);
+            }
+        }
+        let mut row_groups = Vec::with_capacity(rows);
+        let mut key_rows = Vec::with_capacity(rows);
+        let mut starts = Vec::with_capacity(rows);
+        // Per output row, the batch row whose values it shows (`None`: a deletion).
+        let mut value_rows: Vec<Option<u32>> = Vec::with_capacity(rows);
+        // (row, from, into): before `row`, fold group `from` into `into`.
+        let mut bridges: Vec<(usize, usize, usize)> = Vec::new();
+        for (row, (&key, &time)) in self.key_ids.iter().zip(times.values()).enumerate() {
+            if key >= self.sessions.len() {
+                self.sessions.resize(key + 1, Vec::new());
+            }
+            let sessions = &mut self.sessions[key];
+            let gap = self.gap;
+            let touching: Vec<usize> = sessions
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| {
+                    time > s.start.saturating_sub(gap) && time < s.last.saturating_add(gap)
+                })
+                .map(|(i, _)| i)
+                .collect();
+            let mut deleted = Vec::new();
+            let session = match touching.as_slice() {
+                [] => {
+                    let session = Session {
+                        start: time,
+                        last: time,
+                        group: self.groups,
+                    };
+                    self.groups += 1;
+                    let at = sessions.partition_point(|s| s.start < time);
+                    sessions.insert(at, session);
+                    session
+                }
+                [one] => {
+                    let session = &mut sessions[*one];
+                    if time < session.start {
+                        deleted.push(session.start);
+                        session.start = time;
+                    }
+                    session.last = session.last.max(time);
+                    *session
+                }
+                [earlier, later, ..] => {
+                    let (earlier, later) = (*earlier, *later);
+                    let gone = sessions.remove(later);
+                    let kept = &mut sessions[earlier];
+                    deleted.push(gone.start);
+                    if time < kept.start {
+                        deleted.push(kept.start);
+                        kept.start = time;
+                    }
+                    kept.last = kept.last.max(gone.last).max(time);
+                    bridges.push((row, gone.group, kept.group));
+                    *kept
+                }
+            };
+            for start in deleted {
+                key_rows.push(row as u32);
+                starts.push(start);
+                value_rows.push(None);
+            }
+            row_groups.push(session.group);
+            key_rows.push(row as u32);
+            starts.push(session.start);
+            value_rows.push(Some(row as u32));
+        }
+        let values = self.running_values(&row_groups, arguments, &bridges)?;
+        let value_rows = UInt32Array::from(value_rows);
+        let values = values
+            .iter()
+            .map(|v| Ok(take(v.as_ref(), &value_rows, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SessionChangelog {
+            key_rows: UInt32Array::from(key_rows),
+            starts: Int64Array::from(starts),
+            values,
+        })
+    }
+
+    /// Each row's running aggregates, folding sessions together at the bridges.
+    fn running_values(
+        &mut self,
+        row_groups: &[usize],
+        arguments: &[Vec<ArrayRef>],
+        bridges: &[(usize, usize, usize)],
+    ) -> Result<Vec<ArrayRef>> {
+        let mut pieces: Vec<Vec<ArrayRef>> = Vec::new();
+        let mut from_row = 0;
+        let stretch = |this: &mut Self, from: usize, to: usize| -> Result<Vec<ArrayRef>> {
+            let arguments: Vec<Vec<ArrayRef>> = arguments
+                .iter()
+                .map(|a| a.iter().map(|c| c.slice(from, to - from)).collect())
+                .collect();
+            this.running
+                .update(&row_groups[from..to], this.groups, &arguments)
+        };
+        for &(row, from, into) in bridges {
+            if row > from_row {
+                pieces.push(stretch(self, from_row, row)?);
+            }
+            self.running.merge_group(from, into);
+            from_row = row;
+        }
+        if row_groups.len() > from_row || pieces.is_empty() {
+            pieces.push(stretch(self, from_row, row_groups.len())?);
+        }
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().unwrap_or_default());
+        }
+        let Some(first) = pieces.first() else {
+            return internal_err!("no running values");
+        };
+        (0..first.len())
+            .map(|i| {
+                let columns: Vec<&dyn datafusion::arrow::array::Array> =
+                    pieces.iter().map(|p| p[i].as_ref()).collect();
+                Ok(datafusion::arrow::compute::concat(&columns)?)
+            })
+            .collect()
+    }
+
+    /// Forgets the sessions `closed(last_event_time)` says are closed.
+    pub fn close(&mut self, closed: impl Fn(i64) -> bool) {
+        for sessions in &mut self.sessions {
+            sessions.retain(|s| !closed(s.last));
+        }
+        let live: usize = self.sessions.iter().map(Vec::len).sum();
+        if self.groups > COMPACT_AFTER && self.groups > 2 * live {
+            self.compact();
+        }
+    }
+
+    /// Renumbers the live sessions' groups `0..live`, dropping the dead ones' state.
+    fn compact(&mut self) {
+        let mut keep = Vec::new();
+        for sessions in &mut self.sessions {
+            for session in sessions.iter_mut() {
+                keep.push(session.group);
+                session.group = keep.len() - 1;
+            }
+        }
+        self.running.retain(&keep);
+        self.groups = keep.len();
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.size())
+            + self.running.size()
+            + self
+                .sessions
+                .iter()
+                .map(|s| s.capacity() * std::mem::size_of::<Session>())
+                .sum::<usize>()
+    }
+}
