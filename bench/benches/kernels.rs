@@ -1,12 +1,12 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
-//! assignment, hash and sticky routing, group interning and accumulator updates, the
+//! assignment, event-time ranges, hash and sticky routing, group interning and accumulator updates, the
 //! per-record changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::compute::{cast, max, min, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::common::ScalarValue;
 use datafusion::common::hash_utils::create_hashes;
@@ -26,7 +26,7 @@ use freshet_engine::aggregate::{
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
-use freshet_engine::watermark::event_times;
+use freshet_engine::watermark::{event_times, time_range};
 use freshet_engine::window::window_starts;
 use freshet_engine::{GeneratorKind, GeneratorSpec};
 use freshet_partitioner::{Router, RoutingStrategy};
@@ -49,6 +49,8 @@ fn kernels(c: &mut Criterion) {
     group.bench_function("window_starts", |b| {
         b.iter(|| window_starts(&times, 60_000, 0))
     });
+    group.bench_function("time_range", |b| b.iter(|| time_range(&times)));
+    group.bench_function("arrow_min_max", |b| b.iter(|| min(&times).zip(max(&times))));
 
     let keys = vec![
         col("trader_id", &schema).expect("column"), // ok: bench setup

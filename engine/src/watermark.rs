@@ -7,8 +7,8 @@
 //! the inputs still running — a finished input no longer holds it back — and `i64::MAX` once
 //! every input has finished.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, make_array};
-use datafusion::arrow::compute::{cast, max, min};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, make_array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use std::time::{Duration, Instant};
@@ -39,9 +39,27 @@ impl EventTime {
     /// The smallest and largest event times in `batch`, if it has any non-null one.
     pub fn range_in(&self, batch: &RecordBatch) -> Result<Option<(i64, i64)>> {
         let times = event_times(batch.column(self.column))?;
-        let times = times.as_primitive::<Int64Type>();
-        Ok(min(times).zip(max(times)))
+        Ok(time_range(times.as_primitive::<Int64Type>()))
     }
+}
+
+/// The smallest and largest non-null value of `times`, in one pass: without nulls a plain
+/// fold the compiler vectorizes, about twice as fast as arrow's `min` and `max` one after the
+/// other (criterion `time_range` against `arrow_min_max`).
+pub fn time_range(times: &Int64Array) -> Option<(i64, i64)> {
+    if times.null_count() == 0 {
+        let values = times.values();
+        let first = *values.first()?;
+        return Some(
+            values
+                .iter()
+                .fold((first, first), |(lo, hi), &t| (lo.min(t), hi.max(t))),
+        );
+    }
+    times.iter().flatten().fold(None, |range, t| match range {
+        None => Some((t, t)),
+        Some((lo, hi)) => Some((t.min(lo), t.max(hi))),
+    })
 }
 
 /// An event-time column as `Int64` values (timestamps are reinterpreted, not converted:
@@ -141,8 +159,34 @@ mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::array::TimestampMillisecondArray;
+    use datafusion::arrow::compute::{max, min};
 
     use super::*;
+
+    #[test]
+    fn time_range_equals_arrow_min_and_max() {
+        let cases: Vec<Int64Array> = vec![
+            Int64Array::from(Vec::<i64>::new()),
+            Int64Array::from(vec![None, None]),
+            Int64Array::from(vec![5]),
+            Int64Array::from(vec![3, -7, 12, i64::MIN, 0]),
+            Int64Array::from(vec![None, Some(4), None, Some(-2), Some(9), None]),
+            Int64Array::from(
+                (0..1000)
+                    .map(|i| (i * 7919) % 1013 - 500)
+                    .collect::<Vec<i64>>(),
+            ),
+        ];
+        for times in cases {
+            assert_eq!(
+                time_range(&times),
+                min(&times).zip(max(&times)),
+                "{times:?}"
+            );
+            let sliced = times.slice(times.len().min(1), times.len().saturating_sub(1));
+            assert_eq!(time_range(&sliced), min(&sliced).zip(max(&sliced)));
+        }
+    }
 
     #[test]
     fn idle_inputs_are_left_out_until_they_send_again() {

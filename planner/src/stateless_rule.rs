@@ -11,8 +11,10 @@
 //! not have, so it gets the automatic choice and EXPLAIN says so. Keyed operators were fed by
 //! their own exchanges before this rule runs. When the sources already have a partition per
 //! stream (no repartition), a user's `fan_in` or `round_robin` puts an exchange over each
-//! source, unless a keyed exchange or an operator that needs a certain input distribution is
-//! in the plan (either may rely on the source's partitions).
+//! source, and a source with more partitions than streams gets a sticky exchange onto the
+//! streams (partition `p` to stream `p mod n`), unless a keyed exchange or an operator that
+//! needs a certain input distribution is in the plan (either may rely on the source's
+//! partitions).
 
 use std::sync::Arc;
 
@@ -21,7 +23,9 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{Distribution, ExecutionPlan, Partitioning};
+use datafusion::physical_plan::{
+    Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
@@ -53,12 +57,13 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
                 input, &setting, *outputs,
             )?))
         })?;
-        if replaced.transformed || !matches!(setting.as_str(), "fan_in" | "round_robin") {
+        if replaced.transformed {
             return Ok(replaced.data);
         }
-        // The sources already have a partition per stream, so DataFusion added no exchange;
-        // the user's fan-in or round-robin still applies where nothing relies on the
-        // sources' partitions.
+        // The sources have at least a partition per stream, so DataFusion added no exchange.
+        // Where nothing relies on the sources' partitions, the user's fan-in or round-robin
+        // still applies, and sources with more partitions than streams are mapped onto the
+        // streams (sticky, partition p to stream p mod n), so that n streams run.
         let plan = replaced.data;
         if any_node(&plan, |node| {
             is::<StreamExchangeExec>(node) || requires_a_distribution(node)
@@ -66,14 +71,30 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
             return Ok(plan);
         }
         let outputs = config.execution.target_partitions;
+        let spread = matches!(setting.as_str(), "fan_in" | "round_robin");
         Ok(plan
             .transform_up(|node| {
                 if !is::<StreamSourceExec>(&node) {
                     return Ok(Transformed::no(node));
                 }
-                Ok(Transformed::yes(stateless_exchange(
-                    node, &setting, outputs,
-                )?))
+                let partitions = node.output_partitioning().partition_count();
+                if spread {
+                    Ok(Transformed::yes(stateless_exchange(
+                        node, &setting, outputs,
+                    )?))
+                } else if partitions > outputs {
+                    let reason = format!(
+                        "auto: stateless, {partitions} source partitions onto {outputs} streams"
+                    );
+                    let exchange =
+                        StreamExchangeExec::try_new(node, RoutingStrategy::Sticky, outputs, None)?
+                            .with_reason(reason);
+                    Ok(Transformed::yes(
+                        Arc::new(exchange) as Arc<dyn ExecutionPlan>
+                    ))
+                } else {
+                    Ok(Transformed::no(node))
+                }
             })?
             .data)
     }

@@ -259,6 +259,28 @@ async fn explain_names_the_stateless_exchange_strategy_and_why() {
 }
 
 #[tokio::test]
+async fn more_source_partitions_than_streams_are_mapped_onto_the_streams() {
+    let batches = RandomStream::new(8).rows(2_000).generate();
+    let plan = stateless_plan("", 5, batches.clone()).await;
+    assert!(
+        plan.contains("StreamExchangeExec: strategy=sticky, partitions=5->2 (auto: stateless, 5 source partitions onto 2 streams)"),
+        "{plan}"
+    );
+    assert!(plan.contains("output_partitions=2"), "{plan}");
+    let table =
+        TestTable::batches("t", RandomStream::schema(), batches).with_options(StreamOptions {
+            partitions: Some(5),
+            ..StreamOptions::default()
+        });
+    Differential::same_sql(STATELESS)
+        .table(table)
+        .partitions(&[1, 2])
+        .run()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn user_fan_in_and_round_robin_apply_to_sources_with_a_partition_per_stream() {
     let batches = RandomStream::new(6).rows(2_000).generate();
     for (strategy, expected) in [

@@ -16,10 +16,33 @@ use datafusion::physical_plan::aggregates::group_values::GroupValues;
 use super::packed_keys::new_group_values;
 use super::windowed_keys::WindowedGroupValues;
 
+/// The key interner of a [`GroupTable`].
+enum Keys {
+    /// Window start and keys, interned per window.
+    Windowed(Box<WindowedGroupValues>),
+    Other(Box<dyn GroupValues>),
+}
+
+impl Keys {
+    fn values(&mut self) -> &mut dyn GroupValues {
+        match self {
+            Keys::Windowed(values) => values.as_mut(),
+            Keys::Other(values) => values.as_mut(),
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Keys::Windowed(values) => values.size(),
+            Keys::Other(values) => values.size(),
+        }
+    }
+}
+
 /// A table of groups and their aggregates.
 pub struct GroupTable {
     /// `None` without key columns: every row is in group 0.
-    keys: Option<Box<dyn GroupValues>>,
+    keys: Option<Keys>,
     groups: usize,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
@@ -35,7 +58,7 @@ impl GroupTable {
         let keys = if key_schema.fields().is_empty() {
             None
         } else {
-            Some(new_group_values(Arc::clone(key_schema))?)
+            Some(Keys::Other(new_group_values(Arc::clone(key_schema))?))
         };
         Self::with_keys(keys, aggregates)
     }
@@ -50,14 +73,11 @@ impl GroupTable {
         if key_schema.fields().len() < 2 {
             return Self::try_new(key_schema, aggregates);
         }
-        let keys: Box<dyn GroupValues> = Box::new(WindowedGroupValues::try_new(key_schema)?);
+        let keys = Keys::Windowed(Box::new(WindowedGroupValues::try_new(key_schema)?));
         Self::with_keys(Some(keys), aggregates)
     }
 
-    fn with_keys(
-        keys: Option<Box<dyn GroupValues>>,
-        aggregates: &[Arc<AggregateFunctionExpr>],
-    ) -> Result<Self> {
+    fn with_keys(keys: Option<Keys>, aggregates: &[Arc<AggregateFunctionExpr>]) -> Result<Self> {
         let accumulators = aggregates
             .iter()
             .map(create_accumulator)
@@ -84,6 +104,7 @@ impl GroupTable {
     pub fn intern(&mut self, keys: &[ArrayRef], rows: usize) -> Result<&[usize]> {
         match &mut self.keys {
             Some(values) => {
+                let values = values.values();
                 values.intern(keys, &mut self.group_ids)?;
                 self.groups = values.len();
             }
@@ -160,6 +181,7 @@ impl GroupTable {
     pub fn emit_keys(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let keys = match &mut self.keys {
             Some(values) => {
+                let values = values.values();
                 let keys = values.emit(emit_to)?;
                 if emit_to == EmitTo::All {
                     // Emitting all leaves some key tables with stale internals; clearing
@@ -175,6 +197,25 @@ impl GroupTable {
             EmitTo::First(n) => self.groups.saturating_sub(n),
         };
         Ok(keys)
+    }
+
+    /// Drops the groups `emit_to` names from a table whose aggregates are kept elsewhere,
+    /// without building their key columns where the interner can avoid it.
+    pub fn discard(&mut self, emit_to: EmitTo) -> Result<()> {
+        match &mut self.keys {
+            Some(Keys::Windowed(values)) => {
+                values.discard(emit_to)?;
+                if emit_to == EmitTo::All {
+                    values.clear_shrink(self.groups);
+                }
+                self.groups = match emit_to {
+                    EmitTo::All => 0,
+                    EmitTo::First(n) => self.groups.saturating_sub(n),
+                };
+                Ok(())
+            }
+            _ => self.emit_keys(emit_to).map(|_| ()),
+        }
     }
 
     /// The group ids of the rows of the last [`Self::intern`] or [`Self::update`].
@@ -219,7 +260,7 @@ impl GroupTable {
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        self.keys.as_ref().map_or(0, |k| k.size())
+        self.keys.as_ref().map_or(0, Keys::size)
             + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }

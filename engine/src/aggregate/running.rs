@@ -313,7 +313,8 @@ fn ints(
     let (counts, totals) = (&mut state.counts, &mut state.ints);
     let mut output_ints = Vec::with_capacity(group_ids.len());
     let mut output_floats = Vec::new();
-    let mut valid = Vec::with_capacity(group_ids.len());
+    let has_nulls = values.null_count() > 0;
+    let mut valid = Vec::with_capacity(if has_nulls { group_ids.len() } else { 0 });
     for (row, &g) in group_ids.iter().enumerate() {
         if values.is_valid(row) {
             let v = values.value(row);
@@ -324,14 +325,18 @@ fn ints(
                 _ => totals[g].wrapping_add(v),
             };
         }
-        valid.push(counts[g] > 0);
+        if has_nulls {
+            valid.push(counts[g] > 0);
+        }
         if kernel == Kernel::AvgInt {
             output_floats.push(totals[g] as f64 / counts[g].max(1) as f64);
         } else {
             output_ints.push(totals[g]);
         }
     }
-    let nulls = Some(valid.into());
+    // Every row is counted in its own group unless its value is null: without nulls, every
+    // output is valid.
+    let nulls = has_nulls.then(|| valid.into());
     if kernel == Kernel::AvgInt {
         Arc::new(Float64Array::new(output_floats.into(), nulls))
     } else {
@@ -349,8 +354,8 @@ fn floats(
     state.floats.resize(groups, 0.0);
     let (counts, totals) = (&mut state.counts, &mut state.floats);
     let mut output = Vec::with_capacity(group_ids.len());
-    let mut valid = Vec::with_capacity(group_ids.len());
     let no_nulls = values.null_count() == 0;
+    let mut valid = Vec::with_capacity(if no_nulls { 0 } else { group_ids.len() });
     let raw = values.values();
     for (row, &g) in group_ids.iter().enumerate() {
         if no_nulls || values.is_valid(row) {
@@ -368,12 +373,15 @@ fn floats(
             };
             counts[g] += 1;
         }
-        valid.push(counts[g] > 0);
+        if !no_nulls {
+            valid.push(counts[g] > 0);
+        }
         output.push(if kernel == Kernel::AvgFloat {
             totals[g] / counts[g].max(1) as f64
         } else {
             totals[g]
         });
     }
-    Arc::new(Float64Array::new(output.into(), Some(valid.into())))
+    let nulls = (!no_nulls).then(|| valid.into());
+    Arc::new(Float64Array::new(output.into(), nulls))
 }

@@ -727,17 +727,22 @@ impl AggregateState {
             .collect();
         closed_windows.dedup();
         self.metrics.windows_emitted.add(closed_windows.len());
-        let (keys, values) = match &mut self.running {
-            Some(running) => {
+        let output = match (&mut self.running, self.emit) {
+            (Some(running), _) => {
+                // The per-record changelog already holds these groups' rows.
                 running.drop_first(closing);
-                (self.table.emit_keys(emit_to)?, Vec::new())
+                self.table.discard(emit_to)?;
+                Vec::new()
             }
-            None => self.table.emit(emit_to)?,
-        };
-        let output = if self.emit == AggregateEmit::Final {
-            vec![self.output_batch(keys, values, closing)?]
-        } else {
-            Vec::new()
+            (None, AggregateEmit::Final) => {
+                let (keys, values) = self.table.emit(emit_to)?;
+                vec![self.output_batch(keys, values, closing)?]
+            }
+            (None, _) => {
+                // Per-batch changes emitted these groups' rows already; their state leaves.
+                self.table.emit(emit_to)?;
+                Vec::new()
+            }
         };
         self.report_state()?;
         self.combine(output)

@@ -65,6 +65,36 @@ pub struct WindowedGroupValues {
 }
 
 impl WindowedGroupValues {
+    /// Drops the groups `emit_to` names without building their key columns (their rows were
+    /// already emitted, as under EMIT CHANGES).
+    pub fn discard(&mut self, emit_to: EmitTo) -> Result<()> {
+        let n = self.emit_count(emit_to);
+        self.groups.drain(..n);
+        self.forget_emitted(n)
+    }
+
+    fn emit_count(&self, emit_to: EmitTo) -> usize {
+        match emit_to {
+            EmitTo::All => self.groups.len(),
+            EmitTo::First(n) => n.min(self.groups.len()),
+        }
+    }
+
+    /// After `n` more groups left: drops the windows left without groups, and compacts the
+    /// key table when most keys are no longer used.
+    fn forget_emitted(&mut self, n: usize) -> Result<()> {
+        self.emitted += n;
+        let emitted = self.emitted;
+        self.windows.retain(|w| w.newest_group >= emitted);
+        self.window_index = self
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.start, i))
+            .collect();
+        self.compact_keys()
+    }
+
     /// Groups over `schema`: the window start column first, then the key columns.
     pub fn try_new(schema: &SchemaRef) -> Result<Self> {
         let Some((window, keys)) = schema.fields().split_first() else {
@@ -263,24 +293,12 @@ impl GroupValues for WindowedGroupValues {
     }
 
     fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let n = match emit_to {
-            EmitTo::All => self.groups.len(),
-            EmitTo::First(n) => n.min(self.groups.len()),
-        };
+        let n = self.emit_count(emit_to);
         let (starts, keys): (Vec<i64>, Vec<usize>) = self.groups.drain(..n).unzip();
         let starts: ArrayRef = Arc::new(Int64Array::from(starts));
         let mut columns = vec![cast(&starts, &self.window_type)?];
         columns.extend(self.key_values(&keys)?);
-        self.emitted += n;
-        let emitted = self.emitted;
-        self.windows.retain(|w| w.newest_group >= emitted);
-        self.window_index = self
-            .windows
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.start, i))
-            .collect();
-        self.compact_keys()?;
+        self.forget_emitted(n)?;
         Ok(columns)
     }
 
@@ -364,6 +382,27 @@ mod tests {
             EmitTo::All,
         ];
         assert_same_as_packed(&batches, &emit);
+    }
+
+    #[test]
+    fn discarding_groups_leaves_the_same_table_as_emitting_them() {
+        let batches: Vec<_> = (0..5)
+            .map(|b| batch(b + 30, 900, b as i64, 3, 40))
+            .collect();
+        let mut emitting = WindowedGroupValues::try_new(&schema()).unwrap();
+        let mut discarding = WindowedGroupValues::try_new(&schema()).unwrap();
+        let (mut emitted_ids, mut discarded_ids) = (Vec::new(), Vec::new());
+        for batch in &batches {
+            emitting.intern(batch, &mut emitted_ids).unwrap();
+            discarding.intern(batch, &mut discarded_ids).unwrap();
+            assert_eq!(emitted_ids, discarded_ids);
+            let n = emitting.len() / 2;
+            emitting.emit(EmitTo::First(n)).unwrap();
+            discarding.discard(EmitTo::First(n)).unwrap();
+            assert_eq!(emitting.len(), discarding.len());
+        }
+        let rest = emitting.emit(EmitTo::All).unwrap();
+        assert_eq!(discarding.emit(EmitTo::All).unwrap(), rest);
     }
 
     #[test]
