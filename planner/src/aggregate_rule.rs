@@ -211,7 +211,7 @@ fn streaming_aggregate(
         schema: aggregate.schema(),
     };
     let setting = options.partitioning_strategy.as_str();
-    let exchange = match two_phase(setting, &keys, &spec)? {
+    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec)? {
         Some((partial, reason)) => {
             let partial = Arc::new(partial);
             let strategy = if keys.is_empty() {
@@ -219,26 +219,23 @@ fn streaming_aggregate(
             } else {
                 RoutingStrategy::Hash(partial.key_columns())
             };
-            StreamExchangeExec::try_new(
-                input,
-                strategy,
-                config.execution.target_partitions,
-                event_time,
-            )?
-            .with_reason(reason)
-            .with_partial_aggregate(partial)
+            (strategy, reason, Some(partial))
         }
         None => {
             let (strategy, reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
-            StreamExchangeExec::try_new(
-                input,
-                strategy,
-                config.execution.target_partitions,
-                event_time,
-            )?
-            .with_reason(reason)
+            (strategy, reason, None)
         }
     };
+    let mut exchange = StreamExchangeExec::try_new(
+        input,
+        strategy,
+        config.execution.target_partitions,
+        event_time,
+    )?
+    .with_reason(reason);
+    if let Some(partial) = partial {
+        exchange = exchange.with_partial_aggregate(partial);
+    }
     let streaming = WindowAggregateExec::try_new(Arc::new(exchange), spec)?;
     Ok(Some(Arc::new(streaming)))
 }

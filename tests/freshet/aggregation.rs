@@ -215,28 +215,35 @@ async fn changes_per_batch_end_at_the_final_aggregates() {
     assert!(last.values().all(|n| *n == 300), "{last:?}");
 }
 
-fn late_data() -> (Arc<Schema>, Vec<RecordBatch>) {
+/// Batches of `(id, ts)` rows: one batch per element of `batches`, times in milliseconds.
+fn id_time_batches(batches: Vec<(Vec<i64>, Vec<Option<i64>>)>) -> (Arc<Schema>, Vec<RecordBatch>) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
     ]));
-    let batch = |ids: Vec<i64>, times: Vec<Option<i64>>| {
-        RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                Arc::new(Int64Array::from(ids)),
-                Arc::new(TimestampMillisecondArray::from(times)),
-            ],
-        )
-        .unwrap()
-    };
-    let batches = vec![
-        batch(vec![1, 2], vec![Some(1_000), Some(65_000)]),
-        // the 0-60s window closed when 65s arrived (no out-of-orderness): 3 is late
-        batch(vec![3, 4, 5], vec![Some(2_000), None, Some(70_000)]),
-        batch(vec![6], vec![Some(125_000)]),
-    ];
+    let batches = batches
+        .into_iter()
+        .map(|(ids, times)| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(TimestampMillisecondArray::from(times)),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
     (schema, batches)
+}
+
+fn late_data() -> (Arc<Schema>, Vec<RecordBatch>) {
+    id_time_batches(vec![
+        (vec![1, 2], vec![Some(1_000), Some(65_000)]),
+        // the 0-60s window closed when 65s arrived (no out-of-orderness): 3 is late
+        (vec![3, 4, 5], vec![Some(2_000), None, Some(70_000)]),
+        (vec![6], vec![Some(125_000)]),
+    ])
 }
 
 #[tokio::test]
@@ -506,26 +513,13 @@ async fn session_changes_end_at_the_final_sessions() {
 
 #[tokio::test]
 async fn session_changes_delete_the_sessions_a_record_merges() {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
-    ]));
     // Seconds after 100 s, in arrival order: 0 and 4 open two sessions (gap 3 s), 2 bridges
     // them, -1 extends the merged one backwards.
     let seconds = [0, 4, 2, -1];
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
-            Arc::new(TimestampMillisecondArray::from(
-                seconds
-                    .iter()
-                    .map(|s| Some(100_000 + s * 1_000))
-                    .collect::<Vec<_>>(),
-            )),
-        ],
-    )
-    .unwrap();
+    let (schema, batches) = id_time_batches(vec![(
+        vec![1, 2, 3, 4],
+        seconds.iter().map(|s| Some(100_000 + s * 1_000)).collect(),
+    )]);
     let ctx = StreamingContext::with_partitions(1);
     let options = StreamOptions {
         event_time: Some("ts".to_string()),
@@ -533,8 +527,7 @@ async fn session_changes_delete_the_sessions_a_record_merges() {
         partitions: Some(1),
         ..StreamOptions::default()
     };
-    ctx.register_batches("t", schema, vec![batch], options)
-        .unwrap();
+    ctx.register_batches("t", schema, batches, options).unwrap();
     let query = ctx
         .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
         .await

@@ -146,16 +146,21 @@ async fn late_and_timeless_records_are_counted_and_sent_as_in_one_phase() {
     freshet::testing::compare_results(&one_phase, &two_phase, false).unwrap();
 }
 
-#[tokio::test]
-async fn a_global_window_aggregate_is_two_phase_by_default() {
-    let stream = RandomStream::new(3).rows(1_000);
+/// Two streams over `stream` as table `t`, one source partition per stream.
+fn two_stream_context(stream: &RandomStream) -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
-    let table = table(&stream, None);
+    let table = table(stream, Some(2));
     let TestSource::Batches { schema, batches } = table.source else {
         unreachable!("random tables are batches");
     };
     ctx.register_batches("t", schema, batches, table.options)
         .unwrap();
+    ctx
+}
+
+#[tokio::test]
+async fn a_global_window_aggregate_is_two_phase_by_default() {
+    let ctx = two_stream_context(&RandomStream::new(3).rows(1_000));
     let plan = ctx
         .sql("SELECT COUNT(*) AS n FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
         .await
@@ -177,14 +182,7 @@ async fn a_global_window_aggregate_is_two_phase_by_default() {
 
 #[tokio::test]
 async fn two_phase_where_it_cannot_apply_is_a_clear_error() {
-    let stream = RandomStream::new(3).rows(100);
-    let ctx = StreamingContext::with_partitions(2);
-    let table = table(&stream, None);
-    let TestSource::Batches { schema, batches } = table.source else {
-        unreachable!("random tables are batches");
-    };
-    ctx.register_batches("t", schema, batches, table.options)
-        .unwrap();
+    let ctx = two_stream_context(&RandomStream::new(3).rows(100));
     let option = "WITH ('partitioning_strategy' = 'two_phase')";
     for (sql, expected) in [
         (

@@ -3,6 +3,7 @@
 
 mod assignment;
 mod groups;
+mod inputs;
 mod late;
 mod packed_keys;
 mod partial;

@@ -31,9 +31,9 @@ use datafusion::physical_expr::expressions::Column;
 
 use super::assignment::assign_windows;
 use super::groups::GroupTable;
+use super::inputs::AggregateInputs;
 use super::late::LateRecords;
 use super::window_aggregate::{AggregateEmit, AggregateSpec, WindowKey};
-use crate::plan_util::evaluate;
 use crate::window::WindowSpec;
 
 /// Name of the window-start column of partial states.
@@ -43,9 +43,7 @@ pub const RECORDS_COLUMN: &str = "__records";
 
 /// What the partial step computes; shared by the exchange's input tasks.
 pub struct PartialAggregate {
-    key_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    argument_exprs: Vec<Vec<Arc<dyn PhysicalExpr>>>,
-    filter_exprs: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    inputs: AggregateInputs,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     window: WindowKey,
     allowed_lateness: i64,
@@ -113,19 +111,12 @@ impl PartialAggregate {
             DataType::UInt64,
             false,
         )));
-        let argument_exprs = spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                let mut arguments = a.expressions();
-                arguments.extend(a.order_bys().iter().map(|o| Arc::clone(&o.expr)));
-                arguments
-            })
-            .collect();
         Ok(Self {
-            key_exprs: keys.iter().map(|(e, _)| Arc::clone(e)).collect(),
-            argument_exprs,
-            filter_exprs: spec.filters.clone(),
+            inputs: AggregateInputs::new(
+                keys.iter().map(|(e, _)| Arc::clone(e)).collect(),
+                &spec.aggregates,
+                &spec.filters,
+            ),
             aggregates: spec.aggregates.clone(),
             window,
             allowed_lateness: spec.allowed_lateness,
@@ -143,7 +134,7 @@ impl PartialAggregate {
 
     /// The GROUP BY key columns (without the window) of the partial states, to route on.
     pub fn key_columns(&self) -> Vec<Arc<dyn PhysicalExpr>> {
-        (1..=self.key_exprs.len())
+        (1..=self.inputs.keys.len())
             .map(|i| Arc::new(Column::new(self.schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
             .collect()
     }
@@ -155,7 +146,7 @@ impl PartialAggregate {
 
     /// Number of key columns (without the window start).
     pub fn key_count(&self) -> usize {
-        self.key_exprs.len()
+        self.inputs.keys.len()
     }
 
     /// The side output late records go to (the final step's).
@@ -214,20 +205,7 @@ impl PartialAggregator {
     pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
         let spec = Arc::clone(&self.spec);
         let assigned = assign_windows(&spec.window, spec.closed_through(watermark), batch)?;
-        let keys = evaluate(&spec.key_exprs, batch)?;
-        let arguments = spec
-            .argument_exprs
-            .iter()
-            .map(|exprs| evaluate(exprs, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let filters: Vec<Option<ArrayRef>> = spec
-            .filter_exprs
-            .iter()
-            .map(|f| match f {
-                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(batch.num_rows())?)),
-                None => Ok(None),
-            })
-            .collect::<Result<_>>()?;
+        let columns = spec.inputs.evaluate(batch)?;
         self.records.clear();
         let mut earliest_window: Option<i64> = None;
         for assignment in &assigned.assignments {
@@ -241,16 +219,9 @@ impl PartialAggregator {
             if let Some(earliest) = min(starts) {
                 earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
             }
+            let (keys, arguments, filters) = columns.pick(assignment)?;
             let mut table_keys: Vec<ArrayRef> = vec![Arc::new(starts.clone())];
-            table_keys.extend(assignment.pick(&keys)?);
-            let arguments = arguments
-                .iter()
-                .map(|a| assignment.pick(a))
-                .collect::<Result<Vec<_>>>()?;
-            let filters = filters
-                .iter()
-                .map(|f| assignment.pick_filter(f))
-                .collect::<Result<Vec<_>>>()?;
+            table_keys.extend(keys);
             self.table.update(&table_keys, &arguments, &filters, rows)?;
             self.records.resize(self.table.len(), 0);
             if assignment.latest {

@@ -47,6 +47,7 @@ use datafusion::physical_plan::{
 
 use super::assignment::{Assignment, assign_windows};
 use super::groups::GroupTable;
+use super::inputs::AggregateInputs;
 use super::late::LateRecords;
 use super::partial::PartialStates;
 use super::running::RunningAggregates;
@@ -54,7 +55,7 @@ use super::session_changes::SessionChanges;
 use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
-use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
+use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 use crate::watermark::event_times;
 use crate::window::WindowSpec;
 
@@ -342,9 +343,7 @@ impl AggregateMetrics {
 /// with `EmitTo::First`. (A group that disordered input created ahead of an older window's
 /// groups holds those back until its own window closes, by at most one window length.)
 struct AggregateState {
-    key_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    argument_exprs: Vec<Vec<Arc<dyn PhysicalExpr>>>,
-    filter_exprs: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    inputs: AggregateInputs,
     table: GroupTable,
     running: Option<RunningAggregates>,
     /// The window start of each group, by group id.
@@ -390,16 +389,6 @@ impl AggregateState {
             .chain(keys.iter().map(|(i, _)| i))
             .map(|i| exec.spec.schema.field(*i).clone())
             .collect::<Vec<Field>>();
-        let argument_exprs = exec
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                let mut arguments = a.expressions();
-                arguments.extend(a.order_bys().iter().map(|o| Arc::clone(&o.expr)));
-                arguments
-            })
-            .collect();
         let running = match exec.spec.emit {
             AggregateEmit::ChangesPerRecord => {
                 RunningAggregates::plan(&exec.spec.aggregates, &exec.spec.filters, &input_schema)
@@ -426,9 +415,11 @@ impl AggregateState {
             (_, running) => (running, None),
         };
         Ok(Self {
-            key_exprs: keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
-            argument_exprs,
-            filter_exprs: exec.spec.filters.clone(),
+            inputs: AggregateInputs::new(
+                keys.iter().map(|(_, (e, _))| Arc::clone(e)).collect(),
+                &exec.spec.aggregates,
+                &exec.spec.filters,
+            ),
             table: match exec.spec.window.as_ref().map(|w| w.spec) {
                 Some(WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }) => {
                     GroupTable::try_new_windowed(
@@ -526,20 +517,7 @@ impl AggregateState {
             return self.combine(output.into_iter().collect());
         }
         let assignments = self.assign(batch)?;
-        let keys = evaluate(&self.key_exprs, batch)?;
-        let arguments = self
-            .argument_exprs
-            .iter()
-            .map(|exprs| evaluate(exprs, batch))
-            .collect::<Result<Vec<_>>>()?;
-        let filters: Vec<Option<ArrayRef>> = self
-            .filter_exprs
-            .iter()
-            .map(|f| match f {
-                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(batch.num_rows())?)),
-                None => Ok(None),
-            })
-            .collect::<Result<_>>()?;
+        let columns = self.inputs.evaluate(batch)?;
         let mut outputs = Vec::new();
         for assignment in assignments {
             let rows = assignment.len(batch.num_rows());
@@ -550,16 +528,9 @@ impl AggregateState {
                 Some(starts) => Some(self.window_column(starts)?),
                 None => None,
             };
+            let (keys, arguments, filters) = columns.pick(&assignment)?;
             let mut table_keys: Vec<ArrayRef> = window_column.iter().cloned().collect();
-            table_keys.extend(assignment.pick(&keys)?);
-            let arguments = arguments
-                .iter()
-                .map(|a| assignment.pick(a))
-                .collect::<Result<Vec<_>>>()?;
-            let filters = filters
-                .iter()
-                .map(|f| assignment.pick_filter(f))
-                .collect::<Result<Vec<_>>>()?;
+            table_keys.extend(keys);
             if let Some(output) = self.update(
                 assignment.starts.as_ref(),
                 table_keys,
@@ -787,18 +758,13 @@ impl AggregateState {
         }
         let times = event_times(&window.time.evaluate(&rows)?.into_array(rows.num_rows())?)?;
         let times = times.as_primitive::<Int64Type>().clone();
-        let keys = evaluate(&self.key_exprs, &rows)?;
-        let arguments = self
-            .argument_exprs
-            .iter()
-            .map(|exprs| evaluate(exprs, &rows))
-            .collect::<Result<Vec<_>>>()?;
+        let columns = self.inputs.evaluate(&rows)?;
         let Some(changes) = &mut self.session_changes else {
             return Ok(None);
         };
-        let changelog = changes.update(&keys, &times, &arguments)?;
+        let changelog = changes.update(&columns.keys, &times, &columns.arguments)?;
         let mut table_keys = vec![self.window_column(&changelog.starts)?];
-        for key in &keys {
+        for key in &columns.keys {
             table_keys.push(take(key.as_ref(), &changelog.key_rows, None)?);
         }
         let count = changelog.key_rows.len();
@@ -816,7 +782,7 @@ impl AggregateState {
         };
         let gap = window.spec.size();
         let (watermark, lateness) = (self.watermark, self.allowed_lateness);
-        let closed = sessions.take_closed(&window.time, &self.key_exprs, gap, |last| {
+        let closed = sessions.take_closed(&window.time, &self.inputs.keys, gap, |last| {
             watermark == i64::MAX || last.saturating_add(gap).saturating_add(lateness) <= watermark
         })?;
         let Some(closed) = closed else {
@@ -824,26 +790,10 @@ impl AggregateState {
             return Ok(None);
         };
         let rows = closed.rows.num_rows();
+        let columns = self.inputs.evaluate(&closed.rows)?;
+        let (keys, arguments, filters) = columns.pick(&Assignment::whole_batch())?;
         let mut table_keys = vec![self.window_column(&closed.starts)?];
-        table_keys.extend(evaluate(&self.key_exprs, &closed.rows)?);
-        let arguments = self
-            .argument_exprs
-            .iter()
-            .map(|exprs| evaluate(exprs, &closed.rows))
-            .collect::<Result<Vec<_>>>()?;
-        let filters = self
-            .filter_exprs
-            .iter()
-            .map(|f| match f {
-                Some(f) => Ok(Some(
-                    f.evaluate(&closed.rows)?
-                        .into_array(rows)?
-                        .as_boolean()
-                        .clone(),
-                )),
-                None => Ok(None),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        table_keys.extend(keys);
         self.table.update(&table_keys, &arguments, &filters, rows)?;
         let groups = self.table.len();
         let (keys, values) = self.table.emit(EmitTo::All)?;
