@@ -115,7 +115,7 @@ pub fn scenarios() -> Vec<Scenario> {
             amount_base: 150.0,
             streaming_sql: S3A_SQL,
             batch_sql: S3A_BATCH_SQL,
-            keyed_by: None,
+            keyed_by: Some(&["trader_id", "symbol"]),
         },
         Scenario {
             id: "S3b",
