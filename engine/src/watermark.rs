@@ -43,9 +43,10 @@ impl EventTime {
     }
 }
 
-/// The smallest and largest non-null value of `times`, in one pass: without nulls a plain
-/// fold the compiler vectorizes, about twice as fast as arrow's `min` and `max` one after the
-/// other (criterion `time_range` against `arrow_min_max`).
+/// The smallest and largest non-null value of `times`, in one pass: without nulls one fold
+/// over the values, about three times faster than arrow's `min` and `max` one after the
+/// other (criterion `time_range` against `arrow_min_max`; two separate folds measured as slow
+/// as arrow's).
 pub fn time_range(times: &Int64Array) -> Option<(i64, i64)> {
     if times.null_count() == 0 {
         let values = times.values();

@@ -218,6 +218,15 @@ impl GroupTable {
         }
     }
 
+    /// With windowed keys, the window start of each group from id `first` on (the table
+    /// knows them without looking at rows); `None` for other keys.
+    pub fn window_starts_from(&self, first: usize) -> Option<Vec<i64>> {
+        match &self.keys {
+            Some(Keys::Windowed(values)) => Some(values.window_starts_from(first).collect()),
+            _ => None,
+        }
+    }
+
     /// The group ids of the rows of the last [`Self::intern`] or [`Self::update`].
     pub fn last_group_ids(&self, rows: usize) -> &[usize] {
         &self.group_ids[..rows.min(self.group_ids.len())]

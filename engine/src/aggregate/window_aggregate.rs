@@ -627,12 +627,18 @@ impl AggregateState {
     /// After an update or merge of `rows` rows with window `starts`: records the window of
     /// each group it created, and counts windows opening.
     fn track_new_groups(&mut self, starts: &Int64Array, rows: usize) -> Result<()> {
-        {
-            // The groups this update created are the ids from the old table length on (not
-            // necessarily numbered in order of appearance): each takes its first row's window.
-            let known = self.group_windows.len();
-            let created = self.table.len().saturating_sub(known);
-            if created > 0 {
+        // The groups this update created are the ids from the old table length on (not
+        // necessarily numbered in order of appearance).
+        let known = self.group_windows.len();
+        let created = self.table.len().saturating_sub(known);
+        if created == 0 {
+            return Ok(());
+        }
+        let windows = match self.table.window_starts_from(known) {
+            // A windowed key table knows each group's window.
+            Some(windows) => windows,
+            // Otherwise each new group takes its first row's window.
+            None => {
                 let mut window_of_new = vec![None; created];
                 let ids = self.table.last_group_ids(rows);
                 for (id, start) in ids.iter().zip(starts.values().iter()) {
@@ -640,19 +646,23 @@ impl AggregateState {
                         id.checked_sub(known).and_then(|i| window_of_new.get_mut(i))
                     {
                         *slot = Some(*start);
-                        if *start > self.newest_window {
-                            self.newest_window = *start;
-                            self.metrics.windows_opened.add(1);
-                        }
                     }
                 }
-                for start in window_of_new {
-                    match start {
-                        Some(start) => self.group_windows.push_back(start),
-                        None => return internal_err!("a new group without a row"),
-                    }
+                match window_of_new.into_iter().collect::<Option<Vec<i64>>>() {
+                    Some(windows) => windows,
+                    None => return internal_err!("a new group without a row"),
                 }
             }
+        };
+        if windows.len() != created {
+            return internal_err!("{} windows for {created} new groups", windows.len());
+        }
+        for start in windows {
+            if start > self.newest_window {
+                self.newest_window = start;
+                self.metrics.windows_opened.add(1);
+            }
+            self.group_windows.push_back(start);
         }
         Ok(())
     }

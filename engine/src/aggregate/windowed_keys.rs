@@ -65,6 +65,12 @@ pub struct WindowedGroupValues {
 }
 
 impl WindowedGroupValues {
+    /// The window starts of the groups from id `first` on (ids as the table hands them out:
+    /// positions among the groups not emitted yet), in id order.
+    pub fn window_starts_from(&self, first: usize) -> impl Iterator<Item = i64> + '_ {
+        self.groups.iter().skip(first).map(|(start, _)| *start)
+    }
+
     /// Drops the groups `emit_to` names without building their key columns (their rows were
     /// already emitted, as under EMIT CHANGES).
     pub fn discard(&mut self, emit_to: EmitTo) -> Result<()> {
@@ -403,6 +409,26 @@ mod tests {
         }
         let rest = emitting.emit(EmitTo::All).unwrap();
         assert_eq!(discarding.emit(EmitTo::All).unwrap(), rest);
+    }
+
+    #[test]
+    fn knows_the_window_of_each_group_after_emissions() {
+        let mut windowed = WindowedGroupValues::try_new(&schema()).unwrap();
+        let mut ids = Vec::new();
+        windowed
+            .intern(&batch(40, 500, 0, 3, 10), &mut ids)
+            .unwrap();
+        windowed.emit(EmitTo::First(7)).unwrap();
+        let known = windowed.len();
+        windowed
+            .intern(&batch(41, 500, 2, 3, 10), &mut ids)
+            .unwrap();
+        let starts: Vec<i64> = windowed.window_starts_from(known).collect();
+        let all = windowed.emit(EmitTo::All).unwrap();
+        let emitted = cast(&all[0], &DataType::Int64).unwrap();
+        let emitted = emitted.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert_eq!(starts, emitted.values()[known..]);
+        assert!(!starts.is_empty());
     }
 
     #[test]
