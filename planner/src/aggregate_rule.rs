@@ -8,6 +8,11 @@
 //! keys; it computes watermarks from the window's time column and the stream's declared
 //! out-of-orderness) under a [`WindowAggregateExec`]. A plain GROUP BY without EMIT CHANGES
 //! stays DataFusion's: on bounded input it is the batch result.
+//!
+//! With two-phase aggregation (`two_phase`, or automatically for a keyless tumbling or
+//! hopping EMIT FINAL aggregation) the exchange also runs a [`PartialAggregate`] per source
+//! partition and routes its states. EMIT CHANGES on session windows makes the aggregate
+//! columns nullable (deletions of merged sessions), so the projections above are rebuilt.
 
 use std::sync::Arc;
 
