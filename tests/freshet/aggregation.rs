@@ -237,6 +237,31 @@ fn id_time_batches(batches: Vec<(Vec<i64>, Vec<Option<i64>>)>) -> (Arc<Schema>, 
     (schema, batches)
 }
 
+/// One stream over `(schema, batches)` as table `t`, one source partition, event time `ts`
+/// with `out_of_orderness`.
+fn id_time_context(
+    (schema, batches): (Arc<Schema>, Vec<RecordBatch>),
+    out_of_orderness: std::time::Duration,
+) -> StreamingContext {
+    let ctx = StreamingContext::with_partitions(1);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness,
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", schema, batches, options).unwrap();
+    ctx
+}
+
+/// The query's whole result, as a pretty-printed table.
+async fn formatted_result(query: &freshet::StreamingQuery) -> String {
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    datafusion::arrow::util::pretty::pretty_format_batches(&results)
+        .unwrap()
+        .to_string()
+}
+
 fn late_data() -> (Arc<Schema>, Vec<RecordBatch>) {
     id_time_batches(vec![
         (vec![1, 2], vec![Some(1_000), Some(65_000)]),
@@ -248,23 +273,13 @@ fn late_data() -> (Arc<Schema>, Vec<RecordBatch>) {
 
 #[tokio::test]
 async fn late_and_timeless_records_are_dropped_and_counted() {
-    let (schema, batches) = late_data();
-    let ctx = StreamingContext::with_partitions(1);
-    let options = StreamOptions {
-        event_time: Some("ts".to_string()),
-        partitions: Some(1),
-        ..StreamOptions::default()
-    };
-    ctx.register_batches("t", schema, batches, options).unwrap();
+    let ctx = id_time_context(late_data(), std::time::Duration::ZERO);
     let query = ctx
         .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
         .await
         .unwrap();
     let late_stream = query.late_records();
-    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
-        .unwrap()
-        .to_string();
+    let formatted = formatted_result(&query).await;
     assert!(
         formatted.contains("| 1970-01-01T00:00:00 | 1 | 1   |"),
         "{formatted}"
@@ -309,26 +324,16 @@ async fn late_and_timeless_records_are_dropped_and_counted() {
 
 #[tokio::test]
 async fn allowed_lateness_keeps_late_records() {
-    let (schema, batches) = late_data();
-    let ctx = StreamingContext::with_partitions(1);
+    let ctx = id_time_context(late_data(), std::time::Duration::ZERO);
     ctx.session()
         .sql("SET freshet.allowed_lateness_ms = 10000")
         .await
         .unwrap();
-    let options = StreamOptions {
-        event_time: Some("ts".to_string()),
-        partitions: Some(1),
-        ..StreamOptions::default()
-    };
-    ctx.register_batches("t", schema, batches, options).unwrap();
     let query = ctx
         .sql("SELECT window_start, COUNT(*) AS n FROM t WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)")
         .await
         .unwrap();
-    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
-        .unwrap()
-        .to_string();
+    let formatted = formatted_result(&query).await;
     assert!(
         formatted.contains("| 1970-01-01T00:00:00 | 2 |"),
         "{formatted}"
@@ -516,26 +521,16 @@ async fn session_changes_delete_the_sessions_a_record_merges() {
     // Seconds after 100 s, in arrival order: 0 and 4 open two sessions (gap 3 s), 2 bridges
     // them, -1 extends the merged one backwards.
     let seconds = [0, 4, 2, -1];
-    let (schema, batches) = id_time_batches(vec![(
+    let batches = id_time_batches(vec![(
         vec![1, 2, 3, 4],
         seconds.iter().map(|s| Some(100_000 + s * 1_000)).collect(),
     )]);
-    let ctx = StreamingContext::with_partitions(1);
-    let options = StreamOptions {
-        event_time: Some("ts".to_string()),
-        out_of_orderness: std::time::Duration::from_secs(10),
-        partitions: Some(1),
-        ..StreamOptions::default()
-    };
-    ctx.register_batches("t", schema, batches, options).unwrap();
+    let ctx = id_time_context(batches, std::time::Duration::from_secs(10));
     let query = ctx
         .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
         .await
         .unwrap();
-    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-    let formatted = datafusion::arrow::util::pretty::pretty_format_batches(&results)
-        .unwrap()
-        .to_string();
+    let formatted = formatted_result(&query).await;
     let expected = "\
 +---------------------+---+-----+
 | window_start        | n | ids |

@@ -192,11 +192,16 @@ impl GroupTable {
             }
             None => Vec::new(),
         };
+        self.count_out(emit_to);
+        Ok(keys)
+    }
+
+    /// Lowers the group count after the groups `emit_to` names left.
+    fn count_out(&mut self, emit_to: EmitTo) {
         self.groups = match emit_to {
             EmitTo::All => 0,
             EmitTo::First(n) => self.groups.saturating_sub(n),
         };
-        Ok(keys)
     }
 
     /// Drops the groups `emit_to` names from a table whose aggregates are kept elsewhere,
@@ -208,10 +213,7 @@ impl GroupTable {
                 if emit_to == EmitTo::All {
                     values.clear_shrink(self.groups);
                 }
-                self.groups = match emit_to {
-                    EmitTo::All => 0,
-                    EmitTo::First(n) => self.groups.saturating_sub(n),
-                };
+                self.count_out(emit_to);
                 Ok(())
             }
             _ => self.emit_keys(emit_to).map(|_| ()),
