@@ -88,7 +88,7 @@ impl RunningSum<i64> for IntegerSum {
     }
 }
 
-/// A Neumaier-compensated `f64` sum of the finite values, with NaN and infinities counted.
+/// A compensated (Neumaier / TwoSum) `f64` sum of the finite values, with NaN and infinities counted.
 #[derive(Debug, Default, Clone)]
 pub struct FloatSum {
     sum: f64,
@@ -103,14 +103,12 @@ pub struct FloatSum {
 impl FloatSum {
     #[inline]
     fn add_finite(&mut self, value: f64) {
+        // Knuth's branch-free TwoSum: the exact rounding error of `sum + value`, the same
+        // error Neumaier's comparison-based form finds, without its unpredictable branch.
         let total = self.sum + value;
-        // Neumaier: the low-order bits lost by whichever operand is smaller.
-        let (large, small) = if self.sum.abs() >= value.abs() {
-            (self.sum, value)
-        } else {
-            (value, self.sum)
-        };
-        self.compensation += (large - total) + small;
+        let value_part = total - self.sum;
+        let sum_part = total - value_part;
+        self.compensation += (self.sum - sum_part) + (value - value_part);
         self.sum = total;
     }
 
@@ -210,6 +208,9 @@ pub struct FrameAggregate<T, S> {
     /// Rows before the current one in the frame; `None`: unbounded.
     preceding: Option<u64>,
     keys: Vec<KeyFrame<T, S>>,
+    /// Null positions listed over all keys: while none is, a frame's non-null count is
+    /// its ring's length.
+    nulls_held: usize,
 }
 
 /// The two instantiations.
@@ -222,6 +223,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
             kind,
             preceding,
             keys: Vec::new(),
+            nulls_held: 0,
         }
     }
 
@@ -242,24 +244,34 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         }
         let rows = values.len();
         let mut validity = Validity::new();
+        let dense = values.null_count() == 0 && self.nulls_held == 0;
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
-            FrameAggregateKind::Sum if values.null_count() == 0 => {
-                let mut out = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, positions, |key| out.push(key.sum.value()));
+            FrameAggregateKind::Sum if dense => {
+                let mut out = vec![T::default(); rows];
+                self.fold_dense(values.values(), groups, |row, sum, _| {
+                    out[row] = sum.value()
+                });
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
             }
-            FrameAggregateKind::Avg if values.null_count() == 0 => {
+            FrameAggregateKind::Avg if dense => {
                 // Sums and counts first, divided in a second, vectorizable pass: a division
                 // in the per-row loop stalls it.
-                let mut sums = Vec::with_capacity(rows);
-                let mut counts = Vec::with_capacity(rows);
-                self.fold_sums(values, groups, positions, |key| {
-                    sums.push(key.sum.as_f64());
-                    counts.push(key.non_null as f64);
+                let mut sums = vec![0.0; rows];
+                let mut counts = vec![0.0; rows];
+                self.fold_dense(values.values(), groups, |row, sum, count| {
+                    sums[row] = sum.as_f64();
+                    counts[row] = count as f64;
                 });
                 let out: Vec<f64> = sums.iter().zip(&counts).map(|(s, n)| s / n).collect();
                 Arc::new(Float64Array::new(out.into(), None))
+            }
+            FrameAggregateKind::Count if dense => {
+                let mut out = vec![0i64; rows];
+                self.fold_dense(values.values(), groups, |row, _, count| {
+                    out[row] = count as i64
+                });
+                Arc::new(Int64Array::from(out))
             }
             FrameAggregateKind::Sum => {
                 let mut out = Vec::with_capacity(rows);
@@ -302,6 +314,34 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         })
     }
 
+    /// SUM, AVG and COUNT when neither the batch nor any frame holds a null, the common
+    /// case: no null bookkeeping, and a frame's count is its ring's length (its key's rows
+    /// for an unbounded frame). `emit` gets each row's index, sum and count.
+    fn fold_dense(&mut self, raw: &[T], groups: &[usize], mut emit: impl FnMut(usize, &S, u64)) {
+        match self.preceding {
+            Some(preceding) => {
+                let capacity = preceding as usize + 1;
+                for (row, (&group, &value)) in groups.iter().zip(raw).enumerate() {
+                    let key = &mut self.keys[group];
+                    key.sum.add(value);
+                    if let Some(leaving) = key.values.push(value, capacity) {
+                        key.sum.remove(leaving);
+                    }
+                    key.non_null = key.values.len() as u64;
+                    emit(row, &key.sum, key.non_null);
+                }
+            }
+            None => {
+                for (row, (&group, &value)) in groups.iter().zip(raw).enumerate() {
+                    let key = &mut self.keys[group];
+                    key.sum.add(value);
+                    key.non_null += 1;
+                    emit(row, &key.sum, key.non_null);
+                }
+            }
+        }
+    }
+
     /// SUM, AVG and COUNT: each row enters its key's running sum (and the value that leaves
     /// a bounded frame leaves it); `emit` reads the key's state after each row.
     fn fold_sums(
@@ -322,6 +362,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 key.sum.add(value);
             } else if self.preceding.is_some() {
                 key.null_positions.push_back(position);
+                self.nulls_held += 1;
             }
             if let Some(preceding) = self.preceding
                 && let Some(leaving) = key.values.push(value, preceding as usize + 1)
@@ -330,6 +371,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 let leaving_position = position - preceding - 1;
                 if key.null_positions.front() == Some(&leaving_position) {
                     key.null_positions.pop_front();
+                    self.nulls_held -= 1;
                 } else {
                     key.non_null -= 1;
                     key.sum.remove(leaving);
@@ -389,6 +431,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
     pub fn retain_keys(&mut self, expired: &[bool]) {
         let mut keep = expired.iter().map(|e| !e);
         self.keys.retain(|_| keep.next().unwrap_or(true));
+        self.nulls_held = self.keys.iter().map(|k| k.null_positions.len()).sum();
     }
 
     /// Bytes held.

@@ -185,6 +185,38 @@ impl Lookback {
         })
     }
 
+    /// Each row's value `depth` rows back in its key (see [`PrimitiveHistory::gather_back`]).
+    fn gather_back(
+        &mut self,
+        values: &ArrayRef,
+        default: &Option<ArrayRef>,
+        groups: &[usize],
+        positions: &[u64],
+    ) -> Result<ArrayRef> {
+        Ok(match self {
+            Self::Integer(history) => Arc::new(history.gather_back(
+                values.as_primitive::<Int64Type>(),
+                groups,
+                typed_default::<Int64Type>(default)?,
+            )),
+            Self::Float(history) => Arc::new(history.gather_back(
+                values.as_primitive::<Float64Type>(),
+                groups,
+                typed_default::<Float64Type>(default)?,
+            )),
+            Self::Any(history) => {
+                let depth = history.depth() as u64;
+                let default = match default {
+                    Some(default) => cast(default, values.data_type())?,
+                    None => new_null_array(values.data_type(), 1),
+                };
+                history.gather(values, groups, positions, &default, move |q| {
+                    q.checked_sub(depth)
+                })?
+            }
+        })
+    }
+
     fn retain_keys(&mut self, expired: &[bool]) {
         match self {
             Self::Integer(history) => history.retain_keys(expired),
@@ -405,12 +437,7 @@ fn delayed(
 ) -> Result<ArrayRef> {
     match delay {
         None => Ok(values),
-        Some((history, rows)) => {
-            let rows = *rows;
-            history.gather(&values, &None, groups, positions, move |q| {
-                q.checked_sub(rows)
-            })
-        }
+        Some((history, _)) => history.gather_back(&values, &None, groups, positions),
     }
 }
 
@@ -432,24 +459,10 @@ fn gather_lookback(
     };
     let l = lookahead;
     match &function.kind {
-        OverFunctionKind::Lag { offset, .. } => {
-            let back = offset + l;
-            history.gather(values, default, groups, positions, move |q| {
-                q.checked_sub(back)
-            })
-        }
-        OverFunctionKind::Lead { offset, .. } => {
-            let back = l.saturating_sub(*offset);
-            history.gather(values, default, groups, positions, move |q| {
-                q.checked_sub(back)
-            })
-        }
-        OverFunctionKind::LastValue => {
-            let back = l - function.following.min(l);
-            history.gather(values, default, groups, positions, move |q| {
-                q.checked_sub(back)
-            })
-        }
+        // A constant distance back: the history's depth (see `OverKernel::try_new`).
+        OverFunctionKind::Lag { .. }
+        | OverFunctionKind::Lead { .. }
+        | OverFunctionKind::LastValue => history.gather_back(values, default, groups, positions),
         OverFunctionKind::FirstValue => {
             history.gather(values, default, groups, positions, move |q| {
                 q.checked_sub(l).map(frame_start)

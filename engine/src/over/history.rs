@@ -53,6 +53,11 @@ impl ValueHistory {
         }
     }
 
+    /// Rows kept per key before the current one.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
     /// For each row of `values` (row `r` is position `positions[r]` of key `groups[r]`), the
     /// value at the position `target(position)` of the same key, or `default` (a one-row
     /// array) when there is none. `target` never looks further back than `depth` rows, or it
@@ -218,6 +223,43 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
                     nulls.push(row);
                     out.push(T::Native::default());
                 }
+            }
+        }
+        let len = out.len();
+        PrimitiveArray::new(out.into(), nulls.finish(len))
+    }
+
+    /// Each row's value `depth` rows back in its key, or `default`: LAG, and the shifts a
+    /// lookahead makes. Each key's ring then holds just the `depth` latest values, so the
+    /// value a row pushes out is its result, with no position arithmetic. A history is read
+    /// through this method only or through [`Self::gather`] only.
+    pub fn gather_back(
+        &mut self,
+        values: &PrimitiveArray<T>,
+        groups: &[usize],
+        default: Option<T::Native>,
+    ) -> PrimitiveArray<T> {
+        if self.depth == 0 {
+            return values.clone();
+        }
+        if let Some(largest) = groups.iter().max()
+            && *largest >= self.recent.len()
+        {
+            self.recent.resize_with(largest + 1, Ring::default);
+            self.fixed_values.resize(largest + 1, None);
+        }
+        let has_nulls = values.null_count() > 0;
+        let raw = values.values();
+        let mut out = vec![T::Native::default(); groups.len()];
+        let mut nulls = SparseNulls::default();
+        for (row, (&group, slot)) in groups.iter().zip(out.iter_mut()).enumerate() {
+            let value = (!has_nulls || values.is_valid(row)).then(|| raw[row]);
+            match self.recent[group]
+                .push(value, self.depth)
+                .unwrap_or(default)
+            {
+                Some(result) => *slot = result,
+                None => nulls.push(row),
             }
         }
         let len = out.len();

@@ -25,6 +25,12 @@ impl<T: Copy> Ring<T> {
         Some(leaving)
     }
 
+    /// Values held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
     /// The value pushed `back` pushes ago (0: the latest), if still held.
     #[inline]
     pub fn back(&self, back: usize) -> Option<T> {
