@@ -10,6 +10,7 @@ mod partial;
 mod running;
 mod session_changes;
 mod sessions;
+mod short_keys;
 mod window_aggregate;
 mod windowed_keys;
 

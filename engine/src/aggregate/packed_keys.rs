@@ -39,6 +39,8 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
+use super::short_keys::{ShortKey, ShortKeyIndex};
+
 /// Bytes of a packed key.
 const PACKED_BYTES: usize = 32;
 
@@ -121,6 +123,8 @@ pub struct PackedGroupValues {
     /// Per-chunk scratch: packed keys and whether each row's key did not fit.
     scratch: Vec<Packed>,
     long_rows: Vec<bool>,
+    /// The group ids of keys of one or two short Utf8 strings, looked up first.
+    short: ShortKeyIndex,
 }
 
 impl PackedGroupValues {
@@ -149,6 +153,7 @@ impl PackedGroupValues {
             long_keys: HashMap::new(),
             scratch: Vec::new(),
             long_rows: Vec::new(),
+            short: ShortKeyIndex::default(),
         })
     }
 
@@ -230,6 +235,63 @@ impl PackedGroupValues {
         self.scratch = scratch;
         self.long_rows = long_rows;
         Ok(())
+    }
+
+    /// Interns every row of one or two Utf8 columns without nulls whose strings are at most
+    /// 8 bytes long through the [`ShortKeyIndex`]; `None` (nothing done) for other columns.
+    fn intern_short(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Option<Result<()>> {
+        match cols {
+            [first] => {
+                let first = short_strings(first)?;
+                Some(self.intern_short_rows(cols, [first], groups))
+            }
+            [first, second] => {
+                let (first, second) = (short_strings(first)?, short_strings(second)?);
+                Some(self.intern_short_rows(cols, [first, second], groups))
+            }
+            _ => None,
+        }
+    }
+
+    fn intern_short_rows<const N: usize>(
+        &mut self,
+        cols: &[ArrayRef],
+        strings: [&StringArray; N],
+        groups: &mut Vec<usize>,
+    ) -> Result<()> {
+        let rows = strings[0].len();
+        let offsets = strings.map(|s| s.value_offsets());
+        let values = strings.map(|s| s.values().as_slice());
+        groups.clear();
+        groups.resize(rows, 0);
+        for (row, group) in groups.iter_mut().enumerate() {
+            let bounds = offsets.map(|o| (o[row] as usize, o[row + 1] as usize));
+            let key = ShortKey::of(values, bounds);
+            *group = match self.short.find(&key) {
+                Some(known) => known,
+                None => {
+                    let created = self.intern_row(cols, row)?;
+                    self.short.insert(key, created);
+                    created
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// The group of row `row` of `cols`, through the packed table.
+    fn intern_row(&mut self, cols: &[ArrayRef], row: usize) -> Result<usize> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut long_rows = std::mem::take(&mut self.long_rows);
+        let packed = self.pack(cols, row, 1, &mut scratch, &mut long_rows);
+        let group = match packed {
+            Ok(()) if long_rows[0] => self.intern_long(cols, row),
+            Ok(()) => Ok(self.intern_packed(&scratch[0])),
+            Err(error) => Err(error),
+        };
+        self.scratch = scratch;
+        self.long_rows = long_rows;
+        group
     }
 
     /// Encodes rows `first..first + rows` of `cols` into `keys`, flagging in `long_rows`
@@ -539,7 +601,10 @@ impl GroupValues for PackedGroupValues {
             );
         }
         self.widen_for(cols)?;
-        self.intern_rows(cols, groups)
+        match self.intern_short(cols, groups) {
+            Some(interned) => interned,
+            None => self.intern_rows(cols, groups),
+        }
     }
 
     fn size(&self) -> usize {
@@ -549,6 +614,7 @@ impl GroupValues for PackedGroupValues {
             + self.table.capacity() * size_of::<u32>()
             + self.scratch.capacity() * size_of::<Packed>()
             + self.long_rows.capacity()
+            + self.short.size()
             + long
     }
 
@@ -567,6 +633,7 @@ impl GroupValues for PackedGroupValues {
         };
         let arrays = self.decode(n)?;
         self.keys.drain(..n);
+        self.short.clear();
         if !self.long_keys.is_empty() {
             let long_keys = std::mem::take(&mut self.long_keys);
             self.long_groups.clear();
@@ -583,6 +650,7 @@ impl GroupValues for PackedGroupValues {
     }
 
     fn clear_shrink(&mut self, num_rows: usize) {
+        self.short.clear();
         self.keys.clear();
         self.keys.shrink_to(num_rows);
         self.long_groups.clear();
@@ -673,6 +741,12 @@ fn longest_string(array: &dyn Array) -> Result<usize> {
         }
         other => return internal_err!("{other} is not a string key column"),
     })
+}
+
+/// `array` as Utf8 without nulls whose strings are at most 8 bytes long, else `None`.
+fn short_strings(array: &ArrayRef) -> Option<&StringArray> {
+    let strings = array.as_string_opt::<i32>()?;
+    (strings.null_count() == 0 && max_length(strings.value_offsets()) <= 8).then_some(strings)
 }
 
 fn max_length<O: Copy + Into<i64>>(offsets: &[O]) -> usize {
@@ -930,6 +1004,51 @@ mod tests {
             assert_eq!(packed.len(), expected.len());
         }
         assert!(packed.is_empty());
+    }
+
+    /// One or two Utf8 columns of short strings take the short-key index; a batch with a
+    /// null or a long string between them takes the packed path, with the same ids.
+    #[test]
+    fn short_string_keys_match_datafusion_across_paths() {
+        for columns in [1usize, 2] {
+            let batch = |b: u64, rows: usize| -> Vec<ArrayRef> {
+                (0..columns as u64)
+                    .map(|c| {
+                        let strings: Vec<Option<String>> = (0..rows)
+                            .map(|i| {
+                                let n = splitmix64(b * 7919 + c * 104_729 + i as u64);
+                                match (b, n % 40) {
+                                    (1, 0) => None,
+                                    (2, 1) => Some("a key longer than eight".to_string()),
+                                    (_, 2) => Some(String::new()),
+                                    (_, 3) => Some("SYM\0".to_string()),
+                                    (_, 4) => Some("TRADER19".to_string()),
+                                    _ => Some(format!("SYM{}", n % (5 + 3 * c))),
+                                }
+                            })
+                            .collect();
+                        Arc::new(StringArray::from(strings)) as ArrayRef
+                    })
+                    .collect()
+            };
+            let first = batch(0, 10);
+            let schema = schema(&first);
+            let mut packed = PackedGroupValues::try_new(&schema).unwrap();
+            let mut expected = reference(&schema);
+            let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+            for b in 0..5u64 {
+                let columns: Vec<ArrayRef> =
+                    batch(b % 4, 700).iter().map(|c| c.slice(5, 690)).collect();
+                packed.intern(&columns, &mut got_ids).unwrap();
+                expected.intern(&columns, &mut want_ids).unwrap();
+                assert_eq!(got_ids, want_ids, "{columns:?} columns, batch {b}");
+                if b == 2 {
+                    let got = packed.emit(EmitTo::First(3)).unwrap();
+                    let want = expected.emit(EmitTo::First(3)).unwrap();
+                    assert_eq!(got, want, "emitted keys");
+                }
+            }
+        }
     }
 
     #[test]

@@ -248,29 +248,20 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if dense => {
-                let mut out = vec![T::default(); rows];
-                self.fold_dense(values.values(), groups, |row, sum, _| {
-                    out[row] = sum.value()
-                });
+                let out = self.fold_dense(values.values(), groups, |sum, _| sum.value());
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
             }
             FrameAggregateKind::Avg if dense => {
                 // Sums and counts first, divided in a second, vectorizable pass: a division
                 // in the per-row loop stalls it.
-                let mut sums = vec![0.0; rows];
-                let mut counts = vec![0.0; rows];
-                self.fold_dense(values.values(), groups, |row, sum, count| {
-                    sums[row] = sum.as_f64();
-                    counts[row] = count as f64;
+                let sums = self.fold_dense(values.values(), groups, |sum, count| {
+                    (sum.as_f64(), count as f64)
                 });
-                let out: Vec<f64> = sums.iter().zip(&counts).map(|(s, n)| s / n).collect();
+                let out: Vec<f64> = sums.iter().map(|(sum, count)| sum / count).collect();
                 Arc::new(Float64Array::new(out.into(), None))
             }
             FrameAggregateKind::Count if dense => {
-                let mut out = vec![0i64; rows];
-                self.fold_dense(values.values(), groups, |row, _, count| {
-                    out[row] = count as i64
-                });
+                let out = self.fold_dense(values.values(), groups, |_, count| count as i64);
                 Arc::new(Int64Array::from(out))
             }
             FrameAggregateKind::Sum => {
@@ -316,29 +307,42 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
 
     /// SUM, AVG and COUNT when neither the batch nor any frame holds a null, the common
     /// case: no null bookkeeping, and a frame's count is its ring's length (its key's rows
-    /// for an unbounded frame). `emit` gets each row's index, sum and count.
-    fn fold_dense(&mut self, raw: &[T], groups: &[usize], mut emit: impl FnMut(usize, &S, u64)) {
+    /// for an unbounded frame). `read` makes each row's result from its sum and count.
+    fn fold_dense<R>(
+        &mut self,
+        raw: &[T],
+        groups: &[usize],
+        read: impl Fn(&S, u64) -> R,
+    ) -> Vec<R> {
+        let keys = &mut self.keys;
+        // Collected from a map over the rows: no per-row capacity check or zeroing first.
         match self.preceding {
             Some(preceding) => {
                 let capacity = preceding as usize + 1;
-                for (row, (&group, &value)) in groups.iter().zip(raw).enumerate() {
-                    let key = &mut self.keys[group];
-                    key.sum.add(value);
-                    if let Some(leaving) = key.values.push(value, capacity) {
-                        key.sum.remove(leaving);
-                    }
-                    key.non_null = key.values.len() as u64;
-                    emit(row, &key.sum, key.non_null);
-                }
+                groups
+                    .iter()
+                    .zip(raw)
+                    .map(|(&group, &value)| {
+                        let key = &mut keys[group];
+                        key.sum.add(value);
+                        if let Some(leaving) = key.values.push(value, capacity) {
+                            key.sum.remove(leaving);
+                        }
+                        key.non_null = key.values.len() as u64;
+                        read(&key.sum, key.non_null)
+                    })
+                    .collect()
             }
-            None => {
-                for (row, (&group, &value)) in groups.iter().zip(raw).enumerate() {
-                    let key = &mut self.keys[group];
+            None => groups
+                .iter()
+                .zip(raw)
+                .map(|(&group, &value)| {
+                    let key = &mut keys[group];
                     key.sum.add(value);
                     key.non_null += 1;
-                    emit(row, &key.sum, key.non_null);
-                }
-            }
+                    read(&key.sum, key.non_null)
+                })
+                .collect(),
         }
     }
 

@@ -249,19 +249,23 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             self.fixed_values.resize(largest + 1, None);
         }
         let has_nulls = values.null_count() > 0;
-        let raw = values.values();
-        let mut out = vec![T::Native::default(); groups.len()];
+        let (depth, recent) = (self.depth, &mut self.recent);
         let mut nulls = SparseNulls::default();
-        for (row, (&group, slot)) in groups.iter().zip(out.iter_mut()).enumerate() {
-            let value = (!has_nulls || values.is_valid(row)).then(|| raw[row]);
-            match self.recent[group]
-                .push(value, self.depth)
-                .unwrap_or(default)
-            {
-                Some(result) => *slot = result,
-                None => nulls.push(row),
-            }
-        }
+        let out: Vec<T::Native> = groups
+            .iter()
+            .zip(values.values())
+            .enumerate()
+            .map(|(row, (&group, &value))| {
+                let value = (!has_nulls || values.is_valid(row)).then_some(value);
+                match recent[group].push(value, depth).unwrap_or(default) {
+                    Some(result) => result,
+                    None => {
+                        nulls.push(row);
+                        T::Native::default()
+                    }
+                }
+            })
+            .collect();
         let len = out.len();
         PrimitiveArray::new(out.into(), nulls.finish(len))
     }

@@ -40,9 +40,8 @@ impl Ranking {
     /// value `times[r]`), as `UInt64`.
     pub fn evaluate(&mut self, groups: &[usize], positions: &[u64], times: &[i64]) -> ArrayRef {
         if self.kind == RankingKind::RowNumber {
-            return Arc::new(UInt64Array::from_iter_values(
-                positions.iter().map(|p| p + 1),
-            ));
+            let numbers: Vec<u64> = positions.iter().map(|p| p + 1).collect();
+            return Arc::new(UInt64Array::from(numbers));
         }
         let dense = self.kind == RankingKind::DenseRank;
         let mut ranks = Vec::with_capacity(groups.len());

@@ -1,0 +1,217 @@
+//! [`ShortKeyIndex`]: a lookaside table from keys of one or two short strings (at most 8
+//! bytes each) to the group ids a [`PackedGroupValues`] gave them.
+//!
+//! The packed interner encodes each row into a 32-byte key, hashes four words and compares
+//! through the group's stored key. The commonest streaming keys — a symbol, or a trader and
+//! a symbol — fit two machine words, so here a row is read straight from the string
+//! columns' offsets and values into two words and a length word, hashed with two multiplies
+//! and compared inside the table entry itself: about half the instructions per row. Only a
+//! miss goes through the packed interner, which hands out (or finds) the group id; the index
+//! then remembers it. Group ids are the packed interner's, so the two never disagree, and the
+//! index is dropped whenever those ids are renumbered.
+//!
+//! `bench/benches/kernels.rs` (`intern_*_packed`) measures the interner with it.
+//!
+//! [`PackedGroupValues`]: super::PackedGroupValues
+
+use std::mem::size_of;
+
+/// A free entry.
+const FREE: u32 = u32::MAX;
+
+/// `BYTE_MASKS[n]` keeps the low `n` bytes of a word.
+const BYTE_MASKS: [u64; 9] = [
+    0,
+    0xff,
+    0xffff,
+    0xff_ffff,
+    0xffff_ffff,
+    0xff_ffff_ffff,
+    0xffff_ffff_ffff,
+    0xff_ffff_ffff_ffff,
+    u64::MAX,
+];
+
+/// A key of up to two short strings: their bytes as little-endian words (zero-padded) and
+/// their `length + 1`s, one byte each, so that "" and a missing second column differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShortKey {
+    words: [u64; 2],
+    lengths: u32,
+}
+
+impl ShortKey {
+    /// The key of strings `[from, to)` of `values`, one per column (at most two, each at
+    /// most 8 bytes long: longer ones are cut, so callers check lengths first).
+    #[inline]
+    pub fn of<const N: usize>(values: [&[u8]; N], bounds: [(usize, usize); N]) -> Self {
+        let mut key = ShortKey::default();
+        for (column, (values, (from, to))) in values.iter().zip(bounds).enumerate().take(2) {
+            let length = to.saturating_sub(from).min(8);
+            key.words[column] = short_word(values, from, length);
+            key.lengths |= (length as u32 + 1) << (8 * column);
+        }
+        key
+    }
+
+    #[inline]
+    fn slot(&self, bits: u32) -> usize {
+        let mixed = (self.words[0] ^ u64::from(self.lengths)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ self.words[1];
+        (mixed.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> (64 - bits)) as usize
+    }
+}
+
+/// The `length` (≤ 8) bytes of `values` from `from` as a zero-padded little-endian word: one
+/// masked 8-byte load where the buffer has the bytes.
+#[inline]
+fn short_word(values: &[u8], from: usize, length: usize) -> u64 {
+    let mut buffer = [0u8; 8];
+    match values.get(from..from + 8) {
+        Some(bytes) => {
+            buffer.copy_from_slice(bytes);
+            u64::from_le_bytes(buffer) & BYTE_MASKS[length]
+        }
+        None => {
+            let bytes = values.get(from..from + length).unwrap_or_default();
+            buffer[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(buffer)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key: ShortKey,
+    group: u32,
+}
+
+const EMPTY_ENTRY: Entry = Entry {
+    key: ShortKey {
+        words: [0; 2],
+        lengths: 0,
+    },
+    group: FREE,
+};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct ShortKeyIndex {
+    /// Open addressing with linear probing, at most half full.
+    entries: Vec<Entry>,
+    bits: u32,
+    len: usize,
+}
+
+impl Default for ShortKeyIndex {
+    fn default() -> Self {
+        Self {
+            entries: vec![EMPTY_ENTRY; 64],
+            bits: 6,
+            len: 0,
+        }
+    }
+}
+
+impl ShortKeyIndex {
+    /// The group of `key`, if known.
+    #[inline]
+    pub fn find(&self, key: &ShortKey) -> Option<usize> {
+        let mask = self.entries.len() - 1;
+        let mut slot = key.slot(self.bits);
+        loop {
+            let entry = &self.entries[slot];
+            if entry.group == FREE {
+                return None;
+            }
+            if entry.key == *key {
+                return Some(entry.group as usize);
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Remembers that `key` is group `group` (not yet in the index).
+    pub fn insert(&mut self, key: ShortKey, group: usize) {
+        if (self.len + 1) * 2 > self.entries.len() {
+            self.grow();
+        }
+        self.place(Entry {
+            key,
+            group: group as u32,
+        });
+        self.len += 1;
+    }
+
+    fn place(&mut self, entry: Entry) {
+        let mask = self.entries.len() - 1;
+        let mut slot = entry.key.slot(self.bits);
+        while self.entries[slot].group != FREE {
+            slot = (slot + 1) & mask;
+        }
+        self.entries[slot] = entry;
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::replace(&mut self.entries, vec![EMPTY_ENTRY; 2 << self.bits]);
+        self.bits += 1;
+        for entry in old.into_iter().filter(|e| e.group != FREE) {
+            self.place(entry);
+        }
+    }
+
+    /// Forgets every key (the group ids are about to change).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.entries.capacity() * size_of::<Entry>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_by_bytes_length_and_column() {
+        let values = b"SYM1SYM1\0SYM10";
+        let sym1 = ShortKey::of([values.as_slice()], [(0, 4)]);
+        assert_eq!(sym1, ShortKey::of([values.as_slice()], [(4, 8)]));
+        // A trailing NUL byte, a longer string and the near end of the buffer.
+        assert_ne!(sym1, ShortKey::of([values.as_slice()], [(4, 9)]));
+        assert_ne!(sym1, ShortKey::of([values.as_slice()], [(9, 14)]));
+        assert_eq!(
+            ShortKey::of([values.as_slice()], [(9, 14)]),
+            ShortKey::of([b"SYM10".as_slice()], [(0, 5)])
+        );
+        let empty = ShortKey::of([values.as_slice(), values.as_slice()], [(0, 4), (0, 0)]);
+        assert_ne!(
+            empty,
+            ShortKey::of([values.as_slice()], [(0, 4)]),
+            "an empty second string is not a missing column"
+        );
+    }
+
+    #[test]
+    fn finds_what_it_was_given_across_growth() {
+        let mut index = ShortKeyIndex::default();
+        let names: Vec<String> = (0..1_000).map(|i| format!("K{i}")).collect();
+        for (group, name) in names.iter().enumerate() {
+            let key = ShortKey::of([name.as_bytes()], [(0, name.len())]);
+            assert_eq!(index.find(&key), None);
+            index.insert(key, group);
+        }
+        for (group, name) in names.iter().enumerate() {
+            let key = ShortKey::of([name.as_bytes()], [(0, name.len())]);
+            assert_eq!(index.find(&key), Some(group));
+        }
+        index.clear();
+        assert_eq!(
+            index.find(&ShortKey::of([b"K1".as_slice()], [(0, 2)])),
+            None
+        );
+    }
+}
