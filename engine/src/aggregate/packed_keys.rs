@@ -50,6 +50,9 @@ const EMPTY: u32 = u32::MAX;
 /// Rows packed and probed at a time: the packed keys stay in the first-level cache.
 const CHUNK: usize = 256;
 
+/// Rows whose short keys are built before they are looked up.
+const SHORT_CHUNK: usize = 1024;
+
 /// The slot widths a string column can have.
 const STRING_SLOTS: [usize; 2] = [8, 16];
 
@@ -125,6 +128,7 @@ pub struct PackedGroupValues {
     long_rows: Vec<bool>,
     /// The group ids of keys of one or two short Utf8 strings, looked up first.
     short: ShortKeyIndex,
+    short_scratch: Vec<ShortKey>,
 }
 
 impl PackedGroupValues {
@@ -154,18 +158,20 @@ impl PackedGroupValues {
             scratch: Vec::new(),
             long_rows: Vec::new(),
             short: ShortKeyIndex::default(),
+            short_scratch: Vec::new(),
         })
     }
 
-    /// Widens the slots of string columns whose values in `cols` outgrow them, where the
-    /// key still fits; the stored keys are re-encoded in the new layout with their ids.
-    fn widen_for(&mut self, cols: &[ArrayRef]) -> Result<()> {
+    /// Widens the slots of string columns whose longest value in a batch (`longest`) outgrows
+    /// them, where the key still fits; the stored keys are re-encoded in the new layout with
+    /// their ids.
+    fn widen_for(&mut self, longest: &[usize]) -> Result<()> {
         let mut wanted: Vec<usize> = Vec::with_capacity(self.columns.len());
         let mut widen = false;
-        for (column, array) in self.columns.iter().zip(cols) {
+        for (column, longest) in self.columns.iter().zip(longest) {
             match *column {
                 KeyColumn::String { slot, .. } => {
-                    let longest = longest_string(array.as_ref())?;
+                    let longest = *longest;
                     let fitting = STRING_SLOTS.iter().copied().find(|s| *s >= longest);
                     let width = fitting.unwrap_or(slot).max(slot);
                     widen |= width > slot;
@@ -238,45 +244,55 @@ impl PackedGroupValues {
     }
 
     /// Interns every row of one or two Utf8 columns without nulls whose strings are at most
-    /// 8 bytes long through the [`ShortKeyIndex`]; `None` (nothing done) for other columns.
-    fn intern_short(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Option<Result<()>> {
-        match cols {
-            [first] => {
-                let first = short_strings(first)?;
-                Some(self.intern_short_rows(cols, [first], groups))
-            }
-            [first, second] => {
-                let (first, second) = (short_strings(first)?, short_strings(second)?);
-                Some(self.intern_short_rows(cols, [first, second], groups))
-            }
-            _ => None,
-        }
-    }
-
-    fn intern_short_rows<const N: usize>(
+    /// 8 bytes long (`longest` per column) through the [`ShortKeyIndex`]; `None` (nothing
+    /// done) for other columns. The keys are built a column at a time, then looked up.
+    fn intern_short(
         &mut self,
         cols: &[ArrayRef],
-        strings: [&StringArray; N],
+        longest: &[usize],
         groups: &mut Vec<usize>,
-    ) -> Result<()> {
+    ) -> Option<Result<()>> {
+        if !(1..=2).contains(&cols.len()) {
+            return None;
+        }
+        let strings = cols
+            .iter()
+            .zip(longest)
+            .map(|(array, longest)| {
+                let strings = array.as_string_opt::<i32>()?;
+                (strings.null_count() == 0 && *longest <= 8).then_some(strings)
+            })
+            .collect::<Option<Vec<_>>>()?;
         let rows = strings[0].len();
-        let offsets = strings.map(|s| s.value_offsets());
-        let values = strings.map(|s| s.values().as_slice());
         groups.clear();
         groups.resize(rows, 0);
-        for (row, group) in groups.iter_mut().enumerate() {
-            let bounds = offsets.map(|o| (o[row] as usize, o[row + 1] as usize));
-            let key = ShortKey::of(values, bounds);
-            *group = match self.short.find(&key) {
-                Some(known) => known,
-                None => {
-                    let created = self.intern_row(cols, row)?;
-                    self.short.insert(key, created);
-                    created
+        let mut keys = std::mem::take(&mut self.short_scratch);
+        for first in (0..rows).step_by(SHORT_CHUNK) {
+            let chunk = SHORT_CHUNK.min(rows - first);
+            keys.clear();
+            keys.resize(chunk, ShortKey::default());
+            for (column, strings) in strings.iter().enumerate() {
+                let offsets = &strings.value_offsets()[first..=first + chunk];
+                match column {
+                    0 => ShortKey::encode_column::<0>(offsets, strings.values(), &mut keys),
+                    _ => ShortKey::encode_column::<1>(offsets, strings.values(), &mut keys),
                 }
-            };
+            }
+            for (row, (key, group)) in keys.iter().zip(&mut groups[first..]).enumerate() {
+                *group = match self.short.find(key) {
+                    Some(known) => known,
+                    None => match self.intern_row(cols, first + row) {
+                        Ok(created) => {
+                            self.short.insert(*key, created);
+                            created
+                        }
+                        Err(error) => return Some(Err(error)),
+                    },
+                };
+            }
         }
-        Ok(())
+        self.short_scratch = keys;
+        Some(Ok(()))
     }
 
     /// The group of row `row` of `cols`, through the packed table.
@@ -600,8 +616,16 @@ impl GroupValues for PackedGroupValues {
                 cols.len()
             );
         }
-        self.widen_for(cols)?;
-        match self.intern_short(cols, groups) {
+        let longest = cols
+            .iter()
+            .zip(&self.columns)
+            .map(|(array, column)| match column {
+                KeyColumn::String { .. } => longest_string(array.as_ref()),
+                KeyColumn::Fixed { .. } => Ok(0),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.widen_for(&longest)?;
+        match self.intern_short(cols, &longest, groups) {
             Some(interned) => interned,
             None => self.intern_rows(cols, groups),
         }
@@ -733,7 +757,7 @@ fn pack_fixed_valid<const WIDTH: usize>(
 /// The length of the longest string of a string column.
 fn longest_string(array: &dyn Array) -> Result<usize> {
     Ok(match array.data_type() {
-        DataType::Utf8 => max_length(array.as_string::<i32>().value_offsets()),
+        DataType::Utf8 => max_length_i32(array.as_string::<i32>().value_offsets()),
         DataType::LargeUtf8 => max_length(array.as_string::<i64>().value_offsets()),
         DataType::Utf8View => {
             let views = array.as_string_view().views();
@@ -743,10 +767,15 @@ fn longest_string(array: &dyn Array) -> Result<usize> {
     })
 }
 
-/// `array` as Utf8 without nulls whose strings are at most 8 bytes long, else `None`.
-fn short_strings(array: &ArrayRef) -> Option<&StringArray> {
-    let strings = array.as_string_opt::<i32>()?;
-    (strings.null_count() == 0 && max_length(strings.value_offsets()) <= 8).then_some(strings)
+/// As [`max_length`] in `i32` arithmetic, which vectorizes.
+fn max_length_i32(offsets: &[i32]) -> usize {
+    let ends = offsets.get(1..).unwrap_or_default();
+    ends.iter()
+        .zip(offsets)
+        .map(|(end, start)| end.wrapping_sub(*start))
+        .max()
+        .unwrap_or(0)
+        .max(0) as usize
 }
 
 fn max_length<O: Copy + Into<i64>>(offsets: &[O]) -> usize {
@@ -1037,8 +1066,10 @@ mod tests {
             let mut expected = reference(&schema);
             let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
             for b in 0..5u64 {
-                let columns: Vec<ArrayRef> =
-                    batch(b % 4, 700).iter().map(|c| c.slice(5, 690)).collect();
+                let columns: Vec<ArrayRef> = batch(b % 4, 2_600)
+                    .iter()
+                    .map(|c| c.slice(5, 2_500))
+                    .collect();
                 packed.intern(&columns, &mut got_ids).unwrap();
                 expected.intern(&columns, &mut want_ids).unwrap();
                 assert_eq!(got_ids, want_ids, "{columns:?} columns, batch {b}");

@@ -43,15 +43,35 @@ pub struct ShortKey {
 impl ShortKey {
     /// The key of strings `[from, to)` of `values`, one per column (at most two, each at
     /// most 8 bytes long: longer ones are cut, so callers check lengths first).
-    #[inline]
+    #[cfg(test)]
     pub fn of<const N: usize>(values: [&[u8]; N], bounds: [(usize, usize); N]) -> Self {
         let mut key = ShortKey::default();
-        for (column, (values, (from, to))) in values.iter().zip(bounds).enumerate().take(2) {
-            let length = to.saturating_sub(from).min(8);
-            key.words[column] = short_word(values, from, length);
-            key.lengths |= (length as u32 + 1) << (8 * column);
+        for (column, (values, (from, to))) in values.iter().zip(bounds).enumerate() {
+            let length = to.saturating_sub(from);
+            match column {
+                0 => key.set::<0>(values, from, length),
+                _ => key.set::<1>(values, from, length),
+            }
         }
         key
+    }
+
+    /// Sets column `COLUMN` (0 or 1) of `keys[r]` to string `r` of a Utf8 column given by
+    /// its `offsets` (`keys.len() + 1` of them) and `values`; strings are at most 8 bytes
+    /// long (longer ones are cut, so callers check lengths first).
+    pub fn encode_column<const COLUMN: usize>(offsets: &[i32], values: &[u8], keys: &mut [Self]) {
+        for (key, (start, end)) in keys.iter_mut().zip(offsets.iter().zip(&offsets[1..])) {
+            // Valid offsets never decrease; a corrupt pair only gives a wrong key.
+            let length = (end.wrapping_sub(*start) as u32).min(8) as usize;
+            key.set::<COLUMN>(values, *start as usize, length);
+        }
+    }
+
+    #[inline]
+    fn set<const COLUMN: usize>(&mut self, values: &[u8], from: usize, length: usize) {
+        let length = length.min(8);
+        self.words[COLUMN] = short_word(values, from, length);
+        self.lengths |= (length as u32 + 1) << (8 * COLUMN);
     }
 
     #[inline]
