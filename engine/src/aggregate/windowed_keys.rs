@@ -168,16 +168,25 @@ impl WindowedGroupValues {
                 None => internal_err!("unknown key id {k}"),
             })
             .collect::<Result<Vec<_>>>()?;
+        // Keys that all arrived in one chunk (the usual case: a stream's keys show up early)
+        // are gathered with `take`, several times cheaper per row than `interleave`.
+        let single_chunk_rows = indices
+            .iter()
+            .all(|(chunk, _)| *chunk == 0)
+            .then(|| UInt32Array::from_iter_values(indices.iter().map(|(_, row)| *row as u32)));
         self.key_chunks
             .iter()
             .zip(self.key_schema.fields())
-            .map(|(chunks, field)| {
-                if chunks.is_empty() {
-                    return Ok(datafusion::arrow::array::new_empty_array(field.data_type()));
-                }
-                let chunks: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
-                Ok(interleave(&chunks, &indices)?)
-            })
+            .map(
+                |(chunks, field)| match (chunks.first(), &single_chunk_rows) {
+                    (None, _) => Ok(datafusion::arrow::array::new_empty_array(field.data_type())),
+                    (Some(chunk), Some(rows)) => Ok(take(chunk.as_ref(), rows, None)?),
+                    (Some(_), None) => {
+                        let chunks: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
+                        Ok(interleave(&chunks, &indices)?)
+                    }
+                },
+            )
             .collect()
     }
 
@@ -385,6 +394,23 @@ mod tests {
             EmitTo::First(1),
             EmitTo::First(0),
             EmitTo::First(40),
+            EmitTo::All,
+        ];
+        assert_same_as_packed(&batches, &emit);
+    }
+
+    /// New keys in every batch: emissions gather keys from the first chunk only (`take`) and
+    /// from several chunks (`interleave`).
+    #[test]
+    fn emits_keys_from_one_or_several_chunks() {
+        let batches: Vec<_> = (0..5)
+            .map(|b| batch(b + 10, 400, b as i64, 2, 4 + 12 * b))
+            .collect();
+        let emit = [
+            EmitTo::First(3),
+            EmitTo::First(30),
+            EmitTo::First(0),
+            EmitTo::First(25),
             EmitTo::All,
         ];
         assert_same_as_packed(&batches, &emit);
