@@ -39,7 +39,7 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-use super::short_keys::{ShortKey, ShortKeyIndex};
+use super::short_keys::{BYTE_MASKS, ShortKey, ShortKeyIndex};
 
 /// Bytes of a packed key.
 const PACKED_BYTES: usize = 32;
@@ -869,19 +869,6 @@ fn pack_utf8<const SLOT: usize>(
         }
     }
 }
-
-/// `BYTE_MASKS[n]` keeps the low `n` bytes of a word.
-const BYTE_MASKS: [u64; 9] = [
-    0,
-    0xff,
-    0xffff,
-    0xff_ffff,
-    0xffff_ffff,
-    0xff_ffff_ffff,
-    0xffff_ffff_ffff,
-    0xff_ffff_ffff_ffff,
-    u64::MAX,
-];
 
 /// Row `row` of a Utf8, LargeUtf8 or Utf8View array, `None` if null.
 fn string_value(array: &dyn Array, row: usize) -> Result<Option<&[u8]>> {

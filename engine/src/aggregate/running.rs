@@ -353,8 +353,29 @@ fn floats(
 ) -> ArrayRef {
     state.floats.resize(groups, 0.0);
     let (counts, totals) = (&mut state.counts, &mut state.floats);
-    let mut output = Vec::with_capacity(group_ids.len());
     let no_nulls = values.null_count() == 0;
+    if no_nulls && matches!(kernel, Kernel::SumFloat | Kernel::AvgFloat) {
+        // The common case in one map over the rows, collected without capacity checks; an
+        // average divides in a second pass, which vectorizes (a division per row stalls).
+        let running: Vec<(f64, f64)> = group_ids
+            .iter()
+            .zip(values.values())
+            .map(|(&g, &v)| {
+                let count = counts[g];
+                let total = if count == 0 { v } else { totals[g] + v };
+                totals[g] = total;
+                counts[g] = count + 1;
+                (total, (count + 1) as f64)
+            })
+            .collect();
+        let output: Vec<f64> = if kernel == Kernel::AvgFloat {
+            running.iter().map(|(total, count)| total / count).collect()
+        } else {
+            running.iter().map(|(total, _)| *total).collect()
+        };
+        return Arc::new(Float64Array::new(output.into(), None));
+    }
+    let mut output = Vec::with_capacity(group_ids.len());
     let mut valid = Vec::with_capacity(if no_nulls { 0 } else { group_ids.len() });
     let raw = values.values();
     for (row, &g) in group_ids.iter().enumerate() {

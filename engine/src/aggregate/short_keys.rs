@@ -20,7 +20,7 @@ use std::mem::size_of;
 const FREE: u32 = u32::MAX;
 
 /// `BYTE_MASKS[n]` keeps the low `n` bytes of a word.
-const BYTE_MASKS: [u64; 9] = [
+pub(super) const BYTE_MASKS: [u64; 9] = [
     0,
     0xff,
     0xffff,
