@@ -16,6 +16,10 @@
 //! the layout, so the two never hold the same key. Group ids are handed out in order of
 //! first appearance.
 //!
+//! Keys of one or two Utf8 columns whose strings are at most 8 bytes long (a symbol, a trader
+//! and a symbol) are first looked up in a [`ShortKeyIndex`], which is cheaper still; only
+//! its misses come here.
+//!
 //! Only types whose equality is bitwise are packed: integers, dates, times, timestamps,
 //! durations, decimals and strings. Other keys (floats, booleans, nested types) use
 //! DataFusion's own interner; see [`new_group_values`].

@@ -2,12 +2,14 @@
 //! row, per key, with O(1) amortized work per row whatever the frame length.
 //!
 //! A key keeps the values of its frame in a ring (only for a bounded frame). SUM and AVG keep
-//! a running sum that rows enter and leave; over floats it is Neumaier-compensated, and NaN and
-//! infinities are counted apart, so a value leaving the frame takes its effect with it and long
-//! streams stay within rounding of a fresh computation. MIN and MAX keep a monotonic deque of
-//! (position, value): the front is the extreme of the frame. Nulls are skipped, as SQL does;
-//! an aggregate over no non-null value is NULL (COUNT: 0). Integers are summed as `i64`
-//! (wrapping), floats as `f64`; NaN counts as larger than every number for MIN and MAX.
+//! a running sum that rows enter and leave; over floats it is compensated (each addition's
+//! exact rounding error, by TwoSum, is kept apart), and NaN and infinities are counted apart,
+//! so a value leaving the frame takes its effect with it and long streams stay within
+//! rounding of a fresh computation. MIN and MAX keep a monotonic deque of (position, value):
+//! the front is the extreme of the frame. Nulls are skipped, as SQL does; an aggregate over no
+//! non-null value is NULL (COUNT: 0). Integers are summed as `i64` (wrapping), floats as `f64`;
+//! NaN counts as larger than every number for MIN and MAX. While neither the batch nor any
+//! frame holds a null, SUM, AVG and COUNT take a dense path without null bookkeeping.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -88,7 +90,7 @@ impl RunningSum<i64> for IntegerSum {
     }
 }
 
-/// A compensated (Neumaier / TwoSum) `f64` sum of the finite values, with NaN and infinities counted.
+/// A compensated (TwoSum) `f64` sum of the finite values, with NaN and infinities counted.
 #[derive(Debug, Default, Clone)]
 pub struct FloatSum {
     sum: f64,

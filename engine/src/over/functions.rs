@@ -206,11 +206,7 @@ impl Lookback {
             )),
             Self::Any(history) => {
                 let depth = history.depth() as u64;
-                let default = match default {
-                    Some(default) => cast(default, values.data_type())?,
-                    None => new_null_array(values.data_type(), 1),
-                };
-                history.gather(values, groups, positions, &default, move |q| {
+                self.gather(values, default, groups, positions, move |q| {
                     q.checked_sub(depth)
                 })?
             }

@@ -246,7 +246,6 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             && *largest >= self.recent.len()
         {
             self.recent.resize_with(largest + 1, Ring::default);
-            self.fixed_values.resize(largest + 1, None);
         }
         let has_nulls = values.null_count() > 0;
         let (depth, recent) = (self.depth, &mut self.recent);
