@@ -382,6 +382,13 @@ async fn state_beyond_the_memory_limit_is_a_clean_error() {
     assert!(error.contains("WindowAggregateExec[0]"), "{error}");
 }
 
+/// The session tests' input: 2 000 records over 50 keys, none null, disordered by up to 1.5 s.
+fn sessions_without_null_keys() -> RandomStream {
+    let mut stream = RandomStream::new(4).rows(2_000).keys(50).disorder_ms(1_500);
+    stream.null_key_fraction = 0.0;
+    stream
+}
+
 /// Sessions in batch SQL: a new session where the gap to the key's previous record is
 /// reached, numbered by a running sum.
 const SESSIONS_BATCH: &str = "WITH marked AS (
@@ -420,8 +427,7 @@ async fn session_window_end_is_the_last_event_time_plus_the_gap() {
         "SELECT k1, MIN(ts) AS window_start,",
         "SELECT k1, MIN(ts) AS window_start, MAX(ts) + INTERVAL '3 seconds' AS window_end,",
     );
-    let mut stream = RandomStream::new(4).rows(2_000).keys(50).disorder_ms(1_500);
-    stream.null_key_fraction = 0.0;
+    let stream = sessions_without_null_keys();
     for streaming in [
         "SELECT k1, window_start, window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
         "SELECT k1, window_start, _WINDOW_END AS window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY session(ts, INTERVAL '3' SECOND), k1",
@@ -553,8 +559,7 @@ async fn session_windows_count_distinct_values_per_session() {
         "SELECT k1, MIN(ts) AS window_start, COUNT(*) AS n, SUM(q) AS total",
         "SELECT k1, MIN(ts) AS window_start, COUNT(DISTINCT k2) AS n",
     );
-    let mut stream = RandomStream::new(4).rows(2_000).keys(50).disorder_ms(1_500);
-    stream.null_key_fraction = 0.0;
+    let stream = sessions_without_null_keys();
     Differential::new(
         "SELECT k1, window_start, COUNT(DISTINCT k2) AS n FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
         &batch_sql,
