@@ -43,7 +43,7 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
-use super::short_keys::{BYTE_MASKS, ShortKey, ShortKeyIndex};
+use super::short_keys::{BYTE_MASKS, ShortKey, ShortKeyIndex, StringColumn};
 
 /// Bytes of a packed key.
 const PACKED_BYTES: usize = 32;
@@ -54,8 +54,8 @@ const EMPTY: u32 = u32::MAX;
 /// Rows packed and probed at a time: the packed keys stay in the first-level cache.
 const CHUNK: usize = 256;
 
-/// Rows whose short keys are built before they are looked up.
-const SHORT_CHUNK: usize = 1024;
+/// A row whose key the short-key index does not know yet.
+const MISSING_GROUP: usize = usize::MAX;
 
 /// The slot widths a string column can have.
 const STRING_SLOTS: [usize; 2] = [8, 16];
@@ -132,7 +132,6 @@ pub struct PackedGroupValues {
     long_rows: Vec<bool>,
     /// The group ids of keys of one or two short Utf8 strings, looked up first.
     short: ShortKeyIndex,
-    short_scratch: Vec<ShortKey>,
 }
 
 impl PackedGroupValues {
@@ -162,7 +161,6 @@ impl PackedGroupValues {
             scratch: Vec::new(),
             long_rows: Vec::new(),
             short: ShortKeyIndex::default(),
-            short_scratch: Vec::new(),
         })
     }
 
@@ -249,7 +247,7 @@ impl PackedGroupValues {
 
     /// Interns every row of one or two Utf8 columns without nulls whose strings are at most
     /// 8 bytes long (`longest` per column) through the [`ShortKeyIndex`]; `None` (nothing
-    /// done) for other columns. The keys are built a column at a time, then looked up.
+    /// done) for other columns.
     fn intern_short(
         &mut self,
         cols: &[ArrayRef],
@@ -268,35 +266,54 @@ impl PackedGroupValues {
             })
             .collect::<Option<Vec<_>>>()?;
         let rows = strings[0].len();
+        let columns = strings
+            .iter()
+            .map(|strings| StringColumn::new(strings.value_offsets(), strings.values(), rows))
+            .collect::<Option<Vec<_>>>()?;
         groups.clear();
-        groups.resize(rows, 0);
-        let mut keys = std::mem::take(&mut self.short_scratch);
-        for first in (0..rows).step_by(SHORT_CHUNK) {
-            let chunk = SHORT_CHUNK.min(rows - first);
-            keys.clear();
-            keys.resize(chunk, ShortKey::default());
-            for (column, strings) in strings.iter().enumerate() {
-                let offsets = &strings.value_offsets()[first..=first + chunk];
-                match column {
-                    0 => ShortKey::encode_column::<0>(offsets, strings.values(), &mut keys),
-                    _ => ShortKey::encode_column::<1>(offsets, strings.values(), &mut keys),
-                }
-            }
-            for (row, (key, group)) in keys.iter().zip(&mut groups[first..]).enumerate() {
-                *group = match self.short.find(key) {
-                    Some(known) => known,
-                    None => match self.intern_row(cols, first + row) {
-                        Ok(created) => {
-                            self.short.insert(*key, created);
-                            created
-                        }
-                        Err(error) => return Some(Err(error)),
-                    },
-                };
-            }
+        groups.reserve(rows);
+        Some(match columns.as_slice() {
+            [first] => self.intern_short_keys(cols, [*first], rows, groups),
+            [first, second] => self.intern_short_keys(cols, [*first, *second], rows, groups),
+            _ => return None,
+        })
+    }
+
+    /// Appends the groups of `rows` rows of `columns` (those of `cols`) to `groups`. A first
+    /// pass only reads the short-key index, so it runs without calls or writes besides the
+    /// group ids; the rare misses then go through the packed table and are remembered in the
+    /// index.
+    fn intern_short_keys<const COLUMNS: usize>(
+        &mut self,
+        cols: &[ArrayRef],
+        columns: [StringColumn<'_>; COLUMNS],
+        rows: usize,
+        groups: &mut Vec<usize>,
+    ) -> Result<()> {
+        let first = groups.len();
+        groups.resize(first + rows, MISSING_GROUP);
+        let misses = self
+            .short
+            .find_rows(&columns, &mut groups[first..], MISSING_GROUP);
+        if misses == 0 {
+            return Ok(());
         }
-        self.short_scratch = keys;
-        Some(Ok(()))
+        for row in 0..rows {
+            if groups[first + row] != MISSING_GROUP {
+                continue;
+            }
+            // An earlier miss of this batch may have added the key.
+            let key = ShortKey::of_row(&columns, row);
+            groups[first + row] = match self.short.find(&key) {
+                Some(known) => known,
+                None => {
+                    let created = self.intern_row(cols, row)?;
+                    self.short.insert(key, created);
+                    created
+                }
+            };
+        }
+        Ok(())
     }
 
     /// The group of row `row` of `cols`, through the packed table.

@@ -45,33 +45,35 @@ impl ShortKey {
     /// most 8 bytes long: longer ones are cut, so callers check lengths first).
     #[cfg(test)]
     pub fn of<const N: usize>(values: [&[u8]; N], bounds: [(usize, usize); N]) -> Self {
+        let offsets: Vec<[i32; 2]> = bounds
+            .iter()
+            .map(|(from, to)| [*from as i32, *to as i32])
+            .collect();
+        let mut columns = Vec::new();
+        for (values, offsets) in values.iter().zip(&offsets) {
+            columns.extend(StringColumn::new(offsets, values, 1));
+        }
+        match columns.as_slice() {
+            [first] => Self::of_row(&[*first], 0),
+            [first, second] => Self::of_row(&[*first, *second], 0),
+            _ => Self::default(),
+        }
+    }
+
+    /// The key of row `row` of `COLUMNS` (1 or 2) Utf8 columns, each given by its offsets
+    /// (cut to the rows, plus one) and values; strings are at most 8 bytes long (longer
+    /// ones are cut, so callers check lengths first).
+    #[inline(always)]
+    pub fn of_row<const COLUMNS: usize>(columns: &[StringColumn<'_>; COLUMNS], row: usize) -> Self {
         let mut key = ShortKey::default();
-        for (column, (values, (from, to))) in values.iter().zip(bounds).enumerate() {
-            let length = to.saturating_sub(from);
-            match column {
-                0 => key.set::<0>(values, from, length),
-                _ => key.set::<1>(values, from, length),
-            }
+        for (column, strings) in columns.iter().enumerate() {
+            let start = strings.offsets[row];
+            // Valid offsets never decrease; a corrupt pair only gives a wrong key.
+            let length = (strings.offsets[row + 1].wrapping_sub(start) as u32).min(8) as usize;
+            key.words[column] = strings.word(start as u32 as usize, length);
+            key.lengths |= (length as u32 + 1) << (8 * column);
         }
         key
-    }
-
-    /// Sets column `COLUMN` (0 or 1) of `keys[r]` to string `r` of a Utf8 column given by
-    /// its `offsets` (`keys.len() + 1` of them) and `values`; strings are at most 8 bytes
-    /// long (longer ones are cut, so callers check lengths first).
-    pub fn encode_column<const COLUMN: usize>(offsets: &[i32], values: &[u8], keys: &mut [Self]) {
-        for (key, (start, end)) in keys.iter_mut().zip(offsets.iter().zip(&offsets[1..])) {
-            // Valid offsets never decrease; a corrupt pair only gives a wrong key.
-            let length = (end.wrapping_sub(*start) as u32).min(8) as usize;
-            key.set::<COLUMN>(values, *start as usize, length);
-        }
-    }
-
-    #[inline]
-    fn set<const COLUMN: usize>(&mut self, values: &[u8], from: usize, length: usize) {
-        let length = length.min(8);
-        self.words[COLUMN] = short_word(values, from, length);
-        self.lengths |= (length as u32 + 1) << (8 * COLUMN);
     }
 
     #[inline]
@@ -82,21 +84,46 @@ impl ShortKey {
     }
 }
 
-/// The `length` (≤ 8) bytes of `values` from `from` as a zero-padded little-endian word: one
-/// masked 8-byte load where the buffer has the bytes.
-#[inline]
-fn short_word(values: &[u8], from: usize, length: usize) -> u64 {
-    let mut buffer = [0u8; 8];
-    match values.get(from..from + 8) {
-        Some(bytes) => {
-            buffer.copy_from_slice(bytes);
-            u64::from_le_bytes(buffer) & BYTE_MASKS[length]
+/// A Utf8 column's offsets and bytes, read a word at a time.
+#[derive(Clone, Copy)]
+pub struct StringColumn<'a> {
+    offsets: &'a [i32],
+    values: &'a [u8],
+}
+
+impl<'a> StringColumn<'a> {
+    /// The column of `rows` strings with these offsets and bytes; `None` when there are
+    /// fewer offsets.
+    pub fn new(offsets: &'a [i32], values: &'a [u8], rows: usize) -> Option<Self> {
+        Some(Self {
+            offsets: offsets.get(..rows + 1)?,
+            values,
+        })
+    }
+
+    /// The `length` (≤ 8) bytes from `from` as a zero-padded little-endian word: one masked
+    /// 8-byte load except for the buffer's last few strings.
+    #[inline(always)]
+    fn word(&self, from: usize, length: usize) -> u64 {
+        let length = length.min(8);
+        // `from` comes from an `i32` offset, so the sum cannot overflow.
+        if from + 8 <= self.values.len() {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&self.values[from..from + 8]);
+            return u64::from_le_bytes(bytes) & BYTE_MASKS[length];
         }
-        None => {
-            let bytes = values.get(from..from + length).unwrap_or_default();
-            buffer[..bytes.len()].copy_from_slice(bytes);
-            u64::from_le_bytes(buffer)
-        }
+        self.last_word(from, length)
+    }
+
+    /// [`Self::word`] for a string less than 8 bytes from the buffer's end: out of line, so
+    /// that its copy does not cost the common case its registers.
+    #[cold]
+    #[inline(never)]
+    fn last_word(&self, from: usize, length: usize) -> u64 {
+        let mut buffer = [0u8; 8];
+        let bytes = self.values.get(from..from + length).unwrap_or_default();
+        buffer[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(buffer)
     }
 }
 
@@ -149,6 +176,35 @@ impl ShortKeyIndex {
             }
             slot = (slot + 1) & mask;
         }
+    }
+
+    /// Writes the group of each of the `out.len()` rows of `columns` to `out`, or `missing`
+    /// for a key the index does not know; returns how many it did not know. The loop only
+    /// reads: the columns and the table stay in registers.
+    #[inline(never)]
+    pub fn find_rows<const COLUMNS: usize>(
+        &self,
+        columns: &[StringColumn<'_>; COLUMNS],
+        out: &mut [usize],
+        missing: usize,
+    ) -> usize {
+        let columns = *columns;
+        // Lets the compiler drop the offsets' bounds checks.
+        if columns.iter().any(|c| c.offsets.len() != out.len() + 1) {
+            out.fill(missing);
+            return out.len();
+        }
+        let mut misses = 0;
+        for (row, group) in out.iter_mut().enumerate() {
+            *group = match self.find(&ShortKey::of_row(&columns, row)) {
+                Some(found) => found,
+                None => {
+                    misses += 1;
+                    missing
+                }
+            };
+        }
+        misses
     }
 
     /// Remembers that `key` is group `group` (not yet in the index).
