@@ -14,14 +14,13 @@
 //! the live groups when most of its keys no longer belong to an open group, so an endless
 //! stream of new keys does not grow it without bound.
 
-use std::collections::HashMap;
 use std::mem::size_of;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::{cast, interleave, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
-use datafusion::common::{Result, internal_err};
+use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
@@ -119,6 +118,28 @@ impl WindowedGroupValues {
             emitted: 0,
             key_ids: Vec::new(),
         })
+    }
+
+    /// The index in `windows` of the window starting at `start`, opened if new, with a
+    /// slot for each of `key_count` keys.
+    fn window_slots(&mut self, start: i64, key_count: usize) -> usize {
+        let index = match self.window_index.get(&start) {
+            Some(index) => *index,
+            None => {
+                self.windows.push(WindowSlots {
+                    start,
+                    groups: Vec::new(),
+                    newest_group: 0,
+                });
+                self.window_index.insert(start, self.windows.len() - 1);
+                self.windows.len() - 1
+            }
+        };
+        let slots = &mut self.windows[index].groups;
+        if slots.len() < key_count {
+            slots.resize(key_count, ABSENT);
+        }
+        index
     }
 
     /// Keeps the key values of the keys `cols` created (ids from `known` on).
@@ -242,37 +263,42 @@ impl GroupValues for WindowedGroupValues {
         if starts.null_count() > 0 {
             return internal_err!("null window start");
         }
+        let starts = starts.values();
+        if starts.len() != self.key_ids.len() {
+            return internal_err!("window and key columns differ in length");
+        }
         groups.clear();
         groups.reserve(starts.len());
-        let mut current = usize::MAX;
-        let mut current_start = i64::MIN;
-        for (start, key) in starts.values().iter().zip(&self.key_ids) {
-            if current == usize::MAX || *start != current_start {
-                current = match self.window_index.get(start) {
-                    Some(index) => *index,
-                    None => {
-                        self.windows.push(WindowSlots {
-                            start: *start,
-                            groups: Vec::new(),
-                            newest_group: 0,
-                        });
-                        self.window_index.insert(*start, self.windows.len() - 1);
-                        self.windows.len() - 1
-                    }
-                };
-                current_start = *start;
+        // Rows come in runs of one window (a tumbling window's rows arrive together): each
+        // run looks its window up once, then costs a row one array access.
+        let mut first = 0;
+        while let Some(&start) = starts.get(first) {
+            let run = starts[first..]
+                .iter()
+                .position(|s| *s != start)
+                .unwrap_or(starts.len() - first);
+            let window = self.window_slots(start, key_count);
+            let (slots, live, emitted) = (
+                &mut self.windows[window].groups,
+                &mut self.groups,
+                self.emitted,
+            );
+            let created_before = live.len();
+            groups.extend(self.key_ids[first..first + run].iter().map(|&key| {
+                let slot = &mut slots[key];
+                // Absent, or a group of this window already emitted.
+                let mut group = slot.wrapping_sub(emitted);
+                if group >= live.len() {
+                    group = live.len();
+                    *slot = emitted + group;
+                    live.push((start, key));
+                }
+                group
+            }));
+            if live.len() > created_before {
+                self.windows[window].newest_group = emitted + live.len() - 1;
             }
-            let window = &mut self.windows[current];
-            if window.groups.len() < key_count {
-                window.groups.resize(key_count, ABSENT);
-            }
-            let slot = &mut window.groups[*key];
-            if *slot == ABSENT || *slot < self.emitted {
-                *slot = self.emitted + self.groups.len();
-                window.newest_group = *slot;
-                self.groups.push((*start, *key));
-            }
-            groups.push(*slot - self.emitted);
+            first += run;
         }
         Ok(())
     }
