@@ -60,16 +60,30 @@ impl ShortKey {
         }
     }
 
-    /// The key of row `row` of `COLUMNS` (1 or 2) Utf8 columns, each given by its offsets
-    /// (cut to the rows, plus one) and values; strings are at most 8 bytes long (longer
-    /// ones are cut, so callers check lengths first).
+    /// The key of row `row` of `COLUMNS` (1 or 2) Utf8 columns; strings are at most 8 bytes
+    /// long (longer ones are cut, so callers check lengths first).
     #[inline(always)]
     pub fn of_row<const COLUMNS: usize>(columns: &[StringColumn<'_>; COLUMNS], row: usize) -> Self {
+        let bounds = columns.map(|strings| {
+            let start = strings.offsets.get(row).copied().unwrap_or_default();
+            (
+                start,
+                strings.offsets.get(row + 1).copied().unwrap_or(start),
+            )
+        });
+        Self::of_strings(columns, bounds)
+    }
+
+    /// The key of the strings `[start, end)` (offsets) of `COLUMNS` (1 or 2) Utf8 columns.
+    #[inline(always)]
+    fn of_strings<const COLUMNS: usize>(
+        columns: &[StringColumn<'_>; COLUMNS],
+        bounds: [(i32, i32); COLUMNS],
+    ) -> Self {
         let mut key = ShortKey::default();
-        for (column, strings) in columns.iter().enumerate() {
-            let start = strings.offsets[row];
+        for (column, (strings, (start, end))) in columns.iter().zip(bounds).enumerate() {
             // Valid offsets never decrease; a corrupt pair only gives a wrong key.
-            let length = (strings.offsets[row + 1].wrapping_sub(start) as u32).min(8) as usize;
+            let length = (end.wrapping_sub(start) as u32).min(8) as usize;
             key.words[column] = strings.word(start as u32 as usize, length);
             key.lengths |= (length as u32 + 1) << (8 * column);
         }
@@ -77,10 +91,12 @@ impl ShortKey {
     }
 
     #[inline]
-    fn slot(&self, bits: u32) -> usize {
+    /// The key's first slot in a table of `mask + 1` (a power of two) entries: high bits of
+    /// a multiplicative hash, shifted by a constant so the shift needs no register.
+    fn slot(&self, mask: usize) -> usize {
         let mixed = (self.words[0] ^ u64::from(self.lengths)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.words[1];
-        (mixed.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> (64 - bits)) as usize
+        (mixed.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as usize & mask
     }
 }
 
@@ -165,7 +181,7 @@ impl ShortKeyIndex {
     #[inline]
     pub fn find(&self, key: &ShortKey) -> Option<usize> {
         let mask = self.entries.len() - 1;
-        let mut slot = key.slot(self.bits);
+        let mut slot = key.slot(mask);
         loop {
             let entry = &self.entries[slot];
             if entry.group == FREE {
@@ -188,21 +204,38 @@ impl ShortKeyIndex {
         out: &mut [usize],
         missing: usize,
     ) -> usize {
-        let columns = *columns;
-        // Lets the compiler drop the offsets' bounds checks.
         if columns.iter().any(|c| c.offsets.len() != out.len() + 1) {
             out.fill(missing);
             return out.len();
         }
         let mut misses = 0;
-        for (row, group) in out.iter_mut().enumerate() {
-            *group = match self.find(&ShortKey::of_row(&columns, row)) {
-                Some(found) => found,
-                None => {
-                    misses += 1;
-                    missing
+        let mut group_of = |key: ShortKey| match self.find(&key) {
+            Some(found) => found,
+            None => {
+                misses += 1;
+                missing
+            }
+        };
+        // Offsets pairs from `windows(2)`: no bounds checks per row.
+        match columns.as_slice() {
+            [first] => {
+                for (group, strings) in out.iter_mut().zip(first.offsets.windows(2)) {
+                    *group = group_of(ShortKey::of_strings(&[*first], [(strings[0], strings[1])]));
                 }
-            };
+            }
+            [first, second] => {
+                let rows = first.offsets.windows(2).zip(second.offsets.windows(2));
+                for (group, (a, b)) in out.iter_mut().zip(rows) {
+                    *group = group_of(ShortKey::of_strings(
+                        &[*first, *second],
+                        [(a[0], a[1]), (b[0], b[1])],
+                    ));
+                }
+            }
+            _ => {
+                out.fill(missing);
+                return out.len();
+            }
         }
         misses
     }
@@ -221,7 +254,7 @@ impl ShortKeyIndex {
 
     fn place(&mut self, entry: Entry) {
         let mask = self.entries.len() - 1;
-        let mut slot = entry.key.slot(self.bits);
+        let mut slot = entry.key.slot(mask);
         while self.entries[slot].group != FREE {
             slot = (slot + 1) & mask;
         }
