@@ -172,6 +172,9 @@ pub struct PrimitiveHistory<T: ArrowPrimitiveType> {
     recent: Vec<Ring<Option<T::Native>>>,
     /// Per key, its value at the `fixed` position once seen.
     fixed_values: Vec<Option<Option<T::Native>>>,
+    /// [`Self::gather_back`] with a depth of 1 (`LAG(x)`): per key, its latest value once
+    /// seen, in place of a one-value ring.
+    latest: Vec<Option<Option<T::Native>>>,
 }
 
 impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
@@ -182,6 +185,7 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             fixed,
             recent: Vec::new(),
             fixed_values: Vec::new(),
+            latest: Vec::new(),
         }
     }
 
@@ -242,6 +246,9 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
         if self.depth == 0 {
             return values.clone();
         }
+        if self.depth == 1 {
+            return self.gather_previous(values, groups, default);
+        }
         if let Some(largest) = groups.iter().max()
             && *largest >= self.recent.len()
         {
@@ -269,19 +276,57 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
         PrimitiveArray::new(out.into(), nulls.finish(len))
     }
 
+    /// [`Self::gather_back`] one row back: each row swaps its value for its key's latest,
+    /// an array access instead of a ring's.
+    fn gather_previous(
+        &mut self,
+        values: &PrimitiveArray<T>,
+        groups: &[usize],
+        default: Option<T::Native>,
+    ) -> PrimitiveArray<T> {
+        if let Some(largest) = groups.iter().max()
+            && *largest >= self.latest.len()
+        {
+            self.latest.resize(largest + 1, None);
+        }
+        let has_nulls = values.null_count() > 0;
+        let latest = &mut self.latest;
+        let mut nulls = SparseNulls::default();
+        let out: Vec<T::Native> = groups
+            .iter()
+            .zip(values.values())
+            .enumerate()
+            .map(|(row, (&group, &value))| {
+                let value = (!has_nulls || values.is_valid(row)).then_some(value);
+                match latest[group].replace(value).unwrap_or(default) {
+                    Some(result) => result,
+                    None => {
+                        nulls.push(row);
+                        T::Native::default()
+                    }
+                }
+            })
+            .collect();
+        let len = out.len();
+        PrimitiveArray::new(out.into(), nulls.finish(len))
+    }
+
     /// Forgets the keys `expired` marks, renumbering the others in order.
     pub fn retain_keys(&mut self, expired: &[bool]) {
+        for per_key in [&mut self.fixed_values, &mut self.latest] {
+            let mut keep = expired.iter().map(|e| !e);
+            per_key.retain(|_| keep.next().unwrap_or(true));
+        }
         let mut keep = expired.iter().map(|e| !e);
         self.recent.retain(|_| keep.next().unwrap_or(true));
-        let mut keep = expired.iter().map(|e| !e);
-        self.fixed_values.retain(|_| keep.next().unwrap_or(true));
     }
 
     /// Bytes held.
     pub fn size(&self) -> usize {
         self.recent.iter().map(Ring::size).sum::<usize>()
             + self.recent.capacity() * std::mem::size_of::<Ring<Option<T::Native>>>()
-            + self.fixed_values.capacity() * std::mem::size_of::<Option<Option<T::Native>>>()
+            + (self.fixed_values.capacity() + self.latest.capacity())
+                * std::mem::size_of::<Option<Option<T::Native>>>()
     }
 }
 
