@@ -88,10 +88,19 @@ pub(crate) fn assign_windows(
         }
     };
     let latest = window_starts(times, slide, offset);
-    let late_count = latest
-        .iter()
-        .filter(|start| start.is_some_and(|s| s <= closed_through))
-        .count();
+    let late_count = if latest.null_count() == 0 {
+        // The usual case, counted without a validity test per row.
+        latest
+            .values()
+            .iter()
+            .filter(|start| **start <= closed_through)
+            .count()
+    } else {
+        latest
+            .iter()
+            .filter(|start| start.is_some_and(|s| s <= closed_through))
+            .count()
+    };
     let late = (late_count > 0).then(|| {
         latest
             .iter()
@@ -105,8 +114,10 @@ pub(crate) fn assign_windows(
             } else {
                 latest.unary(|s| s.wrapping_sub(j * slide))
             };
-            let all_open =
-                starts.null_count() == 0 && starts.values().iter().all(|s| *s > closed_through);
+            // The latest windows of rows with a time and none late are all open.
+            let all_open = starts.null_count() == 0
+                && ((j == 0 && late_count == 0)
+                    || starts.values().iter().all(|s| *s > closed_through));
             if all_open {
                 return Ok(Assignment {
                     starts: Some(starts),
