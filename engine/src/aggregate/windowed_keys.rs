@@ -279,7 +279,7 @@ impl GroupValues for WindowedGroupValues {
                 .unwrap_or(starts.len() - first);
             let window = self.window_slots(start, key_count);
             let (slots, live, emitted) = (
-                &mut self.windows[window].groups,
+                self.windows[window].groups.as_mut_slice(),
                 &mut self.groups,
                 self.emitted,
             );

@@ -316,7 +316,8 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         groups: &[usize],
         read: impl Fn(&S, u64) -> R,
     ) -> Vec<R> {
-        let keys = &mut self.keys;
+        // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
+        let keys = self.keys.as_mut_slice();
         // Collected from a map over the rows: no per-row capacity check or zeroing first.
         match self.preceding {
             Some(preceding) => {

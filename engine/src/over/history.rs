@@ -255,7 +255,7 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             self.recent.resize_with(largest + 1, Ring::default);
         }
         let has_nulls = values.null_count() > 0;
-        let (depth, recent) = (self.depth, &mut self.recent);
+        let (depth, recent) = (self.depth, self.recent.as_mut_slice());
         let mut nulls = SparseNulls::default();
         let out: Vec<T::Native> = groups
             .iter()
@@ -290,7 +290,7 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             self.latest.resize(largest + 1, None);
         }
         let has_nulls = values.null_count() > 0;
-        let latest = &mut self.latest;
+        let latest = self.latest.as_mut_slice();
         let mut nulls = SparseNulls::default();
         let out: Vec<T::Native> = groups
             .iter()
