@@ -247,68 +247,20 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             return values.clone();
         }
         if self.depth == 1 {
-            return self.gather_previous(values, groups, default);
+            // LAG(x): each row swaps its value for its key's latest, an array access
+            // instead of a ring's.
+            return gather_keyed(
+                &mut self.latest,
+                values,
+                groups,
+                default,
+                |latest, value| latest.replace(value),
+            );
         }
-        if let Some(largest) = groups.iter().max()
-            && *largest >= self.recent.len()
-        {
-            self.recent.resize_with(largest + 1, Ring::default);
-        }
-        let has_nulls = values.null_count() > 0;
-        let (depth, recent) = (self.depth, self.recent.as_mut_slice());
-        let mut nulls = SparseNulls::default();
-        let out: Vec<T::Native> = groups
-            .iter()
-            .zip(values.values())
-            .enumerate()
-            .map(|(row, (&group, &value))| {
-                let value = (!has_nulls || values.is_valid(row)).then_some(value);
-                match recent[group].push(value, depth).unwrap_or(default) {
-                    Some(result) => result,
-                    None => {
-                        nulls.push(row);
-                        T::Native::default()
-                    }
-                }
-            })
-            .collect();
-        let len = out.len();
-        PrimitiveArray::new(out.into(), nulls.finish(len))
-    }
-
-    /// [`Self::gather_back`] one row back: each row swaps its value for its key's latest,
-    /// an array access instead of a ring's.
-    fn gather_previous(
-        &mut self,
-        values: &PrimitiveArray<T>,
-        groups: &[usize],
-        default: Option<T::Native>,
-    ) -> PrimitiveArray<T> {
-        if let Some(largest) = groups.iter().max()
-            && *largest >= self.latest.len()
-        {
-            self.latest.resize(largest + 1, None);
-        }
-        let has_nulls = values.null_count() > 0;
-        let latest = self.latest.as_mut_slice();
-        let mut nulls = SparseNulls::default();
-        let out: Vec<T::Native> = groups
-            .iter()
-            .zip(values.values())
-            .enumerate()
-            .map(|(row, (&group, &value))| {
-                let value = (!has_nulls || values.is_valid(row)).then_some(value);
-                match latest[group].replace(value).unwrap_or(default) {
-                    Some(result) => result,
-                    None => {
-                        nulls.push(row);
-                        T::Native::default()
-                    }
-                }
-            })
-            .collect();
-        let len = out.len();
-        PrimitiveArray::new(out.into(), nulls.finish(len))
+        let depth = self.depth;
+        gather_keyed(&mut self.recent, values, groups, default, |ring, value| {
+            ring.push(value, depth)
+        })
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.
@@ -328,6 +280,44 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             + (self.fixed_values.capacity() + self.latest.capacity())
                 * std::mem::size_of::<Option<Option<T::Native>>>()
     }
+}
+
+/// Each row's result from its key's state in `states` (grown to the largest key): `step`
+/// takes the state and the row's value (`None`: null) and gives the result, `None` while the
+/// key has none yet (then `default`, and null without one).
+fn gather_keyed<T: ArrowPrimitiveType, S: Default>(
+    states: &mut Vec<S>,
+    values: &PrimitiveArray<T>,
+    groups: &[usize],
+    default: Option<T::Native>,
+    mut step: impl FnMut(&mut S, Option<T::Native>) -> Option<Option<T::Native>>,
+) -> PrimitiveArray<T> {
+    if let Some(largest) = groups.iter().max()
+        && *largest >= states.len()
+    {
+        states.resize_with(largest + 1, S::default);
+    }
+    let has_nulls = values.null_count() > 0;
+    // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
+    let states = states.as_mut_slice();
+    let mut nulls = SparseNulls::default();
+    let out: Vec<T::Native> = groups
+        .iter()
+        .zip(values.values())
+        .enumerate()
+        .map(|(row, (&group, &value))| {
+            let value = (!has_nulls || values.is_valid(row)).then_some(value);
+            match step(&mut states[group], value).unwrap_or(default) {
+                Some(result) => result,
+                None => {
+                    nulls.push(row);
+                    T::Native::default()
+                }
+            }
+        })
+        .collect();
+    let len = out.len();
+    PrimitiveArray::new(out.into(), nulls.finish(len))
 }
 
 #[cfg(test)]
