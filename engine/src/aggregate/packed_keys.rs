@@ -270,8 +270,6 @@ impl PackedGroupValues {
             .iter()
             .map(|strings| StringColumn::new(strings.value_offsets(), strings.values(), rows))
             .collect::<Option<Vec<_>>>()?;
-        groups.clear();
-        groups.reserve(rows);
         Some(match columns.as_slice() {
             [first] => self.intern_short_keys(cols, [*first], rows, groups),
             [first, second] => self.intern_short_keys(cols, [*first, *second], rows, groups),
@@ -279,7 +277,7 @@ impl PackedGroupValues {
         })
     }
 
-    /// Appends the groups of `rows` rows of `columns` (those of `cols`) to `groups`. A first
+    /// Sets `groups` to the groups of the `rows` rows of `columns` (those of `cols`). A first
     /// pass only reads the short-key index, so it runs without calls or writes besides the
     /// group ids; the rare misses then go through the packed table and are remembered in the
     /// index.
@@ -290,21 +288,19 @@ impl PackedGroupValues {
         rows: usize,
         groups: &mut Vec<usize>,
     ) -> Result<()> {
-        let first = groups.len();
-        groups.resize(first + rows, MISSING_GROUP);
-        let misses = self
-            .short
-            .find_rows(&columns, &mut groups[first..], MISSING_GROUP);
+        groups.clear();
+        groups.resize(rows, MISSING_GROUP);
+        let misses = self.short.find_rows(&columns, groups, MISSING_GROUP);
         if misses == 0 {
             return Ok(());
         }
         for row in 0..rows {
-            if groups[first + row] != MISSING_GROUP {
+            if groups[row] != MISSING_GROUP {
                 continue;
             }
             // An earlier miss of this batch may have added the key.
             let key = ShortKey::of_row(&columns, row);
-            groups[first + row] = match self.short.find(&key) {
+            groups[row] = match self.short.find(&key) {
                 Some(known) => known,
                 None => {
                     let created = self.intern_row(cols, row)?;
