@@ -294,13 +294,13 @@ impl PackedGroupValues {
         if misses == 0 {
             return Ok(());
         }
-        for row in 0..rows {
-            if groups[row] != MISSING_GROUP {
+        for (row, group) in groups.iter_mut().enumerate() {
+            if *group != MISSING_GROUP {
                 continue;
             }
             // An earlier miss of this batch may have added the key.
             let key = ShortKey::of_row(&columns, row);
-            groups[row] = match self.short.find(&key) {
+            *group = match self.short.find(&key) {
                 Some(known) => known,
                 None => {
                     let created = self.intern_row(cols, row)?;
