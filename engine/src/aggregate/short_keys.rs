@@ -90,9 +90,9 @@ impl ShortKey {
         key
     }
 
-    #[inline]
     /// The key's first slot in a table of `mask + 1` (a power of two) entries: high bits of
     /// a multiplicative hash, shifted by a constant so the shift needs no register.
+    #[inline]
     fn slot(&self, mask: usize) -> usize {
         let mixed = (self.words[0] ^ u64::from(self.lengths)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.words[1];
@@ -160,9 +160,8 @@ const EMPTY_ENTRY: Entry = Entry {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct ShortKeyIndex {
-    /// Open addressing with linear probing, at most half full.
+    /// Open addressing with linear probing, at most half full; a power of two long.
     entries: Vec<Entry>,
-    bits: u32,
     len: usize,
 }
 
@@ -170,7 +169,6 @@ impl Default for ShortKeyIndex {
     fn default() -> Self {
         Self {
             entries: vec![EMPTY_ENTRY; 64],
-            bits: 6,
             len: 0,
         }
     }
@@ -262,8 +260,8 @@ impl ShortKeyIndex {
     }
 
     fn grow(&mut self) {
-        let old = std::mem::replace(&mut self.entries, vec![EMPTY_ENTRY; 2 << self.bits]);
-        self.bits += 1;
+        let doubled = vec![EMPTY_ENTRY; 2 * self.entries.len()];
+        let old = std::mem::replace(&mut self.entries, doubled);
         for entry in old.into_iter().filter(|e| e.group != FREE) {
             self.place(entry);
         }
