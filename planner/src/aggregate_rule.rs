@@ -27,12 +27,12 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
     AggregateEmit, AggregateSpec, PartialAggregate, RunningAggregates, WindowAggregateExec,
     WindowKey,
 };
 use freshet_engine::window::{WindowSpec, duration_in_unit};
+use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
@@ -123,7 +123,10 @@ fn streaming_aggregate(
         .map(|(i, _)| i)
         .collect();
     let changes = options.emit == "changes";
-    if windows.is_empty() && !changes {
+    // A plain GROUP BY runs as Freshet's aggregation when it reads a stream (on bounded
+    // input it gives the batch result at the end; on unbounded input the unbounded-input
+    // check has already refused it); over plain tables DataFusion's stays.
+    if windows.is_empty() && !changes && !reads_stream(raw.input())? {
         return Ok(None);
     }
     if group_by.has_grouping_set() {
@@ -294,6 +297,11 @@ fn below_exchanges(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
             return plan;
         }
     }
+}
+
+/// Whether `plan` reads a Freshet stream.
+fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
 }
 
 /// `(name, arguments)` of a `tumble` / `hop` / `session` call.

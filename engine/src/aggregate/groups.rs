@@ -119,6 +119,16 @@ impl GroupTable {
         Ok(&self.group_ids)
     }
 
+    /// The aggregates of a group no row reached, one value each (`COUNT(*)` 0, `SUM(x)`
+    /// NULL): a global aggregate over empty input still gives its one row, as SQL does.
+    /// (Row accumulators, as a group accumulator given no rows may take its group as seen.)
+    pub fn empty_group_values(&self) -> Result<Vec<ArrayRef>> {
+        self.aggregates
+            .iter()
+            .map(|aggregate| aggregate.create_accumulator()?.evaluate()?.to_array())
+            .collect()
+    }
+
     /// Interns `keys` and folds the rows into the aggregates: `arguments[i]` and `filters[i]`
     /// belong to aggregate `i`.
     pub fn update(

@@ -36,6 +36,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
 };
@@ -136,7 +137,11 @@ impl WindowAggregateExec {
         if deletions {
             spec.schema = with_nullable_aggregates(&spec.schema, spec.aggregates.len());
         }
-        let properties = stateful_properties(&input, &spec.schema);
+        let mut properties = stateful_properties(&input, &spec.schema);
+        if spec.window.is_none() && spec.emit == AggregateEmit::Final {
+            // A plain GROUP BY answers only at the end of its input.
+            properties = properties.with_emission_type(EmissionType::Final);
+        }
         // Two-phase: late records are found, and sent, by the partial step.
         let late_records = input
             .downcast_ref::<StreamExchangeExec>()
@@ -200,6 +205,7 @@ impl DisplayAs for WindowAggregateExec {
             None => write!(f, "window=none, ")?,
         }
         let emit = match self.spec.emit {
+            AggregateEmit::Final if self.spec.window.is_none() => "final (at the end of input)",
             AggregateEmit::Final => "final (when the window closes)",
             AggregateEmit::ChangesPerRecord => "changes (one row per input record)",
             AggregateEmit::ChangesPerBatch => {
@@ -366,6 +372,8 @@ struct AggregateState {
     /// Two-phase aggregation: the input is partial states of this many key columns and of
     /// aggregates with these numbers of state columns.
     merge: Option<(usize, Vec<usize>)>,
+    /// Whether the end of input has come (the watermark reached +inf).
+    end_reached: bool,
 }
 
 impl AggregateState {
@@ -452,6 +460,7 @@ impl AggregateState {
                 .exchange()?
                 .partial_aggregate()
                 .map(|p| (p.key_count(), p.state_widths().to_vec())),
+            end_reached: false,
         })
     }
 
@@ -681,6 +690,18 @@ impl AggregateState {
             changes.close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark);
             self.report_state()?;
             return Ok(None);
+        }
+        if self.window.is_none()
+            && self.watermark == i64::MAX
+            && self.emit == AggregateEmit::Final
+            && !std::mem::replace(&mut self.end_reached, true)
+            && self.inputs.keys.is_empty()
+            && self.table.is_empty()
+        {
+            // A GROUP BY without keys gives one row even over no input.
+            let values = self.table.empty_group_values()?;
+            let output = self.output_batch(Vec::new(), values, 1)?;
+            return self.combine(vec![output]);
         }
         let closing = if self.window.is_none() || self.watermark == i64::MAX {
             if self.watermark == i64::MAX {
