@@ -22,11 +22,11 @@ use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::aggregate::{
     AggregateEmit, AggregateSpec, PartialAggregate, RunningAggregates, WindowAggregateExec,
     WindowKey,
@@ -219,7 +219,10 @@ fn streaming_aggregate(
         schema: aggregate.schema(),
     };
     let setting = options.partitioning_strategy.as_str();
-    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec)? {
+    // More than one stream or source partition: the partial step runs in parallel.
+    let parallel =
+        config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;
+    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec, parallel)? {
         Some((partial, reason)) => {
             let partial = Arc::new(partial);
             let strategy = if keys.is_empty() {
@@ -250,13 +253,16 @@ fn streaming_aggregate(
 
 /// Whether the aggregation runs in two phases (a partial step per source partition in the
 /// exchange, the final step after it), and why: when the user asks for `two_phase` (an error
-/// where it does not apply), and automatically for a GROUP BY without keys over tumbling or
+/// where it does not apply); automatically for a GROUP BY without keys over tumbling or
 /// hopping windows with EMIT FINAL, whose single final stream would otherwise receive every
-/// raw row.
+/// raw row, and for a plain GROUP BY (no window, EMIT FINAL) run by several streams or read
+/// from several source partitions, which then shuffles a state row per group and batch
+/// instead of every row (as DataFusion's partial and final aggregation do).
 fn two_phase(
     setting: &str,
     keys: &[Arc<dyn PhysicalExpr>],
     spec: &AggregateSpec,
+    parallel: bool,
 ) -> Result<Option<(PartialAggregate, String)>> {
     let destination = if keys.is_empty() {
         "one final stream"
@@ -280,6 +286,12 @@ fn two_phase(
                 format!("auto: no keys; partial aggregates per source partition, {destination}"),
             )))
         }
+        "" if spec.window.is_none() && spec.emit == AggregateEmit::Final && parallel => Ok(Some((
+            PartialAggregate::try_new(spec)?,
+            format!(
+                "auto: GROUP BY without a window; partial aggregates per source partition, {destination}"
+            ),
+        ))),
         _ => Ok(None),
     }
 }

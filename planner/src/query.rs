@@ -113,17 +113,22 @@ impl StreamingQuery {
         let mut aggregation = None;
         let _ = self.plan.apply(|node| {
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
-                aggregation = Some(aggregate.emit());
+                aggregation = Some((aggregate.emit(), aggregate.window().is_some()));
                 return Ok(TreeNodeRecursion::Stop);
             }
             Ok(TreeNodeRecursion::Continue)
         });
         let emit = match (aggregation, self.plan.pipeline_behavior()) {
-            (Some(AggregateEmit::Final), _) => "final (one row per group when its window closes)",
-            (Some(AggregateEmit::ChangesPerRecord), _) => {
+            (Some((AggregateEmit::Final, true)), _) => {
+                "final (one row per group when its window closes)"
+            }
+            (Some((AggregateEmit::Final, false)), _) => {
+                "final (one row per group at the end of the input)"
+            }
+            (Some((AggregateEmit::ChangesPerRecord, _)), _) => {
                 "changes (an upsert row per input record)"
             }
-            (Some(AggregateEmit::ChangesPerBatch), _) => {
+            (Some((AggregateEmit::ChangesPerBatch, _)), _) => {
                 "changes (an upsert row per changed group and input batch)"
             }
             (None, EmissionType::Incremental) => "append (rows leave as soon as they are computed)",

@@ -81,7 +81,7 @@ pub(crate) fn choose_strategy(
         }
         "two_phase" => {
             return plan_err!(
-                "partitioning_strategy 'two_phase' applies to GROUP BY over tumbling or hopping windows with EMIT FINAL; a {role} needs 'hash' (or 'sticky' on a source partitioned by its keys)"
+                "partitioning_strategy 'two_phase' applies to GROUP BY with EMIT FINAL over tumbling or hopping windows or without a window; a {role} needs 'hash' (or 'sticky' on a source partitioned by its keys)"
             );
         }
         "round_robin" => {

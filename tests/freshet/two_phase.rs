@@ -1,4 +1,4 @@
-//! Two-phase window aggregation: a partial step per source partition inside the exchange,
+//! Two-phase aggregation: a partial step per source partition inside the exchange,
 //! partial states shuffled to the final step. Results equal DataFusion batch SQL; late and
 //! timeless records are counted and sent to the side output exactly as in one phase.
 
@@ -78,6 +78,66 @@ async fn two_phase_hopping_windows_match_datafusion() {
     .unwrap();
 }
 
+/// Plain GROUP BYs (no window): keyed, with multi-value states, FILTER, HAVING, and global.
+const PLAIN: [&str; 4] = [
+    "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1",
+    "SELECT k1, k2, COUNT(v) AS n, COUNT(DISTINCT q) AS distinct_q, stddev(q) AS spread FROM t WHERE q > 10 GROUP BY k1, k2 HAVING COUNT(*) > 1",
+    "SELECT COUNT(*) AS n, SUM(q) FILTER (WHERE q > 50) AS big, AVG(v) AS mean FROM t",
+    "SELECT k2 % 3 AS bucket, MAX(q) AS top FROM t GROUP BY k2 % 3",
+];
+
+#[tokio::test]
+async fn plain_group_bys_match_datafusion_in_two_phases() {
+    for seed in 0..2 {
+        let stream = RandomStream::new(seed).rows(3_000).disorder_ms(2_000);
+        for sources in [None, Some(1), Some(3)] {
+            for sql in PLAIN {
+                Differential::same_sql(sql)
+                    .table(table(&stream, sources))
+                    .setting("freshet.partitioning_strategy", "two_phase")
+                    .with_plan_text(TWO_PHASE)
+                    .run()
+                    .await
+                    .unwrap_or_else(|e| panic!("seed {seed}, {sources:?} sources: {sql}: {e}"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_plain_group_by_on_several_streams_is_two_phase_by_default() {
+    let ctx = two_stream_context(&RandomStream::new(3).rows(1_000));
+    for (sql, exchange) in [
+        (
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1",
+            "strategy=hash([k1@1]), partitions=2->2 (auto: GROUP BY without a window; partial aggregates per source partition, states hashed on the GROUP BY keys), partial_aggregate=[count(Int64(1))]",
+        ),
+        (
+            "SELECT COUNT(*) AS n FROM t",
+            "strategy=fan_in, partitions=2->1 (auto: GROUP BY without a window; partial aggregates per source partition, one final stream), partial_aggregate=[count(Int64(1))]",
+        ),
+    ] {
+        let plan = ctx.sql(sql).await.unwrap().explain();
+        assert!(plan.contains(exchange), "{sql}: {plan}");
+    }
+    // One stream over one source partition: nothing runs in parallel, one phase is less work.
+    let single = StreamingContext::with_partitions(1);
+    single
+        .register_batches(
+            "t",
+            RandomStream::schema(),
+            RandomStream::new(3).rows(100).generate(),
+            StreamOptions::default(),
+        )
+        .unwrap();
+    let plan = single
+        .sql("SELECT k1, COUNT(*) AS n FROM t GROUP BY k1")
+        .await
+        .unwrap()
+        .explain();
+    assert!(!plan.contains(TWO_PHASE), "{plan}");
+}
+
 #[tokio::test]
 async fn empty_and_one_row_streams_aggregate_in_two_phases() {
     for rows in [0, 1] {
@@ -91,6 +151,18 @@ async fn empty_and_one_row_streams_aggregate_in_two_phases() {
         .run()
         .await
         .unwrap();
+        for sql in [
+            "SELECT k1, COUNT(*) AS n FROM t GROUP BY k1",
+            "SELECT COUNT(*) AS n, SUM(q) AS total FROM t",
+        ] {
+            Differential::same_sql(sql)
+                .table(table(&stream, None))
+                .setting("freshet.partitioning_strategy", "two_phase")
+                .with_plan_text(TWO_PHASE)
+                .run()
+                .await
+                .unwrap_or_else(|e| panic!("{rows} rows: {sql}: {e}"));
+        }
     }
 }
 
@@ -206,7 +278,9 @@ async fn two_phase_where_it_cannot_apply_is_a_clear_error() {
     );
     let error = planning_error(&endless_market_data(), &sql).await;
     assert!(
-        error.contains("'two_phase' applies to GROUP BY over tumbling or hopping windows"),
+        error.contains(
+            "'two_phase' applies to GROUP BY with EMIT FINAL over tumbling or hopping windows or without a window"
+        ),
         "{error}"
     );
 }

@@ -70,6 +70,23 @@ pub(crate) struct Assigned {
     pub null_times: usize,
 }
 
+impl Assigned {
+    /// Every one of `rows` rows in one endless window starting at 0 (a GROUP BY without a
+    /// window, aggregated in two phases).
+    pub fn endless_window(rows: usize) -> Self {
+        Self {
+            assignments: vec![Assignment {
+                starts: Some(Int64Array::from_value(0, rows)),
+                rows: None,
+                latest: true,
+            }],
+            late: None,
+            late_count: 0,
+            null_times: 0,
+        }
+    }
+}
+
 /// Assigns `batch`'s rows to `window`'s windows; windows starting at or before
 /// `closed_through` are closed.
 pub(crate) fn assign_windows(

@@ -1,4 +1,4 @@
-//! [`PartialAggregate`]: the first step of two-phase window aggregation, run by the exchange
+//! [`PartialAggregate`]: the first step of two-phase aggregation, run by the exchange
 //! on each source partition before the shuffle, so that partial states rather than raw rows
 //! cross it.
 //!
@@ -7,7 +7,8 @@
 //! watermarks and partial results, so the two agree exactly); rows without an event time and
 //! late rows are dropped, counted, and late rows go to the query's late-record side output,
 //! as the single-phase aggregation does. The rest are folded into a [`GroupTable`] keyed by
-//! (window start, GROUP BY keys), which is emitted whole as one batch of partial states:
+//! (window start, GROUP BY keys), which is emitted whole as one batch of partial states. A
+//! GROUP BY without a window has every row in one endless window (start 0) and no late rows.
 //!
 //! `__window_start` (Int64, event-time units), the key columns, each aggregate's state
 //! columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input records counted
@@ -29,7 +30,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Column;
 
-use super::assignment::assign_windows;
+use super::assignment::{Assigned, assign_windows};
 use super::groups::GroupTable;
 use super::inputs::AggregateInputs;
 use super::late::LateRecords;
@@ -45,7 +46,8 @@ pub const RECORDS_COLUMN: &str = "__records";
 pub struct PartialAggregate {
     inputs: AggregateInputs,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    window: WindowKey,
+    /// `None` for a GROUP BY without a window.
+    window: Option<WindowKey>,
     allowed_lateness: i64,
     /// (window start, keys) as the group table interns them.
     table_schema: SchemaRef,
@@ -64,12 +66,15 @@ impl fmt::Debug for PartialAggregate {
 }
 
 impl PartialAggregate {
-    /// The partial step of `spec`, an EMIT FINAL aggregation over tumbling or hopping windows.
+    /// The partial step of `spec`, an EMIT FINAL aggregation over tumbling or hopping windows
+    /// or without a window.
     pub fn try_new(spec: &AggregateSpec) -> Result<Self> {
-        let Some(window) = spec.window.clone() else {
-            return plan_err!("two-phase aggregation needs a tumbling or hopping window");
-        };
-        if matches!(window.spec, WindowSpec::Session { .. }) {
+        let window = spec.window.clone();
+        let window_position = window.as_ref().map(|w| w.position);
+        if window
+            .as_ref()
+            .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }))
+        {
             return plan_err!(
                 "two-phase aggregation does not apply to SESSION windows: a session's extent is only known from all of its rows; use 'hash'"
             );
@@ -83,14 +88,14 @@ impl PartialAggregate {
             .group_by
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != window.position)
+            .filter(|(i, _)| Some(*i) != window_position)
             .map(|(_, key)| key)
             .collect();
         let key_fields: Vec<Field> = spec
             .group_by
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != window.position)
+            .filter(|(i, _)| Some(*i) != window_position)
             .map(|(i, _)| spec.schema.field(i).clone())
             .collect();
         let window_field = Field::new(WINDOW_START_COLUMN, DataType::Int64, false);
@@ -168,14 +173,18 @@ impl PartialAggregate {
         })
     }
 
-    /// Windows starting at or before this are closed once the watermark is `watermark`.
+    /// Windows starting at or before this are closed once the watermark is `watermark`
+    /// (none without a window).
     fn closed_through(&self, watermark: i64) -> i64 {
-        self.window
-            .spec
-            .size()
-            .saturating_add(self.allowed_lateness)
-            .saturating_neg()
-            .saturating_add(watermark)
+        match &self.window {
+            Some(window) => window
+                .spec
+                .size()
+                .saturating_add(self.allowed_lateness)
+                .saturating_neg()
+                .saturating_add(watermark),
+            None => i64::MIN,
+        }
     }
 }
 
@@ -204,7 +213,10 @@ impl PartialAggregator {
     /// marked: [`Self::send_late`] sends them once the watermark is settled.
     pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
         let spec = Arc::clone(&self.spec);
-        let assigned = assign_windows(&spec.window, spec.closed_through(watermark), batch)?;
+        let assigned = match &spec.window {
+            Some(window) => assign_windows(window, spec.closed_through(watermark), batch)?,
+            None => Assigned::endless_window(batch.num_rows()),
+        };
         let columns = spec.inputs.evaluate(batch)?;
         self.records.clear();
         let mut earliest_window: Option<i64> = None;

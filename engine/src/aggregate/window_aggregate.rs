@@ -599,6 +599,14 @@ impl AggregateState {
 
     /// Two-phase aggregation: merges a batch of partial states into the table.
     fn merge_states(&mut self, states: PartialStates) -> Result<()> {
+        if self.window.is_none() {
+            // Without a window, every state is of the one endless window.
+            self.metrics
+                .records_in
+                .add(states.records.values().iter().sum::<u64>() as usize);
+            let rows = states.starts.len();
+            return self.table.merge(&states.keys, &states.states, rows);
+        }
         let closed_through = self.closed_through();
         let open: BooleanArray = states
             .starts
