@@ -71,15 +71,10 @@ pub(crate) struct Assigned {
 }
 
 impl Assigned {
-    /// Every one of `rows` rows in one endless window starting at 0 (a GROUP BY without a
-    /// window, aggregated in two phases).
-    pub fn endless_window(rows: usize) -> Self {
+    /// Every row, no window, none left out (a GROUP BY without a window).
+    pub fn whole_batch() -> Self {
         Self {
-            assignments: vec![Assignment {
-                starts: Some(Int64Array::from_value(0, rows)),
-                rows: None,
-                latest: true,
-            }],
+            assignments: vec![Assignment::whole_batch()],
             late: None,
             late_count: 0,
             null_times: 0,

@@ -55,6 +55,9 @@ const EMPTY: u32 = u32::MAX;
 const CHUNK: usize = 256;
 
 /// A row whose key the short-key index does not know yet.
+/// Rows an empty short-key index interns one by one before its read-only pass.
+const LEARNING_ROWS: usize = 256;
+
 const MISSING_GROUP: usize = usize::MAX;
 
 /// The slot widths a string column can have.
@@ -280,7 +283,8 @@ impl PackedGroupValues {
     /// Sets `groups` to the groups of the `rows` rows of `columns` (those of `cols`). A first
     /// pass only reads the short-key index, so it runs without calls or writes besides the
     /// group ids; the rare misses then go through the packed table and are remembered in the
-    /// index.
+    /// index. An empty index (the first batch, or after an emit) would miss every row, so
+    /// its first rows go to the slow path alone and teach it the batch's common keys.
     fn intern_short_keys<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
@@ -290,16 +294,38 @@ impl PackedGroupValues {
     ) -> Result<()> {
         groups.clear();
         groups.resize(rows, MISSING_GROUP);
-        let misses = self.short.find_rows(&columns, groups, MISSING_GROUP);
-        if misses == 0 {
-            return Ok(());
+        let learned = if self.short.is_empty() {
+            let learned = rows.min(LEARNING_ROWS);
+            self.intern_missing(cols, &columns, 0, &mut groups[..learned])?;
+            learned
+        } else {
+            0
+        };
+        let rest = columns.map(|column| column.from_row(learned));
+        let misses = self
+            .short
+            .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);
+        if misses > 0 {
+            self.intern_missing(cols, &columns, learned, &mut groups[learned..])?;
         }
-        for (row, group) in groups.iter_mut().enumerate() {
+        Ok(())
+    }
+
+    /// The miss pass: interns the rows `first..` of `columns` whose entry in `groups` (from
+    /// row `first` on) is still missing.
+    fn intern_missing<const COLUMNS: usize>(
+        &mut self,
+        cols: &[ArrayRef],
+        columns: &[StringColumn<'_>; COLUMNS],
+        first: usize,
+        groups: &mut [usize],
+    ) -> Result<()> {
+        for (row, group) in (first..).zip(groups.iter_mut()) {
             if *group != MISSING_GROUP {
                 continue;
             }
             // An earlier miss of this batch may have added the key.
-            let key = ShortKey::of_row(&columns, row);
+            let key = ShortKey::of_row(columns, row);
             *group = match self.short.find(&key) {
                 Some(known) => known,
                 None => {

@@ -8,7 +8,8 @@
 //! late rows are dropped, counted, and late rows go to the query's late-record side output,
 //! as the single-phase aggregation does. The rest are folded into a [`GroupTable`] keyed by
 //! (window start, GROUP BY keys), which is emitted whole as one batch of partial states. A
-//! GROUP BY without a window has every row in one endless window (start 0) and no late rows.
+//! GROUP BY without a window has every row in one endless window (start 0, added to the
+//! emitted states only) and no late rows.
 //!
 //! `__window_start` (Int64, event-time units), the key columns, each aggregate's state
 //! columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input records counted
@@ -99,12 +100,18 @@ impl PartialAggregate {
             .map(|(i, _)| spec.schema.field(i).clone())
             .collect();
         let window_field = Field::new(WINDOW_START_COLUMN, DataType::Int64, false);
+        // Without a window the table holds the keys alone (the one window start is added
+        // when the states are emitted), which keeps its key interning the keys' own.
         let table_schema = Arc::new(Schema::new(
-            std::iter::once(window_field.clone())
+            window
+                .as_ref()
+                .map(|_| window_field.clone())
+                .into_iter()
                 .chain(key_fields.iter().cloned())
                 .collect::<Vec<_>>(),
         ));
-        let mut fields = table_schema.fields().iter().cloned().collect::<Vec<_>>();
+        let mut fields = vec![Arc::new(window_field)];
+        fields.extend(key_fields.into_iter().map(Arc::new));
         let mut state_widths = Vec::with_capacity(spec.aggregates.len());
         for aggregate in &spec.aggregates {
             let state_fields = aggregate.state_fields()?;
@@ -215,30 +222,39 @@ impl PartialAggregator {
         let spec = Arc::clone(&self.spec);
         let assigned = match &spec.window {
             Some(window) => assign_windows(window, spec.closed_through(watermark), batch)?,
-            None => Assigned::endless_window(batch.num_rows()),
+            None => Assigned::whole_batch(),
         };
         let columns = spec.inputs.evaluate(batch)?;
         self.records.clear();
         let mut earliest_window: Option<i64> = None;
         for assignment in &assigned.assignments {
-            let (rows, Some(starts)) = (assignment.len(batch.num_rows()), &assignment.starts)
-            else {
-                return internal_err!("a partial window assignment without window starts");
-            };
+            let rows = assignment.len(batch.num_rows());
             if rows == 0 {
                 continue;
             }
-            if let Some(earliest) = min(starts) {
-                earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
-            }
             let (keys, arguments, filters) = columns.pick(assignment)?;
-            let mut table_keys: Vec<ArrayRef> = vec![Arc::new(starts.clone())];
+            let mut table_keys: Vec<ArrayRef> = Vec::with_capacity(keys.len() + 1);
+            if spec.window.is_some() {
+                let Some(starts) = &assignment.starts else {
+                    return internal_err!("a partial window assignment without window starts");
+                };
+                if let Some(earliest) = min(starts) {
+                    earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
+                }
+                table_keys.push(Arc::new(starts.clone()));
+            }
             table_keys.extend(keys);
             self.table.update(&table_keys, &arguments, &filters, rows)?;
             self.records.resize(self.table.len(), 0);
-            if assignment.latest {
-                for group in self.table.last_group_ids(rows) {
-                    self.records[*group] += 1;
+            match (assignment.latest, &spec.window) {
+                (false, _) => {}
+                // Without windows no state is ever dropped as late, so only the total
+                // matters: the first state row carries it.
+                (true, None) => self.records[0] += rows as u64,
+                (true, Some(_)) => {
+                    for group in self.table.last_group_ids(rows) {
+                        self.records[*group] += 1;
+                    }
                 }
             }
         }
@@ -277,7 +293,11 @@ impl PartialAggregator {
             return Ok(None);
         }
         let (keys, states) = self.table.emit_states(EmitTo::All)?;
-        let mut columns = keys;
+        let mut columns = Vec::with_capacity(self.spec.schema.fields().len());
+        if self.spec.window.is_none() {
+            columns.push(Arc::new(Int64Array::from_value(0, groups)) as ArrayRef);
+        }
+        columns.extend(keys);
         columns.extend(states.into_iter().flatten());
         columns.push(Arc::new(UInt64Array::from(std::mem::take(
             &mut self.records,

@@ -117,6 +117,14 @@ impl<'a> StringColumn<'a> {
         })
     }
 
+    /// The same column from row `first` on (row `first` becomes row 0).
+    pub fn from_row(&self, first: usize) -> Self {
+        Self {
+            offsets: self.offsets.get(first..).unwrap_or_default(),
+            values: self.values,
+        }
+    }
+
     /// The `length` (≤ 8) bytes from `from` as a zero-padded little-endian word: one masked
     /// 8-byte load except for the buffer's last few strings.
     #[inline(always)]
@@ -265,6 +273,11 @@ impl ShortKeyIndex {
         for entry in old.into_iter().filter(|e| e.group != FREE) {
             self.place(entry);
         }
+    }
+
+    /// Whether the index knows no key.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Forgets every key (the group ids are about to change).
