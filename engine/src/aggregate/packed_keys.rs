@@ -301,7 +301,7 @@ impl PackedGroupValues {
         } else {
             0
         };
-        let rest = columns.map(|column| column.from_row(learned));
+        let rest = columns.map(|column| column.starting_at(learned));
         let misses = self
             .short
             .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);

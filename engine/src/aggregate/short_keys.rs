@@ -118,7 +118,7 @@ impl<'a> StringColumn<'a> {
     }
 
     /// The same column from row `first` on (row `first` becomes row 0).
-    pub fn from_row(&self, first: usize) -> Self {
+    pub fn starting_at(&self, first: usize) -> Self {
         Self {
             offsets: self.offsets.get(first..).unwrap_or_default(),
             values: self.values,
