@@ -142,6 +142,38 @@ async fn hopping_windows_equal_a_union_of_shifted_tumbling_windows() {
     }
 }
 
+#[tokio::test]
+async fn windows_opened_and_emitted_are_counted() {
+    // 3 000 records, one per second from a minute boundary: 50 one-minute windows.
+    for (sql, partitions) in [
+        (S3A, 1),
+        (S3A, 2),
+        (
+            "SELECT COUNT(*) AS n FROM market_data WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)",
+            1,
+        ),
+        (
+            "SELECT trader_id, COUNT(*) AS n FROM market_data GROUP BY trader_id WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES",
+            1,
+        ),
+    ] {
+        let ctx = StreamingContext::with_partitions(partitions);
+        let table = market_data(3_000, 500, 0);
+        let TestSource::Generator(spec) = table.source else {
+            unreachable!("market data is generated");
+        };
+        ctx.register_generator("market_data", spec, table.options)
+            .unwrap();
+        let query = ctx.sql(sql).await.unwrap();
+        let _: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        // Each stream opens and emits every window its keys fall in, also when its source
+        // partitions are at different windows.
+        let expected = if partitions == 1 { 50 } else { 100 };
+        assert_eq!(query.metric_total("windows_opened"), expected, "{sql}");
+        assert_eq!(query.metric_total("windows_emitted"), expected, "{sql}");
+    }
+}
+
 const S2: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY symbol";
 
 #[tokio::test]

@@ -230,11 +230,19 @@ impl GroupTable {
         }
     }
 
-    /// With windowed keys, the window start of each group from id `first` on (the table
-    /// knows them without looking at rows); `None` for other keys.
-    pub fn window_starts_from(&self, first: usize) -> Option<Vec<i64>> {
+    /// With windowed keys: how many leading groups belong to windows `closed` says are
+    /// closed, and how many windows they span; `None` for other keys.
+    pub fn closed_prefix(&self, closed: impl Fn(i64) -> bool) -> Option<(usize, usize)> {
         match &self.keys {
-            Some(Keys::Windowed(values)) => Some(values.window_starts_from(first).collect()),
+            Some(Keys::Windowed(values)) => Some(values.closed_prefix(closed)),
+            _ => None,
+        }
+    }
+
+    /// With windowed keys: the windows opened so far; `None` for other keys.
+    pub fn windows_opened(&self) -> Option<usize> {
+        match &self.keys {
+            Some(Keys::Windowed(values)) => Some(values.windows_opened()),
             _ => None,
         }
     }

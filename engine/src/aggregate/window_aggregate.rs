@@ -354,8 +354,9 @@ struct AggregateState {
     running: Option<RunningAggregates>,
     /// The window start of each group, by group id.
     group_windows: VecDeque<i64>,
-    /// The latest window start seen, to count windows as they open.
-    newest_window: i64,
+    /// Windows opened that the metrics already count, for a windowed key table that counts
+    /// them itself.
+    windows_counted: usize,
     window: Option<WindowKey>,
     emit: AggregateEmit,
     allowed_lateness: i64,
@@ -442,7 +443,7 @@ impl AggregateState {
             },
             running,
             group_windows: VecDeque::new(),
-            newest_window: i64::MIN,
+            windows_counted: 0,
             window: exec.spec.window.clone(),
             emit: exec.spec.emit,
             allowed_lateness: exec.spec.allowed_lateness,
@@ -641,9 +642,17 @@ impl AggregateState {
         self.track_new_groups(&states.starts, rows)
     }
 
-    /// After an update or merge of `rows` rows with window `starts`: records the window of
-    /// each group it created, and counts windows opening.
+    /// After an update or merge of `rows` rows with window `starts`: counts windows opening
+    /// and records the window of each group it created (unless the table knows them).
     fn track_new_groups(&mut self, starts: &Int64Array, rows: usize) -> Result<()> {
+        if let Some(opened) = self.table.windows_opened() {
+            // A windowed key table knows its groups' windows and counts their opening.
+            self.metrics
+                .windows_opened
+                .add(opened.saturating_sub(self.windows_counted));
+            self.windows_counted = opened;
+            return Ok(());
+        }
         // The groups this update created are the ids from the old table length on (not
         // necessarily numbered in order of appearance).
         let known = self.group_windows.len();
@@ -651,36 +660,21 @@ impl AggregateState {
         if created == 0 {
             return Ok(());
         }
-        let windows = match self.table.window_starts_from(known) {
-            // A windowed key table knows each group's window.
-            Some(windows) => windows,
-            // Otherwise each new group takes its first row's window.
-            None => {
-                let mut window_of_new = vec![None; created];
-                let ids = self.table.last_group_ids(rows);
-                for (id, start) in ids.iter().zip(starts.values().iter()) {
-                    if let Some(slot @ None) =
-                        id.checked_sub(known).and_then(|i| window_of_new.get_mut(i))
-                    {
-                        *slot = Some(*start);
-                    }
-                }
-                match window_of_new.into_iter().collect::<Option<Vec<i64>>>() {
-                    Some(windows) => windows,
-                    None => return internal_err!("a new group without a row"),
-                }
+        // Each new group takes its first row's window (the table's only key is the window:
+        // keyed windows take the windowed key table above), so each is a window opening.
+        let mut window_of_new = vec![None; created];
+        let ids = self.table.last_group_ids(rows);
+        for (id, start) in ids.iter().zip(starts.values().iter()) {
+            if let Some(slot @ None) = id.checked_sub(known).and_then(|i| window_of_new.get_mut(i))
+            {
+                *slot = Some(*start);
             }
+        }
+        let Some(windows) = window_of_new.into_iter().collect::<Option<Vec<i64>>>() else {
+            return internal_err!("a new group without a row");
         };
-        if windows.len() != created {
-            return internal_err!("{} windows for {created} new groups", windows.len());
-        }
-        for start in windows {
-            if start > self.newest_window {
-                self.newest_window = start;
-                self.metrics.windows_opened.add(1);
-            }
-            self.group_windows.push_back(start);
-        }
+        self.metrics.windows_opened.add(created);
+        self.group_windows.extend(windows);
         Ok(())
     }
 
@@ -711,18 +705,7 @@ impl AggregateState {
             let output = self.output_batch(Vec::new(), values, 1)?;
             return self.combine(vec![output]);
         }
-        let closing = if self.window.is_none() || self.watermark == i64::MAX {
-            if self.watermark == i64::MAX {
-                self.table.len()
-            } else {
-                0
-            }
-        } else {
-            self.group_windows
-                .iter()
-                .take_while(|start| self.closes_at(**start) <= self.watermark)
-                .count()
-        };
+        let (closing, closed_windows) = self.closing_groups();
         if closing == 0 {
             return Ok(None);
         }
@@ -731,12 +714,7 @@ impl AggregateState {
         } else {
             EmitTo::First(closing)
         };
-        let mut closed_windows: Vec<i64> = self
-            .group_windows
-            .drain(..closing.min(self.group_windows.len()))
-            .collect();
-        closed_windows.dedup();
-        self.metrics.windows_emitted.add(closed_windows.len());
+        self.metrics.windows_emitted.add(closed_windows);
         let output = match (&mut self.running, self.emit) {
             (Some(running), _) => {
                 // The per-record changelog already holds these groups' rows.
@@ -756,6 +734,33 @@ impl AggregateState {
         };
         self.report_state()?;
         self.combine(output)
+    }
+
+    /// How many leading groups the watermark closes, and how many windows they span; the
+    /// closing groups' windows are forgotten from `group_windows`.
+    fn closing_groups(&mut self) -> (usize, usize) {
+        let watermark = self.watermark;
+        if self.window.is_none() {
+            let all = if watermark == i64::MAX {
+                self.table.len()
+            } else {
+                0
+            };
+            return (all, 0);
+        }
+        let closes_at = |start: i64| self.closes_at(start);
+        let closed = |start: i64| watermark == i64::MAX || closes_at(start) <= watermark;
+        if let Some(prefix) = self.table.closed_prefix(closed) {
+            return prefix;
+        }
+        let closing = self
+            .group_windows
+            .iter()
+            .take_while(|start| closed(**start))
+            .count();
+        let mut closed_windows: Vec<i64> = self.group_windows.drain(..closing).collect();
+        closed_windows.dedup();
+        (closing, closed_windows.len())
     }
 
     /// The rows of `batch` that can still join an open session; drops and counts rows

@@ -60,6 +60,9 @@ pub struct WindowedGroupValues {
     groups: Vec<(i64, usize)>,
     /// Groups emitted so far: stored ids are `emitted + position in groups`.
     emitted: usize,
+    /// Windows given state so far (a window is only opened once: its rows come after it
+    /// closed are late and never reach the table).
+    windows_opened: usize,
     key_ids: Vec<usize>,
 }
 
@@ -68,6 +71,29 @@ impl WindowedGroupValues {
     /// positions among the groups not emitted yet), in id order.
     pub fn window_starts_from(&self, first: usize) -> impl Iterator<Item = i64> + '_ {
         self.groups.iter().skip(first).map(|(start, _)| *start)
+    }
+
+    /// How many leading groups (in id order) belong to windows `closed` says are closed,
+    /// and how many windows they span (a window counted once per run of its groups).
+    pub fn closed_prefix(&self, closed: impl Fn(i64) -> bool) -> (usize, usize) {
+        let (mut groups, mut windows) = (0, 0);
+        let mut previous = None;
+        for (start, _) in &self.groups {
+            if !closed(*start) {
+                break;
+            }
+            if previous != Some(*start) {
+                windows += 1;
+                previous = Some(*start);
+            }
+            groups += 1;
+        }
+        (groups, windows)
+    }
+
+    /// Windows opened so far.
+    pub fn windows_opened(&self) -> usize {
+        self.windows_opened
     }
 
     /// Drops the groups `emit_to` names without building their key columns (their rows were
@@ -116,6 +142,7 @@ impl WindowedGroupValues {
             window_index: HashMap::new(),
             groups: Vec::new(),
             emitted: 0,
+            windows_opened: 0,
             key_ids: Vec::new(),
         })
     }
@@ -126,6 +153,7 @@ impl WindowedGroupValues {
         let index = match self.window_index.get(&start) {
             Some(index) => *index,
             None => {
+                self.windows_opened += 1;
                 self.windows.push(WindowSlots {
                     start,
                     groups: Vec::new(),
