@@ -230,11 +230,11 @@ impl GroupTable {
         }
     }
 
-    /// With windowed keys: how many leading groups belong to windows `closed` says are
-    /// closed, and how many windows they span; `None` for other keys.
-    pub fn closed_prefix(&self, closed: impl Fn(i64) -> bool) -> Option<(usize, usize)> {
+    /// With windowed keys: how many leading groups belong to windows starting at or before
+    /// `closed_through`, and how many windows they span; `None` for other keys.
+    pub fn closed_prefix(&self, closed_through: i64) -> Option<(usize, usize)> {
         match &self.keys {
-            Some(Keys::Windowed(values)) => Some(values.closed_prefix(closed)),
+            Some(Keys::Windowed(values)) => Some(values.closed_prefix(closed_through)),
             _ => None,
         }
     }

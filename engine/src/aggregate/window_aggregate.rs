@@ -748,11 +748,15 @@ impl AggregateState {
             };
             return (all, 0);
         }
-        let closes_at = |start: i64| self.closes_at(start);
-        let closed = |start: i64| watermark == i64::MAX || closes_at(start) <= watermark;
-        if let Some(prefix) = self.table.closed_prefix(closed) {
+        let closed_through = if watermark == i64::MAX {
+            i64::MAX
+        } else {
+            self.closed_through()
+        };
+        if let Some(prefix) = self.table.closed_prefix(closed_through) {
             return prefix;
         }
+        let closed = |start: i64| start <= closed_through;
         let closing = self
             .group_windows
             .iter()

@@ -73,22 +73,23 @@ impl WindowedGroupValues {
         self.groups.iter().skip(first).map(|(start, _)| *start)
     }
 
-    /// How many leading groups (in id order) belong to windows `closed` says are closed,
-    /// and how many windows they span (a window counted once per run of its groups).
-    pub fn closed_prefix(&self, closed: impl Fn(i64) -> bool) -> (usize, usize) {
-        let (mut groups, mut windows) = (0, 0);
-        let mut previous = None;
-        for (start, _) in &self.groups {
-            if !closed(*start) {
-                break;
-            }
-            if previous != Some(*start) {
-                windows += 1;
-                previous = Some(*start);
-            }
-            groups += 1;
-        }
-        (groups, windows)
+    /// How many leading groups (in id order) belong to windows starting at or before
+    /// `closed_through` (the closed ones), and how many windows they span (a window counted
+    /// once per run of its groups).
+    pub fn closed_prefix(&self, closed_through: i64) -> (usize, usize) {
+        let closing = self
+            .groups
+            .iter()
+            .position(|(start, _)| *start > closed_through)
+            .unwrap_or(self.groups.len());
+        let closed = &self.groups[..closing];
+        let windows = closed.first().map_or(0, |_| {
+            1 + closed
+                .windows(2)
+                .filter(|pair| pair[0].0 != pair[1].0)
+                .count()
+        });
+        (closing, windows)
     }
 
     /// Windows opened so far.
