@@ -202,41 +202,50 @@ impl WindowedGroupValues {
 
     /// Concatenates the key chunks into one.
     fn merge_key_chunks(&mut self) -> Result<()> {
-        let all: Vec<usize> = (0..self.key_rows.len()).collect();
-        let values = self.key_values(&all)?;
+        let keys = self.key_rows.len();
+        let values = self.key_values(0..keys)?;
         self.key_chunks = values.into_iter().map(|v| vec![v]).collect();
-        self.key_rows = (0..all.len()).map(|row| (0, row)).collect();
+        self.key_rows = (0..keys).map(|row| (0, row)).collect();
         Ok(())
     }
 
     /// The key columns of key ids `keys`.
-    fn key_values(&self, keys: &[usize]) -> Result<Vec<ArrayRef>> {
-        let indices = keys
-            .iter()
-            .map(|k| match self.key_rows.get(*k) {
-                Some(location) => Ok(*location),
-                None => internal_err!("unknown key id {k}"),
-            })
-            .collect::<Result<Vec<_>>>()?;
+    fn key_values(&self, keys: impl ExactSizeIterator<Item = usize>) -> Result<Vec<ArrayRef>> {
+        let unknown = |key: usize| internal_err!("unknown key id {key}");
         // Keys that all arrived in one chunk (the usual case: a stream's keys show up early)
         // are gathered with `take`, several times cheaper per row than `interleave`.
-        let single_chunk_rows = indices
-            .iter()
-            .all(|(chunk, _)| *chunk == 0)
-            .then(|| UInt32Array::from_iter_values(indices.iter().map(|(_, row)| *row as u32)));
+        if self.key_chunks.iter().all(|chunks| chunks.len() <= 1) {
+            let mut rows = Vec::with_capacity(keys.len());
+            for key in keys {
+                match self.key_rows.get(key) {
+                    Some((_, row)) => rows.push(*row as u32),
+                    None => return unknown(key),
+                }
+            }
+            let rows = UInt32Array::from(rows);
+            return self
+                .key_chunks
+                .iter()
+                .zip(self.key_schema.fields())
+                .map(|(chunks, field)| match chunks.first() {
+                    Some(chunk) => Ok(take(chunk.as_ref(), &rows, None)?),
+                    None => Ok(datafusion::arrow::array::new_empty_array(field.data_type())),
+                })
+                .collect();
+        }
+        let mut indices = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.key_rows.get(key) {
+                Some(location) => indices.push(*location),
+                None => return unknown(key),
+            }
+        }
         self.key_chunks
             .iter()
-            .zip(self.key_schema.fields())
-            .map(
-                |(chunks, field)| match (chunks.first(), &single_chunk_rows) {
-                    (None, _) => Ok(datafusion::arrow::array::new_empty_array(field.data_type())),
-                    (Some(chunk), Some(rows)) => Ok(take(chunk.as_ref(), rows, None)?),
-                    (Some(_), None) => {
-                        let chunks: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
-                        Ok(interleave(&chunks, &indices)?)
-                    }
-                },
-            )
+            .map(|chunks| {
+                let chunks: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
+                Ok(interleave(&chunks, &indices)?)
+            })
             .collect()
     }
 
@@ -252,7 +261,7 @@ impl WindowedGroupValues {
         if live.len() * 2 > keys {
             return Ok(());
         }
-        let values = self.key_values(&live)?;
+        let values = self.key_values(live.iter().copied())?;
         let mut renumbered = Vec::new();
         self.keys.clear_shrink(live.len());
         self.keys.intern(&values, &mut renumbered)?;
@@ -364,10 +373,13 @@ impl GroupValues for WindowedGroupValues {
 
     fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let n = self.emit_count(emit_to);
-        let (starts, keys): (Vec<i64>, Vec<usize>) = self.groups.drain(..n).unzip();
-        let starts: ArrayRef = Arc::new(Int64Array::from(starts));
+        let emitted = &self.groups[..n];
+        let starts: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            emitted.iter().map(|(start, _)| *start),
+        ));
         let mut columns = vec![cast(&starts, &self.window_type)?];
-        columns.extend(self.key_values(&keys)?);
+        columns.extend(self.key_values(emitted.iter().map(|(_, key)| *key))?);
+        self.groups.drain(..n);
         self.forget_emitted(n)?;
         Ok(columns)
     }
