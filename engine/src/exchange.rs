@@ -225,6 +225,8 @@ impl StreamExchangeExec {
                         .counter("late_records_dropped", input),
                     null_time_dropped: MetricBuilder::new(&self.metrics)
                         .counter("null_event_time_dropped", input),
+                    ungrouped_rows: MetricBuilder::new(&self.metrics)
+                        .counter("partial_ungrouped_rows", input),
                 }),
                 None => None,
             };
@@ -299,6 +301,8 @@ struct PartialStep {
     aggregator: PartialAggregator,
     late_dropped: Count,
     null_time_dropped: Count,
+    /// Rows passed on as states of their own, once grouping did not reduce them.
+    ungrouped_rows: Count,
 }
 
 /// The routed pieces of a partial step's states (taken out of `outcome`).
@@ -366,6 +370,9 @@ impl InputTask {
                     // Aggregate and route at the watermark of now, then take the turn; only
                     // if a window closed meanwhile, aggregate again at the new watermark.
                     let watermark = self.watermarks.lock().sent;
+                    if partial.aggregator.passes_rows() {
+                        partial.ungrouped_rows.add(batch.num_rows());
+                    }
                     let mut outcome = partial.aggregator.aggregate(&batch, watermark)?;
                     let mut pieces = route_states(&mut self.router, &mut outcome)?;
                     let turn = take_turn(&self.turns).await;

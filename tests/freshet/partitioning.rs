@@ -312,3 +312,29 @@ async fn user_fan_in_and_round_robin_apply_to_sources_with_a_partition_per_strea
             .unwrap_or_else(|e| panic!("strategy '{strategy}': {e}"));
     }
 }
+
+#[tokio::test]
+async fn source_partitions_survive_datafusion_scan_repartitioning() {
+    // Two source partitions of disordered rows read by four streams: DataFusion would split
+    // the in-memory scan into four partitions by batch sizes, out of event-time order, and
+    // the watermark would run ahead of most rows.
+    let batches = RandomStream::new(11)
+        .rows(40_000)
+        .disorder_ms(1_000)
+        .generate();
+    let ctx = StreamingContext::with_partitions(4);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_secs(1),
+        partitions: Some(2),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", RandomStream::schema(), batches.clone(), options)
+        .unwrap();
+    let query = ctx.sql(WINDOWED).await.unwrap();
+    let plan = query.explain();
+    assert!(plan.contains("source_partitions=2"), "{plan}");
+    let result: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    assert_eq!(query.metric_total("late_records_dropped"), 0);
+    compare_results(&batch_result(batches).await, &result, false).unwrap();
+}

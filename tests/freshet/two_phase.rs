@@ -104,6 +104,48 @@ async fn plain_group_bys_match_datafusion_in_two_phases() {
     }
 }
 
+/// The rows the partial steps passed on without grouping, running `sql` over `stream`.
+async fn ungrouped_rows(stream: &RandomStream, sql: &str) -> usize {
+    let ctx = two_stream_context(stream);
+    ctx.session()
+        .sql("SET freshet.partitioning_strategy = 'two_phase'")
+        .await
+        .unwrap();
+    let query = ctx.sql(sql).await.unwrap();
+    let _: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    query.metric_total("partial_ungrouped_rows")
+}
+
+#[tokio::test]
+async fn a_partial_step_that_does_not_group_rows_passes_them_as_states() {
+    // Keys drawn from a million: a batch's rows are nearly all different groups.
+    let unique = RandomStream::new(11)
+        .rows(40_000)
+        .keys(1_000_000)
+        .disorder_ms(1_000);
+    let few = RandomStream::new(11).rows(40_000).disorder_ms(1_000);
+    for (streaming, batch) in [
+        (
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MAX(q) AS high FROM t GROUP BY k1",
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total, AVG(v) AS mean, MAX(q) AS high FROM t GROUP BY k1",
+        ),
+        (
+            "SELECT k2, COUNT(v) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t GROUP BY k2 WINDOW TUMBLING (ts, INTERVAL '10' SECOND)",
+            "SELECT k2, COUNT(v) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t GROUP BY k2, date_bin(INTERVAL '10 seconds', ts)",
+        ),
+    ] {
+        assert!(ungrouped_rows(&unique, streaming).await > 0, "{streaming}");
+        assert_eq!(ungrouped_rows(&few, streaming).await, 0, "{streaming}");
+        Differential::new(streaming, batch)
+            .table(table(&unique, Some(2)))
+            .setting("freshet.partitioning_strategy", "two_phase")
+            .with_plan_text(TWO_PHASE)
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{streaming}: {e}"));
+    }
+}
+
 #[tokio::test]
 async fn a_plain_group_by_on_several_streams_is_two_phase_by_default() {
     let ctx = two_stream_context(&RandomStream::new(3).rows(1_000));

@@ -129,6 +129,23 @@ impl GroupTable {
             .collect()
     }
 
+    /// Each input row as partial states of its own (no grouping): `states[i]` are aggregate
+    /// `i`'s state columns, one row per input row.
+    pub fn row_states(
+        &self,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<Vec<Vec<ArrayRef>>> {
+        self.accumulators
+            .iter()
+            .zip(arguments)
+            .zip(filters)
+            .map(|((accumulator, arguments), filter)| {
+                accumulator.convert_to_state(arguments, filter.as_ref())
+            })
+            .collect()
+    }
+
     /// Interns `keys` and folds the rows into the aggregates: `arguments[i]` and `filters[i]`
     /// belong to aggregate `i`.
     pub fn update(

@@ -17,12 +17,17 @@
 //!
 //! The final step ([`super::WindowAggregateExec`] over an exchange with a partial aggregate)
 //! merges these states (`merge_batch`) per (window, keys) and emits windows as usual.
+//!
+//! Grouping only pays when a batch holds several rows per group. As DataFusion's partial
+//! aggregation does, the step watches its first [`PROBE_ROWS`] rows: if they gave more than
+//! half as many state rows, it stops grouping and turns each row into states of its own
+//! (`GroupsAccumulator::convert_to_state`), which the final step merges alike.
 
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
-use datafusion::arrow::compute::{filter, min};
+use datafusion::arrow::compute::{concat_batches, filter, min};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{Result, internal_err, plan_err};
@@ -31,9 +36,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Column;
 
-use super::assignment::{Assigned, assign_windows};
+use super::assignment::{Assigned, Assignment, assign_windows};
 use super::groups::GroupTable;
-use super::inputs::AggregateInputs;
+use super::inputs::{AggregateInputs, InputColumns};
 use super::late::LateRecords;
 use super::window_aggregate::{AggregateEmit, AggregateSpec, WindowKey};
 use crate::window::WindowSpec;
@@ -42,6 +47,9 @@ use crate::window::WindowSpec;
 pub const WINDOW_START_COLUMN: &str = "__window_start";
 /// Name of the record-count column of partial states.
 pub const RECORDS_COLUMN: &str = "__records";
+
+/// Input rows a partial step groups before it judges whether grouping pays.
+pub const PROBE_ROWS: usize = 16_384;
 
 /// What the partial step computes; shared by the exchange's input tasks.
 pub struct PartialAggregate {
@@ -177,6 +185,9 @@ impl PartialAggregate {
             spec: Arc::clone(self),
             table: GroupTable::try_new(&self.table_schema, &self.aggregates)?,
             records: Vec::new(),
+            probed_rows: 0,
+            probed_states: 0,
+            row_states: false,
         })
     }
 
@@ -213,6 +224,11 @@ pub struct PartialAggregator {
     table: GroupTable,
     /// Records counted per group (by group id) for the batch being aggregated.
     records: Vec<u64>,
+    /// Input rows grouped and state rows they gave, until grouping is judged.
+    probed_rows: usize,
+    probed_states: usize,
+    /// Whether rows become states without grouping (grouping did not reduce them).
+    row_states: bool,
 }
 
 impl PartialAggregator {
@@ -227,6 +243,32 @@ impl PartialAggregator {
         let columns = spec.inputs.evaluate(batch)?;
         self.records.clear();
         let mut earliest_window: Option<i64> = None;
+        if self.row_states {
+            let mut pieces = Vec::with_capacity(assigned.assignments.len());
+            for assignment in &assigned.assignments {
+                if let Some((piece, earliest)) =
+                    self.states_of_rows(&columns, assignment, batch.num_rows())?
+                {
+                    earliest_window = match (earliest_window, earliest) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    pieces.push(piece);
+                }
+            }
+            let states = match pieces.len() {
+                0 => None,
+                1 => pieces.pop(),
+                _ => Some(concat_batches(&spec.schema, &pieces)?),
+            };
+            return Ok(PartialOutcome {
+                states,
+                late_rows: assigned.late,
+                late: assigned.late_count,
+                null_times: assigned.null_times,
+                earliest_window,
+            });
+        }
         for assignment in &assigned.assignments {
             let rows = assignment.len(batch.num_rows());
             if rows == 0 {
@@ -259,6 +301,12 @@ impl PartialAggregator {
             }
         }
         let states = self.emit()?;
+        if self.probed_rows < PROBE_ROWS {
+            self.probed_rows += batch.num_rows();
+            self.probed_states += states.as_ref().map_or(0, RecordBatch::num_rows);
+            self.row_states =
+                self.probed_rows >= PROBE_ROWS && self.probed_states * 2 > self.probed_rows;
+        }
         Ok(PartialOutcome {
             states,
             late_rows: assigned.late,
@@ -284,6 +332,46 @@ impl PartialAggregator {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether the step stopped grouping (each row becomes states of its own).
+    pub fn passes_rows(&self) -> bool {
+        self.row_states
+    }
+
+    /// The rows of `assignment` as states of their own, and their earliest window start.
+    fn states_of_rows(
+        &self,
+        columns: &InputColumns,
+        assignment: &Assignment,
+        batch_rows: usize,
+    ) -> Result<Option<(RecordBatch, Option<i64>)>> {
+        let rows = assignment.len(batch_rows);
+        if rows == 0 {
+            return Ok(None);
+        }
+        let (keys, arguments, filters) = columns.pick(assignment)?;
+        let (starts, earliest) = match (&self.spec.window, &assignment.starts) {
+            (None, _) => (Int64Array::from_value(0, rows), None),
+            (Some(_), Some(starts)) => (starts.clone(), min(starts)),
+            (Some(_), None) => {
+                return internal_err!("a partial window assignment without window starts");
+            }
+        };
+        let mut output: Vec<ArrayRef> = vec![Arc::new(starts)];
+        output.extend(keys);
+        output.extend(
+            self.table
+                .row_states(&arguments, &filters)?
+                .into_iter()
+                .flatten(),
+        );
+        // A hop's record counts in its latest window only.
+        let counted = u64::from(assignment.latest);
+        output.push(Arc::new(UInt64Array::from_value(counted, rows)));
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        let batch = RecordBatch::try_new_with_options(self.spec.schema(), output, &options)?;
+        Ok(Some((batch, earliest)))
     }
 
     /// Every group's partial state as one batch; the table is left empty.

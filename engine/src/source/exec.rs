@@ -188,7 +188,16 @@ impl ExecutionPlan for StreamSourceExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let child = single_child("StreamSourceExec", children)?;
+        let mut child = single_child("StreamSourceExec", children)?;
+        let partitions =
+            |plan: &Arc<dyn ExecutionPlan>| plan.output_partitioning().partition_count();
+        if partitions(&child) != partitions(&self.input) {
+            // The stream's source partitions are fixed when it is scanned. DataFusion's
+            // `repartition_file_scans` re-splits a scan below any node (an in-memory source by
+            // batch sizes, out of order), which would break each partition's event-time order
+            // and make its watermark run ahead: the scan stays as it was.
+            child = Arc::clone(&self.input);
+        }
         Ok(Arc::new(Self::try_new(
             child,
             &self.table,
