@@ -13,7 +13,7 @@ use datafusion::common::{Result, internal_err};
 
 use super::window_aggregate::WindowKey;
 use crate::watermark::event_times;
-use crate::window::{WindowSpec, window_starts};
+use crate::window::{WindowSpec, window_starts_counting};
 
 /// Rows of a batch assigned to windows: their window starts and, when not every row of the
 /// batch takes part, which rows.
@@ -99,14 +99,10 @@ pub(crate) fn assign_windows(
             return internal_err!("session windows are not assigned per row");
         }
     };
-    let latest = window_starts(times, slide, offset);
+    let (latest, closed) = window_starts_counting(times, slide, offset, closed_through);
     let late_count = if latest.null_count() == 0 {
-        // The usual case, counted without a validity test per row.
-        latest
-            .values()
-            .iter()
-            .filter(|start| **start <= closed_through)
-            .count()
+        // The usual case, counted while the starts were computed.
+        closed
     } else {
         latest
             .iter()

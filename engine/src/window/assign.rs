@@ -14,8 +14,21 @@ use crate::watermark::event_times;
 /// Consecutive records mostly share a window, so the last window is remembered and the
 /// division only paid when a record leaves it.
 pub fn window_starts(times: &Int64Array, size: i64, offset: i64) -> Int64Array {
+    window_starts_counting(times, size, offset, i64::MIN).0
+}
+
+/// [`window_starts`], and in the same pass how many slots' starts are at or before
+/// `closed_through` (null slots included, so the count is the closed rows' only without
+/// nulls).
+pub fn window_starts_counting(
+    times: &Int64Array,
+    size: i64,
+    offset: i64,
+    closed_through: i64,
+) -> (Int64Array, usize) {
     let mut start = i64::MIN;
     let mut end = i64::MIN;
+    let mut closed = 0;
     let starts: Vec<i64> = times
         .values()
         .iter()
@@ -25,10 +38,11 @@ pub fn window_starts(times: &Int64Array, size: i64, offset: i64) -> Int64Array {
                 start = t.wrapping_sub(t.wrapping_sub(offset).rem_euclid(size));
                 end = start.saturating_add(size);
             }
+            closed += usize::from(start <= closed_through);
             start
         })
         .collect();
-    Int64Array::new(starts.into(), times.nulls().cloned())
+    (Int64Array::new(starts.into(), times.nulls().cloned()), closed)
 }
 
 /// [`window_starts`] over an event-time column of any supported type; the result has the
@@ -53,6 +67,15 @@ mod tests {
         for (t, s) in times.iter().zip(starts.values()) {
             assert_eq!(*s, t - (t - 5).rem_euclid(60_000), "time {t}");
         }
+    }
+
+    #[test]
+    fn counts_the_starts_at_or_before_the_closed_one() {
+        let times = Int64Array::from(vec![0, 59_999, 60_000, 125_000, -1]);
+        let (starts, closed) = window_starts_counting(&times, 60_000, 0, 0);
+        assert_eq!(starts.values().to_vec(), vec![0, 0, 60_000, 120_000, -60_000]);
+        assert_eq!(closed, 3);
+        assert_eq!(window_starts_counting(&times, 60_000, 0, i64::MIN).1, 0);
     }
 
     #[test]
