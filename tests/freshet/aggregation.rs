@@ -250,6 +250,25 @@ async fn s3b_emits_one_running_row_per_record() {
 }
 
 #[tokio::test]
+async fn random_windowed_changes_are_running_window_aggregates() {
+    // Distinct, ordered times from one source partition: arrival order is time order, and
+    // each key's rows keep it through the exchange at every stream count.
+    for seed in 0..3 {
+        let stream = RandomStream::new(seed).rows(3_000).distinct_times();
+        let mut table = random_table(&stream);
+        table.options.partitions = Some(1);
+        Differential::new(
+            "SELECT k1, COUNT(*) AS n, COUNT(v) AS nv, SUM(q) AS total, AVG(v) AS mean, MIN(q) AS low, MAX(q) AS high FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '7' SECOND) EMIT CHANGES",
+            "SELECT k1, COUNT(*) OVER w AS n, COUNT(v) OVER w AS nv, SUM(q) OVER w AS total, AVG(v) OVER w AS mean, MIN(q) OVER w AS low, MAX(q) OVER w AS high FROM t WINDOW w AS (PARTITION BY k1, date_bin(INTERVAL '7 seconds', ts) ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+        )
+        .table(table)
+        .run()
+        .await
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+#[tokio::test]
 async fn changes_without_a_window_are_a_running_aggregate() {
     Differential::new(
         "SELECT symbol, COUNT(*) AS n, SUM(quantity) AS total, MIN(price) AS low, MAX(quantity) AS high FROM market_data GROUP BY symbol EMIT CHANGES",
