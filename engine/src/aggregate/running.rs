@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, new_null_array,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
 use datafusion::common::Result;
@@ -44,6 +46,10 @@ pub struct RunningAggregates {
     states: Vec<Running>,
     /// Each aggregate's output type: MIN and MAX of a temporal type run on its Int64 values.
     output_types: Vec<DataType>,
+    /// `(count, sum)`: a COUNT and a float SUM or AVG whose running counts are the same as
+    /// long as neither argument has had a null (the usual `COUNT(*), AVG(x)`). While they
+    /// are, the COUNT takes its values from the sum's pass and keeps no counts of its own.
+    shared_count: Option<(usize, usize)>,
 }
 
 impl RunningAggregates {
@@ -108,11 +114,36 @@ impl RunningAggregates {
             .iter()
             .map(|a| a.field().data_type().clone())
             .collect();
+        let count = kernels.iter().position(|k| *k == Kernel::Count);
+        let sum = kernels
+            .iter()
+            .position(|k| matches!(k, Kernel::SumFloat | Kernel::AvgFloat));
         Some(Self {
             kernels,
             states,
             output_types,
+            shared_count: count.zip(sum),
         })
+    }
+
+    /// Whether this batch's COUNT values come from the sum's pass: while both arguments
+    /// have never held a null. The first batch with one ends the sharing for good, and the
+    /// COUNT takes the sum's counts as its own from there.
+    fn share_count(&mut self, arguments: &[Vec<ArrayRef>]) -> Option<(usize, usize)> {
+        let (count, sum) = self.shared_count?;
+        let without_nulls = |aggregate: usize| {
+            arguments
+                .get(aggregate)
+                .and_then(|a| a.first())
+                .is_none_or(|a| a.null_count() == 0)
+        };
+        if without_nulls(count) && without_nulls(sum) {
+            return Some((count, sum));
+        }
+        self.shared_count = None;
+        let counts = self.states[sum].counts.clone();
+        self.states[count].counts = counts;
+        None
     }
 
     /// Folds rows into their groups (`group_ids`, `groups` groups in all) and returns, per
@@ -123,12 +154,20 @@ impl RunningAggregates {
         groups: usize,
         arguments: &[Vec<ArrayRef>],
     ) -> Result<Vec<ArrayRef>> {
-        self.kernels
+        let shared = self.share_count(arguments);
+        let mut shared_counts = None;
+        let mut values = self
+            .kernels
             .iter()
             .zip(&mut self.states)
             .zip(arguments)
             .zip(&self.output_types)
-            .map(|(((kernel, state), arguments), output_type)| {
+            .enumerate()
+            .map(|(aggregate, (((kernel, state), arguments), output_type))| {
+                if shared.is_some_and(|(count, _)| count == aggregate) {
+                    // Filled in from the sum's pass below.
+                    return Ok(new_null_array(output_type, 0));
+                }
                 state.counts.resize(groups, 0);
                 let argument = match arguments.first() {
                     Some(a) if is_temporal_int64(a.data_type()) => {
@@ -159,13 +198,19 @@ impl RunningAggregates {
                                 "{kernel:?} needs an argument"
                             );
                         };
-                        floats(
+                        let counting = shared.is_some_and(|(_, sum)| sum == aggregate);
+                        let (values, counts) = floats(
                             *kernel,
                             state,
                             group_ids,
                             values.as_primitive::<Float64Type>(),
                             groups,
-                        )
+                            counting,
+                        );
+                        if counts.is_some() {
+                            shared_counts = counts;
+                        }
+                        values
                     }
                 };
                 Ok(if values.data_type() == output_type {
@@ -174,7 +219,14 @@ impl RunningAggregates {
                     cast(values.as_ref(), output_type)?
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if let Some((count, _)) = shared {
+            let Some(counts) = shared_counts else {
+                return datafusion::common::internal_err!("a shared COUNT without counts");
+            };
+            values[count] = Arc::new(counts);
+        }
+        Ok(values)
     }
 
     /// Folds group `from`'s running state into group `into` (two sessions merging); `from`
@@ -346,13 +398,16 @@ fn ints(
     }
 }
 
+/// The float kernels' values, and with `counting` (a shared COUNT: SUM or AVG without
+/// nulls) each row's running count too.
 fn floats(
     kernel: Kernel,
     state: &mut Running,
     group_ids: &[usize],
     values: &Float64Array,
     groups: usize,
-) -> ArrayRef {
+    counting: bool,
+) -> (ArrayRef, Option<Int64Array>) {
     state.floats.resize(groups, 0.0);
     let (counts, totals) = (state.counts.as_mut_slice(), state.floats.as_mut_slice());
     let no_nulls = values.null_count() == 0;
@@ -375,7 +430,14 @@ fn floats(
         } else {
             running.iter().map(|(total, _)| *total).collect()
         };
-        return Arc::new(Float64Array::new(output.into(), None));
+        let counts = counting.then(|| {
+            running
+                .iter()
+                .map(|(_, count)| *count as i64)
+                .collect::<Vec<_>>()
+                .into()
+        });
+        return (Arc::new(Float64Array::new(output.into(), None)), counts);
     }
     let mut output = Vec::with_capacity(group_ids.len());
     let mut valid = Vec::with_capacity(if no_nulls { 0 } else { group_ids.len() });
@@ -406,5 +468,6 @@ fn floats(
         });
     }
     let nulls = (!no_nulls).then(|| valid.into());
-    Arc::new(Float64Array::new(output.into(), nulls))
+    // A shared COUNT means no nulls and a SUM or AVG: the path above.
+    (Arc::new(Float64Array::new(output.into(), nulls)), None)
 }

@@ -42,7 +42,10 @@ pub fn window_starts_counting(
             start
         })
         .collect();
-    (Int64Array::new(starts.into(), times.nulls().cloned()), closed)
+    (
+        Int64Array::new(starts.into(), times.nulls().cloned()),
+        closed,
+    )
 }
 
 /// [`window_starts`] over an event-time column of any supported type; the result has the
@@ -73,7 +76,10 @@ mod tests {
     fn counts_the_starts_at_or_before_the_closed_one() {
         let times = Int64Array::from(vec![0, 59_999, 60_000, 125_000, -1]);
         let (starts, closed) = window_starts_counting(&times, 60_000, 0, 0);
-        assert_eq!(starts.values().to_vec(), vec![0, 0, 60_000, 120_000, -60_000]);
+        assert_eq!(
+            starts.values().to_vec(),
+            vec![0, 0, 60_000, 120_000, -60_000]
+        );
         assert_eq!(closed, 3);
         assert_eq!(window_starts_counting(&times, 60_000, 0, i64::MIN).1, 0);
     }
