@@ -1,16 +1,19 @@
 //! [`StreamingAggregateRule`]: puts Freshet's window aggregation in place of DataFusion's
-//! aggregation where a GROUP BY is keyed by a window function or the query says EMIT CHANGES.
+//! aggregation where a GROUP BY is keyed by a window function, the query says EMIT CHANGES,
+//! or the aggregation reads a stream (a plain GROUP BY: one endless window).
 //!
 //! DataFusion plans the aggregation as usual (one `AggregateExec`, or a partial and a final
 //! one around a hash repartition), which lowers every aggregate function, DISTINCT, FILTER
 //! and ORDER BY for us. The rule keeps those lowered expressions and replaces the
 //! aggregation with a [`StreamExchangeExec`] (hash on the non-window keys, fan-in without
 //! keys; it computes watermarks from the window's time column and the stream's declared
-//! out-of-orderness) under a [`WindowAggregateExec`]. A plain GROUP BY without EMIT CHANGES
-//! stays DataFusion's: on bounded input it is the batch result.
+//! out-of-orderness) under a [`WindowAggregateExec`]. A plain GROUP BY over a stream emits
+//! at the end of input (on bounded input, the batch result; on unbounded input the
+//! unbounded-input check refuses it); over plain tables it stays DataFusion's.
 //!
 //! With two-phase aggregation (`two_phase`, or automatically for a keyless tumbling or
-//! hopping EMIT FINAL aggregation) the exchange also runs a [`PartialAggregate`] per source
+//! hopping EMIT FINAL aggregation and for a plain GROUP BY with parallel work) the exchange
+//! also runs a [`PartialAggregate`] per source
 //! partition and routes its states. EMIT CHANGES on session windows makes the aggregate
 //! columns nullable (deletions of merged sessions), so the projections above are rebuilt.
 
