@@ -104,8 +104,9 @@ async fn plain_group_bys_match_datafusion_in_two_phases() {
     }
 }
 
-/// The rows the partial steps passed on without grouping, running `sql` over `stream`.
-async fn ungrouped_rows(stream: &RandomStream, sql: &str) -> usize {
+/// The rows the partial steps passed on without grouping, and the records the final step
+/// counted in, running `sql` over `stream`.
+async fn ungrouped_rows(stream: &RandomStream, sql: &str) -> (usize, usize) {
     let ctx = two_stream_context(stream);
     ctx.session()
         .sql("SET freshet.partitioning_strategy = 'two_phase'")
@@ -113,7 +114,10 @@ async fn ungrouped_rows(stream: &RandomStream, sql: &str) -> usize {
         .unwrap();
     let query = ctx.sql(sql).await.unwrap();
     let _: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-    query.metric_total("partial_ungrouped_rows")
+    (
+        query.metric_total("partial_ungrouped_rows"),
+        query.metric_total("records_in"),
+    )
 }
 
 #[tokio::test]
@@ -133,9 +137,19 @@ async fn a_partial_step_that_does_not_group_rows_passes_them_as_states() {
             "SELECT k2, COUNT(v) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t GROUP BY k2 WINDOW TUMBLING (ts, INTERVAL '10' SECOND)",
             "SELECT k2, COUNT(v) AS n, SUM(q) FILTER (WHERE q > 50) AS big FROM t GROUP BY k2, date_bin(INTERVAL '10 seconds', ts)",
         ),
+        (
+            // Each row in two windows: two assignments per batch, one of them its latest.
+            "SELECT k2, window_start, COUNT(*) AS n, AVG(q) AS mean FROM t GROUP BY k2 WINDOW HOPPING (ts, INTERVAL '10' SECOND, INTERVAL '5' SECOND)",
+            "SELECT k2, w AS window_start, COUNT(*) AS n, AVG(q) AS mean FROM (
+                SELECT k2, q, date_bin(INTERVAL '5 seconds', ts) AS w FROM t
+                UNION ALL SELECT k2, q, date_bin(INTERVAL '5 seconds', ts) - INTERVAL '5 seconds' AS w FROM t
+            ) GROUP BY k2, w",
+        ),
     ] {
-        assert!(ungrouped_rows(&unique, streaming).await > 0, "{streaming}");
-        assert_eq!(ungrouped_rows(&few, streaming).await, 0, "{streaming}");
+        let (ungrouped, records) = ungrouped_rows(&unique, streaming).await;
+        assert!(ungrouped > 0, "{streaming}");
+        assert_eq!(records, 40_000, "each record counted once: {streaming}");
+        assert_eq!(ungrouped_rows(&few, streaming).await.0, 0, "{streaming}");
         Differential::new(streaming, batch)
             .table(table(&unique, Some(2)))
             .setting("freshet.partitioning_strategy", "two_phase")
