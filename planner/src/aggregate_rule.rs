@@ -13,9 +13,9 @@
 //!
 //! With two-phase aggregation (`two_phase`, or automatically for a keyless tumbling or
 //! hopping EMIT FINAL aggregation and for a plain GROUP BY with parallel work) the exchange
-//! also runs a [`PartialAggregate`] per source
-//! partition and routes its states. EMIT CHANGES on session windows makes the aggregate
-//! columns nullable (deletions of merged sessions), so the projections above are rebuilt.
+//! also runs a [`PartialAggregate`] per source partition and routes its states. EMIT CHANGES
+//! on session windows makes the aggregate columns nullable (deletions of merged sessions), so
+//! the projections above are rebuilt.
 
 use std::sync::Arc;
 

@@ -54,10 +54,10 @@ const EMPTY: u32 = u32::MAX;
 /// Rows packed and probed at a time: the packed keys stay in the first-level cache.
 const CHUNK: usize = 256;
 
-/// A row whose key the short-key index does not know yet.
 /// Rows an empty short-key index interns one by one before its read-only pass.
 const LEARNING_ROWS: usize = 256;
 
+/// A row whose key the short-key index does not know yet.
 const MISSING_GROUP: usize = usize::MAX;
 
 /// The slot widths a string column can have.

@@ -38,7 +38,7 @@ use datafusion::physical_expr::expressions::Column;
 
 use super::assignment::{Assigned, Assignment, assign_windows};
 use super::groups::GroupTable;
-use super::inputs::{AggregateInputs, InputColumns};
+use super::inputs::AggregateInputs;
 use super::late::LateRecords;
 use super::window_aggregate::{AggregateEmit, AggregateSpec, WindowKey};
 use crate::window::WindowSpec;
@@ -58,7 +58,7 @@ pub struct PartialAggregate {
     /// `None` for a GROUP BY without a window.
     window: Option<WindowKey>,
     allowed_lateness: i64,
-    /// (window start, keys) as the group table interns them.
+    /// The group table's keys: window start (with a window) and the GROUP BY keys.
     table_schema: SchemaRef,
     schema: SchemaRef,
     /// Number of state columns of each aggregate.
@@ -191,6 +191,15 @@ impl PartialAggregate {
         })
     }
 
+    /// The window starts of `assignment`'s rows; `None` without a window.
+    fn window_starts<'a>(&self, assignment: &'a Assignment) -> Result<Option<&'a Int64Array>> {
+        match (&self.window, &assignment.starts) {
+            (None, _) => Ok(None),
+            (Some(_), Some(starts)) => Ok(Some(starts)),
+            (Some(_), None) => internal_err!("a partial window assignment without window starts"),
+        }
+    }
+
     /// Windows starting at or before this are closed once the watermark is `watermark`
     /// (none without a window).
     fn closed_through(&self, watermark: i64) -> i64 {
@@ -218,6 +227,16 @@ pub struct PartialOutcome {
     earliest_window: Option<i64>,
 }
 
+/// The rows of one window assignment, as the partial step folds or converts them.
+struct Rows<'a> {
+    /// Their window starts; `None` without a window.
+    starts: Option<&'a Int64Array>,
+    keys: Vec<ArrayRef>,
+    /// Whether this is each row's latest window (the one that counts its record).
+    latest: bool,
+    count: usize,
+}
+
 /// The partial step of one source partition.
 pub struct PartialAggregator {
     spec: Arc<PartialAggregate>,
@@ -243,70 +262,43 @@ impl PartialAggregator {
         let columns = spec.inputs.evaluate(batch)?;
         self.records.clear();
         let mut earliest_window: Option<i64> = None;
-        if self.row_states {
-            let mut pieces = Vec::with_capacity(assigned.assignments.len());
-            for assignment in &assigned.assignments {
-                if let Some((piece, earliest)) =
-                    self.states_of_rows(&columns, assignment, batch.num_rows())?
-                {
-                    earliest_window = match (earliest_window, earliest) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    pieces.push(piece);
-                }
-            }
-            let states = match pieces.len() {
-                0 => None,
-                1 => pieces.pop(),
-                _ => Some(concat_batches(&spec.schema, &pieces)?),
-            };
-            return Ok(PartialOutcome {
-                states,
-                late_rows: assigned.late,
-                late: assigned.late_count,
-                null_times: assigned.null_times,
-                earliest_window,
-            });
-        }
+        let mut row_states = Vec::new();
         for assignment in &assigned.assignments {
             let rows = assignment.len(batch.num_rows());
             if rows == 0 {
                 continue;
             }
+            let starts = spec.window_starts(assignment)?;
+            if let Some(earliest) = starts.and_then(min) {
+                earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
+            }
             let (keys, arguments, filters) = columns.pick(assignment)?;
-            let mut table_keys: Vec<ArrayRef> = Vec::with_capacity(keys.len() + 1);
-            if spec.window.is_some() {
-                let Some(starts) = &assignment.starts else {
-                    return internal_err!("a partial window assignment without window starts");
-                };
-                if let Some(earliest) = min(starts) {
-                    earliest_window = Some(earliest_window.map_or(earliest, |e| e.min(earliest)));
-                }
-                table_keys.push(Arc::new(starts.clone()));
-            }
-            table_keys.extend(keys);
-            self.table.update(&table_keys, &arguments, &filters, rows)?;
-            self.records.resize(self.table.len(), 0);
-            match (assignment.latest, &spec.window) {
-                (false, _) => {}
-                // Without windows no state is ever dropped as late, so only the total
-                // matters: the first state row carries it.
-                (true, None) => self.records[0] += rows as u64,
-                (true, Some(_)) => {
-                    for group in self.table.last_group_ids(rows) {
-                        self.records[*group] += 1;
-                    }
-                }
+            let rows = Rows {
+                starts,
+                keys,
+                latest: assignment.latest,
+                count: rows,
+            };
+            if self.row_states {
+                row_states.push(self.states_of_rows(rows, &arguments, &filters)?);
+            } else {
+                self.group(rows, &arguments, &filters)?;
             }
         }
-        let states = self.emit()?;
-        if self.probed_rows < PROBE_ROWS {
-            self.probed_rows += batch.num_rows();
-            self.probed_states += states.as_ref().map_or(0, RecordBatch::num_rows);
-            self.row_states =
-                self.probed_rows >= PROBE_ROWS && self.probed_states * 2 > self.probed_rows;
-        }
+        let states = if self.row_states {
+            match row_states.len() {
+                0 => None,
+                1 => row_states.pop(),
+                _ => Some(concat_batches(&spec.schema, &row_states)?),
+            }
+        } else {
+            let states = self.emit()?;
+            self.probe(
+                batch.num_rows(),
+                states.as_ref().map_or(0, RecordBatch::num_rows),
+            );
+            states
+        };
         Ok(PartialOutcome {
             states,
             late_rows: assigned.late,
@@ -314,6 +306,44 @@ impl PartialAggregator {
             null_times: assigned.null_times,
             earliest_window,
         })
+    }
+
+    /// Folds `rows` into the table and counts their records per group.
+    fn group(
+        &mut self,
+        rows: Rows<'_>,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
+        let mut table_keys: Vec<ArrayRef> = Vec::with_capacity(rows.keys.len() + 1);
+        table_keys.extend(rows.starts.map(|s| Arc::new(s.clone()) as ArrayRef));
+        table_keys.extend(rows.keys);
+        self.table
+            .update(&table_keys, arguments, filters, rows.count)?;
+        self.records.resize(self.table.len(), 0);
+        match (rows.latest, rows.starts) {
+            (false, _) => {}
+            // Without windows no state is ever dropped as late, so only the total
+            // matters: the first state row carries it.
+            (true, None) => self.records[0] += rows.count as u64,
+            (true, Some(_)) => {
+                for group in self.table.last_group_ids(rows.count) {
+                    self.records[*group] += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a grouped batch of `rows` input rows that gave `states` state rows; once
+    /// [`PROBE_ROWS`] rows are counted, decides whether grouping goes on.
+    fn probe(&mut self, rows: usize, states: usize) {
+        if self.probed_rows < PROBE_ROWS {
+            self.probed_rows += rows;
+            self.probed_states += states;
+            self.row_states =
+                self.probed_rows >= PROBE_ROWS && self.probed_states * 2 > self.probed_rows;
+        }
     }
 
     /// Whether `outcome`, aggregated at an earlier watermark, still holds at `watermark`:
@@ -339,39 +369,34 @@ impl PartialAggregator {
         self.row_states
     }
 
-    /// The rows of `assignment` as states of their own, and their earliest window start.
+    /// `rows` as states of their own.
     fn states_of_rows(
         &self,
-        columns: &InputColumns,
-        assignment: &Assignment,
-        batch_rows: usize,
-    ) -> Result<Option<(RecordBatch, Option<i64>)>> {
-        let rows = assignment.len(batch_rows);
-        if rows == 0 {
-            return Ok(None);
-        }
-        let (keys, arguments, filters) = columns.pick(assignment)?;
-        let (starts, earliest) = match (&self.spec.window, &assignment.starts) {
-            (None, _) => (Int64Array::from_value(0, rows), None),
-            (Some(_), Some(starts)) => (starts.clone(), min(starts)),
-            (Some(_), None) => {
-                return internal_err!("a partial window assignment without window starts");
-            }
-        };
+        rows: Rows<'_>,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<RecordBatch> {
+        let starts = rows
+            .starts
+            .cloned()
+            .unwrap_or_else(|| Int64Array::from_value(0, rows.count));
         let mut output: Vec<ArrayRef> = vec![Arc::new(starts)];
-        output.extend(keys);
+        output.extend(rows.keys);
         output.extend(
             self.table
-                .row_states(&arguments, &filters)?
+                .row_states(arguments, filters)?
                 .into_iter()
                 .flatten(),
         );
         // A hop's record counts in its latest window only.
-        let counted = u64::from(assignment.latest);
-        output.push(Arc::new(UInt64Array::from_value(counted, rows)));
-        let options = RecordBatchOptions::new().with_row_count(Some(rows));
-        let batch = RecordBatch::try_new_with_options(self.spec.schema(), output, &options)?;
-        Ok(Some((batch, earliest)))
+        let counted = u64::from(rows.latest);
+        output.push(Arc::new(UInt64Array::from_value(counted, rows.count)));
+        let options = RecordBatchOptions::new().with_row_count(Some(rows.count));
+        Ok(RecordBatch::try_new_with_options(
+            self.spec.schema(),
+            output,
+            &options,
+        )?)
     }
 
     /// Every group's partial state as one batch; the table is left empty.

@@ -465,21 +465,16 @@ impl AggregateState {
         })
     }
 
-    /// When the window starting at `start` closes: its end plus the allowed lateness.
-    fn closes_at(&self, start: i64) -> i64 {
+    /// Windows starting at or before this are closed: their end plus the allowed lateness
+    /// is at or below the watermark (none without a window).
+    fn closed_through(&self) -> i64 {
         let length = match self.window.as_ref().map(|w| w.spec) {
             Some(WindowSpec::Tumble { size, .. } | WindowSpec::Hop { size, .. }) => size,
             Some(WindowSpec::Session { gap }) => gap,
-            None => return i64::MAX,
+            None => return i64::MIN,
         };
-        start
-            .saturating_add(length)
+        length
             .saturating_add(self.allowed_lateness)
-    }
-
-    /// Windows starting at or before this are closed.
-    fn closed_through(&self) -> i64 {
-        self.closes_at(0)
             .saturating_neg()
             .saturating_add(self.watermark)
     }
@@ -693,17 +688,15 @@ impl AggregateState {
             self.report_state()?;
             return Ok(None);
         }
-        if self.window.is_none()
-            && self.watermark == i64::MAX
-            && self.emit == AggregateEmit::Final
-            && !std::mem::replace(&mut self.end_reached, true)
-            && self.inputs.keys.is_empty()
-            && self.table.is_empty()
-        {
-            // A GROUP BY without keys gives one row even over no input.
-            let values = self.table.empty_group_values()?;
-            let output = self.output_batch(Vec::new(), values, 1)?;
-            return self.combine(vec![output]);
+        let end_of_input = self.watermark == i64::MAX && !self.end_reached;
+        if end_of_input && self.window.is_none() && self.emit == AggregateEmit::Final {
+            self.end_reached = true;
+            if self.inputs.keys.is_empty() && self.table.is_empty() {
+                // A GROUP BY without keys gives one row even over no input.
+                let values = self.table.empty_group_values()?;
+                let output = self.output_batch(Vec::new(), values, 1)?;
+                return self.combine(vec![output]);
+            }
         }
         let (closing, closed_windows) = self.closing_groups();
         if closing == 0 {
@@ -756,11 +749,10 @@ impl AggregateState {
         if let Some(prefix) = self.table.closed_prefix(closed_through) {
             return prefix;
         }
-        let closed = |start: i64| start <= closed_through;
         let closing = self
             .group_windows
             .iter()
-            .take_while(|start| closed(**start))
+            .take_while(|start| **start <= closed_through)
             .count();
         let mut closed_windows: Vec<i64> = self.group_windows.drain(..closing).collect();
         closed_windows.dedup();

@@ -60,7 +60,7 @@ pub struct WindowedGroupValues {
     groups: Vec<(i64, usize)>,
     /// Groups emitted so far: stored ids are `emitted + position in groups`.
     emitted: usize,
-    /// Windows given state so far (a window is only opened once: its rows come after it
+    /// Windows given state so far (a window opens only once: rows that come after it
     /// closed are late and never reach the table).
     windows_opened: usize,
     key_ids: Vec<usize>,
