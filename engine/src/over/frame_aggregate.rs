@@ -1,11 +1,10 @@
 //! [`FrameAggregate`]: SUM, AVG, COUNT, MIN and MAX over a ROWS frame that ends at the current
 //! row, per key, with O(1) amortized work per row whatever the frame length.
 //!
-//! A key keeps the values of its frame in a ring (only for a bounded frame). SUM and AVG keep
-//! a running sum that rows enter and leave; over floats it is compensated (each addition's
-//! exact rounding error, by TwoSum, is kept apart), and NaN and infinities are counted apart,
-//! so a value leaving the frame takes its effect with it and long streams stay within
-//! rounding of a fresh computation. MIN and MAX keep a monotonic deque of (position, value):
+//! SUM, AVG and COUNT keep each key's frame in a [`FrameSum`]: a ring and an exact running
+//! sum for integers, block sums for a bounded float frame (no subtraction, so a value leaving
+//! the frame takes its effect with it and long streams stay within rounding of a fresh
+//! computation), a compensated running sum for an unbounded float frame. MIN and MAX keep a monotonic deque of (position, value):
 //! the front is the extreme of the frame. Nulls are skipped, as SQL does; an aggregate over no
 //! non-null value is NULL (COUNT: 0). Integers are summed as `i64` (wrapping), floats as `f64`;
 //! NaN counts as larger than every number for MIN and MAX. While neither the batch nor any
@@ -22,7 +21,7 @@ use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
 use datafusion::common::Result;
 
-use super::ring::Ring;
+use super::frame_sum::{FloatFrameSum, FrameSum, IntegerFrameSum};
 use super::sparse_nulls::SparseNulls;
 
 /// Which aggregate.
@@ -40,11 +39,18 @@ pub trait FrameNumber:
     datafusion::arrow::datatypes::ArrowNativeType + Copy + Default + Send + Sync + 'static
 {
     type Arrow: ArrowPrimitiveType<Native = Self>;
+    /// The frame state of one key.
+    type Frame: FrameSum<Self>;
     fn total_cmp(&self, other: &Self) -> Ordering;
+    fn as_f64(self) -> f64;
 }
 
 impl FrameNumber for i64 {
     type Arrow = Int64Type;
+    type Frame = IntegerFrameSum;
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
     fn total_cmp(&self, other: &Self) -> Ordering {
         self.cmp(other)
     }
@@ -52,6 +58,10 @@ impl FrameNumber for i64 {
 
 impl FrameNumber for f64 {
     type Arrow = Float64Type;
+    type Frame = FloatFrameSum;
+    fn as_f64(self) -> f64 {
+        self
+    }
     fn total_cmp(&self, other: &Self) -> Ordering {
         // NaN above everything, as DataFusion's MIN/MAX over floats.
         match (self.is_nan(), other.is_nan()) {
@@ -63,117 +73,26 @@ impl FrameNumber for f64 {
     }
 }
 
-/// A running sum that values enter and leave.
-pub trait RunningSum<T>: Default + Clone {
-    fn add(&mut self, value: T);
-    fn remove(&mut self, value: T);
-    fn value(&self) -> T;
-    fn as_f64(&self) -> f64;
-}
-
-/// A wrapping `i64` sum: exact under removal.
-#[derive(Debug, Default, Clone)]
-pub struct IntegerSum(i64);
-
-impl RunningSum<i64> for IntegerSum {
-    fn add(&mut self, value: i64) {
-        self.0 = self.0.wrapping_add(value);
-    }
-    fn remove(&mut self, value: i64) {
-        self.0 = self.0.wrapping_sub(value);
-    }
-    fn value(&self) -> i64 {
-        self.0
-    }
-    fn as_f64(&self) -> f64 {
-        self.0 as f64
-    }
-}
-
-/// A compensated (TwoSum) `f64` sum of the finite values, with NaN and infinities counted.
-#[derive(Debug, Default, Clone)]
-pub struct FloatSum {
-    sum: f64,
-    compensation: f64,
-    nan: u64,
-    positive_infinity: u64,
-    negative_infinity: u64,
-    /// The three counts above together, for a one-test fast path.
-    non_finite: u64,
-}
-
-impl FloatSum {
-    #[inline]
-    fn add_finite(&mut self, value: f64) {
-        // Knuth's branch-free TwoSum: the exact rounding error of `sum + value`, the same
-        // error Neumaier's comparison-based form finds, without its unpredictable branch.
-        let total = self.sum + value;
-        let value_part = total - self.sum;
-        let sum_part = total - value_part;
-        self.compensation += (self.sum - sum_part) + (value - value_part);
-        self.sum = total;
-    }
-
-    /// Counts a non-finite value in (`step` 1) or out (-1).
-    fn count(&mut self, value: f64, step: i64) {
-        let counter = if value.is_nan() {
-            &mut self.nan
-        } else if value > 0.0 {
-            &mut self.positive_infinity
-        } else {
-            &mut self.negative_infinity
-        };
-        *counter = counter.wrapping_add_signed(step);
-        self.non_finite = self.non_finite.wrapping_add_signed(step);
-    }
-}
-
-impl RunningSum<f64> for FloatSum {
-    #[inline]
-    fn add(&mut self, value: f64) {
-        if value.is_finite() {
-            self.add_finite(value);
-        } else {
-            self.count(value, 1);
-        }
-    }
-    #[inline]
-    fn remove(&mut self, value: f64) {
-        if value.is_finite() {
-            self.add_finite(-value);
-        } else {
-            self.count(value, -1);
-        }
-    }
-    #[inline]
-    fn value(&self) -> f64 {
-        if self.non_finite == 0 {
-            return self.sum + self.compensation;
-        }
-        match (self.nan, self.positive_infinity, self.negative_infinity) {
-            (0, 0, 0) => self.sum + self.compensation,
-            (0, _, 0) => f64::INFINITY,
-            (0, 0, _) => f64::NEG_INFINITY,
-            _ => f64::NAN,
-        }
-    }
-    fn as_f64(&self) -> f64 {
-        self.value()
-    }
-}
-
 /// One key's state.
 #[derive(Debug, Default, Clone)]
-struct KeyFrame<T, S> {
-    /// The frame's values (SUM/AVG/COUNT over bounded frames only); a null is held as a
-    /// default value and its position listed in `null_positions`.
-    values: Ring<T>,
+struct KeyFrame<T: FrameNumber> {
+    /// The frame's values and their sum (SUM/AVG/COUNT); a null enters as a default value,
+    /// and over a bounded frame its position is listed in `null_positions`.
+    frame: T::Frame,
     null_positions: VecDeque<u64>,
-    sum: S,
     /// Non-null values in the frame (SUM/AVG/COUNT).
     non_null: u64,
     /// MIN/MAX: (position, value), values strictly improving from back to front.
     extremes: VecDeque<(u64, T)>,
+}
+
+impl<T: FrameNumber> KeyFrame<T> {
+    fn sum(&self, preceding: Option<u64>) -> T {
+        match preceding {
+            Some(_) => self.frame.bounded_sum(),
+            None => self.frame.unbounded_sum(),
+        }
+    }
 }
 
 /// The validity of an output column, pushed row by row.
@@ -205,21 +124,21 @@ impl Validity {
 
 /// See the module documentation.
 #[derive(Debug)]
-pub struct FrameAggregate<T, S> {
+pub struct FrameAggregate<T: FrameNumber> {
     kind: FrameAggregateKind,
     /// Rows before the current one in the frame; `None`: unbounded.
     preceding: Option<u64>,
-    keys: Vec<KeyFrame<T, S>>,
+    keys: Vec<KeyFrame<T>>,
     /// Null positions listed over all keys: while none is, a frame's non-null count is
     /// its ring's length.
     nulls_held: usize,
 }
 
 /// The two instantiations.
-pub type IntegerFrameAggregate = FrameAggregate<i64, IntegerSum>;
-pub type FloatFrameAggregate = FrameAggregate<f64, FloatSum>;
+pub type IntegerFrameAggregate = FrameAggregate<i64>;
+pub type FloatFrameAggregate = FrameAggregate<f64>;
 
-impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
+impl<T: FrameNumber> FrameAggregate<T> {
     pub fn new(kind: FrameAggregateKind, preceding: Option<u64>) -> Self {
         Self {
             kind,
@@ -250,7 +169,7 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if dense => {
-                let out = self.fold_dense(values.values(), groups, |sum, _| sum.value());
+                let out = self.fold_dense(values.values(), groups, |sum, _| sum);
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
             }
             FrameAggregateKind::Avg if dense => {
@@ -267,10 +186,11 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 Arc::new(Int64Array::from(out))
             }
             FrameAggregateKind::Sum => {
+                let preceding = self.preceding;
                 let mut out = Vec::with_capacity(rows);
                 self.fold_sums(values, groups, positions, |key| {
                     validity.push(key.non_null > 0);
-                    out.push(key.sum.value());
+                    out.push(key.sum(preceding));
                 });
                 Arc::new(PrimitiveArray::<T::Arrow>::new(
                     out.into(),
@@ -278,10 +198,11 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 ))
             }
             FrameAggregateKind::Avg => {
+                let preceding = self.preceding;
                 let mut out = Vec::with_capacity(rows);
                 self.fold_sums(values, groups, positions, |key| {
                     validity.push(key.non_null > 0);
-                    out.push(key.sum.as_f64() / key.non_null as f64);
+                    out.push(key.sum(preceding).as_f64() / key.non_null as f64);
                 });
                 Arc::new(Float64Array::new(out.into(), validity.finish()))
             }
@@ -308,14 +229,9 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
     }
 
     /// SUM, AVG and COUNT when neither the batch nor any frame holds a null, the common
-    /// case: no null bookkeeping, and a frame's count is its ring's length (its key's rows
-    /// for an unbounded frame). `read` makes each row's result from its sum and count.
-    fn fold_dense<R>(
-        &mut self,
-        raw: &[T],
-        groups: &[usize],
-        read: impl Fn(&S, u64) -> R,
-    ) -> Vec<R> {
+    /// case: no null bookkeeping, and a frame's count is its length (its key's rows for an
+    /// unbounded frame). `read` makes each row's result from its sum and count.
+    fn fold_dense<R>(&mut self, raw: &[T], groups: &[usize], read: impl Fn(T, u64) -> R) -> Vec<R> {
         // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
         let keys = self.keys.as_mut_slice();
         // Collected from a map over the rows: no per-row capacity check or zeroing first.
@@ -327,12 +243,8 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                     .zip(raw)
                     .map(|(&group, &value)| {
                         let key = &mut keys[group];
-                        key.sum.add(value);
-                        if let Some(leaving) = key.values.push(value, capacity) {
-                            key.sum.remove(leaving);
-                        }
-                        key.non_null = key.values.len() as u64;
-                        read(&key.sum, key.non_null)
+                        key.frame.push_bounded(value, capacity);
+                        read(key.frame.bounded_sum(), key.frame.len() as u64)
                     })
                     .collect()
             }
@@ -341,47 +253,54 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
                 .zip(raw)
                 .map(|(&group, &value)| {
                     let key = &mut keys[group];
-                    key.sum.add(value);
+                    key.frame.push_unbounded(value);
                     key.non_null += 1;
-                    read(&key.sum, key.non_null)
+                    read(key.frame.unbounded_sum(), key.non_null)
                 })
                 .collect(),
         }
     }
 
-    /// SUM, AVG and COUNT: each row enters its key's running sum (and the value that leaves
-    /// a bounded frame leaves it); `emit` reads the key's state after each row.
+    /// SUM, AVG and COUNT: each row enters its key's frame (a null as the default value,
+    /// its position listed) and the oldest leaves a full bounded frame; `emit` reads the
+    /// key's state after each row.
     fn fold_sums(
         &mut self,
         values: &PrimitiveArray<T::Arrow>,
         groups: &[usize],
         positions: &[u64],
-        mut emit: impl FnMut(&KeyFrame<T, S>),
+        mut emit: impl FnMut(&KeyFrame<T>),
     ) {
+        if self.preceding.is_some() && self.nulls_held == 0 {
+            // The dense path leaves the counts of bounded frames to their lengths.
+            for key in &mut self.keys {
+                key.non_null = key.frame.len() as u64;
+            }
+        }
         let has_nulls = values.null_count() > 0;
         let raw = values.values();
         for (row, (&group, &position)) in groups.iter().zip(positions).enumerate() {
             let key = &mut self.keys[group];
             let valid = !has_nulls || values.is_valid(row);
-            let value = raw[row];
-            if valid {
-                key.non_null += 1;
-                key.sum.add(value);
-            } else if self.preceding.is_some() {
-                key.null_positions.push_back(position);
-                self.nulls_held += 1;
-            }
-            if let Some(preceding) = self.preceding
-                && let Some(leaving) = key.values.push(value, preceding as usize + 1)
-            {
-                // The value at `position - preceding - 1` leaves: null ones are listed.
-                let leaving_position = position - preceding - 1;
-                if key.null_positions.front() == Some(&leaving_position) {
-                    key.null_positions.pop_front();
-                    self.nulls_held -= 1;
-                } else {
-                    key.non_null -= 1;
-                    key.sum.remove(leaving);
+            let value = if valid { raw[row] } else { T::default() };
+            key.non_null += u64::from(valid);
+            match self.preceding {
+                None => key.frame.push_unbounded(value),
+                Some(preceding) => {
+                    if !valid {
+                        key.null_positions.push_back(position);
+                        self.nulls_held += 1;
+                    }
+                    if key.frame.push_bounded(value, preceding as usize + 1) {
+                        // The value at `position - preceding - 1` left: null ones are listed.
+                        let leaving_position = position - preceding - 1;
+                        if key.null_positions.front() == Some(&leaving_position) {
+                            key.null_positions.pop_front();
+                            self.nulls_held -= 1;
+                        } else {
+                            key.non_null -= 1;
+                        }
+                    }
                 }
             }
             emit(key);
@@ -443,12 +362,12 @@ impl<T: FrameNumber, S: RunningSum<T>> FrameAggregate<T, S> {
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        self.keys.capacity() * std::mem::size_of::<KeyFrame<T, S>>()
+        self.keys.capacity() * std::mem::size_of::<KeyFrame<T>>()
             + self
                 .keys
                 .iter()
                 .map(|k| {
-                    k.values.size()
+                    k.frame.size()
                         + k.null_positions.capacity() * std::mem::size_of::<u64>()
                         + k.extremes.capacity() * std::mem::size_of::<(u64, T)>()
                 })

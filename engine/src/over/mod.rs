@@ -2,6 +2,7 @@
 //! output row per input row, computed as soon as its frame is complete.
 
 mod frame_aggregate;
+mod frame_sum;
 mod functions;
 mod history;
 mod lookahead;
