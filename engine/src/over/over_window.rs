@@ -28,7 +28,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_null_array,
 };
 use datafusion::arrow::compute::kernels::cmp::lt;
-use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, min};
+use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -53,7 +53,7 @@ use crate::aggregate::{GroupTable, LateRecords};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
-use crate::watermark::event_times;
+use crate::watermark::{event_times, time_range};
 
 /// What an [`OverWindowExec`] computes.
 #[derive(Debug, Clone)]
@@ -351,12 +351,15 @@ impl OverState {
         let times = event_times(batch.column(self.spec.order_by))?;
         let times = times.as_primitive::<Int64Type>();
         self.metrics.null_time_dropped.add(times.null_count());
-        // No row is late when the oldest is not (the usual case, without building a mask).
-        let late = match min(times) {
-            Some(oldest) if oldest < self.watermark => {
-                Some(lt(times, &Int64Array::new_scalar(self.watermark))?)
-            }
-            _ => None,
+        // One pass for the range: no row is late when the oldest is not (the usual case,
+        // without building a mask), and the buffer releases by the newest.
+        let Some((oldest, newest)) = time_range(times) else {
+            return Ok(None);
+        };
+        let late = if oldest < self.watermark {
+            Some(lt(times, &Int64Array::new_scalar(self.watermark))?)
+        } else {
+            None
         };
         let late_rows = late.as_ref().map_or(0, |late| late.true_count());
         if let Some(late) = &late
@@ -368,7 +371,7 @@ impl OverState {
             }
         }
         if times.null_count() == 0 && late_rows == 0 {
-            self.buffer.push(batch.clone(), times.clone());
+            self.buffer.push(batch.clone(), times.clone(), newest);
         } else {
             // Keep rows that have a time and are not late.
             let keep: BooleanArray = match &late {
@@ -377,7 +380,7 @@ impl OverState {
             };
             let kept_times = filter(times, &keep)?.as_primitive::<Int64Type>().clone();
             self.buffer
-                .push(filter_record_batch(batch, &keep)?, kept_times);
+                .push(filter_record_batch(batch, &keep)?, kept_times, newest);
         }
         self.report_state()?;
         Ok(None)

@@ -8,7 +8,7 @@
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
 use datafusion::arrow::compute::{
-    concat, concat_batches, filter, filter_record_batch, max, take_record_batch,
+    concat, concat_batches, filter, filter_record_batch, take_record_batch,
 };
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -25,7 +25,8 @@ pub struct Released {
 #[derive(Debug)]
 pub struct ReorderBuffer {
     schema: SchemaRef,
-    pending: Vec<(RecordBatch, Int64Array)>,
+    /// Batches with their times and their newest time.
+    pending: Vec<(RecordBatch, Int64Array, i64)>,
     rows: usize,
 }
 
@@ -38,11 +39,12 @@ impl ReorderBuffer {
         }
     }
 
-    /// Holds `batch`, whose rows have the non-null ORDER BY values `times`.
-    pub fn push(&mut self, batch: RecordBatch, times: Int64Array) {
+    /// Holds `batch`, whose rows have the non-null ORDER BY values `times`, the newest
+    /// `newest` (the caller has it from checking for late rows).
+    pub fn push(&mut self, batch: RecordBatch, times: Int64Array, newest: i64) {
         if batch.num_rows() > 0 {
             self.rows += batch.num_rows();
-            self.pending.push((batch, times));
+            self.pending.push((batch, times, newest));
         }
     }
 
@@ -61,8 +63,7 @@ impl ReorderBuffer {
         let bound = Int64Array::new_scalar(watermark);
         let mut released = Vec::new();
         let mut kept = Vec::new();
-        for (batch, times) in self.pending.drain(..) {
-            let newest = max(&times).unwrap_or(i64::MIN);
+        for (batch, times, newest) in self.pending.drain(..) {
             if everything || newest < watermark || (!strict && newest == watermark) {
                 released.push((batch, times));
                 continue;
@@ -76,21 +77,23 @@ impl ReorderBuffer {
             if leaving == times.len() {
                 released.push((batch, times));
             } else if leaving == 0 {
-                kept.push((batch, times));
+                kept.push((batch, times, newest));
             } else {
                 let staying = datafusion::arrow::compute::not(&mask)?;
                 released.push((
                     filter_record_batch(&batch, &mask)?,
                     filtered(&times, &mask)?,
                 ));
+                // The newest row stays: it is past the watermark.
                 kept.push((
                     filter_record_batch(&batch, &staying)?,
                     filtered(&times, &staying)?,
+                    newest,
                 ));
             }
         }
         self.pending = kept;
-        self.rows = self.pending.iter().map(|(b, _)| b.num_rows()).sum();
+        self.rows = self.pending.iter().map(|(b, _, _)| b.num_rows()).sum();
         if released.is_empty() {
             return Ok(None);
         }
@@ -112,7 +115,7 @@ impl ReorderBuffer {
     pub fn size(&self) -> usize {
         self.pending
             .iter()
-            .map(|(b, t)| b.get_array_memory_size() + t.get_array_memory_size())
+            .map(|(b, t, _)| b.get_array_memory_size() + t.get_array_memory_size())
             .sum()
     }
 }
@@ -162,8 +165,9 @@ mod tests {
         buffer.push(
             batch(&schema, &[1, 2, 3]),
             Int64Array::from(vec![10, 30, 20]),
+            30,
         );
-        buffer.push(batch(&schema, &[4, 5]), Int64Array::from(vec![20, 5]));
+        buffer.push(batch(&schema, &[4, 5]), Int64Array::from(vec![20, 5]), 20);
         let released = buffer.release(20, false).unwrap().unwrap();
         let (released, _) = sort_by_time(released).unwrap();
         let ids: Vec<i32> = released
@@ -189,7 +193,7 @@ mod tests {
     fn strict_release_keeps_rows_at_the_watermark() {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
         let mut buffer = ReorderBuffer::new(Arc::clone(&schema));
-        buffer.push(batch(&schema, &[1, 2]), Int64Array::from(vec![10, 20]));
+        buffer.push(batch(&schema, &[1, 2]), Int64Array::from(vec![10, 20]), 20);
         let released = buffer.release(20, true).unwrap().unwrap();
         assert_eq!(released.times.values().to_vec(), vec![10]);
         let rest = buffer.release(i64::MAX, true).unwrap().unwrap();
