@@ -178,7 +178,7 @@ impl FrameSum<f64> for FloatFrameSum {
     }
     #[inline]
     fn len(&self) -> usize {
-        self.block.held
+        self.block.len()
     }
     #[inline]
     fn push_unbounded(&mut self, value: f64) {
@@ -205,27 +205,31 @@ pub struct BlockSum {
     prefix: f64,
     /// Where the next value goes in the current block.
     offset: usize,
-    /// Values in the frame: up to `capacity`.
-    held: usize,
 }
 
 impl BlockSum {
     /// Adds `value`; returns whether the oldest value left the frame.
     #[inline]
     pub fn push(&mut self, value: f64, capacity: usize) -> bool {
-        if self.offset < self.slots.len() {
+        // Past the first block the frame is full, and every value takes a slot of the last.
+        let full = self.offset < self.slots.len();
+        if full {
             self.slots[self.offset] = value;
         } else {
             self.slots.push(value);
         }
         self.prefix += value;
         self.offset += 1;
-        let full = self.held == capacity;
-        self.held += usize::from(!full);
         if self.offset == capacity {
             self.close_block();
         }
         full
+    }
+
+    /// Values in the frame.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.slots.len()
     }
 
     /// The current block is whole: its values become suffix sums, the previous block's.
@@ -268,7 +272,7 @@ mod tests {
                 let left = block.push(value, capacity);
                 assert_eq!(left, i >= capacity, "capacity {capacity} row {i}");
                 let frame = &values[(i + 1).saturating_sub(capacity)..=i];
-                assert_eq!(block.held, frame.len());
+                assert_eq!(block.len(), frame.len());
                 assert_eq!(
                     block.sum(),
                     frame.iter().sum::<f64>(),

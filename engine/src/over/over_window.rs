@@ -632,14 +632,21 @@ fn assign_positions(
     check: bool,
 ) -> bool {
     positions.clear();
-    for (row, (&group, &time)) in groups.iter().zip(times).enumerate() {
+    // Sized first and written through an iterator: no capacity check per row.
+    positions.resize(groups.len(), 0);
+    for (row, ((&group, &time), position)) in groups
+        .iter()
+        .zip(times)
+        .zip(positions.iter_mut())
+        .enumerate()
+    {
         if check && time < latest[group] {
             for &group in &groups[..row] {
                 counts[group] -= 1;
             }
             return false;
         }
-        positions.push(counts[group]);
+        *position = counts[group];
         counts[group] += 1;
         latest[group] = time;
     }
