@@ -15,6 +15,11 @@
 //! that, one fast source partition would fill the consumers' state with windows that cannot
 //! close until the slowest partition catches up.
 //!
+//! Under sticky routing an output gets the rows of its own inputs only, so the watermark is
+//! combined per output, over the inputs that feed it (a watermark domain), and goes to that
+//! output alone: streams on different outputs neither wait for each other nor hold each
+//! other's windows open.
+//!
 //! With a [`PartialAggregate`] (two-phase aggregation), each input task first folds its batch
 //! into partial states and routes those instead of the rows. The partial step decides which
 //! rows are late against the watermark the final step will hold when it reads the states;
@@ -198,66 +203,100 @@ impl StreamExchangeExec {
         )
     }
 
+    /// The groups of inputs whose watermark is combined, and the outputs they feed. Sticky
+    /// routing keeps each input on one output, so an output's watermark is the minimum over
+    /// its own inputs only, and inputs on different outputs need not wait for each other.
+    /// Every other strategy mixes inputs on every output: one group.
+    fn watermark_domains(&self, inputs: usize) -> Vec<WatermarkDomain> {
+        if matches!(self.strategy, RoutingStrategy::Sticky) && self.partial.is_none() {
+            return (0..self.outputs)
+                .map(|output| WatermarkDomain {
+                    inputs: (0..inputs).filter(|i| i % self.outputs == output).collect(),
+                    outputs: vec![output],
+                })
+                .collect();
+        }
+        vec![WatermarkDomain {
+            inputs: (0..inputs).collect(),
+            outputs: (0..self.outputs).collect(),
+        }]
+    }
+
     fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
         let inputs = self.input.output_partitioning().partition_count();
         let capacity = 2 * inputs.max(1);
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..self.outputs).map(|_| mpsc::channel(capacity)).unzip();
         let delay = self.event_time.map_or(0, |e| e.delay);
-        let watermarks = Arc::new(Mutex::new(Progress {
-            tracker: WatermarkTracker::new(inputs, delay)
-                .with_idle_timeout(self.event_time.and_then(|e| e.idle_timeout)),
-            sent: i64::MIN,
-            drift_limit: 0,
-        }));
-        let advanced = Arc::new(Notify::new());
         let turns = self
             .partial
             .as_ref()
             .map(|_| Arc::new(tokio::sync::Mutex::new(())));
         let mut tasks = Vec::with_capacity(inputs);
-        for input in 0..inputs {
-            let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
-            let partial = match &self.partial {
-                Some(partial) => Some(PartialStep {
-                    aggregator: partial.aggregator()?,
-                    late_dropped: MetricBuilder::new(&self.metrics)
-                        .counter("late_records_dropped", input),
-                    null_time_dropped: MetricBuilder::new(&self.metrics)
-                        .counter("null_event_time_dropped", input),
-                    ungrouped_rows: MetricBuilder::new(&self.metrics)
-                        .counter("partial_ungrouped_rows", input),
-                }),
-                None => None,
-            };
-            let task = InputTask {
-                input,
-                plan: Arc::clone(&self.input),
-                context: Arc::clone(&context),
-                router,
-                senders: senders.clone(),
-                watermarks: Arc::clone(&watermarks),
-                advanced: Arc::clone(&advanced),
-                event_time: self.event_time,
-                partial,
-                turns: turns.clone(),
-            };
-            tasks.push(SpawnedTask::spawn(task.run()));
-        }
-        if let Some(timeout) = self.event_time.and_then(|e| e.idle_timeout) {
-            tasks.push(SpawnedTask::spawn(watch_idle_inputs(
-                timeout,
-                senders.iter().map(mpsc::Sender::downgrade).collect(),
-                Arc::clone(&watermarks),
-                Arc::clone(&advanced),
-                turns,
-            )));
+        for domain in self.watermark_domains(inputs) {
+            let watermarks = Arc::new(Mutex::new(Progress {
+                tracker: WatermarkTracker::new(domain.inputs.len(), delay)
+                    .with_idle_timeout(self.event_time.and_then(|e| e.idle_timeout)),
+                sent: i64::MIN,
+                drift_limit: 0,
+            }));
+            let advanced = Arc::new(Notify::new());
+            let watermark_senders: Vec<_> =
+                domain.outputs.iter().map(|o| senders[*o].clone()).collect();
+            for (tracked, &input) in domain.inputs.iter().enumerate() {
+                let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
+                let partial = match &self.partial {
+                    Some(partial) => Some(PartialStep {
+                        aggregator: partial.aggregator()?,
+                        late_dropped: MetricBuilder::new(&self.metrics)
+                            .counter("late_records_dropped", input),
+                        null_time_dropped: MetricBuilder::new(&self.metrics)
+                            .counter("null_event_time_dropped", input),
+                        ungrouped_rows: MetricBuilder::new(&self.metrics)
+                            .counter("partial_ungrouped_rows", input),
+                    }),
+                    None => None,
+                };
+                let task = InputTask {
+                    input,
+                    tracked,
+                    plan: Arc::clone(&self.input),
+                    context: Arc::clone(&context),
+                    router,
+                    senders: senders.clone(),
+                    watermark_senders: watermark_senders.clone(),
+                    watermarks: Arc::clone(&watermarks),
+                    advanced: Arc::clone(&advanced),
+                    event_time: self.event_time,
+                    partial,
+                    turns: turns.clone(),
+                };
+                tasks.push(SpawnedTask::spawn(task.run()));
+            }
+            if let Some(timeout) = self.event_time.and_then(|e| e.idle_timeout) {
+                tasks.push(SpawnedTask::spawn(watch_idle_inputs(
+                    timeout,
+                    watermark_senders
+                        .iter()
+                        .map(mpsc::Sender::downgrade)
+                        .collect(),
+                    Arc::clone(&watermarks),
+                    Arc::clone(&advanced),
+                    turns.clone(),
+                )));
+            }
         }
         Ok(Running {
             receivers: receivers.into_iter().map(Some).collect(),
             tasks: Arc::new(tasks),
         })
     }
+}
+
+/// Inputs whose watermark is combined, and the outputs that watermark goes to.
+struct WatermarkDomain {
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
 }
 
 /// The combined watermark, the last one sent, and how far in event time an input may run
@@ -282,10 +321,14 @@ impl Progress {
 
 struct InputTask {
     input: usize,
+    /// The input's index in its watermark domain's tracker.
+    tracked: usize,
     plan: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
     router: Router,
     senders: Vec<mpsc::Sender<Message>>,
+    /// The outputs of the input's watermark domain.
+    watermark_senders: Vec<mpsc::Sender<Message>>,
     watermarks: Arc<Mutex<Progress>>,
     /// Woken whenever the combined watermark rises or an input ends.
     advanced: Arc<Notify>,
@@ -330,17 +373,21 @@ impl InputTask {
     async fn run(mut self) {
         let outcome = self.forward().await;
         let senders = std::mem::take(&mut self.senders);
+        let watermark_senders = std::mem::take(&mut self.watermark_senders);
         match outcome {
             Ok(()) => {
                 let _turn = take_turn(&self.turns).await;
                 let watermark = {
                     let mut progress = self.watermarks.lock();
-                    progress.tracker.finish(self.input);
+                    progress.tracker.finish(self.tracked);
                     progress.advance()
                 };
                 self.advanced.notify_waiters();
                 if let Some(watermark) = watermark {
-                    broadcast(&senders, || Ok(StreamMessage::Watermark(watermark))).await;
+                    broadcast(&watermark_senders, || {
+                        Ok(StreamMessage::Watermark(watermark))
+                    })
+                    .await;
                 }
             }
             Err(error) => {
@@ -396,16 +443,21 @@ impl InputTask {
             if let Some(newest) = newest {
                 let watermark = {
                     let mut progress = self.watermarks.lock();
-                    progress.tracker.observe(self.input, newest, Instant::now());
+                    progress
+                        .tracker
+                        .observe(self.tracked, newest, Instant::now());
                     progress.drift_limit = progress.drift_limit.max(span.saturating_mul(2));
                     progress.advance()
                 };
                 if let Some(watermark) = watermark {
                     self.advanced.notify_waiters();
-                    broadcast(&self.senders, || Ok(StreamMessage::Watermark(watermark))).await;
+                    broadcast(&self.watermark_senders, || {
+                        Ok(StreamMessage::Watermark(watermark))
+                    })
+                    .await;
                 }
                 drop(turn);
-                wait_for_slower_inputs(self.input, &self.watermarks, &self.advanced).await;
+                wait_for_slower_inputs(self.tracked, &self.watermarks, &self.advanced).await;
             }
         }
         Ok(())
@@ -633,9 +685,13 @@ mod tests {
         }
     }
 
-    /// The first watermark the exchange sends within `wait`, over one partition that sent
-    /// records and one that stays silent.
-    async fn first_watermark(idle_timeout: Option<Duration>, wait: Duration) -> Option<i64> {
+    /// The first watermark the exchange sends to output 0 within `wait`, over one partition
+    /// that sent records and one that stays silent.
+    async fn first_watermark(
+        strategy: RoutingStrategy,
+        idle_timeout: Option<Duration>,
+        wait: Duration,
+    ) -> Option<i64> {
         let schema = Arc::new(Schema::new(vec![Field::new(
             "ts",
             DataType::Timestamp(TimeUnit::Millisecond, None),
@@ -656,13 +712,8 @@ mod tests {
             delay: 5,
             idle_timeout,
         };
-        let exchange = StreamExchangeExec::try_new(
-            Arc::new(source),
-            RoutingStrategy::FanIn,
-            1,
-            Some(event_time),
-        )
-        .unwrap();
+        let exchange =
+            StreamExchangeExec::try_new(Arc::new(source), strategy, 2, Some(event_time)).unwrap();
         let mut messages = exchange
             .execute_messages(0, SessionContext::new().task_ctx())
             .unwrap();
@@ -680,15 +731,29 @@ mod tests {
     #[tokio::test]
     async fn a_silent_partition_holds_the_watermark_without_an_idle_timeout() {
         assert_eq!(
-            first_watermark(None, Duration::from_millis(300)).await,
+            first_watermark(RoutingStrategy::FanIn, None, Duration::from_millis(300)).await,
             None
+        );
+    }
+
+    #[tokio::test]
+    async fn under_sticky_routing_a_silent_partition_holds_only_its_own_output() {
+        // Output 0 gets partition 0's rows alone: partition 1 cannot hold its watermark.
+        assert_eq!(
+            first_watermark(RoutingStrategy::Sticky, None, Duration::from_secs(10)).await,
+            Some(1_004)
         );
     }
 
     #[tokio::test]
     async fn an_idle_timeout_leaves_a_silent_partition_out() {
         assert_eq!(
-            first_watermark(Some(Duration::from_millis(50)), Duration::from_secs(10)).await,
+            first_watermark(
+                RoutingStrategy::FanIn,
+                Some(Duration::from_millis(50)),
+                Duration::from_secs(10)
+            )
+            .await,
             Some(1_004),
             "max event time 1 009 minus the 5 ms delay, once partition 1 is idle"
         );
