@@ -201,11 +201,6 @@ fn streaming_aggregate(
         .as_ref()
         .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }));
     if sessions && emit != AggregateEmit::Final {
-        if emit == AggregateEmit::ChangesPerBatch {
-            return plan_err!(
-                "EMIT CHANGES on SESSION windows is per record only (sessions merge as records arrive); remove freshet.changes_per = 'batch'"
-            );
-        }
         if RunningAggregates::plan(raw.aggr_expr(), raw.filter_expr(), &input_schema).is_none() {
             return plan_err!(
                 "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"

@@ -635,6 +635,75 @@ async fn session_changes_end_at_the_final_sessions() {
 }
 
 #[tokio::test]
+async fn session_changes_per_batch_end_at_the_final_sessions() {
+    let batch_sql = SESSIONS_BATCH.replace(
+        "SELECT k1, MIN(ts) AS window_start,",
+        "SELECT k1, MIN(ts) AS window_start, MAX(ts) + INTERVAL '3 seconds' AS window_end, AVG(q) AS mean, MIN(q) AS low,",
+    );
+    let streaming = "SELECT k1, window_start, window_end, AVG(q) AS mean, MIN(q) AS low, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES";
+    for seed in 0..3 {
+        let mut stream = RandomStream::new(seed)
+            .rows(2_000)
+            .keys(50)
+            .disorder_ms(1_500);
+        stream.null_key_fraction = 0.0;
+        let per_record = Differential::new(streaming, &batch_sql).table(random_table(&stream));
+        let per_batch = Differential::new(streaming, &batch_sql)
+            .table(random_table(&stream))
+            .setting("freshet.changes_per", "batch")
+            .with_plan_text("one row per changed group per batch");
+        let (expected, _) = apply_changelog(&per_record.batch_result().await.unwrap());
+        for streams in [1, 2, 4] {
+            // Deletions of sessions never emitted would fail here ("deletion of an unknown").
+            let changelog = per_batch.streaming_result(streams).await.unwrap();
+            let (actual, upserts) = apply_changelog(&changelog);
+            assert!(
+                upserts < 2_000,
+                "one row per changed session and batch, not per record: {upserts}, seed {seed}"
+            );
+            assert_eq!(
+                actual, expected,
+                "seed {seed} at {streams} streams: the net changes end at the final sessions"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn session_changes_per_batch_delete_only_sessions_emitted_before() {
+    // As in the per-record test below, over two batches: 0 s opens a session in the first;
+    // in the second, 4 s opens another, 2 s bridges the two and -1 s extends the merged one
+    // backwards. The start the first batch emitted (1:40) is deleted; 1:44 was opened and
+    // merged away within the second batch, never emitted, so it is not.
+    let batches = id_time_batches(vec![
+        (vec![1], vec![Some(100_000)]),
+        (
+            vec![2, 3, 4],
+            vec![Some(104_000), Some(102_000), Some(99_000)],
+        ),
+    ]);
+    let ctx = id_time_context(batches, std::time::Duration::from_secs(10));
+    ctx.session()
+        .sql("SET freshet.changes_per = 'batch'")
+        .await
+        .unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
+        .await
+        .unwrap();
+    let formatted = formatted_result(&query).await;
+    let expected = "\
++---------------------+---+-----+
+| window_start        | n | ids |
++---------------------+---+-----+
+| 1970-01-01T00:01:40 | 1 | 1   |
+| 1970-01-01T00:01:40 |   |     |
+| 1970-01-01T00:01:39 | 4 | 10  |
++---------------------+---+-----+";
+    assert_eq!(formatted, expected);
+}
+
+#[tokio::test]
 async fn session_changes_delete_the_sessions_a_record_merges() {
     // Seconds after 100 s, in arrival order: 0 and 4 open two sessions (gap 3 s), 2 bridges
     // them, -1 extends the merged one backwards.

@@ -14,6 +14,13 @@
 //! (it is bridged into an earlier one, or extended backwards), a row for the old
 //! (keys, start) whose aggregates are all NULL: a deletion. A session leaves the state when
 //! the watermark passes its last event time plus the gap (and the allowed lateness).
+//!
+//! Per batch (`freshet.changes_per = 'batch'`) the batch's per-record changelog is reduced to
+//! its net effect: for each (keys, start) alive after the batch, its last row (which holds
+//! the session's aggregates after the batch); for each (keys, start) that existed before the
+//! batch and not after it, its deletion. A start set and given up within one batch was never
+//! emitted, so it needs no deletion: each session remembers the batch in which its start
+//! was set.
 
 use std::sync::Arc;
 
@@ -35,6 +42,8 @@ struct Session {
     start: i64,
     last: i64,
     group: usize,
+    /// The batch in which `start` was set: a start set by an earlier batch was emitted.
+    started_in: u64,
 }
 
 /// The changelog of one batch: each output row's source row (for its keys), window start,
@@ -56,11 +65,21 @@ pub struct SessionChanges {
     groups: usize,
     gap: i64,
     key_ids: Vec<usize>,
+    /// Reduce each batch's changelog to one row per changed (keys, start).
+    per_batch: bool,
+    /// Batches folded so far.
+    batches: u64,
 }
 
 impl SessionChanges {
-    /// For keys of `key_schema` (no fields: no keys), sessions cut at `gap`.
-    pub fn try_new(key_schema: &SchemaRef, running: RunningAggregates, gap: i64) -> Result<Self> {
+    /// For keys of `key_schema` (no fields: no keys), sessions cut at `gap`; with
+    /// `per_batch`, one changelog row per changed (keys, start) and batch.
+    pub fn try_new(
+        key_schema: &SchemaRef,
+        running: RunningAggregates,
+        gap: i64,
+        per_batch: bool,
+    ) -> Result<Self> {
         let keys = if key_schema.fields().is_empty() {
             None
         } else {
@@ -73,6 +92,8 @@ impl SessionChanges {
             groups: 0,
             gap,
             key_ids: Vec::new(),
+            per_batch,
+            batches: 0,
         })
     }
 
@@ -85,6 +106,8 @@ impl SessionChanges {
         arguments: &[Vec<ArrayRef>],
     ) -> Result<SessionChangelog> {
         let rows = times.len();
+        self.batches += 1;
+        let batch = self.batches;
         match &mut self.keys {
             Some(values) => values.intern(keys, &mut self.key_ids)?,
             None => {
@@ -97,6 +120,8 @@ impl SessionChanges {
         let mut starts = Vec::with_capacity(rows);
         // Per output row, the batch row whose values it shows (`None`: a deletion).
         let mut value_rows: Vec<Option<u32>> = Vec::with_capacity(rows);
+        // Per output row: a deletion of a start emitted before this batch.
+        let mut emitted_before: Vec<bool> = Vec::with_capacity(rows);
         // (row, from, into): before `row`, fold group `from` into `into`.
         let mut bridges: Vec<(usize, usize, usize)> = Vec::new();
         for (row, (&key, &time)) in self.key_ids.iter().zip(times.values()).enumerate() {
@@ -120,6 +145,7 @@ impl SessionChanges {
                         start: time,
                         last: time,
                         group: self.groups,
+                        started_in: batch,
                     };
                     self.groups += 1;
                     let at = sessions.partition_point(|s| s.start < time);
@@ -129,8 +155,9 @@ impl SessionChanges {
                 [one] => {
                     let session = &mut sessions[*one];
                     if time < session.start {
-                        deleted.push(session.start);
+                        deleted.push((session.start, session.started_in < batch));
                         session.start = time;
+                        session.started_in = batch;
                     }
                     session.last = session.last.max(time);
                     *session
@@ -139,27 +166,36 @@ impl SessionChanges {
                     let (earlier, later) = (*earlier, *later);
                     let gone = sessions.remove(later);
                     let kept = &mut sessions[earlier];
-                    deleted.push(gone.start);
+                    deleted.push((gone.start, gone.started_in < batch));
                     if time < kept.start {
-                        deleted.push(kept.start);
+                        deleted.push((kept.start, kept.started_in < batch));
                         kept.start = time;
+                        kept.started_in = batch;
                     }
                     kept.last = kept.last.max(gone.last).max(time);
                     bridges.push((row, gone.group, kept.group));
                     *kept
                 }
             };
-            for start in deleted {
+            for (start, before) in deleted {
                 key_rows.push(row as u32);
                 starts.push(start);
                 value_rows.push(None);
+                emitted_before.push(before);
             }
             row_groups.push(session.group);
             key_rows.push(row as u32);
             starts.push(session.start);
             value_rows.push(Some(row as u32));
+            emitted_before.push(false);
         }
         let values = self.running_values(&row_groups, arguments, &bridges)?;
+        if self.per_batch {
+            let net = self.net_rows(&key_rows, &starts, &value_rows, &emitted_before);
+            key_rows = net.iter().map(|&i| key_rows[i]).collect();
+            starts = net.iter().map(|&i| starts[i]).collect();
+            value_rows = net.iter().map(|&i| value_rows[i]).collect();
+        }
         let value_rows = UInt32Array::from(value_rows);
         let values = values
             .iter()
@@ -170,6 +206,34 @@ impl SessionChanges {
             starts: Int64Array::from(starts),
             values,
         })
+    }
+
+    /// The rows of a batch's per-record changelog that make its net effect, in order: each
+    /// alive (key, start)'s last upsert, and the deletions of starts emitted before.
+    fn net_rows(
+        &self,
+        key_rows: &[u32],
+        starts: &[i64],
+        value_rows: &[Option<u32>],
+        emitted_before: &[bool],
+    ) -> Vec<usize> {
+        let mut seen = datafusion::common::HashSet::<(usize, i64)>::default();
+        let mut net: Vec<usize> = (0..starts.len())
+            .rev()
+            .filter(|&i| {
+                if value_rows[i].is_none() {
+                    return emitted_before[i];
+                }
+                let key = self.key_ids[key_rows[i] as usize];
+                let start = starts[i];
+                let alive = self.sessions[key]
+                    .binary_search_by_key(&start, |s| s.start)
+                    .is_ok();
+                alive && seen.insert((key, start))
+            })
+            .collect();
+        net.reverse();
+        net
     }
 
     /// Each row's running aggregates, folding sessions together at the bridges.

@@ -129,7 +129,7 @@ impl WindowAggregateExec {
         {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
-        let deletions = spec.emit == AggregateEmit::ChangesPerRecord
+        let deletions = spec.emit != AggregateEmit::Final
             && spec
                 .window
                 .as_ref()
@@ -170,7 +170,7 @@ impl WindowAggregateExec {
     /// Whether the changelog deletes rows (EMIT CHANGES on session windows: a merged
     /// session's old (keys, window start) with NULL aggregates).
     pub fn emits_deletions(&self) -> bool {
-        self.spec.emit == AggregateEmit::ChangesPerRecord
+        self.spec.emit != AggregateEmit::Final
             && self
                 .spec
                 .window
@@ -398,22 +398,31 @@ impl AggregateState {
             .chain(keys.iter().map(|(i, _)| i))
             .map(|i| exec.spec.schema.field(*i).clone())
             .collect::<Vec<Field>>();
-        let running = match exec.spec.emit {
-            AggregateEmit::ChangesPerRecord => {
-                RunningAggregates::plan(&exec.spec.aggregates, &exec.spec.filters, &input_schema)
-            }
-            _ => None,
-        };
         let session_window = exec.spec.window.as_ref().and_then(|w| match w.spec {
             WindowSpec::Session { gap } => Some(gap),
             _ => None,
         });
+        // Sessions' changes, per record or per batch, come from the running kernels.
+        let running = match exec.spec.emit {
+            AggregateEmit::ChangesPerRecord => {
+                RunningAggregates::plan(&exec.spec.aggregates, &exec.spec.filters, &input_schema)
+            }
+            AggregateEmit::ChangesPerBatch if session_window.is_some() => {
+                RunningAggregates::plan(&exec.spec.aggregates, &exec.spec.filters, &input_schema)
+            }
+            _ => None,
+        };
         let (running, session_changes) = match (session_window, running) {
             (Some(gap), Some(running)) => {
                 let key_schema = Arc::new(Schema::new(table_fields[1..].to_vec()));
                 (
                     None,
-                    Some(SessionChanges::try_new(&key_schema, running, gap)?),
+                    Some(SessionChanges::try_new(
+                        &key_schema,
+                        running,
+                        gap,
+                        exec.spec.emit == AggregateEmit::ChangesPerBatch,
+                    )?),
                 )
             }
             (Some(_), None) if exec.spec.emit != AggregateEmit::Final => {
