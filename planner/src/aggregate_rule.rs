@@ -200,12 +200,15 @@ fn streaming_aggregate(
     let sessions = window
         .as_ref()
         .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }));
-    if sessions && emit != AggregateEmit::Final {
-        if RunningAggregates::plan(raw.aggr_expr(), raw.filter_expr(), &input_schema).is_none() {
-            return plan_err!(
-                "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"
-            );
-        }
+    // Sessions merge as records arrive: their changes (per record or per batch) need the
+    // running kernels, which can merge two sessions' states.
+    if sessions
+        && emit != AggregateEmit::Final
+        && RunningAggregates::plan(raw.aggr_expr(), raw.filter_expr(), &input_schema).is_none()
+    {
+        return plan_err!(
+            "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"
+        );
     }
     let spec = AggregateSpec {
         group_by: group_by.expr().to_vec(),
