@@ -660,6 +660,24 @@ async fn session_changes_per_batch_end_at_the_final_sessions() {
     check_session_changes(true).await;
 }
 
+/// The session changelog (count and sum of ids, gap 3 s) of `(id, ts)` batches, changes per
+/// `record` or `batch`, as a table.
+async fn session_changelog_of_ids(
+    batches: (Arc<Schema>, Vec<RecordBatch>),
+    changes_per: &str,
+) -> String {
+    let ctx = id_time_context(batches, std::time::Duration::from_secs(10));
+    ctx.session()
+        .sql(&format!("SET freshet.changes_per = '{changes_per}'"))
+        .await
+        .unwrap();
+    let query = ctx
+        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
+        .await
+        .unwrap();
+    formatted_result(&query).await
+}
+
 #[tokio::test]
 async fn session_changes_per_batch_delete_only_sessions_emitted_before() {
     // As in the per-record test below, over two batches: 0 s opens a session in the first;
@@ -673,16 +691,7 @@ async fn session_changes_per_batch_delete_only_sessions_emitted_before() {
             vec![Some(104_000), Some(102_000), Some(99_000)],
         ),
     ]);
-    let ctx = id_time_context(batches, std::time::Duration::from_secs(10));
-    ctx.session()
-        .sql("SET freshet.changes_per = 'batch'")
-        .await
-        .unwrap();
-    let query = ctx
-        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
-        .await
-        .unwrap();
-    let formatted = formatted_result(&query).await;
+    let formatted = session_changelog_of_ids(batches, "batch").await;
     let expected = "\
 +---------------------+---+-----+
 | window_start        | n | ids |
@@ -703,12 +712,7 @@ async fn session_changes_delete_the_sessions_a_record_merges() {
         vec![1, 2, 3, 4],
         seconds.iter().map(|s| Some(100_000 + s * 1_000)).collect(),
     )]);
-    let ctx = id_time_context(batches, std::time::Duration::from_secs(10));
-    let query = ctx
-        .sql("SELECT window_start, COUNT(*) AS n, SUM(id) AS ids FROM t WINDOW SESSION (ts, INTERVAL '3' SECOND) EMIT CHANGES")
-        .await
-        .unwrap();
-    let formatted = formatted_result(&query).await;
+    let formatted = session_changelog_of_ids(batches, "record").await;
     let expected = "\
 +---------------------+---+-----+
 | window_start        | n | ids |
