@@ -4,11 +4,12 @@
 //! SUM, AVG and COUNT keep each key's frame in a [`FrameSum`]: a ring and an exact running
 //! sum for integers, block sums for a bounded float frame (no subtraction, so a value leaving
 //! the frame takes its effect with it and long streams stay within rounding of a fresh
-//! computation), a compensated running sum for an unbounded float frame. MIN and MAX keep a monotonic deque of (position, value):
-//! the front is the extreme of the frame. Nulls are skipped, as SQL does; an aggregate over no
-//! non-null value is NULL (COUNT: 0). Integers are summed as `i64` (wrapping), floats as `f64`;
-//! NaN counts as larger than every number for MIN and MAX. While neither the batch nor any
-//! frame holds a null, SUM, AVG and COUNT take a dense path without null bookkeeping.
+//! computation), a compensated running sum for an unbounded float frame. MIN and MAX keep a
+//! monotonic deque of (position, value): the front is the extreme of the frame. Nulls are
+//! skipped, as SQL does; an aggregate over no non-null value is NULL (COUNT: 0). Integers are
+//! summed as `i64` (wrapping), floats as `f64`; NaN counts as larger than every number for
+//! MIN and MAX. While neither the batch nor any frame holds a null, SUM, AVG and COUNT take a
+//! dense path without null bookkeeping.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;

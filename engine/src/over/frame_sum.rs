@@ -14,18 +14,11 @@
 
 use super::ring::Ring;
 
-/// A running sum that values enter and leave.
-pub trait RunningSum<T>: Default + Clone {
-    fn add(&mut self, value: T);
-    fn remove(&mut self, value: T);
-    fn value(&self) -> T;
-}
-
 /// A wrapping `i64` sum: exact under removal.
 #[derive(Debug, Default, Clone)]
 pub struct IntegerSum(i64);
 
-impl RunningSum<i64> for IntegerSum {
+impl IntegerSum {
     #[inline]
     fn add(&mut self, value: i64) {
         self.0 = self.0.wrapping_add(value);
@@ -40,7 +33,8 @@ impl RunningSum<i64> for IntegerSum {
     }
 }
 
-/// A compensated (TwoSum) `f64` sum of the finite values, with NaN and infinities counted.
+/// A compensated (TwoSum) `f64` sum of the finite values that enter it, with NaN and
+/// infinities counted (an unbounded frame: nothing leaves).
 #[derive(Debug, Default, Clone)]
 pub struct FloatSum {
     sum: f64,
@@ -52,45 +46,23 @@ pub struct FloatSum {
 
 impl FloatSum {
     #[inline]
-    fn add_finite(&mut self, value: f64) {
-        // Knuth's branch-free TwoSum: the exact rounding error of `sum + value`.
-        let total = self.sum + value;
-        let value_part = total - self.sum;
-        let sum_part = total - value_part;
-        self.compensation += (self.sum - sum_part) + (value - value_part);
-        self.sum = total;
-    }
-
-    /// Counts a non-finite value in (`step` 1) or out (-1).
-    fn count(&mut self, value: f64, step: i64) {
-        let counter = if value.is_nan() {
-            &mut self.nan
-        } else if value > 0.0 {
-            &mut self.positive_infinity
-        } else {
-            &mut self.negative_infinity
-        };
-        *counter = counter.wrapping_add_signed(step);
-    }
-}
-
-impl RunningSum<f64> for FloatSum {
-    #[inline]
     fn add(&mut self, value: f64) {
         if value.is_finite() {
-            self.add_finite(value);
+            // Knuth's branch-free TwoSum: the exact rounding error of `sum + value`.
+            let total = self.sum + value;
+            let value_part = total - self.sum;
+            let sum_part = total - value_part;
+            self.compensation += (self.sum - sum_part) + (value - value_part);
+            self.sum = total;
+        } else if value.is_nan() {
+            self.nan += 1;
+        } else if value > 0.0 {
+            self.positive_infinity += 1;
         } else {
-            self.count(value, 1);
+            self.negative_infinity += 1;
         }
     }
-    #[inline]
-    fn remove(&mut self, value: f64) {
-        if value.is_finite() {
-            self.add_finite(-value);
-        } else {
-            self.count(value, -1);
-        }
-    }
+
     #[inline]
     fn value(&self) -> f64 {
         match (self.nan, self.positive_infinity, self.negative_infinity) {
