@@ -24,7 +24,8 @@
 //! into partial states and routes those instead of the rows. The partial step decides which
 //! rows are late against the watermark the final step will hold when it reads the states;
 //! to make that exact, the input tasks then take turns (one async lock) for the span from
-//! reading the watermark to having sent their states and any new watermark.
+//! reading the watermark to having sent their states and any new watermark. Without a window
+//! no row is late, and the inputs do not take turns.
 //!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
@@ -228,9 +229,11 @@ impl StreamExchangeExec {
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..self.outputs).map(|_| mpsc::channel(capacity)).unzip();
         let delay = self.event_time.map_or(0, |e| e.delay);
+        // Turns make the partial step's lateness exact; without a window nothing is late.
         let turns = self
             .partial
             .as_ref()
+            .filter(|partial| partial.windowed())
             .map(|_| Arc::new(tokio::sync::Mutex::new(())));
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {

@@ -147,6 +147,11 @@ impl PartialAggregate {
         })
     }
 
+    /// Whether the GROUP BY has a window (without one, no row can be late).
+    pub fn windowed(&self) -> bool {
+        self.window.is_some()
+    }
+
     /// The schema of the partial states.
     pub fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
