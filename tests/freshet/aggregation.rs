@@ -614,7 +614,7 @@ async fn check_session_changes(per_batch: bool) {
         if per_batch {
             differential = differential
                 .setting("freshet.changes_per", "batch")
-                .with_plan_text("one row per changed group per batch");
+                .with_plan_text("a merged session an earlier batch emitted is deleted");
         }
         let (expected, _) = apply_changelog(&differential.batch_result().await.unwrap());
         for streams in [1, 2, 4] {

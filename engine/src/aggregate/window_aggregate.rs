@@ -208,6 +208,21 @@ impl DisplayAs for WindowAggregateExec {
             AggregateEmit::Final if self.spec.window.is_none() => "final (at the end of input)",
             AggregateEmit::Final => "final (when the window closes)",
             AggregateEmit::ChangesPerRecord => "changes (one row per input record)",
+            // Per batch on sessions: always chosen (the planner refuses sessions without
+            // per-record kernels).
+            AggregateEmit::ChangesPerBatch if self.emits_deletions() => {
+                "changes (one row per changed group per batch; a merged session an earlier batch emitted is deleted)"
+            }
+            AggregateEmit::ChangesPerBatch
+                if RunningAggregates::plan(
+                    &self.spec.aggregates,
+                    &self.spec.filters,
+                    &self.input.schema(),
+                )
+                .is_some() =>
+            {
+                "changes (one row per changed group per batch)"
+            }
             AggregateEmit::ChangesPerBatch => {
                 "changes (one row per changed group per batch; per-record changes need COUNT/SUM/AVG/MIN/MAX of Int64 or Float64)"
             }
