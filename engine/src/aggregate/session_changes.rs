@@ -71,6 +71,11 @@ pub struct SessionChanges {
     batches: u64,
 }
 
+/// Keeps the elements of `values` at `rows` (ascending), in order.
+fn keep_rows<T: Copy>(values: &mut Vec<T>, rows: &[usize]) {
+    *values = rows.iter().map(|&row| values[row]).collect();
+}
+
 impl SessionChanges {
     /// For keys of `key_schema` (no fields: no keys), sessions cut at `gap`; with
     /// `per_batch`, one changelog row per changed (keys, start) and batch.
@@ -120,8 +125,8 @@ impl SessionChanges {
         let mut starts = Vec::with_capacity(rows);
         // Per output row, the batch row whose values it shows (`None`: a deletion).
         let mut value_rows: Vec<Option<u32>> = Vec::with_capacity(rows);
-        // Per output row: a deletion of a start emitted before this batch.
-        let mut emitted_before: Vec<bool> = Vec::with_capacity(rows);
+        // Per batch, per output row: a deletion of a start emitted before this batch.
+        let mut emitted_before: Vec<bool> = Vec::new();
         // (row, from, into): before `row`, fold group `from` into `into`.
         let mut bridges: Vec<(usize, usize, usize)> = Vec::new();
         for (row, (&key, &time)) in self.key_ids.iter().zip(times.values()).enumerate() {
@@ -181,20 +186,24 @@ impl SessionChanges {
                 key_rows.push(row as u32);
                 starts.push(start);
                 value_rows.push(None);
-                emitted_before.push(before);
+                if self.per_batch {
+                    emitted_before.push(before);
+                }
             }
             row_groups.push(session.group);
             key_rows.push(row as u32);
             starts.push(session.start);
             value_rows.push(Some(row as u32));
-            emitted_before.push(false);
+            if self.per_batch {
+                emitted_before.push(false);
+            }
         }
         let values = self.running_values(&row_groups, arguments, &bridges)?;
         if self.per_batch {
             let net = self.net_rows(&key_rows, &starts, &value_rows, &emitted_before);
-            key_rows = net.iter().map(|&i| key_rows[i]).collect();
-            starts = net.iter().map(|&i| starts[i]).collect();
-            value_rows = net.iter().map(|&i| value_rows[i]).collect();
+            keep_rows(&mut key_rows, &net);
+            keep_rows(&mut starts, &net);
+            keep_rows(&mut value_rows, &net);
         }
         let value_rows = UInt32Array::from(value_rows);
         let values = values
