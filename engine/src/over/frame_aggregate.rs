@@ -87,6 +87,27 @@ struct KeyFrame<T: FrameNumber> {
     extremes: VecDeque<(u64, T)>,
 }
 
+/// Each row's frame sum over a bounded frame without nulls, and the frame's length: `steady`
+/// (the frame's capacity) but for the `short` rows, listed with theirs.
+struct DenseSums<T> {
+    sums: Vec<T>,
+    steady: u64,
+    short: Vec<(usize, u64)>,
+}
+
+impl<T: Copy> DenseSums<T> {
+    /// Each row's result: `steady` of its sum, `short` of its sum and count for short frames.
+    fn read<R>(&self, steady: impl Fn(T) -> R, short: impl Fn(T, u64) -> R) -> Vec<R> {
+        let mut out: Vec<R> = self.sums.iter().map(|&sum| steady(sum)).collect();
+        for &(row, count) in &self.short {
+            if let (Some(result), Some(&sum)) = (out.get_mut(row), self.sums.get(row)) {
+                *result = short(sum, count);
+            }
+        }
+        out
+    }
+}
+
 impl<T: FrameNumber> KeyFrame<T> {
     fn sum(&self, preceding: Option<u64>) -> T {
         match preceding {
@@ -170,21 +191,45 @@ impl<T: FrameNumber> FrameAggregate<T> {
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if dense => {
-                let out = self.fold_dense(values.values(), groups, |sum, _| sum);
+                let out = match self.preceding {
+                    Some(preceding) => self.dense_bounded_sums(values.values(), groups, preceding).sums,
+                    None => self.fold_dense_unbounded(values.values(), groups, |sum, _| sum),
+                };
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
             }
             FrameAggregateKind::Avg if dense => {
                 // Sums and counts first, divided in a second, vectorizable pass: a division
                 // in the per-row loop stalls it.
-                let sums = self.fold_dense(values.values(), groups, |sum, count| {
-                    // Through `i64`: a signed conversion is one instruction.
-                    (sum.as_f64(), count as i64 as f64)
-                });
-                let out: Vec<f64> = sums.iter().map(|(sum, count)| sum / count).collect();
+                let out: Vec<f64> = match self.preceding {
+                    Some(preceding) => {
+                        let sums = self.dense_bounded_sums(values.values(), groups, preceding);
+                        // Through `i64`: a signed conversion is one instruction.
+                        let steady = sums.steady as i64 as f64;
+                        sums.read(|sum| sum.as_f64() / steady, |sum, count| {
+                            sum.as_f64() / count as i64 as f64
+                        })
+                    }
+                    None => self
+                        .fold_dense_unbounded(values.values(), groups, |sum, count| {
+                            (sum.as_f64(), count as i64 as f64)
+                        })
+                        .iter()
+                        .map(|(sum, count)| sum / count)
+                        .collect(),
+                };
                 Arc::new(Float64Array::new(out.into(), None))
             }
             FrameAggregateKind::Count if dense => {
-                let out = self.fold_dense(values.values(), groups, |_, count| count as i64);
+                let out = match self.preceding {
+                    Some(preceding) => {
+                        let sums = self.dense_bounded_sums(values.values(), groups, preceding);
+                        let steady = sums.steady as i64;
+                        sums.read(|_| steady, |_, count| count as i64)
+                    }
+                    None => {
+                        self.fold_dense_unbounded(values.values(), groups, |_, count| count as i64)
+                    }
+                };
                 Arc::new(Int64Array::from(out))
             }
             FrameAggregateKind::Sum => {
@@ -230,37 +275,63 @@ impl<T: FrameNumber> FrameAggregate<T> {
         })
     }
 
-    /// SUM, AVG and COUNT when neither the batch nor any frame holds a null, the common
-    /// case: no null bookkeeping, and a frame's count is its length (its key's rows for an
-    /// unbounded frame). `read` makes each row's result from its sum and count.
-    fn fold_dense<R>(&mut self, raw: &[T], groups: &[usize], read: impl Fn(T, u64) -> R) -> Vec<R> {
+    /// The frame sums of SUM, AVG and COUNT over a bounded frame when neither the batch nor
+    /// any frame holds a null, the common case: no null bookkeeping, and a frame's count is
+    /// its length.
+    fn dense_bounded_sums(&mut self, raw: &[T], groups: &[usize], preceding: u64) -> DenseSums<T> {
         // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
         let keys = self.keys.as_mut_slice();
-        // Collected from a map over the rows: no per-row capacity check or zeroing first.
-        match self.preceding {
-            Some(preceding) => {
-                let capacity = preceding as usize + 1;
-                groups
-                    .iter()
-                    .zip(raw)
-                    .map(|(&group, &value)| {
-                        let key = &mut keys[group];
-                        key.frame.push_bounded(value, capacity);
-                        read(key.frame.bounded_sum(), key.frame.len() as u64)
-                    })
-                    .collect()
+        let capacity = preceding as usize + 1;
+        let rows = raw.len().min(groups.len());
+        let mut sums = DenseSums {
+            sums: vec![T::default(); rows],
+            steady: capacity as u64,
+            short: Vec::new(),
+        };
+        // Most rows find their key's frame full and its block open: the inner loop takes
+        // those and calls nothing, so its state stays in registers; it stops at any other
+        // row, which the outer loop takes with a full push.
+        let mut row = 0;
+        while row < rows {
+            let frame = &mut keys[groups[row]].frame;
+            frame.push_bounded(raw[row], capacity);
+            sums.sums[row] = frame.bounded_sum();
+            if frame.len() < capacity {
+                sums.short.push((row, frame.len() as u64));
             }
-            None => groups
-                .iter()
-                .zip(raw)
-                .map(|(&group, &value)| {
-                    let key = &mut keys[group];
-                    key.frame.push_unbounded(value);
-                    key.non_null += 1;
-                    read(key.frame.unbounded_sum(), key.non_null)
-                })
-                .collect(),
+            row += 1;
+            let steady = sums.sums[row..].iter_mut().zip(&groups[row..]).zip(&raw[row..]);
+            for ((sum, &group), &value) in steady {
+                match keys[group].frame.push_steady(value, capacity) {
+                    Some(frame_sum) => *sum = frame_sum,
+                    None => break,
+                }
+                row += 1;
+            }
         }
+        sums
+    }
+
+    /// [`Self::dense_bounded_sums`] for an unbounded frame, whose count is its key's rows:
+    /// `read` makes each row's result from its sum and count.
+    fn fold_dense_unbounded<R>(
+        &mut self,
+        raw: &[T],
+        groups: &[usize],
+        read: impl Fn(T, u64) -> R,
+    ) -> Vec<R> {
+        let keys = self.keys.as_mut_slice();
+        // Collected from a map over the rows: no per-row capacity check or zeroing first.
+        groups
+            .iter()
+            .zip(raw)
+            .map(|(&group, &value)| {
+                let key = &mut keys[group];
+                key.frame.push_unbounded(value);
+                key.non_null += 1;
+                read(key.frame.unbounded_sum(), key.non_null)
+            })
+            .collect()
     }
 
     /// SUM, AVG and COUNT: each row enters its key's frame (a null as the default value,
@@ -500,5 +571,66 @@ mod tests {
             out.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(),
             vec![Some(5), Some(3), Some(5), Some(4), Some(1)]
         );
+    }
+
+    #[test]
+    fn dense_frames_of_several_keys_equal_a_fresh_computation() {
+        // No nulls: the dense path, whose steady rows skip the full push. Three keys in an
+        // irregular order cross batch boundaries, first blocks, and block ends.
+        let rows = 1_000;
+        let groups: Vec<usize> = (0..rows).map(|i| (i * 7 + i / 5) % 3).collect();
+        let values: Vec<i64> = (0..rows as i64).map(|i| (i * 7919) % 1000 - 500).collect();
+        for preceding in [0usize, 1, 9, 99] {
+            for kind in [
+                FrameAggregateKind::Sum,
+                FrameAggregateKind::Avg,
+                FrameAggregateKind::Count,
+            ] {
+                let mut floats = FloatFrameAggregate::new(kind, Some(preceding as u64));
+                let mut integers = IntegerFrameAggregate::new(kind, Some(preceding as u64));
+                let mut expected = Vec::new();
+                let mut seen: Vec<Vec<f64>> = vec![Vec::new(); 3];
+                for (&group, &value) in groups.iter().zip(&values) {
+                    seen[group].push(value as f64);
+                    let key = &seen[group];
+                    let frame: Vec<Option<f64>> = key.iter().map(|v| Some(*v)).collect();
+                    expected.push(*fresh(kind, &frame, preceding).last().unwrap());
+                }
+                let mut positions = [0u64; 3];
+                let mut got_floats = Vec::new();
+                let mut got_integers = Vec::new();
+                for range in [0..5, 5..300, 300..rows] {
+                    let batch_groups = &groups[range.clone()];
+                    let batch_positions: Vec<u64> = batch_groups
+                        .iter()
+                        .map(|&g| {
+                            positions[g] += 1;
+                            positions[g] - 1
+                        })
+                        .collect();
+                    let as_floats: ArrayRef = Arc::new(Float64Array::from_iter_values(
+                        values[range.clone()].iter().map(|v| *v as f64),
+                    ));
+                    let as_integers: ArrayRef =
+                        Arc::new(Int64Array::from(values[range.clone()].to_vec()));
+                    for (aggregate_out, got) in [
+                        (
+                            floats.evaluate(&as_floats, batch_groups, &batch_positions),
+                            &mut got_floats,
+                        ),
+                        (
+                            integers.evaluate(&as_integers, batch_groups, &batch_positions),
+                            &mut got_integers,
+                        ),
+                    ] {
+                        let out = aggregate_out.unwrap();
+                        let out = datafusion::arrow::compute::cast(&out, &datafusion::arrow::datatypes::DataType::Float64).unwrap();
+                        got.extend(out.as_primitive::<Float64Type>().iter());
+                    }
+                }
+                assert_eq!(got_floats, expected, "floats {kind:?} preceding {preceding}");
+                assert_eq!(got_integers, expected, "integers {kind:?} preceding {preceding}");
+            }
+        }
     }
 }

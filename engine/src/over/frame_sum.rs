@@ -80,6 +80,10 @@ pub trait FrameSum<T>: Default + Clone + std::fmt::Debug {
     /// Adds `value` to a frame of the last `capacity` rows; returns whether the oldest value
     /// left to make room.
     fn push_bounded(&mut self, value: T, capacity: usize) -> bool;
+    /// [`Self::push_bounded`] for a full frame whose push needs no allocation and no
+    /// end-of-block pass, the common case: the frame's new sum; `None`, with nothing done,
+    /// otherwise. It calls nothing, so a loop of it keeps its state in registers.
+    fn push_steady(&mut self, value: T, capacity: usize) -> Option<T>;
     /// The sum of a bounded frame.
     fn bounded_sum(&self) -> T;
     /// Values held in a bounded frame.
@@ -110,6 +114,13 @@ impl FrameSum<i64> for IntegerFrameSum {
             }
             None => false,
         }
+    }
+    #[inline]
+    fn push_steady(&mut self, value: i64, capacity: usize) -> Option<i64> {
+        let leaving = self.values.push_full(value, capacity)?;
+        self.sum.add(value);
+        self.sum.remove(leaving);
+        Some(self.sum.value())
     }
     #[inline]
     fn bounded_sum(&self) -> i64 {
@@ -143,6 +154,10 @@ impl FrameSum<f64> for FloatFrameSum {
     #[inline]
     fn push_bounded(&mut self, value: f64, capacity: usize) -> bool {
         self.block.push(value, capacity)
+    }
+    #[inline]
+    fn push_steady(&mut self, value: f64, capacity: usize) -> Option<f64> {
+        self.block.push_steady(value, capacity)
     }
     #[inline]
     fn bounded_sum(&self) -> f64 {
@@ -198,6 +213,24 @@ impl BlockSum {
         full
     }
 
+    /// [`Self::push`] past the first block when the current block does not fill: the new
+    /// sum; `None`, with nothing done, otherwise.
+    #[inline]
+    pub fn push_steady(&mut self, value: f64, capacity: usize) -> Option<f64> {
+        let offset = self.offset;
+        let next = offset + 1;
+        // Past the first block every slot exists, so `next` has the previous block's suffix.
+        match self.slots.get_mut(offset..=next) {
+            Some([slot, suffix]) if next < capacity => {
+                *slot = value;
+                self.prefix += value;
+                self.offset = next;
+                Some(self.prefix + *suffix)
+            }
+            _ => None,
+        }
+    }
+
     /// Values in the frame.
     #[inline]
     pub fn len(&self) -> usize {
@@ -241,7 +274,18 @@ mod tests {
         for capacity in [1usize, 2, 3, 7, 50, 64] {
             let mut block = BlockSum::default();
             for (i, &value) in values.iter().enumerate() {
-                let left = block.push(value, capacity);
+                // Alternate the two ways in: a steady push must leave the same state.
+                let left = if i % 2 == 0 {
+                    block.push(value, capacity)
+                } else {
+                    match block.push_steady(value, capacity) {
+                        Some(sum) => {
+                            assert_eq!(sum, block.sum(), "capacity {capacity} row {i}");
+                            true
+                        }
+                        None => block.push(value, capacity),
+                    }
+                };
                 assert_eq!(left, i >= capacity, "capacity {capacity} row {i}");
                 let frame = &values[(i + 1).saturating_sub(capacity)..=i];
                 assert_eq!(block.len(), frame.len());

@@ -255,12 +255,24 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
                 groups,
                 default,
                 |latest, value| latest.replace(value),
+                |latest, value| match latest {
+                    Some(Some(previous)) => Some(std::mem::replace(previous, value)),
+                    _ => None,
+                },
             );
         }
         let depth = self.depth;
-        gather_keyed(&mut self.recent, values, groups, default, |ring, value| {
-            ring.push(value, depth)
-        })
+        gather_keyed(
+            &mut self.recent,
+            values,
+            groups,
+            default,
+            |ring, value| ring.push(value, depth),
+            |ring, value| match ring.oldest_when_full(depth) {
+                Some(Some(_)) => ring.push_full(Some(value), depth).flatten(),
+                _ => None,
+            },
+        )
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.
@@ -284,13 +296,16 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
 
 /// Each row's result from its key's state in `states` (grown to the largest key): `step`
 /// takes the state and the row's value (`None`: null) and gives the result, `None` while the
-/// key has none yet (then `default`, and null without one).
+/// key has none yet (then `default`, and null without one). `steady` is `step` for the
+/// common case of a non-null value with a non-null result, or `None` with nothing done: it
+/// calls nothing, so the loop of such rows keeps its state in registers.
 fn gather_keyed<T: ArrowPrimitiveType, S: Default>(
     states: &mut Vec<S>,
     values: &PrimitiveArray<T>,
     groups: &[usize],
     default: Option<T::Native>,
     mut step: impl FnMut(&mut S, Option<T::Native>) -> Option<Option<T::Native>>,
+    steady: impl Fn(&mut S, T::Native) -> Option<T::Native>,
 ) -> PrimitiveArray<T> {
     if let Some(largest) = groups.iter().max()
         && *largest >= states.len()
@@ -300,24 +315,31 @@ fn gather_keyed<T: ArrowPrimitiveType, S: Default>(
     let has_nulls = values.null_count() > 0;
     // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
     let states = states.as_mut_slice();
+    let raw = values.values();
+    let rows = raw.len().min(groups.len());
+    let mut out = vec![T::Native::default(); rows];
     let mut nulls = SparseNulls::default();
-    let out: Vec<T::Native> = groups
-        .iter()
-        .zip(values.values())
-        .enumerate()
-        .map(|(row, (&group, &value))| {
-            let value = (!has_nulls || values.is_valid(row)).then_some(value);
-            match step(&mut states[group], value).unwrap_or(default) {
-                Some(result) => result,
-                None => {
-                    nulls.push(row);
-                    T::Native::default()
-                }
+    let mut row = 0;
+    while row < rows {
+        let value = (!has_nulls || values.is_valid(row)).then_some(raw[row]);
+        match step(&mut states[groups[row]], value).unwrap_or(default) {
+            Some(result) => out[row] = result,
+            None => nulls.push(row),
+        }
+        row += 1;
+        if has_nulls {
+            continue;
+        }
+        let rest = out[row..].iter_mut().zip(&groups[row..]).zip(&raw[row..]);
+        for ((result, &group), &value) in rest {
+            match steady(&mut states[group], value) {
+                Some(steady_result) => *result = steady_result,
+                None => break,
             }
-        })
-        .collect();
-    let len = out.len();
-    PrimitiveArray::new(out.into(), nulls.finish(len))
+            row += 1;
+        }
+    }
+    PrimitiveArray::new(out.into(), nulls.finish(rows))
 }
 
 #[cfg(test)]

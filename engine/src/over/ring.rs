@@ -25,6 +25,29 @@ impl<T: Copy> Ring<T> {
         Some(leaving)
     }
 
+    /// [`Self::push`] when `capacity` values are held already: the value pushed out;
+    /// `None`, with nothing done, otherwise.
+    #[inline]
+    pub fn push_full(&mut self, value: T, capacity: usize) -> Option<T> {
+        if self.buffer.len() != capacity {
+            return None;
+        }
+        let head = self.head;
+        let slot = self.buffer.get_mut(head)?;
+        let leaving = std::mem::replace(slot, value);
+        self.head = if head + 1 == capacity { 0 } else { head + 1 };
+        Some(leaving)
+    }
+
+    /// The value the next push pushes out, when `capacity` values are held.
+    #[inline]
+    pub fn oldest_when_full(&self, capacity: usize) -> Option<&T> {
+        if self.buffer.len() != capacity {
+            return None;
+        }
+        self.buffer.get(self.head)
+    }
+
     /// Values held.
     #[inline]
     pub fn len(&self) -> usize {
@@ -78,5 +101,19 @@ mod tests {
             (Some(5), Some(4), Some(3))
         );
         assert_eq!(ring.back(3), None);
+    }
+
+    #[test]
+    fn a_push_when_full_moves_the_ring_like_a_push() {
+        let mut ring = Ring::default();
+        assert_eq!(ring.push_full(1, 2), None);
+        assert_eq!(ring.oldest_when_full(2), None);
+        ring.push(1, 2);
+        ring.push(2, 2);
+        assert_eq!(ring.oldest_when_full(2), Some(&1));
+        assert_eq!(ring.push_full(3, 2), Some(1));
+        assert_eq!(ring.push_full(4, 2), Some(2));
+        assert_eq!(ring.push(5, 2), Some(3));
+        assert_eq!((ring.back(0), ring.back(1)), (Some(5), Some(4)));
     }
 }
