@@ -180,19 +180,28 @@ impl<T: FrameNumber> FrameAggregate<T> {
         positions: &[u64],
     ) -> Result<ArrayRef> {
         let values = values.as_primitive::<T::Arrow>();
-        if let Some(largest) = groups.iter().max()
+        let rows = values.len();
+        let mut validity = Validity::new();
+        let dense = values.null_count() == 0 && self.nulls_held == 0;
+        // The dense bounded path grows the keys as it meets them; the others need every
+        // key of the batch first.
+        if !(dense
+            && self.preceding.is_some()
+            && self.kind != FrameAggregateKind::Min
+            && self.kind != FrameAggregateKind::Max)
+            && let Some(largest) = groups.iter().max()
             && *largest >= self.keys.len()
         {
             self.keys.resize_with(largest + 1, KeyFrame::default);
         }
-        let rows = values.len();
-        let mut validity = Validity::new();
-        let dense = values.null_count() == 0 && self.nulls_held == 0;
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if dense => {
                 let out = match self.preceding {
-                    Some(preceding) => self.dense_bounded_sums(values.values(), groups, preceding).sums,
+                    Some(preceding) => {
+                        self.dense_bounded_sums(values.values(), groups, preceding)
+                            .sums
+                    }
                     None => self.fold_dense_unbounded(values.values(), groups, |sum, _| sum),
                 };
                 Arc::new(PrimitiveArray::<T::Arrow>::new(out.into(), None))
@@ -205,9 +214,10 @@ impl<T: FrameNumber> FrameAggregate<T> {
                         let sums = self.dense_bounded_sums(values.values(), groups, preceding);
                         // Through `i64`: a signed conversion is one instruction.
                         let steady = sums.steady as i64 as f64;
-                        sums.read(|sum| sum.as_f64() / steady, |sum, count| {
-                            sum.as_f64() / count as i64 as f64
-                        })
+                        sums.read(
+                            |sum| sum.as_f64() / steady,
+                            |sum, count| sum.as_f64() / count as i64 as f64,
+                        )
                     }
                     None => self
                         .fold_dense_unbounded(values.values(), groups, |sum, count| {
@@ -279,8 +289,6 @@ impl<T: FrameNumber> FrameAggregate<T> {
     /// any frame holds a null, the common case: no null bookkeeping, and a frame's count is
     /// its length.
     fn dense_bounded_sums(&mut self, raw: &[T], groups: &[usize], preceding: u64) -> DenseSums<T> {
-        // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
-        let keys = self.keys.as_mut_slice();
         let capacity = preceding as usize + 1;
         let rows = raw.len().min(groups.len());
         let mut sums = DenseSums {
@@ -293,16 +301,29 @@ impl<T: FrameNumber> FrameAggregate<T> {
         // row, which the outer loop takes with a full push.
         let mut row = 0;
         while row < rows {
-            let frame = &mut keys[groups[row]].frame;
+            let group = groups[row];
+            if group >= self.keys.len() {
+                self.keys.resize_with(group + 1, KeyFrame::default);
+            }
+            // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
+            let keys = self.keys.as_mut_slice();
+            let frame = &mut keys[group].frame;
             frame.push_bounded(raw[row], capacity);
             sums.sums[row] = frame.bounded_sum();
             if frame.len() < capacity {
                 sums.short.push((row, frame.len() as u64));
             }
             row += 1;
-            let steady = sums.sums[row..].iter_mut().zip(&groups[row..]).zip(&raw[row..]);
+            let steady = sums.sums[row..]
+                .iter_mut()
+                .zip(&groups[row..])
+                .zip(&raw[row..]);
             for ((sum, &group), &value) in steady {
-                match keys[group].frame.push_steady(value, capacity) {
+                // A key not seen yet is not steady either.
+                match keys
+                    .get_mut(group)
+                    .and_then(|k| k.frame.push_steady(value, capacity))
+                {
                     Some(frame_sum) => *sum = frame_sum,
                     None => break,
                 }
@@ -624,12 +645,22 @@ mod tests {
                         ),
                     ] {
                         let out = aggregate_out.unwrap();
-                        let out = datafusion::arrow::compute::cast(&out, &datafusion::arrow::datatypes::DataType::Float64).unwrap();
+                        let out = datafusion::arrow::compute::cast(
+                            &out,
+                            &datafusion::arrow::datatypes::DataType::Float64,
+                        )
+                        .unwrap();
                         got.extend(out.as_primitive::<Float64Type>().iter());
                     }
                 }
-                assert_eq!(got_floats, expected, "floats {kind:?} preceding {preceding}");
-                assert_eq!(got_integers, expected, "integers {kind:?} preceding {preceding}");
+                assert_eq!(
+                    got_floats, expected,
+                    "floats {kind:?} preceding {preceding}"
+                );
+                assert_eq!(
+                    got_integers, expected,
+                    "integers {kind:?} preceding {preceding}"
+                );
             }
         }
     }

@@ -294,7 +294,7 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
     }
 }
 
-/// Each row's result from its key's state in `states` (grown to the largest key): `step`
+/// Each row's result from its key's state in `states` (grown as keys are met): `step`
 /// takes the state and the row's value (`None`: null) and gives the result, `None` while the
 /// key has none yet (then `default`, and null without one). `steady` is `step` for the
 /// common case of a non-null value with a non-null result, or `None` with nothing done: it
@@ -307,22 +307,22 @@ fn gather_keyed<T: ArrowPrimitiveType, S: Default>(
     mut step: impl FnMut(&mut S, Option<T::Native>) -> Option<Option<T::Native>>,
     steady: impl Fn(&mut S, T::Native) -> Option<T::Native>,
 ) -> PrimitiveArray<T> {
-    if let Some(largest) = groups.iter().max()
-        && *largest >= states.len()
-    {
-        states.resize_with(largest + 1, S::default);
-    }
     let has_nulls = values.null_count() > 0;
-    // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
-    let states = states.as_mut_slice();
     let raw = values.values();
     let rows = raw.len().min(groups.len());
     let mut out = vec![T::Native::default(); rows];
     let mut nulls = SparseNulls::default();
     let mut row = 0;
     while row < rows {
+        // Keys grow as they are met, here out of the steady loop.
+        let group = groups[row];
+        if group >= states.len() {
+            states.resize_with(group + 1, S::default);
+        }
+        // A slice, not a `&mut Vec`: its pointer stays in a register across the stores.
+        let states = states.as_mut_slice();
         let value = (!has_nulls || values.is_valid(row)).then_some(raw[row]);
-        match step(&mut states[groups[row]], value).unwrap_or(default) {
+        match step(&mut states[group], value).unwrap_or(default) {
             Some(result) => out[row] = result,
             None => nulls.push(row),
         }
@@ -332,7 +332,8 @@ fn gather_keyed<T: ArrowPrimitiveType, S: Default>(
         }
         let rest = out[row..].iter_mut().zip(&groups[row..]).zip(&raw[row..]);
         for ((result, &group), &value) in rest {
-            match steady(&mut states[group], value) {
+            // A key not seen yet is not steady either.
+            match states.get_mut(group).and_then(|state| steady(state, value)) {
                 Some(steady_result) => *result = steady_result,
                 None => break,
             }
