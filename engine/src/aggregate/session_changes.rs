@@ -13,7 +13,8 @@
 //! record with its session's aggregates including it, and, when a session's start changes
 //! (it is bridged into an earlier one, or extended backwards), a row for the old
 //! (keys, start) whose aggregates are all NULL: a deletion. A session leaves the state when
-//! the watermark passes its last event time plus the gap (and the allowed lateness).
+//! the watermark passes its last event time plus the gap (and the allowed lateness); when
+//! most keys have no open session left, the key table is rebuilt from the keys that have one.
 //!
 //! Per batch (`freshet.changes_per = 'batch'`) the batch's per-record changelog is reduced to
 //! its net effect: for each (keys, start) alive after the batch, its last row (which holds
@@ -28,6 +29,7 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Result, internal_err};
+use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::packed_keys::new_group_values;
@@ -287,8 +289,9 @@ impl SessionChanges {
             .collect()
     }
 
-    /// Forgets the sessions `closed(last_event_time)` says are closed.
-    pub fn close(&mut self, closed: impl Fn(i64) -> bool) {
+    /// Forgets the sessions `closed(last_event_time)` says are closed, and the keys left
+    /// without one when they are most of the keys.
+    pub fn close(&mut self, closed: impl Fn(i64) -> bool) -> Result<()> {
         for sessions in &mut self.sessions {
             sessions.retain(|s| !closed(s.last));
         }
@@ -296,6 +299,50 @@ impl SessionChanges {
         if self.groups > COMPACT_AFTER && self.groups > 2 * live {
             self.compact();
         }
+        let live_keys = self.sessions.iter().filter(|s| !s.is_empty()).count();
+        if self.sessions.len() > COMPACT_AFTER && self.sessions.len() > 2 * live_keys {
+            self.compact_keys()?;
+        }
+        Ok(())
+    }
+
+    /// Re-interns only the keys with an open session (ids `0..live` in their old order), so
+    /// an endless stream of new keys does not grow the key table without bound.
+    fn compact_keys(&mut self) -> Result<()> {
+        let Some(keys) = &mut self.keys else {
+            return Ok(());
+        };
+        let live: Vec<u32> = (0..self.sessions.len() as u32)
+            .filter(|&key| {
+                self.sessions
+                    .get(key as usize)
+                    .is_some_and(|s| !s.is_empty())
+            })
+            .collect();
+        // Emitting every group gives the key values by id and empties the table.
+        let values = keys.emit(EmitTo::All)?;
+        let live = UInt32Array::from(live);
+        let live_values = values
+            .iter()
+            .map(|column| Ok(take(column.as_ref(), &live, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ids = Vec::new();
+        keys.intern(&live_values, &mut ids)?;
+        if !ids.iter().enumerate().all(|(row, &id)| row == id) {
+            return internal_err!("re-interned session keys were not numbered in order");
+        }
+        let mut sessions = std::mem::take(&mut self.sessions);
+        self.sessions = live
+            .values()
+            .iter()
+            .map(|&key| {
+                sessions
+                    .get_mut(key as usize)
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+            })
+            .collect();
+        Ok(())
     }
 
     /// Renumbers the live sessions' groups `0..live`, dropping the dead ones' state.
@@ -320,5 +367,52 @@ impl SessionChanges {
                 .iter()
                 .map(|s| s.capacity() * std::mem::size_of::<Session>())
                 .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+
+    #[test]
+    fn keys_without_open_sessions_are_forgotten_and_come_back_afresh() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let count = Arc::new(
+            AggregateExprBuilder::new(count_udaf(), vec![col("k", &schema).unwrap()])
+                .schema(Arc::clone(&schema))
+                .alias("n")
+                .build()
+                .unwrap(),
+        );
+        let running = RunningAggregates::plan(&[count], &[None], &schema).unwrap();
+        let mut changes = SessionChanges::try_new(&schema, running, 1_000, false).unwrap();
+        // 10 000 keys, one record each, 10 ms apart.
+        let keys = 10_000;
+        let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..keys));
+        let times = Int64Array::from_iter_values((0..keys).map(|k| k * 10));
+        changes
+            .update(&[Arc::clone(&column)], &times, &[vec![column]])
+            .unwrap();
+        assert_eq!(changes.sessions.len(), keys as usize);
+        // Every session closes but the last key's: the key table keeps that key alone.
+        let newest = (keys - 1) * 10;
+        changes.close(|last| last < newest).unwrap();
+        assert_eq!(changes.sessions.len(), 1);
+        // Key 0 comes back in a new session counted afresh; the last key's session goes on.
+        let again: ArrayRef = Arc::new(Int64Array::from(vec![0, keys - 1, 0]));
+        let times = Int64Array::from(vec![newest + 10; 3]);
+        let log = changes
+            .update(&[Arc::clone(&again)], &times, &[vec![again]])
+            .unwrap();
+        let counts = log.values[0].as_primitive::<Int64Type>();
+        assert_eq!(counts.null_count(), 0);
+        assert_eq!(counts.values().to_vec(), vec![1, 2, 2]);
+        assert_eq!(changes.sessions.len(), 2);
     }
 }

@@ -708,7 +708,8 @@ impl AggregateState {
                 self.watermark,
                 window.spec.size().saturating_add(self.allowed_lateness),
             );
-            changes.close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark);
+            changes
+                .close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark)?;
             self.report_state()?;
             return Ok(None);
         }
