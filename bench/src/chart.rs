@@ -206,6 +206,7 @@ mod tests {
             datafusion: Duration::from_secs(8),
             output_rows: 10_000_000,
             peak_rss_bytes: Some(1 << 30),
+            paired_ratio: 16.0,
         };
         let svg = throughput_svg(&[
             result.clone(),

@@ -5,7 +5,9 @@
 //! DataFusion batch (a `MemTable` of the same batches split the same way, the batch-equivalent
 //! SQL). A first run of each fingerprints both results; they must agree before any speed is
 //! reported. Then both run alternately, after a warm-up, and the median time of each is
-//! reported as records per second.
+//! reported as records per second. The ratio is the median over the rounds of DataFusion's
+//! time over Freshet's in the same round: a slow phase of the machine, which lasts seconds
+//! to minutes, then slows both sides of a ratio alike instead of whichever engine it hits.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,6 +52,8 @@ pub struct ScenarioResult {
     pub output_rows: u64,
     /// Peak resident memory of the process during the scenario, if the OS tells.
     pub peak_rss_bytes: Option<u64>,
+    /// The median over the timed rounds of DataFusion's time over Freshet's in the round.
+    pub paired_ratio: f64,
 }
 
 impl ScenarioResult {
@@ -61,9 +65,9 @@ impl ScenarioResult {
         self.records as f64 / self.datafusion.as_secs_f64()
     }
 
-    /// Freshet's throughput over DataFusion's.
+    /// Freshet's throughput over DataFusion's: the median of the rounds' ratios.
     pub fn ratio(&self) -> f64 {
-        self.datafusion.as_secs_f64() / self.freshet.as_secs_f64()
+        self.paired_ratio
     }
 }
 
@@ -108,6 +112,7 @@ pub async fn run_scenario(
             scenario: scenario.id.to_string(),
             records: config.records,
             partitions,
+            paired_ratio: median_ratio(&freshet_times, &datafusion_times),
             freshet: median(freshet_times),
             datafusion: median(datafusion_times),
             output_rows: freshet_print.rows,
@@ -270,6 +275,17 @@ async fn drain_all(
     Ok(total)
 }
 
+/// The median over rounds of `datafusion[r] / freshet[r]`.
+fn median_ratio(freshet: &[Duration], datafusion: &[Duration]) -> f64 {
+    let mut ratios: Vec<f64> = freshet
+        .iter()
+        .zip(datafusion)
+        .map(|(f, d)| d.as_secs_f64() / f.as_secs_f64().max(1e-9))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios.get(ratios.len() / 2).copied().unwrap_or_default()
+}
+
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
     times.get(times.len() / 2).copied().unwrap_or_default()
@@ -299,6 +315,21 @@ mod tests {
     use super::*;
     use crate::scenarios::scenario;
     use freshet_engine::{GeneratorKind, GeneratorSpec};
+
+    #[test]
+    fn the_ratio_pairs_each_round_so_a_slow_phase_slows_both_sides() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
+        // DataFusion runs slowly in rounds 2 and 3, and Freshet too in round 3: each side's
+        // median gives 4x, the rounds' ratios 2x, 4x and 2x.
+        let (freshet, datafusion) = (ms(&[100, 100, 200]), ms(&[200, 400, 400]));
+        assert_eq!(median(datafusion.clone()).as_millis(), 400);
+        assert_eq!(median(freshet.clone()).as_millis(), 100);
+        assert_eq!(median_ratio(&freshet, &datafusion), 2.0);
+    }
 
     #[test]
     fn a_keyed_split_keeps_each_key_in_one_partition_and_balances_the_keys() {
