@@ -292,14 +292,15 @@ impl SessionChanges {
     /// Forgets the sessions `closed(last_event_time)` says are closed, and the keys left
     /// without one when they are most of the keys.
     pub fn close(&mut self, closed: impl Fn(i64) -> bool) -> Result<()> {
+        let (mut live, mut live_keys) = (0, 0);
         for sessions in &mut self.sessions {
             sessions.retain(|s| !closed(s.last));
+            live += sessions.len();
+            live_keys += usize::from(!sessions.is_empty());
         }
-        let live: usize = self.sessions.iter().map(Vec::len).sum();
         if self.groups > COMPACT_AFTER && self.groups > 2 * live {
             self.compact();
         }
-        let live_keys = self.sessions.iter().filter(|s| !s.is_empty()).count();
         if self.sessions.len() > COMPACT_AFTER && self.sessions.len() > 2 * live_keys {
             self.compact_keys()?;
         }

@@ -183,17 +183,6 @@ impl<T: FrameNumber> FrameAggregate<T> {
         let rows = values.len();
         let mut validity = Validity::new();
         let dense = values.null_count() == 0 && self.nulls_held == 0;
-        // The dense bounded path grows the keys as it meets them; the others need every
-        // key of the batch first.
-        if !(dense
-            && self.preceding.is_some()
-            && self.kind != FrameAggregateKind::Min
-            && self.kind != FrameAggregateKind::Max)
-            && let Some(largest) = groups.iter().max()
-            && *largest >= self.keys.len()
-        {
-            self.keys.resize_with(largest + 1, KeyFrame::default);
-        }
         Ok(match self.kind {
             // The current row is in its frame: a frame without a value needs a null input.
             FrameAggregateKind::Sum if dense => {
@@ -285,6 +274,16 @@ impl<T: FrameNumber> FrameAggregate<T> {
         })
     }
 
+    /// Grows the per-key state to every key of `groups`, for the paths that index it
+    /// directly (the dense bounded path grows it as it meets keys instead).
+    fn grow_keys_for(&mut self, groups: &[usize]) {
+        if let Some(largest) = groups.iter().max()
+            && *largest >= self.keys.len()
+        {
+            self.keys.resize_with(largest + 1, KeyFrame::default);
+        }
+    }
+
     /// The frame sums of SUM, AVG and COUNT over a bounded frame when neither the batch nor
     /// any frame holds a null, the common case: no null bookkeeping, and a frame's count is
     /// its length.
@@ -341,6 +340,7 @@ impl<T: FrameNumber> FrameAggregate<T> {
         groups: &[usize],
         read: impl Fn(T, u64) -> R,
     ) -> Vec<R> {
+        self.grow_keys_for(groups);
         let keys = self.keys.as_mut_slice();
         // Collected from a map over the rows: no per-row capacity check or zeroing first.
         groups
@@ -365,6 +365,7 @@ impl<T: FrameNumber> FrameAggregate<T> {
         positions: &[u64],
         mut emit: impl FnMut(&KeyFrame<T>),
     ) {
+        self.grow_keys_for(groups);
         if self.preceding.is_some() && self.nulls_held == 0 {
             // The dense path leaves the counts of bounded frames to their lengths.
             for key in &mut self.keys {
@@ -410,6 +411,7 @@ impl<T: FrameNumber> FrameAggregate<T> {
         better: Ordering,
         validity: &mut Validity,
     ) -> Vec<T> {
+        self.grow_keys_for(groups);
         let has_nulls = values.null_count() > 0;
         let raw = values.values();
         let mut out = Vec::with_capacity(groups.len());
