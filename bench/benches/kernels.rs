@@ -26,6 +26,7 @@ use freshet_engine::aggregate::{
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
+use freshet_engine::take_rows::take_rows;
 use freshet_engine::watermark::{event_times, time_range};
 use freshet_engine::window::window_starts;
 use freshet_engine::{GeneratorKind, GeneratorSpec};
@@ -192,6 +193,23 @@ fn kernels(c: &mut Criterion) {
             });
         }
     }
+    // Emitting keys: every 3rd row's trader_id, as S3a's window close gathers them.
+    let every_third = UInt32Array::from_iter_values((0..ROWS as u32).step_by(3));
+    let traders = batch.column(1).clone();
+    group.bench_function("take_utf8_keys_freshet", |b| {
+        b.iter(|| {
+            take_rows(traders.as_ref(), &every_third)
+                .expect("take")
+                .len()
+        }) // ok: bench
+    });
+    group.bench_function("take_utf8_keys_arrow", |b| {
+        b.iter(|| {
+            take(traders.as_ref(), &every_third, None)
+                .expect("take")
+                .len()
+        }) // ok: bench
+    });
     let price_values = batch.column(2).clone();
     for (name, functions) in [
         ("rows_window_s1", s1_functions(99)),

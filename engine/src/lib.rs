@@ -15,6 +15,7 @@ pub mod over;
 mod plan_util;
 pub mod sink;
 pub mod source;
+pub mod take_rows;
 pub mod watermark;
 pub mod window;
 

@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
-use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, take};
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -57,6 +57,7 @@ use super::sessions::SessionBuffer;
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, drive};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+use crate::take_rows::take_rows;
 use crate::watermark::event_times;
 use crate::window::WindowSpec;
 
@@ -601,7 +602,7 @@ impl AggregateState {
                 let (last_rows, values) = self.table.snapshot_changed(rows)?;
                 let changed_keys = table_keys
                     .iter()
-                    .map(|k| Ok(take(k.as_ref(), &last_rows, None)?))
+                    .map(|k| take_rows(k.as_ref(), &last_rows))
                     .collect::<Result<Vec<_>>>()?;
                 let changed = last_rows.len();
                 Some(self.output_batch(changed_keys, values, changed)?)
@@ -830,7 +831,7 @@ impl AggregateState {
         let changelog = changes.update(&columns.keys, &times, &columns.arguments)?;
         let mut table_keys = vec![self.window_column(&changelog.starts)?];
         for key in &columns.keys {
-            table_keys.push(take(key.as_ref(), &changelog.key_rows, None)?);
+            table_keys.push(take_rows(key.as_ref(), &changelog.key_rows)?);
         }
         let count = changelog.key_rows.len();
         Ok(Some(self.output_batch(

@@ -18,13 +18,14 @@ use std::mem::size_of;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, interleave, take};
+use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::packed_keys::new_group_values;
+use crate::take_rows::take_rows;
 use crate::watermark::event_times;
 
 /// No group yet for this key in this window.
@@ -193,7 +194,7 @@ impl WindowedGroupValues {
         let chunk = self.key_chunks.first().map_or(0, Vec::len);
         let indices = UInt32Array::from(first_rows);
         for (chunks, column) in self.key_chunks.iter_mut().zip(cols) {
-            chunks.push(take(column.as_ref(), &indices, None)?);
+            chunks.push(take_rows(column.as_ref(), &indices)?);
         }
         self.key_rows.extend((0..created).map(|row| (chunk, row)));
         if chunk + 1 > MAX_KEY_CHUNKS {
@@ -230,7 +231,7 @@ impl WindowedGroupValues {
                 .iter()
                 .zip(self.key_schema.fields())
                 .map(|(chunks, field)| match chunks.first() {
-                    Some(chunk) => Ok(take(chunk.as_ref(), &rows, None)?),
+                    Some(chunk) => take_rows(chunk.as_ref(), &rows),
                     None => Ok(datafusion::arrow::array::new_empty_array(field.data_type())),
                 })
                 .collect();
