@@ -309,9 +309,12 @@ impl GroupValues for WindowedGroupValues {
             return internal_err!("window and key columns differ in length");
         }
         groups.clear();
-        groups.reserve(starts.len());
+        groups.resize(starts.len(), 0);
         // Rows come in runs of one window (a tumbling window's rows arrive together): each
-        // run looks its window up once, then costs a row one array access.
+        // run looks its window up once, then costs a row one array access. The live groups
+        // are a local for the loop, so their length stays in a register.
+        let mut live = std::mem::take(&mut self.groups);
+        let emitted = self.emitted;
         let mut first = 0;
         while let Some(&start) = starts.get(first) {
             let run = starts[first..]
@@ -319,28 +322,38 @@ impl GroupValues for WindowedGroupValues {
                 .position(|s| *s != start)
                 .unwrap_or(starts.len() - first);
             let window = self.window_slots(start, key_count);
-            let (slots, live, emitted) = (
-                self.windows[window].groups.as_mut_slice(),
-                &mut self.groups,
-                self.emitted,
-            );
+            let slots = self.windows[window].groups.as_mut_slice();
             let created_before = live.len();
-            groups.extend(self.key_ids[first..first + run].iter().map(|&key| {
-                let slot = &mut slots[key];
+            // The next new group's id, kept apart from `live` so it stays in a register.
+            let mut next = created_before;
+            let mut unknown_key = false;
+            let rows = first..first + run;
+            for (group, &key) in groups[rows.clone()].iter_mut().zip(&self.key_ids[rows]) {
+                // `window_slots` gave the window a slot per key.
+                let Some(slot) = slots.get_mut(key) else {
+                    unknown_key = true;
+                    continue;
+                };
                 // Absent, or a group of this window already emitted.
-                let mut group = slot.wrapping_sub(emitted);
-                if group >= live.len() {
-                    group = live.len();
-                    *slot = emitted + group;
+                let mut id = slot.wrapping_sub(emitted);
+                if id >= next {
+                    id = next;
+                    next += 1;
+                    *slot = emitted + id;
                     live.push((start, key));
                 }
-                group
-            }));
+                *group = id;
+            }
+            if unknown_key {
+                self.groups = live;
+                return internal_err!("a key id without a window slot");
+            }
             if live.len() > created_before {
                 self.windows[window].newest_group = emitted + live.len() - 1;
             }
             first += run;
         }
+        self.groups = live;
         Ok(())
     }
 

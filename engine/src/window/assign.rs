@@ -29,19 +29,16 @@ pub fn window_starts_counting(
     let mut start = i64::MIN;
     let mut end = i64::MIN;
     let mut closed = 0;
-    let starts: Vec<i64> = times
-        .values()
-        .iter()
-        .map(|&t| {
-            if t < start || t >= end {
-                // Wrapping: absurd times (or null slots) must not panic.
-                start = t.wrapping_sub(t.wrapping_sub(offset).rem_euclid(size));
-                end = start.saturating_add(size);
-            }
-            closed += usize::from(start <= closed_through);
-            start
-        })
-        .collect();
+    let mut starts = vec![0i64; times.len()];
+    for (slot, &t) in starts.iter_mut().zip(times.values().iter()) {
+        if t < start || t >= end {
+            // Wrapping: absurd times (or null slots) must not panic.
+            start = t.wrapping_sub(t.wrapping_sub(offset).rem_euclid(size));
+            end = start.saturating_add(size);
+        }
+        closed += usize::from(start <= closed_through);
+        *slot = start;
+    }
     (
         Int64Array::new(starts.into(), times.nulls().cloned()),
         closed,
