@@ -215,12 +215,13 @@ impl ShortKeyIndex {
             return out.len();
         }
         let mut misses = 0;
-        let mut group_of = |key: ShortKey| match self.find(&key) {
-            Some(found) => found,
-            None => {
-                misses += 1;
-                missing
-            }
+        let mask = self.entries.len() - 1;
+        // Most keys sit in their first slot: that case is a load and a compare, and every
+        // other (a later slot, an unknown key) goes out of line. A free entry never equals
+        // a key (its lengths are 0, a key's at least 1).
+        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(mask)) {
+            Some(entry) if entry.key == key => entry.group as usize,
+            _ => self.find_further(&key, &mut misses, missing),
         };
         // Offsets pairs from `windows(2)`: no bounds checks per row.
         match columns.as_slice() {
@@ -244,6 +245,17 @@ impl ShortKeyIndex {
             }
         }
         misses
+    }
+
+    /// [`Self::find`] for a key not in its first slot: the group, or `missing` with
+    /// `misses` counted up.
+    #[cold]
+    #[inline(never)]
+    fn find_further(&self, key: &ShortKey, misses: &mut usize, missing: usize) -> usize {
+        self.find(key).unwrap_or_else(|| {
+            *misses += 1;
+            missing
+        })
     }
 
     /// Remembers that `key` is group `group` (not yet in the index).
