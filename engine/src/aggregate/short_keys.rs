@@ -90,6 +90,16 @@ impl ShortKey {
         key
     }
 
+    /// `self == other`, computed in scalar registers: a derived comparison may load the
+    /// key as one 16-byte vector, which stalls when the key was just written as words.
+    #[inline(always)]
+    fn same_as(&self, other: &ShortKey) -> bool {
+        ((self.words[0] ^ other.words[0])
+            | (self.words[1] ^ other.words[1])
+            | u64::from(self.lengths ^ other.lengths))
+            == 0
+    }
+
     /// The key's first slot in a table of `mask + 1` (a power of two) entries: high bits of
     /// a multiplicative hash, shifted by a constant so the shift needs no register.
     #[inline]
@@ -193,7 +203,7 @@ impl ShortKeyIndex {
             if entry.group == FREE {
                 return None;
             }
-            if entry.key == *key {
+            if entry.key.same_as(key) {
                 return Some(entry.group as usize);
             }
             slot = (slot + 1) & mask;
@@ -220,8 +230,8 @@ impl ShortKeyIndex {
         // other (a later slot, an unknown key) goes out of line. A free entry never equals
         // a key (its lengths are 0, a key's at least 1).
         let mut group_of = |key: ShortKey| match self.entries.get(key.slot(mask)) {
-            Some(entry) if entry.key == key => entry.group as usize,
-            _ => self.find_further(&key, &mut misses, missing),
+            Some(entry) if entry.key.same_as(&key) => entry.group as usize,
+            _ => self.find_further(key, &mut misses, missing),
         };
         // Offsets pairs from `windows(2)`: no bounds checks per row.
         match columns.as_slice() {
@@ -251,8 +261,8 @@ impl ShortKeyIndex {
     /// `misses` counted up.
     #[cold]
     #[inline(never)]
-    fn find_further(&self, key: &ShortKey, misses: &mut usize, missing: usize) -> usize {
-        self.find(key).unwrap_or_else(|| {
+    fn find_further(&self, key: ShortKey, misses: &mut usize, missing: usize) -> usize {
+        self.find(&key).unwrap_or_else(|| {
             *misses += 1;
             missing
         })
