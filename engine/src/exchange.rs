@@ -463,6 +463,16 @@ impl InputTask {
                 wait_for_slower_inputs(self.tracked, &self.watermarks, &self.advanced).await;
             }
         }
+        // A partial step without a window holds its states until its input ends.
+        if let Some(partial) = &mut self.partial
+            && let Some(states) = partial.aggregator.finish()?
+        {
+            for (output, piece) in self.router.route(states)? {
+                let _ = self.senders[output]
+                    .send(Ok(StreamMessage::Batch(piece)))
+                    .await;
+            }
+        }
         Ok(())
     }
 }

@@ -18,6 +18,13 @@
 //! The final step ([`super::WindowAggregateExec`] over an exchange with a partial aggregate)
 //! merges these states (`merge_batch`) per (window, keys) and emits windows as usual.
 //!
+//! Without a window, the final step emits only at the end of the input, so the partial step
+//! holds its groups across batches and emits them when its input ends (or when the table
+//! reaches [`HELD_GROUPS`] groups, which bounds its memory): a few state rows per source
+//! partition cross the shuffle instead of a state batch per input batch, and the keys stay
+//! interned. With a window, the states of each batch go out at once, so that windows close
+//! on time.
+//!
 //! Grouping only pays when a batch holds several rows per group. As DataFusion's partial
 //! aggregation does, the step watches its first [`PROBE_ROWS`] rows: if they gave more than
 //! half as many state rows, it stops grouping and turns each row into states of its own
@@ -50,6 +57,9 @@ pub const RECORDS_COLUMN: &str = "__records";
 
 /// Input rows a partial step groups before it judges whether grouping pays.
 pub const PROBE_ROWS: usize = 16_384;
+
+/// Groups a partial step without a window holds before it emits them early.
+pub const HELD_GROUPS: usize = 65_536;
 
 /// What the partial step computes; shared by the exchange's input tasks.
 pub struct PartialAggregate {
@@ -265,7 +275,10 @@ impl PartialAggregator {
             None => Assigned::whole_batch(),
         };
         let columns = spec.inputs.evaluate(batch)?;
-        self.records.clear();
+        let hold = spec.window.is_none();
+        if !hold {
+            self.records.clear();
+        }
         let mut earliest_window: Option<i64> = None;
         let mut row_states = Vec::new();
         for assignment in &assigned.assignments {
@@ -295,6 +308,14 @@ impl PartialAggregator {
                 0 => None,
                 1 => row_states.pop(),
                 _ => Some(concat_batches(&spec.schema, &row_states)?),
+            }
+        } else if hold {
+            // The held groups stand for the states this batch would have given.
+            self.probe(batch.num_rows(), 0);
+            if self.row_states || self.table.len() >= HELD_GROUPS {
+                self.emit()?
+            } else {
+                None
             }
         } else {
             let states = self.emit()?;
@@ -340,14 +361,20 @@ impl PartialAggregator {
         Ok(())
     }
 
-    /// Counts a grouped batch of `rows` input rows that gave `states` state rows; once
-    /// [`PROBE_ROWS`] rows are counted, decides whether grouping goes on.
+    /// Counts a grouped batch of `rows` input rows that gave `states` state rows (held
+    /// groups count as states); once [`PROBE_ROWS`] rows are counted, decides whether
+    /// grouping goes on.
     fn probe(&mut self, rows: usize, states: usize) {
         if self.probed_rows < PROBE_ROWS {
             self.probed_rows += rows;
             self.probed_states += states;
-            self.row_states =
-                self.probed_rows >= PROBE_ROWS && self.probed_states * 2 > self.probed_rows;
+            let held = if self.spec.window.is_none() {
+                self.table.len()
+            } else {
+                0
+            };
+            let states = self.probed_states + held;
+            self.row_states = self.probed_rows >= PROBE_ROWS && states * 2 > self.probed_rows;
         }
     }
 
@@ -367,6 +394,11 @@ impl PartialAggregator {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The states still held at the end of the input (only without a window).
+    pub fn finish(&mut self) -> Result<Option<RecordBatch>> {
+        self.emit()
     }
 
     /// Whether the step stopped grouping (each row becomes states of its own).
@@ -531,6 +563,11 @@ mod tests {
 
     /// COUNT(q) and SUM(q) by k over hopping windows of 3 s every 1 s.
     fn partial(schema: &SchemaRef) -> Arc<PartialAggregate> {
+        partial_with_window(schema, true)
+    }
+
+    /// COUNT(q) and SUM(q) by k, over hopping windows of 3 s every 1 s or without a window.
+    fn partial_with_window(schema: &SchemaRef, windowed: bool) -> Arc<PartialAggregate> {
         let q = col("q", schema).unwrap();
         let aggregate = |function, name: &str| {
             Arc::new(
@@ -542,29 +579,35 @@ mod tests {
             )
         };
         let ts = col("ts", schema).unwrap();
-        let spec = AggregateSpec {
-            group_by: vec![
-                (Arc::clone(&ts), "window".to_string()),
-                (col("k", schema).unwrap(), "k".to_string()),
-            ],
-            aggregates: vec![aggregate(count_udaf(), "n"), aggregate(sum_udaf(), "total")],
-            filters: vec![None, None],
-            window: Some(WindowKey {
+        let key = (col("k", schema).unwrap(), "k".to_string());
+        let key_field = Field::new("k", DataType::Utf8, true);
+        let (group_by, window, mut fields) = if windowed {
+            let window = WindowKey {
                 position: 0,
                 spec: WindowSpec::Hop {
                     size: 3_000,
                     slide: 1_000,
                 },
-                time: ts,
-            }),
+                time: Arc::clone(&ts),
+            };
+            (
+                vec![(ts, "window".to_string()), key],
+                Some(window),
+                vec![Field::new("window", DataType::Int64, false), key_field],
+            )
+        } else {
+            (vec![key], None, vec![key_field])
+        };
+        fields.push(Field::new("n", DataType::Int64, false));
+        fields.push(Field::new("total", DataType::Int64, true));
+        let spec = AggregateSpec {
+            group_by,
+            aggregates: vec![aggregate(count_udaf(), "n"), aggregate(sum_udaf(), "total")],
+            filters: vec![None, None],
+            window,
             emit: AggregateEmit::Final,
             allowed_lateness: 0,
-            schema: Arc::new(Schema::new(vec![
-                Field::new("window", DataType::Int64, false),
-                Field::new("k", DataType::Utf8, true),
-                Field::new("n", DataType::Int64, false),
-                Field::new("total", DataType::Int64, true),
-            ])),
+            schema: Arc::new(Schema::new(fields)),
         };
         Arc::new(PartialAggregate::try_new(&spec).unwrap())
     }
@@ -593,6 +636,24 @@ mod tests {
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 3);
         assert_eq!(column_sum(&states, "n[count]"), 9);
         assert_eq!(states.num_rows(), 7);
+    }
+
+    #[test]
+    fn without_a_window_the_states_are_held_until_the_input_ends() {
+        let input = input();
+        let partial = partial_with_window(&input.schema(), false);
+        let mut aggregator = partial.aggregator().unwrap();
+        for _ in 0..3 {
+            let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
+            assert!(outcome.states.is_none(), "states before the input ended");
+        }
+        let states = aggregator.finish().unwrap().unwrap();
+        // Groups "a", null and "b", each row of the three batches counted once.
+        assert_eq!(states.num_rows(), 3);
+        assert_eq!(column_sum(&states, RECORDS_COLUMN), 12);
+        assert_eq!(column_sum(&states, "n[count]"), 12);
+        assert_eq!(column_sum(&states, "total[sum]"), 30);
+        assert!(aggregator.finish().unwrap().is_none(), "states sent twice");
     }
 
     #[test]
