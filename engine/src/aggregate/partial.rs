@@ -275,7 +275,7 @@ impl PartialAggregator {
             None => Assigned::whole_batch(),
         };
         let columns = spec.inputs.evaluate(batch)?;
-        let hold = spec.window.is_none();
+        let hold = self.holds_groups();
         if !hold {
             self.records.clear();
         }
@@ -368,7 +368,7 @@ impl PartialAggregator {
         if self.probed_rows < PROBE_ROWS {
             self.probed_rows += rows;
             self.probed_states += states;
-            let held = if self.spec.window.is_none() {
+            let held = if self.holds_groups() {
                 self.table.len()
             } else {
                 0
@@ -394,6 +394,11 @@ impl PartialAggregator {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether groups are held across batches until the input ends (without a window).
+    fn holds_groups(&self) -> bool {
+        self.spec.window.is_none()
     }
 
     /// The states still held at the end of the input (only without a window).
