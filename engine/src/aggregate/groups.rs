@@ -13,6 +13,7 @@ use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use super::fused::FusedAggregates;
 use super::packed_keys::new_group_values;
 use super::windowed_keys::WindowedGroupValues;
 
@@ -44,6 +45,10 @@ pub struct GroupTable {
     /// `None` without key columns: every row is in group 0.
     keys: Option<Keys>,
     groups: usize,
+    /// COUNT/SUM/AVG/MIN/MAX folded a column at a time; the other aggregates are in
+    /// `accumulators` (which has one per aggregate: a fused aggregate's is left empty and
+    /// only turns rows into states).
+    fused: Option<FusedAggregates>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     group_ids: Vec<usize>,
@@ -85,6 +90,7 @@ impl GroupTable {
         Ok(Self {
             keys,
             groups: 0,
+            fused: FusedAggregates::plan(aggregates),
             accumulators,
             aggregates: aggregates.to_vec(),
             group_ids: Vec::new(),
@@ -156,10 +162,24 @@ impl GroupTable {
         rows: usize,
     ) -> Result<()> {
         self.intern(keys, rows)?;
-        for ((accumulator, arguments), filter) in
-            self.accumulators.iter_mut().zip(arguments).zip(filters)
+        if let Some(fused) = &mut self.fused {
+            fused.update(arguments, filters, &self.group_ids, self.groups)?;
+        }
+        for (index, ((accumulator, arguments), filter)) in self
+            .accumulators
+            .iter_mut()
+            .zip(arguments)
+            .zip(filters)
+            .enumerate()
         {
-            accumulator.update_batch(arguments, &self.group_ids, filter.as_ref(), self.groups)?;
+            if !self.fused.as_ref().is_some_and(|f| f.fuses(index)) {
+                accumulator.update_batch(
+                    arguments,
+                    &self.group_ids,
+                    filter.as_ref(),
+                    self.groups,
+                )?;
+            }
         }
         Ok(())
     }
@@ -173,8 +193,13 @@ impl GroupTable {
         rows: usize,
     ) -> Result<()> {
         self.intern(keys, rows)?;
-        for (accumulator, states) in self.accumulators.iter_mut().zip(states) {
-            accumulator.merge_batch(states, &self.group_ids, self.groups)?;
+        for (index, (accumulator, states)) in self.accumulators.iter_mut().zip(states).enumerate() {
+            match &mut self.fused {
+                Some(fused) if fused.fuses(index) => {
+                    fused.merge(index, states, &self.group_ids, self.groups)?
+                }
+                _ => accumulator.merge_batch(states, &self.group_ids, self.groups)?,
+            }
         }
         Ok(())
     }
@@ -182,25 +207,49 @@ impl GroupTable {
     /// The key columns and the aggregates' partial states (columns per aggregate) of the
     /// groups `emit_to` names, which leave the table.
     pub fn emit_states(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>)> {
-        let keys = self.emit_keys(emit_to)?;
+        let n = self.emitted(emit_to);
         let states = self
             .accumulators
             .iter_mut()
-            .map(|accumulator| accumulator.state(emit_to))
+            .enumerate()
+            .map(|(index, accumulator)| match &mut self.fused {
+                Some(fused) if fused.fuses(index) => fused.states(index, n),
+                _ => accumulator.state(emit_to),
+            })
             .collect::<Result<_>>()?;
+        if let Some(fused) = &mut self.fused {
+            fused.drain(n);
+        }
+        let keys = self.emit_keys(emit_to)?;
         Ok((keys, states))
     }
 
     /// The key columns and aggregate results of the groups `emit_to` names, which leave the
     /// table (the remaining groups' ids shift down).
     pub fn emit(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
-        let keys = self.emit_keys(emit_to)?;
+        let n = self.emitted(emit_to);
         let results = self
             .accumulators
             .iter_mut()
-            .map(|accumulator| accumulator.evaluate(emit_to))
+            .enumerate()
+            .map(|(index, accumulator)| match &mut self.fused {
+                Some(fused) if fused.fuses(index) => fused.results(index, n),
+                _ => accumulator.evaluate(emit_to),
+            })
             .collect::<Result<_>>()?;
+        if let Some(fused) = &mut self.fused {
+            fused.drain(n);
+        }
+        let keys = self.emit_keys(emit_to)?;
         Ok((keys, results))
+    }
+
+    /// How many groups `emit_to` names.
+    fn emitted(&self, emit_to: EmitTo) -> usize {
+        match emit_to {
+            EmitTo::All => self.groups,
+            EmitTo::First(n) => n.min(self.groups),
+        }
     }
 
     /// Only the key columns of the groups `emit_to` names, for a table whose aggregates are
@@ -274,10 +323,15 @@ impl GroupTable {
     /// accumulators that are evaluated: O(groups), for per-batch changes of any aggregate.
     pub fn current_values(&mut self, groups: &UInt32Array) -> Result<Vec<ArrayRef>> {
         let all: Vec<usize> = (0..self.groups).collect();
+        let total = self.groups;
         self.accumulators
             .iter_mut()
             .zip(&self.aggregates)
-            .map(|(accumulator, aggregate)| {
+            .enumerate()
+            .map(|(index, (accumulator, aggregate))| {
+                if let Some(fused) = self.fused.as_mut().filter(|f| f.fuses(index)) {
+                    return fused.results_of(index, total, groups);
+                }
                 let state = accumulator.state(EmitTo::All)?;
                 accumulator.merge_batch(&state, &all, self.groups)?;
                 let mut fresh = create_accumulator(aggregate)?;
@@ -308,6 +362,7 @@ impl GroupTable {
     pub fn size(&self) -> usize {
         self.keys.as_ref().map_or(0, Keys::size)
             + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+            + self.fused.as_ref().map_or(0, FusedAggregates::size)
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }
 }

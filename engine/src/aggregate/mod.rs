@@ -2,6 +2,7 @@
 //! results emitted when windows close or as a changelog.
 
 mod assignment;
+mod fused;
 mod groups;
 mod inputs;
 mod late;

@@ -1,0 +1,844 @@
+//! [`FusedAggregates`]: a group table's COUNT, SUM, AVG, MIN and MAX, folded a batch at a time
+//! with one pass over each argument column instead of one pass per aggregate.
+//!
+//! DataFusion's `GroupsAccumulator`s each make their own pass over a batch's group ids and
+//! values. With few groups those passes are bound by the latency of updating the same few
+//! slots again and again (load, add, store, then load the stored value for the next row of the
+//! group); a pass that updates every aggregate of a column at once interleaves independent
+//! updates, so their latencies overlap, and it reads the group ids and values once.
+//!
+//! The aggregates of one argument column (`AVG(price)`, `MIN(price)`, `MAX(price)`) are packed
+//! into passes that each update at most one count, one sum, one minimum and one maximum per
+//! row; [`fold_dense`] is specialised (const generics) for which of the four a pass updates.
+//! `COUNT(*)` rides in the count slot of a pass whose column has no nulls in the batch, as it
+//! then counts the same rows.
+//!
+//! The results are DataFusion's: sums in row order (wrapping for integers), MIN and MAX
+//! starting from the type's extreme and replacing on NaN as DataFusion's kernels do, NULL for a
+//! group no value reached. Partial states have DataFusion's layout, so either side of a
+//! two-phase aggregation may be DataFusion's accumulators. Rows with a null value or outside
+//! an aggregate's FILTER take a per-row path; state is plain vectors indexed by group id.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Float64Array, Int64Array,
+    PrimitiveArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{
+    ArrowNativeTypeOp, DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type,
+    UInt64Type,
+};
+use datafusion::common::{Result, internal_err};
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Literal;
+
+/// What one fused aggregate folds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    /// `COUNT(*)` (or of a non-null literal): every row.
+    Rows,
+    /// `COUNT(x)`: the rows where `x` is not null.
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl Fold {
+    fn of(aggregate: &AggregateFunctionExpr) -> Option<Self> {
+        if aggregate.is_distinct() || !aggregate.order_bys().is_empty() {
+            return None;
+        }
+        let arguments = aggregate.expressions();
+        let name = aggregate.fun().name().to_ascii_lowercase();
+        let fold = match (name.as_str(), arguments.as_slice()) {
+            ("count", []) => Fold::Rows,
+            ("count", [argument]) => match argument.downcast_ref::<Literal>() {
+                Some(literal) if !literal.value().is_null() => Fold::Rows,
+                Some(_) => return None,
+                None => Fold::Count,
+            },
+            ("sum", [_]) => Fold::Sum,
+            ("avg" | "mean", [_]) => Fold::Avg,
+            ("min", [_]) => Fold::Min,
+            ("max", [_]) => Fold::Max,
+            _ => return None,
+        };
+        Some(fold)
+    }
+
+    /// The argument column's type this fold implies (`COUNT` implies none), if supported.
+    fn column_type(self, output: &DataType) -> Option<Option<DataType>> {
+        match self {
+            Fold::Rows | Fold::Count => (output == &DataType::Int64).then_some(None),
+            // DataFusion coerces SUM's argument to its result type, AVG's to Float64 for a
+            // Float64 result, and MIN/MAX return their argument's type.
+            Fold::Sum => matches!(
+                output,
+                DataType::Int64 | DataType::UInt64 | DataType::Float64
+            )
+            .then(|| Some(output.clone())),
+            Fold::Avg => (output == &DataType::Float64).then_some(Some(DataType::Float64)),
+            Fold::Min | Fold::Max => is_supported(output).then(|| Some(output.clone())),
+        }
+    }
+
+    fn uses_count(self) -> bool {
+        matches!(self, Fold::Rows | Fold::Count | Fold::Avg)
+    }
+
+    fn uses_sum(self) -> bool {
+        matches!(self, Fold::Sum | Fold::Avg)
+    }
+
+    /// Whether the result is NULL for a group no value reached (tracked by `seen`).
+    fn tracks_seen(self) -> bool {
+        matches!(self, Fold::Sum | Fold::Min | Fold::Max)
+    }
+}
+
+fn is_supported(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Int32
+            | DataType::Int64
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float32
+            | DataType::Float64
+    )
+}
+
+/// A value type the fused kernels fold.
+pub(crate) trait Numeric:
+    ArrowPrimitiveType<Native: ArrowNativeTypeOp + PartialOrd> + Debug
+{
+    /// MIN's starting value, as DataFusion's.
+    const MIN_START: Self::Native;
+    /// MAX's starting value, as DataFusion's.
+    const MAX_START: Self::Native;
+}
+
+macro_rules! numeric {
+    ($($arrow:ty => $native:ty),*) => {$(
+        impl Numeric for $arrow {
+            const MIN_START: $native = <$native>::MAX;
+            const MAX_START: $native = <$native>::MIN;
+        }
+    )*};
+}
+numeric!(Int32Type => i32, Int64Type => i64, UInt32Type => u32, UInt64Type => u64,
+    Float32Type => f32, Float64Type => f64);
+
+/// One fused aggregate's per-group state.
+#[derive(Debug)]
+struct Member<T: Numeric> {
+    /// The aggregate's index in the table.
+    aggregate: usize,
+    fold: Fold,
+    output: DataType,
+    /// Rows counted per group (`Rows`, `Count`, `Avg`).
+    counts: Vec<u64>,
+    /// Sum, minimum or maximum per group.
+    values: Vec<T::Native>,
+    /// Groups some value reached, once a group may have been reached by none; `None` while
+    /// every group has been (the common case, kept free of per-row bookkeeping).
+    seen: Option<Vec<bool>>,
+}
+
+impl<T: Numeric> Member<T> {
+    fn new(aggregate: usize, fold: Fold, output: DataType) -> Self {
+        Self {
+            aggregate,
+            fold,
+            output,
+            counts: Vec::new(),
+            values: Vec::new(),
+            seen: None,
+        }
+    }
+
+    fn start(&self) -> T::Native {
+        match self.fold {
+            Fold::Min => T::MIN_START,
+            Fold::Max => T::MAX_START,
+            _ => T::Native::default(),
+        }
+    }
+
+    /// Grows the state to `groups` groups; `sparse`: some rows of the coming fold have no
+    /// value, so groups are no longer all reached.
+    fn grow(&mut self, groups: usize, sparse: bool) {
+        let known = self.groups();
+        if self.fold.uses_count() {
+            self.counts.resize(groups, 0);
+        }
+        if !matches!(self.fold, Fold::Rows | Fold::Count) {
+            let start = self.start();
+            self.values.resize(groups, start);
+        }
+        if self.fold.tracks_seen() {
+            if sparse && self.seen.is_none() {
+                self.seen = Some(vec![true; known]);
+            }
+            if let Some(seen) = &mut self.seen {
+                seen.resize(groups, false);
+            }
+        }
+    }
+
+    /// Grows the state to `groups` groups if it has fewer: groups interned but never
+    /// folded into have no value.
+    fn cover(&mut self, groups: usize) {
+        if self.groups() < groups {
+            self.grow(groups, true);
+        }
+    }
+
+    fn groups(&self) -> usize {
+        if matches!(self.fold, Fold::Rows | Fold::Count) {
+            self.counts.len()
+        } else {
+            self.values.len()
+        }
+    }
+
+    /// Folds the rows `valid` admits (all when `None`), one at a time.
+    fn fold_sparse(
+        &mut self,
+        groups: &[usize],
+        values: &[T::Native],
+        valid: Option<&BooleanBuffer>,
+    ) -> Result<()> {
+        let admitted = |row: usize| valid.is_none_or(|v| v.value(row));
+        for (row, &group) in groups.iter().enumerate() {
+            if !admitted(row) {
+                continue;
+            }
+            let Some(value) = values.get(row).copied() else {
+                return internal_err!("fused aggregate: fewer values than group ids");
+            };
+            self.fold_one(group, value)?;
+        }
+        Ok(())
+    }
+
+    fn fold_one(&mut self, group: usize, value: T::Native) -> Result<()> {
+        if group >= self.groups() {
+            return internal_err!("fused aggregate: group {group} beyond the state");
+        }
+        match self.fold {
+            Fold::Rows | Fold::Count => self.counts[group] += 1,
+            Fold::Sum => self.values[group] = self.values[group].add_wrapping(value),
+            Fold::Avg => {
+                self.counts[group] += 1;
+                self.values[group] = self.values[group].add_wrapping(value);
+            }
+            Fold::Min => replace_min(&mut self.values[group], value),
+            Fold::Max => replace_max(&mut self.values[group], value),
+        }
+        if let Some(seen) = &mut self.seen {
+            seen[group] = true;
+        }
+        Ok(())
+    }
+
+    /// The results of the first `n` groups, as DataFusion's accumulator evaluates them.
+    fn results(&self, n: usize) -> Result<ArrayRef> {
+        Ok(match self.fold {
+            Fold::Rows | Fold::Count => Arc::new(Int64Array::from_iter_values(
+                self.counts[..n].iter().map(|c| *c as i64),
+            )),
+            Fold::Avg => {
+                let sums = cast(&self.sums(n, None), &DataType::Float64)?;
+                let sums = sums.as_primitive::<Float64Type>();
+                let averages: Float64Array = sums
+                    .values()
+                    .iter()
+                    .zip(&self.counts[..n])
+                    .map(|(sum, count)| (*count > 0).then(|| sum / *count as f64))
+                    .collect();
+                Arc::new(averages)
+            }
+            Fold::Sum | Fold::Min | Fold::Max => self.sums(n, self.nulls(n)),
+        })
+    }
+
+    /// The partial states of the first `n` groups, in DataFusion's layout.
+    fn states(&self, n: usize) -> Result<Vec<ArrayRef>> {
+        Ok(match self.fold {
+            Fold::Rows | Fold::Count => vec![self.results(n)?],
+            Fold::Avg => {
+                let counts = &self.counts[..n];
+                let nulls = counts
+                    .contains(&0)
+                    .then(|| NullBuffer::from_iter(counts.iter().map(|c| *c > 0)));
+                vec![
+                    Arc::new(UInt64Array::new(counts.to_vec().into(), nulls.clone())),
+                    cast(&self.sums(n, nulls), &DataType::Float64)?,
+                ]
+            }
+            Fold::Sum | Fold::Min | Fold::Max => vec![self.results(n)?],
+        })
+    }
+
+    fn sums(&self, n: usize, nulls: Option<NullBuffer>) -> ArrayRef {
+        Arc::new(
+            PrimitiveArray::<T>::new(self.values[..n].to_vec().into(), nulls).with_data_type(
+                if self.fold == Fold::Avg {
+                    T::DATA_TYPE
+                } else {
+                    self.output.clone()
+                },
+            ),
+        )
+    }
+
+    fn nulls(&self, n: usize) -> Option<NullBuffer> {
+        let seen = &self.seen.as_ref()?[..n];
+        seen.contains(&false)
+            .then(|| NullBuffer::from_iter(seen.iter().copied()))
+    }
+
+    /// Drops the first `n` groups (they were emitted).
+    fn drain(&mut self, n: usize) {
+        self.counts.drain(..n.min(self.counts.len()));
+        self.values.drain(..n.min(self.values.len()));
+        if let Some(seen) = &mut self.seen {
+            seen.drain(..n.min(seen.len()));
+        }
+    }
+
+    /// Merges partial states (DataFusion's layout) of the rows' groups.
+    fn merge(&mut self, states: &[ArrayRef], groups: &[usize], total: usize) -> Result<()> {
+        self.grow(total, true);
+        match (self.fold, states) {
+            (Fold::Rows | Fold::Count, [counts]) => {
+                let Some(counts) = counts.as_primitive_opt::<Int64Type>() else {
+                    return internal_err!("COUNT state is not Int64: {}", counts.data_type());
+                };
+                for (row, &group) in groups.iter().enumerate() {
+                    if counts.is_valid(row) && group < self.counts.len() {
+                        self.counts[group] += counts.value(row) as u64;
+                    }
+                }
+            }
+            (Fold::Avg, [counts, sums]) => {
+                let (Some(counts), Ok(sums)) = (
+                    counts.as_primitive_opt::<UInt64Type>(),
+                    self.typed(sums, "AVG's sum state"),
+                ) else {
+                    return internal_err!("AVG state is not (UInt64, Float64)");
+                };
+                for (row, &group) in groups.iter().enumerate() {
+                    if counts.is_valid(row) && sums.is_valid(row) && group < self.counts.len() {
+                        self.counts[group] += counts.value(row);
+                        self.values[group] = self.values[group].add_wrapping(sums.value(row));
+                    }
+                }
+            }
+            (Fold::Sum | Fold::Min | Fold::Max, [values]) => {
+                let values = self.typed(values, "partial state")?;
+                let valid = values.nulls().map(|n| n.inner().clone());
+                self.fold_sparse(groups, values.values(), valid.as_ref())?;
+            }
+            (fold, states) => {
+                return internal_err!("{fold:?} merges {} state columns", states.len());
+            }
+        }
+        Ok(())
+    }
+
+    fn typed<'a>(&self, array: &'a ArrayRef, what: &str) -> Result<&'a PrimitiveArray<T>> {
+        match array.as_primitive_opt::<T>() {
+            Some(typed) => Ok(typed),
+            None => internal_err!(
+                "fused aggregate: {what} is {}, expected {}",
+                array.data_type(),
+                T::DATA_TYPE
+            ),
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.counts.capacity() * size_of::<u64>()
+            + self.values.capacity() * size_of::<T::Native>()
+            + self.seen.as_ref().map_or(0, Vec::capacity)
+    }
+}
+
+fn replace_min<N: PartialOrd + Copy>(current: &mut N, value: N) {
+    // DataFusion's MIN replaces unless the value is greater or equal: also on NaN.
+    if !(value >= *current) {
+        *current = value;
+    }
+}
+
+fn replace_max<N: PartialOrd + Copy>(current: &mut N, value: N) {
+    if !(value <= *current) {
+        *current = value;
+    }
+}
+
+/// Folds `values` into the groups with no row skipped: each row adds to its group's count
+/// (`COUNT`), sum (`SUM`), minimum (`MIN`) and maximum (`MAX`), for those the pass updates.
+#[allow(clippy::too_many_arguments)]
+fn fold_dense<T: Numeric, const COUNT: bool, const SUM: bool, const MIN: bool, const MAX: bool>(
+    groups: &[usize],
+    values: &[T::Native],
+    counts: &mut [u64],
+    sums: &mut [T::Native],
+    mins: &mut [T::Native],
+    maxes: &mut [T::Native],
+) {
+    for (&group, &value) in groups.iter().zip(values) {
+        if COUNT {
+            counts[group] += 1;
+        }
+        if SUM {
+            sums[group] = sums[group].add_wrapping(value);
+        }
+        if MIN {
+            replace_min(&mut mins[group], value);
+        }
+        if MAX {
+            replace_max(&mut maxes[group], value);
+        }
+    }
+}
+
+/// The members one dense pass updates: at most one per slot.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pass {
+    count: Option<usize>,
+    sum: Option<usize>,
+    min: Option<usize>,
+    max: Option<usize>,
+}
+
+impl Pass {
+    /// Takes `member` (folding `fold`) if its slots are free.
+    fn take(&mut self, member: usize, fold: Fold) -> bool {
+        let free = match fold {
+            Fold::Rows | Fold::Count => self.count.is_none(),
+            Fold::Sum => self.sum.is_none(),
+            Fold::Avg => self.count.is_none() && self.sum.is_none(),
+            Fold::Min => self.min.is_none(),
+            Fold::Max => self.max.is_none(),
+        };
+        if free {
+            if fold.uses_count() {
+                self.count = Some(member);
+            }
+            if fold.uses_sum() {
+                self.sum = Some(member);
+            }
+            match fold {
+                Fold::Min => self.min = Some(member),
+                Fold::Max => self.max = Some(member),
+                _ => {}
+            }
+        }
+        free
+    }
+}
+
+/// The fused aggregates over one argument column of type `T`.
+#[derive(Debug)]
+struct Column<T: Numeric> {
+    /// The aggregate whose argument array is this column.
+    argument_of: usize,
+    members: Vec<Member<T>>,
+}
+
+/// [`Column`] over any of the supported types.
+trait FusedColumn: Debug + Send {
+    fn update(
+        &mut self,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()>;
+    fn merge(
+        &mut self,
+        member: usize,
+        states: &[ArrayRef],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()>;
+    fn results(&self, member: usize, n: usize) -> Result<ArrayRef>;
+    fn states(&self, member: usize, n: usize) -> Result<Vec<ArrayRef>>;
+    fn drain(&mut self, n: usize);
+    fn cover(&mut self, groups: usize);
+    fn size(&self) -> usize;
+}
+
+impl<T: Numeric> Column<T> {
+    fn dense_pass(&mut self, pass: Pass, groups: &[usize], values: &[T::Native]) {
+        // The pass's vectors are taken out of their members for it, and put back after.
+        let mut take = |slot: Option<usize>| -> Vec<T::Native> {
+            slot.map(|m| std::mem::take(&mut self.members[m].values))
+                .unwrap_or_default()
+        };
+        let (mut sums, mut mins, mut maxes) = (take(pass.sum), take(pass.min), take(pass.max));
+        let mut counts = pass
+            .count
+            .map(|m| std::mem::take(&mut self.members[m].counts))
+            .unwrap_or_default();
+        let (c, s, mn, mx) = (&mut counts, &mut sums, &mut mins, &mut maxes);
+        match (
+            pass.count.is_some(),
+            pass.sum.is_some(),
+            pass.min.is_some(),
+            pass.max.is_some(),
+        ) {
+            (false, false, false, false) => {}
+            (true, false, false, false) => {
+                fold_dense::<T, true, false, false, false>(groups, values, c, s, mn, mx)
+            }
+            (false, true, false, false) => {
+                fold_dense::<T, false, true, false, false>(groups, values, c, s, mn, mx)
+            }
+            (true, true, false, false) => {
+                fold_dense::<T, true, true, false, false>(groups, values, c, s, mn, mx)
+            }
+            (false, false, true, false) => {
+                fold_dense::<T, false, false, true, false>(groups, values, c, s, mn, mx)
+            }
+            (true, false, true, false) => {
+                fold_dense::<T, true, false, true, false>(groups, values, c, s, mn, mx)
+            }
+            (false, true, true, false) => {
+                fold_dense::<T, false, true, true, false>(groups, values, c, s, mn, mx)
+            }
+            (true, true, true, false) => {
+                fold_dense::<T, true, true, true, false>(groups, values, c, s, mn, mx)
+            }
+            (false, false, false, true) => {
+                fold_dense::<T, false, false, false, true>(groups, values, c, s, mn, mx)
+            }
+            (true, false, false, true) => {
+                fold_dense::<T, true, false, false, true>(groups, values, c, s, mn, mx)
+            }
+            (false, true, false, true) => {
+                fold_dense::<T, false, true, false, true>(groups, values, c, s, mn, mx)
+            }
+            (true, true, false, true) => {
+                fold_dense::<T, true, true, false, true>(groups, values, c, s, mn, mx)
+            }
+            (false, false, true, true) => {
+                fold_dense::<T, false, false, true, true>(groups, values, c, s, mn, mx)
+            }
+            (true, false, true, true) => {
+                fold_dense::<T, true, false, true, true>(groups, values, c, s, mn, mx)
+            }
+            (false, true, true, true) => {
+                fold_dense::<T, false, true, true, true>(groups, values, c, s, mn, mx)
+            }
+            (true, true, true, true) => {
+                fold_dense::<T, true, true, true, true>(groups, values, c, s, mn, mx)
+            }
+        }
+        if let Some(m) = pass.count {
+            self.members[m].counts = counts;
+        }
+        for (slot, values) in [(pass.sum, sums), (pass.min, mins), (pass.max, maxes)] {
+            if let Some(m) = slot {
+                self.members[m].values = values;
+            }
+        }
+    }
+}
+
+impl<T: Numeric> FusedColumn for Column<T> {
+    fn update(
+        &mut self,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        let Some(column) = arguments.get(self.argument_of).and_then(|a| a.first()) else {
+            return internal_err!(
+                "fused aggregate: no argument for aggregate {}",
+                self.argument_of
+            );
+        };
+        let values = self.members[0].typed(column, "argument")?;
+        if values.len() != groups.len() {
+            return internal_err!(
+                "fused aggregate: {} values for {} rows",
+                values.len(),
+                groups.len()
+            );
+        }
+        let nulls = values
+            .nulls()
+            .filter(|n| n.null_count() > 0)
+            .map(|n| n.inner());
+        let mut passes: Vec<Pass> = Vec::new();
+        for (index, member) in self.members.iter_mut().enumerate() {
+            let filter = filters.get(member.aggregate).and_then(Option::as_ref);
+            let valid = admitted_rows(member.fold, nulls, filter);
+            member.grow(total, valid.is_some());
+            if valid.is_some() || member.seen.is_some() {
+                // Rows without a value, or groups no value reached before: one at a time.
+                let values = values.values();
+                match &valid {
+                    Some(valid) => member.fold_sparse(groups, values, Some(valid))?,
+                    None => member.fold_sparse(groups, values, None)?,
+                }
+                continue;
+            }
+            if !passes.iter_mut().any(|p| p.take(index, member.fold)) {
+                let mut pass = Pass::default();
+                pass.take(index, member.fold);
+                passes.push(pass);
+            }
+        }
+        for pass in passes {
+            self.dense_pass(pass, groups, values.values());
+        }
+        Ok(())
+    }
+
+    fn merge(
+        &mut self,
+        member: usize,
+        states: &[ArrayRef],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        self.members[member].merge(states, groups, total)
+    }
+
+    fn results(&self, member: usize, n: usize) -> Result<ArrayRef> {
+        self.members[member].results(n)
+    }
+
+    fn states(&self, member: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        self.members[member].states(n)
+    }
+
+    fn drain(&mut self, n: usize) {
+        for member in &mut self.members {
+            member.drain(n);
+        }
+    }
+
+    fn cover(&mut self, groups: usize) {
+        for member in &mut self.members {
+            member.cover(groups);
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.members.iter().map(Member::size).sum()
+    }
+}
+
+/// The rows `fold` takes from a batch: `None` for all of them; else those with a value
+/// (`COUNT(*)` ignores the column's nulls) and inside the aggregate's FILTER.
+fn admitted_rows(
+    fold: Fold,
+    nulls: Option<&BooleanBuffer>,
+    filter: Option<&BooleanArray>,
+) -> Option<BooleanBuffer> {
+    let nulls = nulls.filter(|_| fold != Fold::Rows);
+    let filter = filter.map(|f| match f.nulls() {
+        Some(n) => f.values() & n.inner(),
+        None => f.values().clone(),
+    });
+    match (nulls, filter) {
+        (None, None) => None,
+        (Some(n), None) => Some(n.clone()),
+        (None, Some(f)) => Some(f),
+        (Some(n), Some(f)) => Some(n & &f),
+    }
+}
+
+/// The fused aggregates of a group table, by argument column.
+#[derive(Debug)]
+pub(crate) struct FusedAggregates {
+    columns: Vec<Box<dyn FusedColumn>>,
+    /// Per aggregate of the table: its column and member index, if fused.
+    placement: Vec<Option<(usize, usize)>>,
+}
+
+impl FusedAggregates {
+    /// The aggregates of `aggregates` to fuse, or `None` if fewer than two would be (one
+    /// aggregate gains nothing from fusing, and DataFusion's accumulator is the reference).
+    pub fn plan(aggregates: &[Arc<AggregateFunctionExpr>]) -> Option<Self> {
+        // (column type, argument-defining aggregate, members as (aggregate, fold, output))
+        let mut columns: Vec<(Option<DataType>, usize, Vec<(usize, Fold, DataType)>)> = Vec::new();
+        let mut rows = Vec::new();
+        for (index, aggregate) in aggregates.iter().enumerate() {
+            let Some(fold) = Fold::of(aggregate) else {
+                continue;
+            };
+            let output = aggregate.field().data_type().clone();
+            let Some(column_type) = fold.column_type(&output) else {
+                continue;
+            };
+            if fold == Fold::Rows {
+                rows.push((index, output));
+                continue;
+            }
+            let argument = &aggregate.expressions()[0];
+            let same = columns.iter_mut().find(|(data_type, of, _)| {
+                let same_expr = aggregates[*of].expressions()[0].as_ref() == argument.as_ref();
+                let same_type = match (data_type.as_ref(), column_type.as_ref()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                };
+                same_expr && same_type
+            });
+            match same {
+                Some((data_type, _, members)) => {
+                    if data_type.is_none() {
+                        *data_type = column_type;
+                    }
+                    members.push((index, fold, output));
+                }
+                None => columns.push((column_type, index, vec![(index, fold, output)])),
+            }
+        }
+        // A COUNT alone says nothing of its column's type: DataFusion's accumulator keeps it.
+        columns.retain(|(data_type, _, _)| data_type.is_some());
+        // COUNT(*) joins a column whose count slot is free, where one is.
+        for (index, output) in rows {
+            let home = columns
+                .iter()
+                .position(|(_, _, m)| !m.iter().any(|(_, f, _)| f.uses_count()))
+                .or(if columns.is_empty() { None } else { Some(0) });
+            if let Some(home) = home {
+                columns[home].2.push((index, Fold::Rows, output));
+            }
+        }
+        let fused: usize = columns.iter().map(|(_, _, m)| m.len()).sum();
+        if fused < 2 {
+            return None;
+        }
+        let mut placement = vec![None; aggregates.len()];
+        let columns = columns
+            .into_iter()
+            .enumerate()
+            .map(|(position, (data_type, argument_of, members))| {
+                for (member, (aggregate, _, _)) in members.iter().enumerate() {
+                    placement[*aggregate] = Some((position, member));
+                }
+                let data_type = data_type.unwrap_or(DataType::Int64);
+                new_column(&data_type, argument_of, members)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self { columns, placement })
+    }
+
+    /// Whether aggregate `index` is fused.
+    pub fn fuses(&self, index: usize) -> bool {
+        self.placement.get(index).is_some_and(Option::is_some)
+    }
+
+    /// Folds a batch: `arguments[i]` and `filters[i]` belong to aggregate `i`, `groups` are
+    /// the rows' group ids and `total` the table's group count.
+    pub fn update(
+        &mut self,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        for column in &mut self.columns {
+            column.update(arguments, filters, groups, total)?;
+        }
+        Ok(())
+    }
+
+    /// Merges aggregate `index`'s partial states.
+    pub fn merge(
+        &mut self,
+        index: usize,
+        states: &[ArrayRef],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        let (column, member) = self.place(index)?;
+        self.columns[column].merge(member, states, groups, total)
+    }
+
+    /// Aggregate `index`'s results of the first `n` groups (they stay).
+    pub fn results(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
+        let (column, member) = self.place(index)?;
+        self.columns[column].cover(n);
+        self.columns[column].results(member, n)
+    }
+
+    /// Aggregate `index`'s partial states of the first `n` groups (they stay).
+    pub fn states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        let (column, member) = self.place(index)?;
+        self.columns[column].cover(n);
+        self.columns[column].states(member, n)
+    }
+
+    /// Aggregate `index`'s current results of `groups`, of a table of `total` groups.
+    pub fn results_of(
+        &mut self,
+        index: usize,
+        total: usize,
+        groups: &UInt32Array,
+    ) -> Result<ArrayRef> {
+        Ok(take(self.results(index, total)?.as_ref(), groups, None)?)
+    }
+
+    /// Drops the first `n` groups of every fused aggregate.
+    pub fn drain(&mut self, n: usize) {
+        for column in &mut self.columns {
+            column.drain(n);
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.columns.iter().map(|c| c.size()).sum()
+    }
+
+    fn place(&self, index: usize) -> Result<(usize, usize)> {
+        match self.placement.get(index).copied().flatten() {
+            Some(place) => Ok(place),
+            None => internal_err!("aggregate {index} is not fused"),
+        }
+    }
+}
+
+fn new_column(
+    data_type: &DataType,
+    argument_of: usize,
+    members: Vec<(usize, Fold, DataType)>,
+) -> Option<Box<dyn FusedColumn>> {
+    fn build<T: Numeric>(
+        argument_of: usize,
+        members: Vec<(usize, Fold, DataType)>,
+    ) -> Box<dyn FusedColumn> {
+        Box::new(Column::<T> {
+            argument_of,
+            members: members
+                .into_iter()
+                .map(|(aggregate, fold, output)| Member::new(aggregate, fold, output))
+                .collect(),
+        })
+    }
+    Some(match data_type {
+        DataType::Int32 => build::<Int32Type>(argument_of, members),
+        DataType::Int64 => build::<Int64Type>(argument_of, members),
+        DataType::UInt32 => build::<UInt32Type>(argument_of, members),
+        DataType::UInt64 => build::<UInt64Type>(argument_of, members),
+        DataType::Float32 => build::<Float32Type>(argument_of, members),
+        DataType::Float64 => build::<Float64Type>(argument_of, members),
+        _ => return None,
+    })
+}
