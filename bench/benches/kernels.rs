@@ -7,14 +7,18 @@ use std::sync::Arc;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::{cast, max, min, take};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::common::hash_utils::create_hashes;
 use datafusion::functions_aggregate::average::avg_udaf;
 use datafusion::functions_aggregate::count::count_udaf;
+use datafusion::functions_aggregate::min_max::{max_udaf, min_udaf};
+use datafusion::functions_aggregate::sum::sum_udaf;
+use datafusion::logical_expr::AggregateUDF;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-use datafusion::physical_expr::expressions::{Column, col};
+use datafusion::physical_expr::expressions::{Column, col, lit};
 use datafusion::physical_plan::aggregates::group_values::{
     GroupValues, new_group_values as datafusion_group_values,
 };
@@ -149,6 +153,7 @@ fn kernels(c: &mut Criterion) {
                 .expect("running values") // ok: bench
         })
     });
+    accumulate_s2(&mut group, &schema, &batch);
     let symbols = vec![batch.column(0).clone()];
     let symbol_schema = Arc::new(Schema::new(vec![schema.field(0).clone()]));
     let mut symbol_table = GroupTable::try_new(&symbol_schema, &[]).expect("table"); // ok: bench setup
@@ -245,6 +250,67 @@ fn kernels(c: &mut Criterion) {
 }
 
 /// S1's functions: LAG(price, 1), ROW_NUMBER() and AVG(price) over `preceding + 1` rows.
+/// S2's aggregates (`COUNT(*)`, `AVG(price)`, `MIN(price)`, `MAX(price)`, `SUM(quantity)`)
+/// over its 10 symbol groups: DataFusion's accumulators, a pass each, against the group
+/// table's fused passes (one per argument column).
+fn accumulate_s2(
+    group: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+) {
+    let aggregate = |function: Arc<AggregateUDF>, argument: Arc<dyn PhysicalExpr>, name: &str| {
+        Arc::new(
+            AggregateExprBuilder::new(function, vec![argument])
+                .schema(Arc::clone(schema))
+                .alias(name)
+                .build()
+                .expect("aggregate"), // ok: bench setup
+        )
+    };
+    let price = col("price", schema).expect("column"); // ok: bench setup
+    let quantity = col("quantity", schema).expect("column"); // ok: bench setup
+    let aggregates = vec![
+        aggregate(count_udaf(), lit(1i64), "trade_count"),
+        aggregate(avg_udaf(), Arc::clone(&price), "avg_price"),
+        aggregate(min_udaf(), Arc::clone(&price), "min_price"),
+        aggregate(max_udaf(), price, "max_price"),
+        aggregate(sum_udaf(), quantity, "total_quantity"),
+    ];
+    let arguments: Vec<Vec<ArrayRef>> = aggregates
+        .iter()
+        .map(|a| {
+            a.expressions()
+                .iter()
+                .map(|e| e.evaluate(batch)?.into_array(ROWS))
+                .collect::<datafusion::common::Result<_>>()
+                .expect("arguments") // ok: bench setup
+        })
+        .collect();
+    let filters = vec![None; aggregates.len()];
+    let symbols = vec![batch.column(0).clone()];
+    let symbol_schema = Arc::new(Schema::new(vec![schema.field(0).clone()]));
+    let mut table = GroupTable::try_new(&symbol_schema, &aggregates).expect("table"); // ok: bench setup
+    table.intern(&symbols, ROWS).expect("intern"); // ok: bench setup
+    let group_ids = table.last_group_ids(ROWS).to_vec();
+    let groups = table.len();
+    group.bench_function("accumulate_s2_datafusion", |b| {
+        let mut accumulators: Vec<_> = aggregates
+            .iter()
+            .map(|a| a.create_groups_accumulator().expect("groups accumulator")) // ok: bench setup
+            .collect();
+        b.iter(|| {
+            for (accumulator, arguments) in accumulators.iter_mut().zip(&arguments) {
+                accumulator
+                    .update_batch(arguments, &group_ids, None, groups)
+                    .expect("update"); // ok: bench
+            }
+        })
+    });
+    group.bench_function("accumulate_s2_fused", |b| {
+        b.iter(|| table.accumulate(&arguments, &filters).expect("update")) // ok: bench
+    });
+}
+
 fn s1_functions(preceding: u64) -> Vec<OverFunction> {
     let price: Arc<dyn PhysicalExpr> = Arc::new(Column::new("price", 2));
     vec![

@@ -26,7 +26,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Float64Array, Int64Array,
     PrimitiveArray, UInt32Array, UInt64Array,
 };
-use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
+use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{
     ArrowNativeTypeOp, DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type,
@@ -248,70 +248,75 @@ impl<T: Numeric> Member<T> {
         Ok(())
     }
 
-    /// The results of the first `n` groups, as DataFusion's accumulator evaluates them.
-    fn results(&self, n: usize) -> Result<ArrayRef> {
+    /// Moves the state of the first `n` groups out (they leave the table).
+    fn take(&mut self, n: usize) -> Taken<T> {
+        Taken {
+            counts: take_first(&mut self.counts, n),
+            values: take_first(&mut self.values, n),
+            seen: self.seen.as_mut().map(|seen| take_first(seen, n)),
+        }
+    }
+
+    /// A copy of the state of the first `n` groups.
+    fn copy(&self, n: usize) -> Taken<T> {
+        Taken {
+            counts: self.counts[..n.min(self.counts.len())].to_vec(),
+            values: self.values[..n.min(self.values.len())].to_vec(),
+            seen: self
+                .seen
+                .as_ref()
+                .map(|seen| seen[..n.min(seen.len())].to_vec()),
+        }
+    }
+
+    /// The results of `taken` groups, as DataFusion's accumulator evaluates them.
+    fn results(&self, taken: Taken<T>) -> Result<ArrayRef> {
         Ok(match self.fold {
-            Fold::Rows | Fold::Count => Arc::new(Int64Array::from_iter_values(
-                self.counts[..n].iter().map(|c| *c as i64),
-            )),
+            Fold::Rows | Fold::Count => counts_array(taken.counts),
             Fold::Avg => {
-                let sums = cast(&self.sums(n, None), &DataType::Float64)?;
-                let sums = sums.as_primitive::<Float64Type>();
+                // AVG's column is Float64 (DataFusion coerces its argument), so this is no copy.
+                let sums: ArrayRef = Arc::new(PrimitiveArray::<T>::new(taken.values.into(), None));
+                let sums = cast(&sums, &DataType::Float64)?;
                 let averages: Float64Array = sums
+                    .as_primitive::<Float64Type>()
                     .values()
                     .iter()
-                    .zip(&self.counts[..n])
+                    .zip(&taken.counts)
                     .map(|(sum, count)| (*count > 0).then(|| sum / *count as f64))
                     .collect();
                 Arc::new(averages)
             }
-            Fold::Sum | Fold::Min | Fold::Max => self.sums(n, self.nulls(n)),
+            Fold::Sum | Fold::Min | Fold::Max => {
+                let nulls = taken.seen.as_deref().and_then(nulls_of);
+                self.values_array(taken.values, nulls)
+            }
         })
     }
 
-    /// The partial states of the first `n` groups, in DataFusion's layout.
-    fn states(&self, n: usize) -> Result<Vec<ArrayRef>> {
+    /// The partial states of `taken` groups, in DataFusion's layout.
+    fn states(&self, taken: Taken<T>) -> Result<Vec<ArrayRef>> {
         Ok(match self.fold {
-            Fold::Rows | Fold::Count => vec![self.results(n)?],
             Fold::Avg => {
-                let counts = &self.counts[..n];
-                let nulls = counts
+                let nulls = taken
+                    .counts
                     .contains(&0)
-                    .then(|| NullBuffer::from_iter(counts.iter().map(|c| *c > 0)));
+                    .then(|| NullBuffer::from_iter(taken.counts.iter().map(|c| *c > 0)));
                 vec![
-                    Arc::new(UInt64Array::new(counts.to_vec().into(), nulls.clone())),
-                    cast(&self.sums(n, nulls), &DataType::Float64)?,
+                    Arc::new(UInt64Array::new(taken.counts.into(), nulls.clone())),
+                    self.values_array(taken.values, nulls),
                 ]
             }
-            Fold::Sum | Fold::Min | Fold::Max => vec![self.results(n)?],
+            _ => vec![self.results(taken)?],
         })
     }
 
-    fn sums(&self, n: usize, nulls: Option<NullBuffer>) -> ArrayRef {
-        Arc::new(
-            PrimitiveArray::<T>::new(self.values[..n].to_vec().into(), nulls).with_data_type(
-                if self.fold == Fold::Avg {
-                    T::DATA_TYPE
-                } else {
-                    self.output.clone()
-                },
-            ),
-        )
-    }
-
-    fn nulls(&self, n: usize) -> Option<NullBuffer> {
-        let seen = &self.seen.as_ref()?[..n];
-        seen.contains(&false)
-            .then(|| NullBuffer::from_iter(seen.iter().copied()))
-    }
-
-    /// Drops the first `n` groups (they were emitted).
-    fn drain(&mut self, n: usize) {
-        self.counts.drain(..n.min(self.counts.len()));
-        self.values.drain(..n.min(self.values.len()));
-        if let Some(seen) = &mut self.seen {
-            seen.drain(..n.min(seen.len()));
-        }
+    fn values_array(&self, values: Vec<T::Native>, nulls: Option<NullBuffer>) -> ArrayRef {
+        let data_type = if self.fold == Fold::Avg {
+            T::DATA_TYPE
+        } else {
+            self.output.clone()
+        };
+        Arc::new(PrimitiveArray::<T>::new(values.into(), nulls).with_data_type(data_type))
     }
 
     /// Merges partial states (DataFusion's layout) of the rows' groups.
@@ -385,9 +390,38 @@ fn replace_max<N: PartialOrd + Copy>(current: &mut N, value: N) {
     }
 }
 
+/// The state of some groups, taken or copied out of a [`Member`].
+struct Taken<T: Numeric> {
+    counts: Vec<u64>,
+    values: Vec<T::Native>,
+    seen: Option<Vec<bool>>,
+}
+
+/// The first `n` items of `items`, moved out (only the rest is copied, as
+/// `EmitTo::take_needed` does; nothing when all are taken).
+fn take_first<V>(items: &mut Vec<V>, n: usize) -> Vec<V> {
+    let rest = items.split_off(n.min(items.len()));
+    std::mem::replace(items, rest)
+}
+
+/// COUNT's results or states: the counts as Int64, without a copy.
+fn counts_array(counts: Vec<u64>) -> ArrayRef {
+    let len = counts.len();
+    Arc::new(Int64Array::new(
+        ScalarBuffer::new(Buffer::from_vec(counts), 0, len),
+        None,
+    ))
+}
+
+/// Nulls for the groups not `seen`, if there are any.
+fn nulls_of(seen: &[bool]) -> Option<NullBuffer> {
+    seen.contains(&false)
+        .then(|| NullBuffer::from_iter(seen.iter().copied()))
+}
+
 /// Folds `values` into the groups with no row skipped: each row adds to its group's count
 /// (`COUNT`), sum (`SUM`), minimum (`MIN`) and maximum (`MAX`), for those the pass updates.
-#[allow(clippy::too_many_arguments)]
+#[inline(never)] // its own function keeps the slices' pointers in registers
 fn fold_dense<T: Numeric, const COUNT: bool, const SUM: bool, const MIN: bool, const MAX: bool>(
     groups: &[usize],
     values: &[T::Native],
@@ -396,7 +430,18 @@ fn fold_dense<T: Numeric, const COUNT: bool, const SUM: bool, const MIN: bool, c
     mins: &mut [T::Native],
     maxes: &mut [T::Native],
 ) {
+    // Every slice is cut to the group count and each id clamped below it (a no-op for the
+    // interner's ids), so the compiler drops the bounds checks of the updates.
+    let n = groups_len(counts, sums, mins, maxes, [COUNT, SUM, MIN, MAX]);
+    let Some(last) = n.checked_sub(1) else {
+        return;
+    };
+    let counts = &mut counts[..if COUNT { n } else { 0 }];
+    let sums = &mut sums[..if SUM { n } else { 0 }];
+    let mins = &mut mins[..if MIN { n } else { 0 }];
+    let maxes = &mut maxes[..if MAX { n } else { 0 }];
     for (&group, &value) in groups.iter().zip(values) {
+        let group = group.min(last);
         if COUNT {
             counts[group] += 1;
         }
@@ -410,6 +455,18 @@ fn fold_dense<T: Numeric, const COUNT: bool, const SUM: bool, const MIN: bool, c
             replace_max(&mut maxes[group], value);
         }
     }
+}
+
+/// The group count of a pass: the shortest of the slices it updates (`used`: count, sum,
+/// min, max).
+fn groups_len<N>(counts: &[u64], sums: &[N], mins: &[N], maxes: &[N], used: [bool; 4]) -> usize {
+    [counts.len(), sums.len(), mins.len(), maxes.len()]
+        .into_iter()
+        .zip(used)
+        .filter(|(_, used)| *used)
+        .map(|(len, _)| len)
+        .min()
+        .unwrap_or(0)
 }
 
 /// The members one dense pass updates: at most one per slot.
@@ -472,9 +529,10 @@ trait FusedColumn: Debug + Send {
         groups: &[usize],
         total: usize,
     ) -> Result<()>;
-    fn results(&self, member: usize, n: usize) -> Result<ArrayRef>;
-    fn states(&self, member: usize, n: usize) -> Result<Vec<ArrayRef>>;
-    fn drain(&mut self, n: usize);
+    /// Member `member`'s results (or states) of the first `n` groups, which leave it.
+    fn emit(&mut self, member: usize, n: usize, states: bool) -> Result<Vec<ArrayRef>>;
+    /// Member `member`'s results of the first `n` groups, which stay.
+    fn peek(&self, member: usize, n: usize) -> Result<ArrayRef>;
     fn cover(&mut self, groups: usize);
     fn size(&self) -> usize;
 }
@@ -578,6 +636,7 @@ impl<T: Numeric> FusedColumn for Column<T> {
                 groups.len()
             );
         }
+        debug_assert!(groups.iter().all(|g| *g < total), "group ids below {total}");
         let nulls = values
             .nulls()
             .filter(|n| n.null_count() > 0)
@@ -618,18 +677,19 @@ impl<T: Numeric> FusedColumn for Column<T> {
         self.members[member].merge(states, groups, total)
     }
 
-    fn results(&self, member: usize, n: usize) -> Result<ArrayRef> {
-        self.members[member].results(n)
-    }
-
-    fn states(&self, member: usize, n: usize) -> Result<Vec<ArrayRef>> {
-        self.members[member].states(n)
-    }
-
-    fn drain(&mut self, n: usize) {
-        for member in &mut self.members {
-            member.drain(n);
+    fn emit(&mut self, member: usize, n: usize, states: bool) -> Result<Vec<ArrayRef>> {
+        let member = &mut self.members[member];
+        let taken = member.take(n);
+        if states {
+            member.states(taken)
+        } else {
+            Ok(vec![member.results(taken)?])
         }
+    }
+
+    fn peek(&self, member: usize, n: usize) -> Result<ArrayRef> {
+        let member = &self.members[member];
+        member.results(member.copy(n))
     }
 
     fn cover(&mut self, groups: usize) {
@@ -772,18 +832,22 @@ impl FusedAggregates {
         self.columns[column].merge(member, states, groups, total)
     }
 
-    /// Aggregate `index`'s results of the first `n` groups (they stay).
-    pub fn results(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
+    /// Aggregate `index`'s results of the first `n` groups, which leave it.
+    pub fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
         let (column, member) = self.place(index)?;
         self.columns[column].cover(n);
-        self.columns[column].results(member, n)
+        let mut results = self.columns[column].emit(member, n, false)?;
+        match results.pop() {
+            Some(results) => Ok(results),
+            None => internal_err!("fused aggregate {index} gave no results"),
+        }
     }
 
-    /// Aggregate `index`'s partial states of the first `n` groups (they stay).
-    pub fn states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
+    /// Aggregate `index`'s partial states of the first `n` groups, which leave it.
+    pub fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
         let (column, member) = self.place(index)?;
         self.columns[column].cover(n);
-        self.columns[column].states(member, n)
+        self.columns[column].emit(member, n, true)
     }
 
     /// Aggregate `index`'s current results of `groups`, of a table of `total` groups.
@@ -793,14 +857,10 @@ impl FusedAggregates {
         total: usize,
         groups: &UInt32Array,
     ) -> Result<ArrayRef> {
-        Ok(take(self.results(index, total)?.as_ref(), groups, None)?)
-    }
-
-    /// Drops the first `n` groups of every fused aggregate.
-    pub fn drain(&mut self, n: usize) {
-        for column in &mut self.columns {
-            column.drain(n);
-        }
+        let (column, member) = self.place(index)?;
+        self.columns[column].cover(total);
+        let results = self.columns[column].peek(member, total)?;
+        Ok(take(results.as_ref(), groups, None)?)
     }
 
     pub fn size(&self) -> usize {

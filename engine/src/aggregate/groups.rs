@@ -162,6 +162,16 @@ impl GroupTable {
         rows: usize,
     ) -> Result<()> {
         self.intern(keys, rows)?;
+        self.accumulate(arguments, filters)
+    }
+
+    /// Folds the rows of the last [`Self::intern`] into the aggregates: `arguments[i]` and
+    /// `filters[i]` belong to aggregate `i`.
+    pub fn accumulate(
+        &mut self,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
         if let Some(fused) = &mut self.fused {
             fused.update(arguments, filters, &self.group_ids, self.groups)?;
         }
@@ -213,13 +223,10 @@ impl GroupTable {
             .iter_mut()
             .enumerate()
             .map(|(index, accumulator)| match &mut self.fused {
-                Some(fused) if fused.fuses(index) => fused.states(index, n),
+                Some(fused) if fused.fuses(index) => fused.emit_states(index, n),
                 _ => accumulator.state(emit_to),
             })
             .collect::<Result<_>>()?;
-        if let Some(fused) = &mut self.fused {
-            fused.drain(n);
-        }
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, states))
     }
@@ -233,13 +240,10 @@ impl GroupTable {
             .iter_mut()
             .enumerate()
             .map(|(index, accumulator)| match &mut self.fused {
-                Some(fused) if fused.fuses(index) => fused.results(index, n),
+                Some(fused) if fused.fuses(index) => fused.emit(index, n),
                 _ => accumulator.evaluate(emit_to),
             })
             .collect::<Result<_>>()?;
-        if let Some(fused) = &mut self.fused {
-            fused.drain(n);
-        }
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, results))
     }
