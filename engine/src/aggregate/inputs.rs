@@ -2,13 +2,15 @@
 //! other than the window, each aggregate's arguments, and its FILTER), and the rows of one
 //! window assignment taken from them.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Literal;
 
 use super::assignment::Assignment;
 use crate::plan_util::evaluate;
@@ -20,6 +22,35 @@ pub(crate) struct AggregateInputs {
     /// Per aggregate: its arguments, then its ORDER BY expressions.
     pub arguments: Vec<Vec<Arc<dyn PhysicalExpr>>>,
     pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    literals: Arc<LiteralArrays>,
+}
+
+/// Literal arguments (`COUNT(*)` is `COUNT(1)`) as arrays, built once at the longest batch
+/// length seen and sliced for each batch instead of filled anew.
+#[derive(Debug, Default)]
+struct LiteralArrays(Mutex<HashMap<(usize, usize), ArrayRef>>);
+
+impl LiteralArrays {
+    /// Argument `argument` of aggregate `aggregate`, the literal `literal`, for `rows` rows.
+    fn get(
+        &self,
+        (aggregate, argument): (usize, usize),
+        literal: &Literal,
+        rows: usize,
+    ) -> Result<ArrayRef> {
+        let mut arrays = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(array) = arrays.get(&(aggregate, argument))
+            && array.len() >= rows
+        {
+            return Ok(array.slice(0, rows));
+        }
+        let array = literal.value().to_array_of_size(rows)?;
+        arrays.insert((aggregate, argument), Arc::clone(&array));
+        Ok(array)
+    }
 }
 
 /// [`AggregateInputs`] evaluated on a batch.
@@ -50,6 +81,7 @@ impl AggregateInputs {
             keys,
             arguments,
             filters: filters.to_vec(),
+            literals: Arc::default(),
         }
     }
 
@@ -59,7 +91,8 @@ impl AggregateInputs {
             arguments: self
                 .arguments
                 .iter()
-                .map(|exprs| evaluate(exprs, batch))
+                .enumerate()
+                .map(|(aggregate, exprs)| self.evaluate_arguments(aggregate, exprs, batch))
                 .collect::<Result<_>>()?,
             filters: self
                 .filters
@@ -70,6 +103,27 @@ impl AggregateInputs {
                 })
                 .collect::<Result<_>>()?,
         })
+    }
+}
+
+impl AggregateInputs {
+    fn evaluate_arguments(
+        &self,
+        aggregate: usize,
+        exprs: &[Arc<dyn PhysicalExpr>],
+        batch: &RecordBatch,
+    ) -> Result<Vec<ArrayRef>> {
+        exprs
+            .iter()
+            .enumerate()
+            .map(|(argument, expr)| match expr.downcast_ref::<Literal>() {
+                Some(literal) => {
+                    self.literals
+                        .get((aggregate, argument), literal, batch.num_rows())
+                }
+                None => expr.evaluate(batch)?.into_array(batch.num_rows()),
+            })
+            .collect()
     }
 }
 
