@@ -19,6 +19,7 @@
 //! two-phase aggregation may be DataFusion's accumulators. Rows with a null value or outside
 //! an aggregate's FILTER take a per-row path; state is plain vectors indexed by group id.
 
+use std::cmp::Ordering;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -378,14 +379,14 @@ impl<T: Numeric> Member<T> {
 }
 
 fn replace_min<N: PartialOrd + Copy>(current: &mut N, value: N) {
-    // DataFusion's MIN replaces unless the value is greater or equal: also on NaN.
-    if !(value >= *current) {
+    // As DataFusion's MIN: also replaced when either is NaN.
+    if matches!(value.partial_cmp(current), Some(Ordering::Less) | None) {
         *current = value;
     }
 }
 
 fn replace_max<N: PartialOrd + Copy>(current: &mut N, value: N) {
-    if !(value <= *current) {
+    if matches!(value.partial_cmp(current), Some(Ordering::Greater) | None) {
         *current = value;
     }
 }
@@ -723,6 +724,10 @@ fn admitted_rows(
     }
 }
 
+/// A column while planning: its type (unknown while only COUNTs use it), the aggregate whose
+/// argument it is, and its members as (aggregate, fold, result type).
+type PlannedColumn = (Option<DataType>, usize, Vec<(usize, Fold, DataType)>);
+
 /// The fused aggregates of a group table, by argument column.
 #[derive(Debug)]
 pub(crate) struct FusedAggregates {
@@ -735,8 +740,7 @@ impl FusedAggregates {
     /// The aggregates of `aggregates` to fuse, or `None` if fewer than two would be (one
     /// aggregate gains nothing from fusing, and DataFusion's accumulator is the reference).
     pub fn plan(aggregates: &[Arc<AggregateFunctionExpr>]) -> Option<Self> {
-        // (column type, argument-defining aggregate, members as (aggregate, fold, output))
-        let mut columns: Vec<(Option<DataType>, usize, Vec<(usize, Fold, DataType)>)> = Vec::new();
+        let mut columns: Vec<PlannedColumn> = Vec::new();
         let mut rows = Vec::new();
         for (index, aggregate) in aggregates.iter().enumerate() {
             let Some(fold) = Fold::of(aggregate) else {
