@@ -19,7 +19,6 @@
 //! two-phase aggregation may be DataFusion's accumulators. Rows with a null value or outside
 //! an aggregate's FILTER take a per-row path; state is plain vectors indexed by group id.
 
-use std::cmp::Ordering;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -378,15 +377,20 @@ impl<T: Numeric> Member<T> {
     }
 }
 
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn replace_min<N: PartialOrd + Copy>(current: &mut N, value: N) {
-    // As DataFusion's MIN: also replaced when either is NaN.
-    if matches!(value.partial_cmp(current), Some(Ordering::Less) | None) {
+    // DataFusion's MIN replaces when `value.partial_cmp(current)` is `Less` or `None` (NaN):
+    // the same as "not greater or equal", which compiles to one compare (`partial_cmp` to
+    // a dozen instructions).
+    if !(value >= *current) {
         *current = value;
     }
 }
 
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn replace_max<N: PartialOrd + Copy>(current: &mut N, value: N) {
-    if matches!(value.partial_cmp(current), Some(Ordering::Greater) | None) {
+    // `Greater` or `None`, as DataFusion's MAX.
+    if !(value <= *current) {
         *current = value;
     }
 }
