@@ -1,6 +1,7 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
-//! assignment, event-time ranges, hash and sticky routing, group interning and accumulator updates, the
-//! per-record changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
+//! assignment, event-time ranges, hash and sticky routing, group interning and accumulator
+//! updates (S2's aggregates fused against DataFusion's accumulators), the per-record
+//! changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
 
 use std::sync::Arc;
 
