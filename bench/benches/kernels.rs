@@ -18,7 +18,7 @@ use datafusion::functions_aggregate::min_max::{max_udaf, min_udaf};
 use datafusion::functions_aggregate::sum::sum_udaf;
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::{Column, col, lit};
 use datafusion::physical_plan::aggregates::group_values::{
     GroupValues, new_group_values as datafusion_group_values,
@@ -129,18 +129,7 @@ fn kernels(c: &mut Criterion) {
         let mut table = GroupTable::try_new(&key_schema, &aggregates).expect("table"); // ok: bench
         table.intern(&key_columns, ROWS).expect("intern"); // ok: bench setup
         let group_ids = table.last_group_ids(ROWS).to_vec();
-        let groups = table.len();
-        let mut accumulators: Vec<_> = aggregates
-            .iter()
-            .map(|a| a.create_groups_accumulator().expect("groups accumulator")) // ok: bench setup
-            .collect();
-        b.iter(|| {
-            for (accumulator, arguments) in accumulators.iter_mut().zip(&arguments) {
-                accumulator
-                    .update_batch(arguments, &group_ids, None, groups)
-                    .expect("update"); // ok: bench
-            }
-        })
+        datafusion_accumulators(b, &aggregates, &arguments, &group_ids, table.len())
     });
     group.bench_function("per_record_changelog", |b| {
         let mut table = GroupTable::try_new(&key_schema, &aggregates).expect("table"); // ok: bench
@@ -295,21 +284,32 @@ fn accumulate_s2(
     let group_ids = table.last_group_ids(ROWS).to_vec();
     let groups = table.len();
     group.bench_function("accumulate_s2_datafusion", |b| {
-        let mut accumulators: Vec<_> = aggregates
-            .iter()
-            .map(|a| a.create_groups_accumulator().expect("groups accumulator")) // ok: bench setup
-            .collect();
-        b.iter(|| {
-            for (accumulator, arguments) in accumulators.iter_mut().zip(&arguments) {
-                accumulator
-                    .update_batch(arguments, &group_ids, None, groups)
-                    .expect("update"); // ok: bench
-            }
-        })
+        datafusion_accumulators(b, &aggregates, &arguments, &group_ids, groups)
     });
     group.bench_function("accumulate_s2_fused", |b| {
         b.iter(|| table.accumulate(&arguments, &filters).expect("update")) // ok: bench
     });
+}
+
+/// Times DataFusion's accumulators of `aggregates` folding `arguments` into `groups` groups.
+fn datafusion_accumulators(
+    b: &mut criterion::Bencher,
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    arguments: &[Vec<ArrayRef>],
+    group_ids: &[usize],
+    groups: usize,
+) {
+    let mut accumulators: Vec<_> = aggregates
+        .iter()
+        .map(|a| a.create_groups_accumulator().expect("groups accumulator")) // ok: bench setup
+        .collect();
+    b.iter(|| {
+        for (accumulator, arguments) in accumulators.iter_mut().zip(arguments) {
+            accumulator
+                .update_batch(arguments, group_ids, None, groups)
+                .expect("update"); // ok: bench
+        }
+    })
 }
 
 fn s1_functions(preceding: u64) -> Vec<OverFunction> {
