@@ -916,6 +916,7 @@ mod tests {
     use datafusion::arrow::array::{Float64Array, Int32Array, Int64Array, UInt32Array};
     use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
     use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::common::ScalarValue;
     use datafusion::functions_aggregate::average::avg_udaf;
     use datafusion::functions_aggregate::count::count_udaf;
     use datafusion::functions_aggregate::min_max::{max_udaf, min_udaf};
@@ -1121,6 +1122,33 @@ mod tests {
         assert!((0..aggregates.len()).all(|a| fused.fuses(a)));
         // x, i and s: three columns; both COUNT(*)s ride in them.
         assert_eq!(fused.columns.len(), 3);
+    }
+
+    #[test]
+    fn other_aggregates_keep_datafusion_accumulators() {
+        let s = schema();
+        let x = col("x", &s).unwrap();
+        let distinct = Arc::new(
+            AggregateExprBuilder::new(sum_udaf(), vec![Arc::clone(&x)])
+                .schema(schema())
+                .alias("distinct_sum")
+                .distinct()
+                .build()
+                .unwrap(),
+        );
+        let aggregates = vec![
+            aggregate(count_udaf(), col("k", &s).unwrap(), "count_k"),
+            distinct,
+            aggregate(count_udaf(), lit(ScalarValue::Int64(None)), "count_null"),
+            aggregate(sum_udaf(), Arc::clone(&x), "sum_x"),
+            aggregate(max_udaf(), x, "max_x"),
+        ];
+        let fused = FusedAggregates::plan(&aggregates).unwrap();
+        // COUNT(k) alone on its column, DISTINCT and COUNT(NULL) are DataFusion's.
+        let fuses: Vec<bool> = (0..aggregates.len()).map(|a| fused.fuses(a)).collect();
+        assert_eq!(fuses, [false, false, false, true, true]);
+        // A single aggregate gains nothing from fusing.
+        assert!(FusedAggregates::plan(&aggregates[3..4]).is_none());
     }
 
     #[test]
