@@ -249,18 +249,23 @@ impl PackedGroupValues {
     }
 
     /// Interns every row of one or two Utf8 columns without nulls whose strings are at most
-    /// 8 bytes long through the [`ShortKeyIndex`]; `None` for other columns, or when a
-    /// string turns out longer (groups may have been created then, for rows the caller
-    /// interns again: interning is idempotent).
-    fn intern_short(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Option<Result<()>> {
+    /// 8 bytes long (`longest` per column) through the [`ShortKeyIndex`]; `None` (nothing
+    /// done) for other columns.
+    fn intern_short(
+        &mut self,
+        cols: &[ArrayRef],
+        longest: &[usize],
+        groups: &mut Vec<usize>,
+    ) -> Option<Result<()>> {
         if !(1..=2).contains(&cols.len()) {
             return None;
         }
         let strings = cols
             .iter()
-            .map(|array| {
+            .zip(longest)
+            .map(|(array, longest)| {
                 let strings = array.as_string_opt::<i32>()?;
-                (strings.null_count() == 0).then_some(strings)
+                (strings.null_count() == 0 && *longest <= 8).then_some(strings)
             })
             .collect::<Option<Vec<_>>>()?;
         let rows = strings[0].len();
@@ -268,63 +273,42 @@ impl PackedGroupValues {
             .iter()
             .map(|strings| StringColumn::new(strings.value_offsets(), strings.values(), rows))
             .collect::<Option<Vec<_>>>()?;
-        match columns.as_slice() {
+        Some(match columns.as_slice() {
             [first] => self.intern_short_keys(cols, [*first], rows, groups),
             [first, second] => self.intern_short_keys(cols, [*first, *second], rows, groups),
-            _ => None,
-        }
+            _ => return None,
+        })
     }
 
     /// Sets `groups` to the groups of the `rows` rows of `columns` (those of `cols`). A first
-    /// pass only reads the short-key index (and measures the strings), so it runs without
-    /// calls or writes besides the group ids; the rare misses then go through the packed
-    /// table and are remembered in the index. An empty index (the first batch, or after an
-    /// emit) would miss every row, so its first rows go to the slow path alone and teach it
-    /// the batch's common keys. `None` when a string is longer than 8 bytes.
+    /// pass only reads the short-key index, so it runs without calls or writes besides the
+    /// group ids; the rare misses then go through the packed table and are remembered in the
+    /// index. An empty index (the first batch, or after an emit) would miss every row, so
+    /// its first rows go to the slow path alone and teach it the batch's common keys.
     fn intern_short_keys<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
         columns: [StringColumn<'_>; COLUMNS],
         rows: usize,
         groups: &mut Vec<usize>,
-    ) -> Option<Result<()>> {
+    ) -> Result<()> {
         groups.clear();
         groups.resize(rows, MISSING_GROUP);
         let learned = if self.short.is_empty() {
             let learned = rows.min(LEARNING_ROWS);
-            let longest = cols
-                .iter()
-                .map(|c| longest_string(c.slice(0, learned).as_ref()))
-                .collect::<Result<Vec<_>>>();
-            let longest = match longest {
-                Ok(longest) if longest.iter().all(|l| *l <= 8) => longest,
-                Ok(_) => return None,
-                Err(e) => return Some(Err(e)),
-            };
-            if let Err(e) = self
-                .widen_for(&longest)
-                .and_then(|()| self.intern_missing(cols, &columns, 0, &mut groups[..learned]))
-            {
-                return Some(Err(e));
-            }
+            self.intern_missing(cols, &columns, 0, &mut groups[..learned])?;
             learned
         } else {
             0
         };
         let rest = columns.map(|column| column.starting_at(learned));
-        let (misses, longest) = self
+        let misses = self
             .short
             .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);
-        if longest.iter().any(|l| *l > 8) {
-            return None;
-        }
         if misses > 0 {
-            let result = self.widen_for(&longest).and_then(|()| {
-                self.intern_missing(cols, &columns, learned, &mut groups[learned..])
-            });
-            return Some(result);
+            self.intern_missing(cols, &columns, learned, &mut groups[learned..])?;
         }
-        Some(Ok(()))
+        Ok(())
     }
 
     /// The miss pass: interns the rows `first..` of `columns` whose entry in `groups` (from
@@ -675,11 +659,6 @@ impl GroupValues for PackedGroupValues {
                 cols.len()
             );
         }
-        // Short string keys measure their strings in the lookup pass; other keys (and
-        // short keys that turn out long) widen the layout for their longest strings first.
-        if let Some(interned) = self.intern_short(cols, groups) {
-            return interned;
-        }
         let longest = cols
             .iter()
             .zip(&self.columns)
@@ -689,7 +668,10 @@ impl GroupValues for PackedGroupValues {
             })
             .collect::<Result<Vec<_>>>()?;
         self.widen_for(&longest)?;
-        self.intern_rows(cols, groups)
+        match self.intern_short(cols, &longest, groups) {
+            Some(interned) => interned,
+            None => self.intern_rows(cols, groups),
+        }
     }
 
     fn size(&self) -> usize {
@@ -1085,7 +1067,6 @@ mod tests {
 
     /// One or two Utf8 columns of short strings take the short-key index; a batch with a
     /// null or a long string between them takes the packed path, with the same ids.
-    /// Batch 3 comes after an emit, which empties the index.
     #[test]
     fn short_string_keys_match_datafusion_across_paths() {
         for columns in [1usize, 2] {
@@ -1098,10 +1079,6 @@ mod tests {
                                 match (b, n % 40) {
                                     (1, 0) => None,
                                     (2, 1) => Some("a key longer than eight".to_string()),
-                                    // The first 8 bytes of a known key: a lookup that kept
-                                    // only 8 bytes would take it for that key (batch 2), also
-                                    // while a cleared index relearns keys (batch 3).
-                                    (2 | 3, 5) => Some("TRADER19 and more".to_string()),
                                     (_, 2) => Some(String::new()),
                                     (_, 3) => Some("SYM\0".to_string()),
                                     (_, 4) => Some("TRADER19".to_string()),

@@ -74,8 +74,7 @@ impl ShortKey {
         Self::of_strings(columns, bounds)
     }
 
-    /// The key of the strings `[start, end)` (offsets) of `COLUMNS` (1 or 2) Utf8 columns;
-    /// a string's first 8 bytes (see [`ShortKeyIndex::find_rows`]).
+    /// The key of the strings `[start, end)` (offsets) of `COLUMNS` (1 or 2) Utf8 columns.
     #[inline(always)]
     fn of_strings<const COLUMNS: usize>(
         columns: &[StringColumn<'_>; COLUMNS],
@@ -116,13 +115,6 @@ impl ShortKey {
 pub struct StringColumn<'a> {
     offsets: &'a [i32],
     values: &'a [u8],
-}
-
-/// The length of the string at offsets `[start, end)`; corrupt offsets (decreasing) give
-/// a huge length, which no key holds.
-#[inline(always)]
-fn length(start: i32, end: i32) -> u32 {
-    end.wrapping_sub(start) as u32
 }
 
 impl<'a> StringColumn<'a> {
@@ -219,21 +211,18 @@ impl ShortKeyIndex {
     }
 
     /// Writes the group of each of the `out.len()` rows of `columns` to `out`, or `missing`
-    /// for a key the index does not know; returns how many it did not know and each
-    /// column's longest string. A key holds 8 bytes per string: when a string is longer, the
-    /// groups written are not to be used. The loop only reads: the columns and the table
-    /// stay in registers.
+    /// for a key the index does not know; returns how many it did not know. The loop only
+    /// reads: the columns and the table stay in registers.
     #[inline(never)]
     pub fn find_rows<const COLUMNS: usize>(
         &self,
         columns: &[StringColumn<'_>; COLUMNS],
         out: &mut [usize],
         missing: usize,
-    ) -> (usize, [usize; COLUMNS]) {
-        let mut longest = [0u32; COLUMNS];
+    ) -> usize {
         if columns.iter().any(|c| c.offsets.len() != out.len() + 1) {
             out.fill(missing);
-            return (out.len(), [0; COLUMNS]);
+            return out.len();
         }
         let mut misses = 0;
         let mask = self.entries.len() - 1;
@@ -247,33 +236,25 @@ impl ShortKeyIndex {
         // Offsets pairs from `windows(2)`: no bounds checks per row.
         match columns.as_slice() {
             [first] => {
-                let mut longest_first = 0;
                 for (group, strings) in out.iter_mut().zip(first.offsets.windows(2)) {
-                    longest_first = longest_first.max(length(strings[0], strings[1]));
                     *group = group_of(ShortKey::of_strings(&[*first], [(strings[0], strings[1])]));
                 }
-                longest[0] = longest_first;
             }
             [first, second] => {
-                let (mut longest_first, mut longest_second) = (0, 0);
                 let rows = first.offsets.windows(2).zip(second.offsets.windows(2));
                 for (group, (a, b)) in out.iter_mut().zip(rows) {
-                    longest_first = longest_first.max(length(a[0], a[1]));
-                    longest_second = longest_second.max(length(b[0], b[1]));
                     *group = group_of(ShortKey::of_strings(
                         &[*first, *second],
                         [(a[0], a[1]), (b[0], b[1])],
                     ));
                 }
-                longest[0] = longest_first;
-                longest[1] = longest_second;
             }
             _ => {
                 out.fill(missing);
-                return (out.len(), [0; COLUMNS]);
+                return out.len();
             }
         }
-        (misses, longest.map(|l| l as usize))
+        misses
     }
 
     /// [`Self::find`] for a key not in its first slot: the group, or `missing` with
