@@ -336,7 +336,7 @@ impl<T: Numeric> Member<T> {
             (Fold::Avg, [counts, sums]) => {
                 let (Some(counts), Ok(sums)) = (
                     counts.as_primitive_opt::<UInt64Type>(),
-                    self.typed(sums, "AVG's sum state"),
+                    typed::<T>(sums, "AVG's sum state"),
                 ) else {
                     return internal_err!("AVG state is not (UInt64, Float64)");
                 };
@@ -348,7 +348,7 @@ impl<T: Numeric> Member<T> {
                 }
             }
             (Fold::Sum | Fold::Min | Fold::Max, [values]) => {
-                let values = self.typed(values, "partial state")?;
+                let values = typed::<T>(values, "partial state")?;
                 let valid = values.nulls().map(|n| n.inner().clone());
                 self.fold_sparse(groups, values.values(), valid.as_ref())?;
             }
@@ -359,21 +359,22 @@ impl<T: Numeric> Member<T> {
         Ok(())
     }
 
-    fn typed<'a>(&self, array: &'a ArrayRef, what: &str) -> Result<&'a PrimitiveArray<T>> {
-        match array.as_primitive_opt::<T>() {
-            Some(typed) => Ok(typed),
-            None => internal_err!(
-                "fused aggregate: {what} is {}, expected {}",
-                array.data_type(),
-                T::DATA_TYPE
-            ),
-        }
-    }
-
     fn size(&self) -> usize {
         self.counts.capacity() * size_of::<u64>()
             + self.values.capacity() * size_of::<T::Native>()
             + self.seen.as_ref().map_or(0, Vec::capacity)
+    }
+}
+
+/// `array` as a `T` array, or an error naming `what` it is.
+fn typed<'a, T: Numeric>(array: &'a ArrayRef, what: &str) -> Result<&'a PrimitiveArray<T>> {
+    match array.as_primitive_opt::<T>() {
+        Some(typed) => Ok(typed),
+        None => internal_err!(
+            "fused aggregate: {what} is {}, expected {}",
+            array.data_type(),
+            T::DATA_TYPE
+        ),
     }
 }
 
@@ -534,8 +535,10 @@ trait FusedColumn: Debug + Send {
         groups: &[usize],
         total: usize,
     ) -> Result<()>;
-    /// Member `member`'s results (or states) of the first `n` groups, which leave it.
-    fn emit(&mut self, member: usize, n: usize, states: bool) -> Result<Vec<ArrayRef>>;
+    /// Member `member`'s results of the first `n` groups, which leave it.
+    fn emit(&mut self, member: usize, n: usize) -> Result<ArrayRef>;
+    /// Member `member`'s partial states of the first `n` groups, which leave it.
+    fn emit_states(&mut self, member: usize, n: usize) -> Result<Vec<ArrayRef>>;
     /// Member `member`'s results of the first `n` groups, which stay.
     fn peek(&self, member: usize, n: usize) -> Result<ArrayRef>;
     fn cover(&mut self, groups: usize);
@@ -633,7 +636,7 @@ impl<T: Numeric> FusedColumn for Column<T> {
                 self.argument_of
             );
         };
-        let values = self.members[0].typed(column, "argument")?;
+        let values = typed::<T>(column, "argument")?;
         if values.len() != groups.len() {
             return internal_err!(
                 "fused aggregate: {} values for {} rows",
@@ -682,14 +685,16 @@ impl<T: Numeric> FusedColumn for Column<T> {
         self.members[member].merge(states, groups, total)
     }
 
-    fn emit(&mut self, member: usize, n: usize, states: bool) -> Result<Vec<ArrayRef>> {
+    fn emit(&mut self, member: usize, n: usize) -> Result<ArrayRef> {
         let member = &mut self.members[member];
         let taken = member.take(n);
-        if states {
-            member.states(taken)
-        } else {
-            Ok(vec![member.results(taken)?])
-        }
+        member.results(taken)
+    }
+
+    fn emit_states(&mut self, member: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        let member = &mut self.members[member];
+        let taken = member.take(n);
+        member.states(taken)
     }
 
     fn peek(&self, member: usize, n: usize) -> Result<ArrayRef> {
@@ -844,18 +849,14 @@ impl FusedAggregates {
     pub fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
         let (column, member) = self.place(index)?;
         self.columns[column].cover(n);
-        let mut results = self.columns[column].emit(member, n, false)?;
-        match results.pop() {
-            Some(results) => Ok(results),
-            None => internal_err!("fused aggregate {index} gave no results"),
-        }
+        self.columns[column].emit(member, n)
     }
 
     /// Aggregate `index`'s partial states of the first `n` groups, which leave it.
     pub fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
         let (column, member) = self.place(index)?;
         self.columns[column].cover(n);
-        self.columns[column].emit(member, n, true)
+        self.columns[column].emit_states(member, n)
     }
 
     /// Aggregate `index`'s current results of `groups`, of a table of `total` groups.
