@@ -277,14 +277,14 @@ impl<T: Numeric> Member<T> {
                 // AVG's column is Float64 (DataFusion coerces its argument), so this is no copy.
                 let sums: ArrayRef = Arc::new(PrimitiveArray::<T>::new(taken.values.into(), None));
                 let sums = cast(&sums, &DataType::Float64)?;
-                let averages: Float64Array = sums
-                    .as_primitive::<Float64Type>()
-                    .values()
+                let sums = sums.as_primitive::<Float64Type>().values();
+                let averages = sums
                     .iter()
                     .zip(&taken.counts)
-                    .map(|(sum, count)| (*count > 0).then(|| sum / *count as f64))
-                    .collect();
-                Arc::new(averages)
+                    .map(|(sum, count)| sum / *count as f64);
+                // NULL where no value came (0 / 0 gave NaN there).
+                let nulls = nulls_of_counts(&taken.counts);
+                Arc::new(Float64Array::new(averages.collect(), nulls))
             }
             Fold::Sum | Fold::Min | Fold::Max => {
                 let nulls = taken.seen.as_deref().and_then(nulls_of);
@@ -297,10 +297,7 @@ impl<T: Numeric> Member<T> {
     fn states(&self, taken: Taken<T>) -> Result<Vec<ArrayRef>> {
         Ok(match self.fold {
             Fold::Avg => {
-                let nulls = taken
-                    .counts
-                    .contains(&0)
-                    .then(|| NullBuffer::from_iter(taken.counts.iter().map(|c| *c > 0)));
+                let nulls = nulls_of_counts(&taken.counts);
                 vec![
                     Arc::new(UInt64Array::new(taken.counts.into(), nulls.clone())),
                     self.values_array(taken.values, nulls),
@@ -417,6 +414,13 @@ fn counts_array(counts: Vec<u64>) -> ArrayRef {
         ScalarBuffer::new(Buffer::from_vec(counts), 0, len),
         None,
     ))
+}
+
+/// Nulls for the groups no value reached (count 0), if there are any.
+fn nulls_of_counts(counts: &[u64]) -> Option<NullBuffer> {
+    counts
+        .contains(&0)
+        .then(|| NullBuffer::from_iter(counts.iter().map(|c| *c > 0)))
 }
 
 /// Nulls for the groups not `seen`, if there are any.
