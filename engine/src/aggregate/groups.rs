@@ -182,7 +182,7 @@ impl GroupTable {
             .zip(filters)
             .enumerate()
         {
-            if !self.fused.as_ref().is_some_and(|f| f.fuses(index)) {
+            if fused_at(&mut self.fused, index).is_none() {
                 accumulator.update_batch(
                     arguments,
                     &self.group_ids,
@@ -204,11 +204,9 @@ impl GroupTable {
     ) -> Result<()> {
         self.intern(keys, rows)?;
         for (index, (accumulator, states)) in self.accumulators.iter_mut().zip(states).enumerate() {
-            match &mut self.fused {
-                Some(fused) if fused.fuses(index) => {
-                    fused.merge(index, states, &self.group_ids, self.groups)?
-                }
-                _ => accumulator.merge_batch(states, &self.group_ids, self.groups)?,
+            match fused_at(&mut self.fused, index) {
+                Some(fused) => fused.merge(index, states, &self.group_ids, self.groups)?,
+                None => accumulator.merge_batch(states, &self.group_ids, self.groups)?,
             }
         }
         Ok(())
@@ -222,10 +220,12 @@ impl GroupTable {
             .accumulators
             .iter_mut()
             .enumerate()
-            .map(|(index, accumulator)| match &mut self.fused {
-                Some(fused) if fused.fuses(index) => fused.emit_states(index, n),
-                _ => accumulator.state(emit_to),
-            })
+            .map(
+                |(index, accumulator)| match fused_at(&mut self.fused, index) {
+                    Some(fused) => fused.emit_states(index, n),
+                    None => accumulator.state(emit_to),
+                },
+            )
             .collect::<Result<_>>()?;
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, states))
@@ -239,10 +239,12 @@ impl GroupTable {
             .accumulators
             .iter_mut()
             .enumerate()
-            .map(|(index, accumulator)| match &mut self.fused {
-                Some(fused) if fused.fuses(index) => fused.emit(index, n),
-                _ => accumulator.evaluate(emit_to),
-            })
+            .map(
+                |(index, accumulator)| match fused_at(&mut self.fused, index) {
+                    Some(fused) => fused.emit(index, n),
+                    None => accumulator.evaluate(emit_to),
+                },
+            )
             .collect::<Result<_>>()?;
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, results))
@@ -333,7 +335,7 @@ impl GroupTable {
             .zip(&self.aggregates)
             .enumerate()
             .map(|(index, (accumulator, aggregate))| {
-                if let Some(fused) = self.fused.as_mut().filter(|f| f.fuses(index)) {
+                if let Some(fused) = fused_at(&mut self.fused, index) {
                     return fused.results_of(index, total, groups);
                 }
                 let state = accumulator.state(EmitTo::All)?;
@@ -369,6 +371,11 @@ impl GroupTable {
             + self.fused.as_ref().map_or(0, FusedAggregates::size)
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }
+}
+
+/// The fused aggregates, if they hold aggregate `index` (else its accumulator does).
+fn fused_at(fused: &mut Option<FusedAggregates>, index: usize) -> Option<&mut FusedAggregates> {
+    fused.as_mut().filter(|f| f.fuses(index))
 }
 
 /// A `GroupsAccumulator` for `aggregate`, or DataFusion's adapter over its row accumulator.

@@ -104,9 +104,8 @@ impl AggregateInputs {
                 .collect::<Result<_>>()?,
         })
     }
-}
 
-impl AggregateInputs {
+    /// Aggregate `aggregate`'s argument expressions on `batch`; literals from the cache.
     fn evaluate_arguments(
         &self,
         aggregate: usize,
