@@ -15,7 +15,7 @@ use freshet_engine::{GeneratorKind, GeneratorSpec};
 use freshet_planner::{StreamingContext, StreamingQuery};
 
 use super::tables::register_tables;
-use super::{BenchArgs, Command, GenArgs, PlanArgs, QueryArgs};
+use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs};
 
 /// Runs one subcommand.
 pub async fn run(command: Command) -> Result<()> {
@@ -28,6 +28,26 @@ pub async fn run(command: Command) -> Result<()> {
         }
         Command::Gen(args) => generate(args),
         Command::Bench(args) => bench(args).await,
+        Command::Fuzz(args) => fuzz(args).await,
+    }
+}
+
+/// Runs the fuzzer; prints each failure's reproduction as it is found and a summary line.
+/// Failures make the command fail.
+async fn fuzz(args: FuzzArgs) -> Result<()> {
+    let summary = crate::testing::fuzz::fuzz(args.seed, args.cases, args.shrink, |failure| {
+        println!("{failure}\n")
+    })
+    .await;
+    println!("{summary}");
+    if summary.failures.is_empty() {
+        Ok(())
+    } else {
+        plan_err!(
+            "{} of {} fuzz cases failed (reproductions above)",
+            summary.failures.len(),
+            summary.cases
+        )
     }
 }
 

@@ -1,4 +1,4 @@
-//! The `freshet` command line: `query`, `explain`, `gen` and `bench`.
+//! The `freshet` command line: `query`, `explain`, `gen`, `bench` and `fuzz`.
 //!
 //! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
 
@@ -31,6 +31,21 @@ pub enum Command {
     Gen(GenArgs),
     /// Run the benchmark scenarios on Freshet and on DataFusion batch over the same data.
     Bench(BenchArgs),
+    /// Run random streaming queries over random tables against DataFusion batch SQL.
+    Fuzz(FuzzArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FuzzArgs {
+    /// Number of cases.
+    #[arg(long, default_value_t = 1_000)]
+    pub cases: usize,
+    /// First case's seed; case i runs seed + i.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Runs spent shrinking each failure to a small reproduction.
+    #[arg(long, default_value_t = 200)]
+    pub shrink: usize,
 }
 
 /// A query and the streams it reads.

@@ -1,7 +1,9 @@
 //! Test support used by Freshet's own tests and open to embedders: the differential oracle
 //! ([`Differential`]) that checks a streaming query against DataFusion batch SQL on the same
-//! bounded data, and a random stream generator ([`RandomStream`]) for it to run on.
+//! bounded data, a random stream generator ([`RandomStream`]) for it to run on, and the SQL
+//! fuzzer ([`fuzz`]): random queries over random tables against batch SQL.
 
+pub mod fuzz;
 mod oracle;
 mod random;
 

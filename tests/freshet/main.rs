@@ -4,6 +4,7 @@ mod aggregation;
 mod bad_input;
 mod cli;
 mod filters;
+mod fuzz;
 mod oracle;
 mod over;
 mod partitioning;

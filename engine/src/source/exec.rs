@@ -7,7 +7,9 @@
 //! operator above it needs no shuffle), its event-time column and watermark delay, and its
 //! pacing. With a target rate, each partition sleeps until its next batch is due
 //! (`records sent / rate per partition` after the partition started). Records are counted in
-//! the operator's `output_rows` metric, which the progress line reads.
+//! the operator's `output_rows` metric, which the progress line reads. A declared key
+//! partitioning is checked as the records flow ([`PartitionKeyCheck`]): a key met in two
+//! source partitions fails the run.
 
 use std::fmt;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ use futures::StreamExt;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::single_child;
 
+use super::key_check::PartitionKeyCheck;
+
 /// The source operator of a stream; see the module documentation.
 #[derive(Debug)]
 pub struct StreamSourceExec {
@@ -39,6 +43,8 @@ pub struct StreamSourceExec {
     bounded: bool,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// The check of a declared key partitioning, when something may rely on it.
+    key_check: Option<Arc<PartitionKeyCheck>>,
 }
 
 impl StreamSourceExec {
@@ -50,6 +56,12 @@ impl StreamSourceExec {
         bounded: bool,
     ) -> Result<Self> {
         let properties = Arc::new(Self::compute_properties(&input, options, bounded)?);
+        let key_check = match properties.output_partitioning() {
+            Partitioning::Hash(_, partitions) if *partitions > 1 => {
+                PartitionKeyCheck::try_new(table, &input.schema(), &options.partitioned_by)
+            }
+            _ => None,
+        };
         Ok(Self {
             input,
             table: table.to_string(),
@@ -57,6 +69,7 @@ impl StreamSourceExec {
             bounded,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+            key_check,
         })
     }
 
@@ -224,10 +237,17 @@ impl ExecutionPlan for StreamSourceExec {
         let schema = self.schema();
         let input = self.input.execute(partition, context)?;
         let metrics = BaselineMetrics::new(&self.metrics, partition);
-        let counted = input.inspect(move |batch| {
-            if let Ok(batch) = batch {
-                metrics.record_output(batch.num_rows());
+        let mut keys = match &self.key_check {
+            Some(check) => Some(check.partition(partition)?),
+            None => None,
+        };
+        let counted = input.map(move |batch| {
+            let batch = batch?;
+            if let Some(keys) = &mut keys {
+                keys.check(&batch)?;
             }
+            metrics.record_output(batch.num_rows());
+            Ok(batch)
         });
         let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)));

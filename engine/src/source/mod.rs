@@ -6,6 +6,7 @@
 mod exec;
 mod files;
 mod generator;
+mod key_check;
 mod table;
 
 pub use exec::StreamSourceExec;

@@ -1,0 +1,464 @@
+//! Freshet's SQL fuzzer: random streaming queries over random small tables, each checked
+//! against plain DataFusion batch SQL over the same data.
+//!
+//! A case ([`FuzzCase`]) is a table ([`FuzzData`]: rows, event-time type, storage), a query
+//! ([`FuzzQuery`]: Freshet SQL and its batch equivalent) and the stream and source-partition
+//! counts to run it at; every case is reproducible from its seed. The judge:
+//!
+//! - EMIT FINAL results, stateless queries and window functions must equal the batch result
+//!   as a multiset of rows.
+//! - A changelog (EMIT CHANGES) must end in the batch result: its last row per key (keys and
+//!   window start), deletions removed. A per-record changelog read from one source partition
+//!   must also be, row for row, the batch's running aggregates in stored order.
+//! - Every record is accounted for: the query's `records_in` is the table's row count.
+//!
+//! A refusal is a failure unless its message is one of the documented refusals
+//! ([`DOCUMENTED_REFUSALS`]). A failing case is shrunk: rows and query parts are removed while
+//! it still fails the same way, so the reproduction printed is small.
+
+mod data;
+mod query;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::Result;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::options::ArrowReadOptions;
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+use freshet_engine::{StreamOptions, splitmix64};
+use freshet_planner::StreamingContext;
+use futures::TryStreamExt;
+
+pub use data::{FuzzData, FuzzRow, Storage, TimeType};
+pub use query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
+
+use super::compare_results;
+
+/// Messages of the refusals docs/sql.md documents: such a refusal is not a failure.
+pub const DOCUMENTED_REFUSALS: &[&str] = &[
+    "is not supported on unbounded streams",
+    "two_phase is refused",
+    "refused:",
+];
+
+/// The fuzzer's random number generator (splitmix64 over a counter).
+#[derive(Debug, Clone)]
+pub struct FuzzRng(u64);
+
+impl FuzzRng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x2545_F491_4F6C_DD1D))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        splitmix64(self.0)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    pub fn pick<'a, T>(&mut self, choices: &'a [T]) -> &'a T {
+        &choices[self.below(choices.len() as u64) as usize]
+    }
+}
+
+/// One fuzz case: data, query and where to run it.
+#[derive(Debug, Clone)]
+pub struct FuzzCase {
+    pub seed: u64,
+    pub data: FuzzData,
+    pub query: FuzzQuery,
+    /// Stream counts Freshet runs the query at.
+    pub streams: Vec<usize>,
+    /// Source partitions (`None`: as many as streams).
+    pub source_partitions: Option<usize>,
+}
+
+/// How a case ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Match,
+    /// A documented refusal.
+    Refused(String),
+    Mismatch(String),
+    /// An error that is not a documented refusal.
+    Error(String),
+}
+
+impl Outcome {
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Self::Mismatch(_) | Self::Error(_))
+    }
+
+    fn same_kind(&self, other: &Outcome) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+impl FuzzCase {
+    /// The case of `seed`.
+    pub fn generate(seed: u64) -> Self {
+        let mut rng = FuzzRng::new(seed);
+        let over = rng.chance(0.2);
+        let source_partitions = match rng.below(4) {
+            0 => Some(1),
+            1 => Some(3),
+            _ => None,
+        };
+        // Equal event times are ordered by arrival; arrival is stored order only within one
+        // source partition, so ties are generated where a query's answer depends on them
+        // only with one source partition.
+        let ties = !over || source_partitions == Some(1);
+        let data = FuzzData::random(&mut rng, ties);
+        let query = if over {
+            let mut rng2 = rng.clone();
+            let mut query = FuzzQuery::random(&mut rng2, &data);
+            while query.form != Form::Over {
+                query = FuzzQuery::random(&mut rng2, &data);
+            }
+            query
+        } else {
+            let mut query = FuzzQuery::random(&mut rng, &data);
+            while query.form == Form::Over {
+                query = FuzzQuery::random(&mut rng, &data);
+            }
+            query
+        };
+        Self {
+            seed,
+            data,
+            query,
+            streams: vec![1, 2, 4],
+            source_partitions,
+        }
+    }
+
+    fn options(&self, streams: usize) -> StreamOptions {
+        StreamOptions {
+            event_time: Some("ts".to_string()),
+            out_of_orderness: std::time::Duration::from_millis(self.data.disorder_ms as u64),
+            partitions: Some(self.source_partitions.unwrap_or(streams)),
+            bounded: Some(true),
+            ..StreamOptions::default()
+        }
+    }
+
+    /// Runs the case in a scratch directory of its own.
+    pub async fn run(&self) -> Outcome {
+        let dir = scratch_dir(self.seed);
+        let written = std::fs::create_dir_all(&dir)
+            .map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))
+            .and_then(|()| self.data.write(&dir));
+        let outcome = match written {
+            Ok(path) => self.run_with(path).await,
+            Err(e) => Outcome::Error(format!("writing the data failed: {e}")),
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        outcome
+    }
+
+    async fn run_with(&self, path: Option<PathBuf>) -> Outcome {
+        let batch_sql = self.query.batch_sql();
+        let expected = match self.batch(&path, &batch_sql).await {
+            Ok(batches) => batches,
+            Err(e) => return Outcome::Error(format!("the batch oracle failed: {e}\n{batch_sql}")),
+        };
+        let running = match self.query.running_sql() {
+            Some(sql) if self.single_source() => match self.batch(&path, &sql).await {
+                Ok(batches) => Some(batches),
+                Err(e) => return Outcome::Error(format!("the running oracle failed: {e}\n{sql}")),
+            },
+            _ => None,
+        };
+        for &streams in &self.streams {
+            let (actual, records_in) = match self.streaming(&path, streams).await {
+                Ok(result) => result,
+                Err(e) => {
+                    let message = e.to_string();
+                    return if DOCUMENTED_REFUSALS.iter().any(|r| message.contains(r)) {
+                        Outcome::Refused(message)
+                    } else {
+                        Outcome::Error(format!("at {streams} streams: {message}"))
+                    };
+                }
+            };
+            if records_in.is_some_and(|n| n != self.data.rows.len()) {
+                return Outcome::Mismatch(format!(
+                    "at {streams} streams: {} records in, the table has {}",
+                    records_in.unwrap_or(0),
+                    self.data.rows.len()
+                ));
+            }
+            if let Err(difference) = self.judge(&expected, running.as_deref(), &actual) {
+                return Outcome::Mismatch(format!("at {streams} streams: {difference}"));
+            }
+        }
+        Outcome::Match
+    }
+
+    fn single_source(&self) -> bool {
+        self.source_partitions == Some(1)
+    }
+
+    fn judge(
+        &self,
+        expected: &[RecordBatch],
+        running: Option<&[RecordBatch]>,
+        actual: &[RecordBatch],
+    ) -> std::result::Result<(), String> {
+        if !self.query.is_changelog() {
+            return compare_results(expected, actual, false);
+        }
+        if let Some(running) = running {
+            compare_results(running, actual, false)
+                .map_err(|d| format!("the per-record changelog differs: {d}"))?;
+        }
+        let last = last_rows(&self.query, actual).map_err(|e| e.to_string())?;
+        compare_results(expected, &last, false)
+            .map_err(|d| format!("the changelog's final state differs: {d}"))
+    }
+
+    async fn batch(&self, path: &Option<PathBuf>, sql: &str) -> Result<Vec<RecordBatch>> {
+        let ctx = SessionContext::new();
+        match (path, self.data.storage) {
+            (None, _) => {
+                let table = MemTable::try_new(self.data.schema(), vec![self.data.batches()?])?;
+                ctx.register_table("t", Arc::new(table))?;
+            }
+            (Some(path), Storage::Csv) => {
+                ctx.register_csv("t", &path.to_string_lossy(), CsvReadOptions::new())
+                    .await?
+            }
+            (Some(path), Storage::Arrow) => {
+                ctx.register_arrow("t", &path.to_string_lossy(), ArrowReadOptions::default())
+                    .await?
+            }
+            (Some(path), _) => {
+                ctx.register_parquet("t", &path.to_string_lossy(), ParquetReadOptions::default())
+                    .await?
+            }
+        }
+        ctx.sql(sql).await?.collect().await
+    }
+
+    async fn streaming(
+        &self,
+        path: &Option<PathBuf>,
+        streams: usize,
+    ) -> Result<(Vec<RecordBatch>, Option<usize>)> {
+        let ctx = StreamingContext::with_partitions(streams);
+        for (key, value) in &self.query.settings {
+            ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
+        }
+        let options = self.options(streams);
+        match path {
+            None => ctx.register_batches("t", self.data.schema(), self.data.batches()?, options)?,
+            Some(path) => {
+                ctx.register_files("t", &path.to_string_lossy(), None, options)
+                    .await?
+            }
+        }
+        let query = ctx.sql(&self.query.streaming_sql()).await?;
+        let batches: Vec<RecordBatch> = query.execute_merged()?.try_collect().await?;
+        // Records read by the sources; `None` where the plan has no source metric.
+        let read = query.records_read();
+        Ok((batches, Some(read)))
+    }
+
+    /// The case written out to reproduce it by hand.
+    pub fn reproduction(&self) -> String {
+        let settings: String = self
+            .query
+            .settings
+            .iter()
+            .map(|(k, v)| format!("SET {k} = '{v}'; "))
+            .collect();
+        format!(
+            "seed {seed}: {streaming}\n  {settings}streams {streams:?}, source partitions {sources}, event time {time:?}, watermark {wm} ms, {storage}\n  rows (id, k, g, v, i, ts - start): {rows}\n  batch SQL: {batch}",
+            seed = self.seed,
+            streaming = self.query.streaming_sql(),
+            streams = self.streams,
+            sources = self
+                .source_partitions
+                .map_or("= streams".to_string(), |n| n.to_string()),
+            time = self.data.time_type,
+            wm = self.data.disorder_ms,
+            storage = self.data.storage,
+            rows = self.data.describe_rows(),
+            batch = self.query.batch_sql(),
+        )
+    }
+
+    /// Smaller cases that might fail the same way: fewer rows, simpler queries, fewer
+    /// stream counts.
+    fn simpler(&self) -> Vec<FuzzCase> {
+        let mut variants = Vec::new();
+        let rows = &self.data.rows;
+        if self.streams.len() > 1 {
+            for &streams in &self.streams {
+                variants.push(Self {
+                    streams: vec![streams],
+                    ..self.clone()
+                });
+            }
+        }
+        let mut chunk = rows.len() / 2;
+        while chunk >= 1 {
+            for start in (0..rows.len()).step_by(chunk) {
+                let mut data = self.data.clone();
+                data.rows = rows[..start]
+                    .iter()
+                    .chain(&rows[(start + chunk).min(rows.len())..])
+                    .cloned()
+                    .collect();
+                variants.push(Self {
+                    data,
+                    ..self.clone()
+                });
+            }
+            chunk /= 2;
+        }
+        for query in self.query.simpler() {
+            variants.push(Self {
+                query,
+                ..self.clone()
+            });
+        }
+        variants
+    }
+
+    /// Shrinks a failing case while it fails the same way (at most `budget` runs).
+    pub async fn shrink(self, outcome: Outcome, budget: usize) -> (FuzzCase, Outcome) {
+        let mut case = self;
+        let mut outcome = outcome;
+        let mut runs = 0;
+        'outer: while runs < budget {
+            for candidate in case.simpler() {
+                runs += 1;
+                if runs >= budget {
+                    break 'outer;
+                }
+                let result = candidate.run().await;
+                if result.is_failure() && result.same_kind(&outcome) {
+                    case = candidate;
+                    outcome = result;
+                    continue 'outer;
+                }
+            }
+            break;
+        }
+        (case, outcome)
+    }
+}
+
+/// A changelog's state at its end: the last row of each key (the changelog keys' values),
+/// without deletions.
+fn last_rows(query: &FuzzQuery, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    let Some(first) = batches.first() else {
+        return Ok(Vec::new());
+    };
+    let all = concat_batches(&first.schema(), batches)?;
+    let keys: Vec<usize> = (0..query.items.len())
+        .filter(|&i| query.items[i].changelog_key)
+        .collect();
+    let aggregates: Vec<usize> = (0..query.items.len())
+        .filter(|&i| query.items[i].aggregate)
+        .collect();
+    let options = FormatOptions::default().with_null("NULL");
+    let formatters = (0..all.num_columns())
+        .map(|i| ArrayFormatter::try_new(all.column(i).as_ref(), &options))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut last: HashMap<Vec<String>, usize> = HashMap::new();
+    let mut order = Vec::new();
+    for row in 0..all.num_rows() {
+        let key: Vec<String> = keys
+            .iter()
+            .map(|&i| formatters[i].value(row).to_string())
+            .collect();
+        if last.insert(key.clone(), row).is_none() {
+            order.push(key);
+        }
+    }
+    let deleted = |row: usize| {
+        query.has_deletions() && aggregates.iter().all(|&i| all.column(i).is_null(row))
+    };
+    let rows: Vec<u32> = order
+        .iter()
+        .filter_map(|key| last.get(key).copied())
+        .filter(|&row| !deleted(row))
+        .map(|row| row as u32)
+        .collect();
+    Ok(vec![take_record_batch(&all, &UInt32Array::from(rows))?])
+}
+
+fn scratch_dir(seed: u64) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "freshet-fuzz-{}-{seed}-{}",
+        std::process::id(),
+        splitmix64(seed ^ 0x5eed)
+    ))
+}
+
+/// The totals of a fuzz run.
+#[derive(Debug, Default, Clone)]
+pub struct FuzzSummary {
+    pub cases: usize,
+    pub matches: usize,
+    pub refused: usize,
+    pub mismatches: usize,
+    pub errors: usize,
+    /// Each failure's shrunk reproduction and what went wrong.
+    pub failures: Vec<String>,
+}
+
+impl fmt::Display for FuzzSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fuzz: {} cases, {} matches, {} documented refusals, {} mismatches, {} errors",
+            self.cases, self.matches, self.refused, self.mismatches, self.errors
+        )
+    }
+}
+
+/// Runs `cases` cases from `seed` on, shrinking each failure (with `shrink_budget` runs);
+/// `report` is called with each failure's text as it is found.
+pub async fn fuzz(
+    seed: u64,
+    cases: usize,
+    shrink_budget: usize,
+    mut report: impl FnMut(&str),
+) -> FuzzSummary {
+    let mut summary = FuzzSummary::default();
+    for index in 0..cases as u64 {
+        let case = FuzzCase::generate(seed.wrapping_add(index));
+        let outcome = case.run().await;
+        summary.cases += 1;
+        match &outcome {
+            Outcome::Match => summary.matches += 1,
+            Outcome::Refused(_) => summary.refused += 1,
+            Outcome::Mismatch(_) => summary.mismatches += 1,
+            Outcome::Error(_) => summary.errors += 1,
+        }
+        if outcome.is_failure() {
+            let (small, small_outcome) = case.shrink(outcome, shrink_budget).await;
+            let text = format!("{}\n  => {:?}", small.reproduction(), small_outcome);
+            report(&text);
+            summary.failures.push(text);
+        }
+    }
+    summary
+}

@@ -1,0 +1,784 @@
+//! The fuzzer's grammar: random streaming queries over the fuzz table `t`, each rendered
+//! twice, as Freshet SQL and as the plain batch SQL that must give the same answer.
+//!
+//! Forms: a stateless filter and projection; an aggregation without a window (final at the
+//! end of input, or a changelog); a windowed aggregation (tumbling, hopping or session, in
+//! each accepted syntax, EMIT FINAL or EMIT CHANGES per record or per batch, window bounds in
+//! expressions, HAVING, DISTINCT and FILTER); window functions (OVER) with ROWS frames.
+//!
+//! Batch equivalents: a window becomes a per-row `window_start` column of a CTE (`date_bin`
+//! for tumbling windows, one shifted copy of the rows per window a row is in for hopping
+//! windows, gap splitting with `LAG` for sessions), grouped like any column. A changelog's
+//! per-record rows are the batch's running aggregates (`OVER (… ORDER BY id ROWS UNBOUNDED
+//! PRECEDING)`: stored order is arrival order from one source partition). Window functions
+//! order ties by `id`, the stored order, which is the arrival order Freshet promises for ties.
+
+use std::fmt::Write;
+
+use super::FuzzRng;
+use super::data::{FuzzData, TimeType};
+
+/// A window of an aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    Tumble { size_ms: i64 },
+    Hop { slide_ms: i64, size_ms: i64 },
+    Session { gap_ms: i64 },
+}
+
+/// How the window is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSyntax {
+    /// `GROUP BY … WINDOW TUMBLING (ts, INTERVAL …)`.
+    Clause,
+    /// `GROUP BY tumble(ts, INTERVAL …), …`.
+    Function,
+    /// `FROM TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL …)` (tumbling and hopping).
+    TableFunction,
+}
+
+/// The emit mode of an aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emit {
+    Final,
+    ChangesPerRecord,
+    ChangesPerBatch,
+}
+
+/// A query's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Form {
+    Stateless,
+    Aggregate {
+        window: Option<Window>,
+        syntax: WindowSyntax,
+        emit: Emit,
+    },
+    Over,
+}
+
+/// One item of the select list, as Freshet SQL and as batch SQL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    pub streaming: String,
+    pub batch: String,
+    /// For a running (per-record) batch equivalent: the batch text with every aggregate
+    /// followed by `OVER running`; `None` when the item has no running equivalent.
+    pub running: Option<String>,
+    /// The item is a key of a changelog (a GROUP BY key or the window start).
+    pub changelog_key: bool,
+    /// The item is an aggregate (or an expression over aggregates).
+    pub aggregate: bool,
+}
+
+/// A random query over the fuzz table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FuzzQuery {
+    pub form: Form,
+    /// GROUP BY or PARTITION BY keys: `(expression, alias)`.
+    pub keys: Vec<(String, String)>,
+    pub items: Vec<Item>,
+    pub filter: Option<String>,
+    pub having: Option<String>,
+    /// `SET` statements for Freshet's session.
+    pub settings: Vec<(String, String)>,
+    pub time_type: TimeType,
+}
+
+const KEY_CHOICES: &[(&str, &str)] = &[("k", "k"), ("g", "g"), ("g % 2", "g2")];
+
+fn interval(ms: i64) -> String {
+    if ms % 1_000 == 0 {
+        format!("INTERVAL '{}' SECOND", ms / 1_000)
+    } else {
+        format!("INTERVAL '{ms} milliseconds'")
+    }
+}
+
+/// A random predicate over the table's columns.
+fn predicate(rng: &mut FuzzRng, data: &FuzzData) -> String {
+    let mut atoms = vec![
+        "i > -10",
+        "i % 3 <> 0",
+        "v > 0",
+        "k = 'a'",
+        "k IS NOT NULL",
+        "g IN (0, 1)",
+        "v IS NULL OR i < 20",
+        "coalesce(k, 'z') <> 'b'",
+    ];
+    if data.nan {
+        atoms.push("NOT isnan(v)");
+    }
+    let first = rng.pick(&atoms).to_string();
+    match rng.below(4) {
+        0 => format!("({first}) AND ({})", rng.pick(&atoms)),
+        1 => format!("({first}) OR ({})", rng.pick(&atoms)),
+        _ => first,
+    }
+}
+
+impl FuzzQuery {
+    /// A random query for `data`.
+    pub fn random(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+        match rng.below(10) {
+            0 | 1 => Self::stateless(rng, data),
+            2..=7 => Self::aggregate(rng, data),
+            _ => Self::over(rng, data),
+        }
+    }
+
+    fn base(form: Form, data: &FuzzData) -> Self {
+        Self {
+            form,
+            keys: Vec::new(),
+            items: Vec::new(),
+            filter: None,
+            having: None,
+            settings: Vec::new(),
+            time_type: data.time_type,
+        }
+    }
+
+    fn stateless(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+        let mut query = Self::base(Form::Stateless, data);
+        let mut choices = vec![
+            "id",
+            "k",
+            "i * 2 + 1 AS i2",
+            "coalesce(k, 'none') AS kn",
+            "CASE WHEN v > 0 THEN 'pos' ELSE 'other' END AS sign",
+            "abs(i) AS ai",
+            "v",
+            "ts",
+            "g",
+            "v IS NULL AS nv",
+        ];
+        if data.time_type == TimeType::Timestamp {
+            choices.push("date_trunc('second', ts) AS sec");
+        }
+        let count = 1 + rng.below(4) as usize;
+        for _ in 0..count {
+            let text = rng.pick(&choices).to_string();
+            if !query.items.iter().any(|item| item.streaming == text) {
+                query.items.push(plain_item(&text));
+            }
+        }
+        if rng.chance(0.8) {
+            query.filter = Some(predicate(rng, data));
+        }
+        query
+    }
+
+    fn aggregate(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+        let window = match rng.below(6) {
+            0 => None,
+            1 | 2 => Some(Window::Tumble {
+                size_ms: *rng.pick(&[1_000, 2_000, 5_000, 60_000, 700]),
+            }),
+            3 | 4 => {
+                let slide_ms = *rng.pick(&[500, 1_000, 2_000]);
+                Some(Window::Hop {
+                    slide_ms,
+                    size_ms: slide_ms * (1 + rng.below(3) as i64),
+                })
+            }
+            _ => Some(Window::Session {
+                gap_ms: *rng.pick(&[300, 1_000, 3_000]),
+            }),
+        };
+        let emit = match rng.below(5) {
+            0 => Emit::ChangesPerRecord,
+            1 => Emit::ChangesPerBatch,
+            _ => Emit::Final,
+        };
+        let syntax = match (window, rng.below(3)) {
+            (Some(Window::Session { .. }), 2) => WindowSyntax::Clause,
+            (_, 0) => WindowSyntax::Clause,
+            (_, 1) => WindowSyntax::Function,
+            _ => WindowSyntax::TableFunction,
+        };
+        let mut query = Self::base(
+            Form::Aggregate {
+                window,
+                syntax,
+                emit,
+            },
+            data,
+        );
+        let changes = emit != Emit::Final;
+        let session_changes = changes && matches!(window, Some(Window::Session { .. }));
+        // Keys: none to two.
+        let key_count = rng.below(3) as usize;
+        for _ in 0..key_count {
+            let (expression, alias) = *rng.pick(KEY_CHOICES);
+            if !query.keys.iter().any(|(_, a)| a == alias) {
+                query.keys.push((expression.to_string(), alias.to_string()));
+            }
+        }
+        for (expression, alias) in query.keys.clone() {
+            let text = if expression == alias {
+                expression
+            } else {
+                format!("{expression} AS {alias}")
+            };
+            let mut item = plain_item(&text);
+            item.changelog_key = true;
+            query.items.push(item);
+        }
+        if window.is_some() {
+            let bounds = [
+                "window_start",
+                "window_end",
+                "CAST(window_start AS BIGINT) AS ws_ms",
+                "date_trunc('minute', window_start) AS ws_minute",
+                "window_end - window_start AS length",
+            ];
+            // A changelog is keyed by the window start as well.
+            if changes || rng.chance(0.7) {
+                let mut item = plain_item("window_start");
+                item.changelog_key = true;
+                query.items.push(item);
+            }
+            if rng.chance(0.5) {
+                let text = rng.pick(&bounds[1..]).to_string();
+                query.items.push(plain_item(&text));
+            }
+        }
+        // Aggregates: one to four.
+        let ints = ["i", "g"];
+        let mut aggregates: Vec<String> = vec![
+            "COUNT(*)".into(),
+            "COUNT(v)".into(),
+            "SUM(i)".into(),
+            "SUM(v)".into(),
+            "AVG(i)".into(),
+            "AVG(v)".into(),
+            "MIN(i)".into(),
+            "MAX(i)".into(),
+            format!("MAX({})", rng.pick(&ints)),
+            "MIN(ts)".into(),
+            "MAX(ts)".into(),
+        ];
+        if !data.nan {
+            aggregates.push("MIN(v)".into());
+            aggregates.push("MAX(v)".into());
+        }
+        if !session_changes {
+            aggregates.extend([
+                "COUNT(DISTINCT k)".to_string(),
+                "COUNT(DISTINCT i % 5)".to_string(),
+                "SUM(i) FILTER (WHERE v > 0)".to_string(),
+                "COUNT(*) FILTER (WHERE k = 'a')".to_string(),
+                "stddev(i)".to_string(),
+                "SUM(i) * 2 + COUNT(*)".to_string(),
+            ]);
+        }
+        let count = 1 + rng.below(4) as usize;
+        let mut chosen: Vec<String> = Vec::new();
+        if session_changes {
+            // A deletion is a row whose aggregates are all NULL: COUNT(*) tells them apart.
+            chosen.push("COUNT(*)".into());
+        }
+        for _ in 0..count {
+            let text = rng.pick(&aggregates).clone();
+            if !chosen.contains(&text) {
+                chosen.push(text);
+            }
+        }
+        for (index, text) in chosen.iter().enumerate() {
+            let alias = format!("a{index}");
+            query.items.push(Item {
+                streaming: format!("{text} AS {alias}"),
+                batch: format!("{text} AS {alias}"),
+                running: running_text(text).map(|t| format!("{t} AS {alias}")),
+                changelog_key: false,
+                aggregate: true,
+            });
+        }
+        if rng.chance(0.6) {
+            query.filter = Some(predicate(rng, data));
+        }
+        if !changes && rng.chance(0.3) {
+            query.having = Some(
+                rng.pick(&["COUNT(*) > 1", "SUM(i) > 0", "MAX(i) < 40 OR COUNT(*) = 1"])
+                    .to_string(),
+            );
+            if window.is_some() && rng.chance(0.5) {
+                query.having = Some(format!(
+                    "(window_end > TIMESTAMP '2023-11-14 22:14:03') AND COUNT(*) > 0"
+                ));
+            }
+        }
+        if emit == Emit::ChangesPerBatch {
+            query
+                .settings
+                .push(("freshet.changes_per".into(), "batch".into()));
+        }
+        if emit == Emit::Final && rng.chance(0.2) {
+            let strategy = if window.is_none()
+                || matches!(window, Some(Window::Tumble { .. } | Window::Hop { .. }))
+            {
+                *rng.pick(&["two_phase", "hash"])
+            } else {
+                "hash"
+            };
+            query
+                .settings
+                .push(("freshet.partitioning_strategy".into(), strategy.into()));
+        }
+        if window.is_some() && rng.chance(0.2) {
+            query
+                .settings
+                .push(("freshet.allowed_lateness_ms".into(), "1000".into()));
+        }
+        query
+    }
+
+    fn over(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+        let mut query = Self::base(Form::Over, data);
+        if rng.chance(0.7) {
+            let (expression, alias) = *rng.pick(KEY_CHOICES);
+            query.keys.push((expression.to_string(), alias.to_string()));
+        }
+        let partition = if query.keys.is_empty() {
+            String::new()
+        } else {
+            format!("PARTITION BY {} ", query.keys[0].0)
+        };
+        query.items.push(plain_item("id"));
+        if rng.chance(0.5) {
+            query.items.push(plain_item("k"));
+        }
+        let count = 1 + rng.below(3) as usize;
+        for index in 0..count {
+            let n = 1 + rng.below(3);
+            // (function, frame for both sides, batch orders ties by id)
+            let (function, frame, by_id): (String, String, bool) = match rng.below(12) {
+                0 => ("ROW_NUMBER()".into(), String::new(), true),
+                1 => ("RANK()".into(), String::new(), false),
+                2 => ("DENSE_RANK()".into(), String::new(), false),
+                3 => (format!("LAG(i, {n})"), String::new(), true),
+                4 => (format!("LAG(i, 1, -1)"), String::new(), true),
+                5 => (format!("LEAD(i, {n})"), String::new(), true),
+                6 => (
+                    "FIRST_VALUE(i)".into(),
+                    " ROWS UNBOUNDED PRECEDING".into(),
+                    true,
+                ),
+                7 => (
+                    "LAST_VALUE(i)".into(),
+                    format!(" ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
+                    true,
+                ),
+                8 => (
+                    rng.pick(&["SUM(i)", "COUNT(*)", "MIN(i)", "MAX(i)", "COUNT(v)"])
+                        .to_string(),
+                    String::new(),
+                    false,
+                ),
+                9 => (
+                    rng.pick(&["SUM(i)", "AVG(i)", "MIN(i)", "MAX(i)", "COUNT(v)", "SUM(v)"])
+                        .to_string(),
+                    format!(" ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
+                    true,
+                ),
+                10 => (
+                    rng.pick(&["SUM(i)", "AVG(i)", "MAX(i)", "COUNT(*)"])
+                        .to_string(),
+                    format!(" ROWS BETWEEN {n} PRECEDING AND 1 FOLLOWING"),
+                    true,
+                ),
+                _ => (
+                    rng.pick(&["SUM(i)", "MIN(i)", "COUNT(*)"]).to_string(),
+                    " ROWS UNBOUNDED PRECEDING".into(),
+                    true,
+                ),
+            };
+            let alias = format!("w{index}");
+            let streaming_frame = match frame.strip_prefix(" ROWS BETWEEN ") {
+                Some(rest) if rest.ends_with("PRECEDING AND CURRENT ROW") && rng.chance(0.3) => {
+                    let rows: i64 = rest
+                        .split(' ')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(1);
+                    format!(" ROWS WINDOW BUFFER {} ROWS", rows + 1)
+                }
+                _ => frame.clone(),
+            };
+            let streaming = if streaming_frame.starts_with(" ROWS WINDOW BUFFER") {
+                format!(
+                    "{function} OVER ({} {partition}ORDER BY ts) AS {alias}",
+                    streaming_frame.trim()
+                )
+            } else {
+                format!("{function} OVER ({partition}ORDER BY ts{streaming_frame}) AS {alias}")
+            };
+            let order = if by_id { "ts, id" } else { "ts" };
+            query.items.push(Item {
+                streaming,
+                batch: format!("{function} OVER ({partition}ORDER BY {order}{frame}) AS {alias}"),
+                running: None,
+                changelog_key: false,
+                aggregate: false,
+            });
+        }
+        if rng.chance(0.4) {
+            query.filter = Some(predicate(rng, data));
+        }
+        query
+    }
+
+    fn window(&self) -> Option<Window> {
+        match self.form {
+            Form::Aggregate { window, .. } => window,
+            _ => None,
+        }
+    }
+
+    /// The emit mode (`Final` for queries that are not aggregations).
+    pub fn emit(&self) -> Emit {
+        match self.form {
+            Form::Aggregate { emit, .. } => emit,
+            _ => Emit::Final,
+        }
+    }
+
+    fn where_clause(&self) -> String {
+        self.filter
+            .as_ref()
+            .map(|f| format!(" WHERE {f}"))
+            .unwrap_or_default()
+    }
+
+    fn select_list(&self, text: impl Fn(&Item) -> String) -> String {
+        self.items.iter().map(text).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Freshet's SQL.
+    pub fn streaming_sql(&self) -> String {
+        let select = self.select_list(|item| item.streaming.clone());
+        let filter = self.where_clause();
+        let Form::Aggregate {
+            window,
+            syntax,
+            emit,
+        } = self.form
+        else {
+            return format!("SELECT {select} FROM t{filter}");
+        };
+        let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
+        let mut sql = String::new();
+        let window_args = |window: Window| match window {
+            Window::Tumble { size_ms } => ("tumble", interval(size_ms)),
+            Window::Hop { slide_ms, size_ms } => (
+                "hop",
+                format!("{}, {}", interval(slide_ms), interval(size_ms)),
+            ),
+            Window::Session { gap_ms } => ("session", interval(gap_ms)),
+        };
+        match (window, syntax) {
+            (None, _) => {
+                let _ = write!(sql, "SELECT {select} FROM t{filter}");
+                if !keys.is_empty() {
+                    let _ = write!(sql, " GROUP BY {}", keys.join(", "));
+                }
+            }
+            (Some(window), WindowSyntax::Clause) => {
+                let _ = write!(sql, "SELECT {select} FROM t{filter}");
+                if !keys.is_empty() {
+                    let _ = write!(sql, " GROUP BY {}", keys.join(", "));
+                }
+                let clause = match window {
+                    Window::Tumble { size_ms } => format!("TUMBLING (ts, {})", interval(size_ms)),
+                    // The clause's order: time, size, advance.
+                    Window::Hop { slide_ms, size_ms } => {
+                        format!(
+                            "HOPPING (ts, {}, {})",
+                            interval(size_ms),
+                            interval(slide_ms)
+                        )
+                    }
+                    Window::Session { gap_ms } => format!("SESSION (ts, {})", interval(gap_ms)),
+                };
+                let _ = write!(sql, " WINDOW {clause}");
+            }
+            (Some(window), WindowSyntax::Function) => {
+                let (name, args) = window_args(window);
+                let mut group = vec![format!("{name}(ts, {args})")];
+                group.extend(keys.iter().map(|k| k.to_string()));
+                let _ = write!(
+                    sql,
+                    "SELECT {select} FROM t{filter} GROUP BY {}",
+                    group.join(", ")
+                );
+            }
+            (Some(window), WindowSyntax::TableFunction) => {
+                let table = match window {
+                    Window::Tumble { size_ms } => {
+                        format!("TUMBLE(TABLE t, DESCRIPTOR(ts), {})", interval(size_ms))
+                    }
+                    Window::Hop { slide_ms, size_ms } => format!(
+                        "HOP(TABLE t, DESCRIPTOR(ts), {}, {})",
+                        interval(slide_ms),
+                        interval(size_ms)
+                    ),
+                    Window::Session { gap_ms } => {
+                        format!("SESSION(TABLE t, DESCRIPTOR(ts), {})", interval(gap_ms))
+                    }
+                };
+                let mut group = vec!["window_start".to_string(), "window_end".to_string()];
+                group.extend(keys.iter().map(|k| k.to_string()));
+                let _ = write!(
+                    sql,
+                    "SELECT {select} FROM {table}{filter} GROUP BY {}",
+                    group.join(", ")
+                );
+            }
+        }
+        if let Some(having) = &self.having {
+            let _ = write!(sql, " HAVING {having}");
+        }
+        if emit != Emit::Final {
+            sql.push_str(" EMIT CHANGES");
+        }
+        sql
+    }
+
+    /// The rows with their window columns, as batch SQL: a CTE named `w` over `t` (after
+    /// the WHERE clause) with `window_start` and `window_end` per row.
+    fn windowed_rows(&self, window: Window) -> String {
+        let filter = self.where_clause();
+        let timestamp = self.time_type == TimeType::Timestamp;
+        // Window bounds are timestamps, also over an integer event time (epoch ms).
+        let start = |slide_ms: i64, back: i64| {
+            let base = if timestamp {
+                format!(
+                    "date_bin(INTERVAL '{slide_ms} milliseconds', ts, TIMESTAMP '1970-01-01 00:00:00')"
+                )
+            } else {
+                format!("to_timestamp_millis(ts - ts % {slide_ms})")
+            };
+            if back == 0 {
+                base
+            } else {
+                format!("{base} - INTERVAL '{back} milliseconds'")
+            }
+        };
+        let plus =
+            |expression: &str, ms: i64| format!("{expression} + INTERVAL '{ms} milliseconds'");
+        match window {
+            Window::Tumble { size_ms } => {
+                let s = start(size_ms, 0);
+                format!(
+                    "w AS (SELECT *, {s} AS window_start, {} AS window_end FROM t{filter})",
+                    plus(&s, size_ms)
+                )
+            }
+            Window::Hop { slide_ms, size_ms } => {
+                let copies: Vec<String> = (0..size_ms / slide_ms)
+                    .map(|j| {
+                        let s = start(slide_ms, j * slide_ms);
+                        format!(
+                            "SELECT *, {s} AS window_start, {} AS window_end FROM t{filter}",
+                            plus(&s, size_ms)
+                        )
+                    })
+                    .collect();
+                format!("w AS ({})", copies.join(" UNION ALL "))
+            }
+            Window::Session { gap_ms } => {
+                let partition = if self.keys.is_empty() {
+                    String::new()
+                } else {
+                    let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
+                    format!("PARTITION BY {} ", keys.join(", "))
+                };
+                let mut sessions = partition.clone();
+                sessions.push_str("session_id");
+                let sessions = if partition.is_empty() {
+                    "PARTITION BY session_id".to_string()
+                } else {
+                    format!("{partition}, session_id")
+                };
+                let (gap, bound) = if timestamp {
+                    (format!("INTERVAL '{gap_ms} milliseconds'"), "")
+                } else {
+                    (gap_ms.to_string(), "to_timestamp_millis")
+                };
+                format!(
+                    "f AS (SELECT * FROM t{filter}), \
+                     marked AS (SELECT *, CASE WHEN ts - LAG(ts) OVER ({partition}ORDER BY ts, id) < {gap} THEN 0 ELSE 1 END AS fresh FROM f), \
+                     numbered AS (SELECT *, SUM(fresh) OVER ({partition}ORDER BY ts, id ROWS UNBOUNDED PRECEDING) AS session_id FROM marked), \
+                     w AS (SELECT *, {bound}(MIN(ts) OVER ({sessions})) AS window_start, {bound}(MAX(ts) OVER ({sessions}) + {gap}) AS window_end FROM numbered)"
+                )
+            }
+        }
+    }
+
+    /// The batch SQL of the query's final result (for a changelog: its state at the end).
+    pub fn batch_sql(&self) -> String {
+        let select = self.select_list(|item| item.batch.clone());
+        let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
+        let having = self
+            .having
+            .as_ref()
+            .map(|h| format!(" HAVING {h}"))
+            .unwrap_or_default();
+        match self.form {
+            Form::Stateless | Form::Over => {
+                format!("SELECT {select} FROM t{}", self.where_clause())
+            }
+            Form::Aggregate { window: None, .. } => {
+                let group = if keys.is_empty() {
+                    String::new()
+                } else {
+                    format!(" GROUP BY {}", keys.join(", "))
+                };
+                format!(
+                    "SELECT {select} FROM t{}{group}{having}",
+                    self.where_clause()
+                )
+            }
+            Form::Aggregate {
+                window: Some(window),
+                ..
+            } => {
+                let mut group = keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+                group.push("window_start".into());
+                group.push("window_end".into());
+                format!(
+                    "WITH {} SELECT {select} FROM w GROUP BY {}{having}",
+                    self.windowed_rows(window),
+                    group.join(", ")
+                )
+            }
+        }
+    }
+
+    /// The batch SQL of a per-record changelog: one row per record (per window it is in)
+    /// with its group's running aggregates in stored order; `None` when an item has no
+    /// running equivalent or the changelog is not per record.
+    pub fn running_sql(&self) -> Option<String> {
+        let Form::Aggregate {
+            window,
+            emit: Emit::ChangesPerRecord,
+            ..
+        } = self.form
+        else {
+            return None;
+        };
+        if matches!(window, Some(Window::Session { .. })) {
+            return None;
+        }
+        let mut select = Vec::new();
+        for item in &self.items {
+            select.push(if item.aggregate {
+                item.running.clone()?
+            } else {
+                item.batch.clone()
+            });
+        }
+        let mut partition: Vec<String> = self.keys.iter().map(|(e, _)| e.clone()).collect();
+        let rows = match window {
+            Some(window) => {
+                partition.push("window_start".into());
+                format!("WITH {} SELECT", self.windowed_rows(window))
+            }
+            None => "SELECT".to_string(),
+        };
+        let from = if window.is_some() {
+            " FROM w".to_string()
+        } else {
+            format!(" FROM t{}", self.where_clause())
+        };
+        let partition = if partition.is_empty() {
+            String::new()
+        } else {
+            format!("PARTITION BY {} ", partition.join(", "))
+        };
+        Some(format!(
+            "{rows} {}{from} WINDOW running AS ({partition}ORDER BY id ROWS UNBOUNDED PRECEDING)",
+            select.join(", ")
+        ))
+    }
+
+    /// Whether the query is an aggregation with a changelog output.
+    pub fn is_changelog(&self) -> bool {
+        self.emit() != Emit::Final
+    }
+
+    /// Whether a changelog's deletions (all aggregates NULL) can occur: session changes.
+    pub fn has_deletions(&self) -> bool {
+        self.is_changelog() && matches!(self.window(), Some(Window::Session { .. }))
+    }
+
+    /// Smaller variants of the query, for shrinking: one item, the filter or the HAVING
+    /// clause removed.
+    pub fn simpler(&self) -> Vec<FuzzQuery> {
+        let mut variants = Vec::new();
+        if self.filter.is_some() {
+            variants.push(Self {
+                filter: None,
+                ..self.clone()
+            });
+        }
+        if self.having.is_some() {
+            variants.push(Self {
+                having: None,
+                ..self.clone()
+            });
+        }
+        for (index, item) in self.items.iter().enumerate() {
+            let same_kind = self
+                .items
+                .iter()
+                .filter(|other| other.aggregate == item.aggregate)
+                .count();
+            // Keep a changelog's keys and at least one aggregate.
+            if item.changelog_key || (item.aggregate && same_kind == 1) || self.items.len() == 1 {
+                continue;
+            }
+            let mut items = self.items.clone();
+            items.remove(index);
+            variants.push(Self {
+                items,
+                ..self.clone()
+            });
+        }
+        for index in 0..self.settings.len() {
+            let mut settings = self.settings.clone();
+            settings.remove(index);
+            variants.push(Self {
+                settings,
+                ..self.clone()
+            });
+        }
+        variants
+    }
+}
+
+/// An item that is the same text on both sides.
+fn plain_item(text: &str) -> Item {
+    Item {
+        streaming: text.to_string(),
+        batch: text.to_string(),
+        running: Some(text.to_string()),
+        changelog_key: false,
+        aggregate: false,
+    }
+}
+
+/// An aggregate's running form (`SUM(i)` → `SUM(i) OVER running`), for the aggregates
+/// Freshet's changelog gives per record; `None` for the others (DISTINCT, FILTER, stddev,
+/// expressions).
+fn running_text(aggregate: &str) -> Option<String> {
+    const PER_RECORD: &[&str] = &["COUNT(", "SUM(", "AVG(", "MIN(", "MAX("];
+    let simple = PER_RECORD.iter().any(|p| aggregate.starts_with(p))
+        && !aggregate.contains("DISTINCT")
+        && !aggregate.contains("FILTER")
+        && aggregate.matches('(').count() == 1
+        && aggregate.ends_with(')');
+    simple.then(|| format!("{aggregate} OVER running"))
+}
