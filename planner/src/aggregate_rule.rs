@@ -22,8 +22,10 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, plan_err};
-use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -143,7 +145,7 @@ fn streaming_aggregate(
             windows.len()
         );
     }
-    let input = Arc::clone(below_exchanges(raw.input()));
+    let (input, lifted) = lift_window_predicates(below_exchanges(raw.input()))?;
     let input_schema = input.schema();
     let window = match windows.first() {
         None => None,
@@ -248,8 +250,63 @@ fn streaming_aggregate(
     if let Some(partial) = partial {
         exchange = exchange.with_partial_aggregate(partial);
     }
-    let streaming = WindowAggregateExec::try_new(Arc::new(exchange), spec)?;
-    Ok(Some(Arc::new(streaming)))
+    let window_position = spec.window.as_ref().map(|w| w.position);
+    let streaming: Arc<dyn ExecutionPlan> =
+        Arc::new(WindowAggregateExec::try_new(Arc::new(exchange), spec)?);
+    match (lifted, window_position) {
+        (Some(predicate), Some(position)) => {
+            // The predicate on the window bounds, now over the window column of the output.
+            let name = streaming.schema().field(position).name().clone();
+            let window_column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, position));
+            let predicate = predicate
+                .transform_up(|e| {
+                    Ok(if window_function(&e).is_some() {
+                        Transformed::yes(Arc::clone(&window_column))
+                    } else {
+                        Transformed::no(e)
+                    })
+                })?
+                .data;
+            Ok(Some(Arc::new(FilterExec::try_new(predicate, streaming)?)))
+        }
+        (Some(predicate), None) => {
+            plan_err!("the predicate {predicate} uses a window bound without a window")
+        }
+        (None, _) => Ok(Some(streaming)),
+    }
+}
+
+/// DataFusion pushes a HAVING predicate on the window bounds below the aggregation, where
+/// `hop` and `session` have no per-row value: the conjuncts that call a window function are
+/// taken out of a filter over the aggregation's input, to be applied to its output.
+fn lift_window_predicates(
+    input: &Arc<dyn ExecutionPlan>,
+) -> Result<(Arc<dyn ExecutionPlan>, Option<Arc<dyn PhysicalExpr>>)> {
+    let Some(filter) = input.downcast_ref::<FilterExec>() else {
+        return Ok((Arc::clone(input), None));
+    };
+    let calls_window = |e: &Arc<dyn PhysicalExpr>| {
+        e.exists(|node| Ok(window_function(node).is_some()))
+            .unwrap_or(false)
+    };
+    let (lifted, kept): (Vec<_>, Vec<_>) = split_conjunction(filter.predicate())
+        .into_iter()
+        .cloned()
+        .partition(|e| calls_window(e));
+    if lifted.is_empty() {
+        return Ok((Arc::clone(input), None));
+    }
+    let input: Arc<dyn ExecutionPlan> = match (conjunction_opt(kept), filter.projection()) {
+        (None, None) => Arc::clone(filter.input()),
+        (kept, projection) => {
+            let always: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::from(true)));
+            let kept = FilterExecBuilder::new(kept.unwrap_or(always), Arc::clone(filter.input()))
+                .apply_projection(projection.as_ref().map(|p| p.to_vec()))?
+                .build()?;
+            Arc::new(kept)
+        }
+    };
+    Ok((input, conjunction_opt(lifted)))
 }
 
 /// Whether the aggregation runs in two phases (a partial step per source partition in the

@@ -14,7 +14,10 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
 };
-use freshet_engine::window::{WindowSpec, time_unit_type, window_starts_array};
+use datafusion::arrow::array::{AsArray, Int64Array};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::Int64Type;
+use freshet_engine::window::{WindowSpec, duration_in_unit, time_unit_type, window_starts_array};
 
 /// The window functions, for registration in a session.
 pub fn window_functions() -> Vec<Arc<ScalarUDF>> {
@@ -25,7 +28,56 @@ pub fn window_functions() -> Vec<Arc<ScalarUDF>> {
     ]
     .into_iter()
     .map(|function| Arc::new(ScalarUDF::new_from_impl(WindowFunctionUdf::new(function))))
+    .chain([Arc::new(ScalarUDF::new_from_impl(SessionEnd::new()))])
     .collect()
+}
+
+/// `session_end(last_time, gap)`: a session's `window_end`, its last event time plus the gap,
+/// as a timestamp in the time column's unit (milliseconds for an integer time column), the
+/// type of `window_start`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionEnd {
+    signature: Signature,
+}
+
+impl SessionEnd {
+    fn new() -> Self {
+        Self {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SessionEnd {
+    fn name(&self) -> &str {
+        "session_end"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        time_unit_type(&arg_types[0])
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let time_type = args.arg_fields[0].data_type().clone();
+        let ColumnarValue::Scalar(gap) = &args.args[1] else {
+            return plan_err!("session_end(): the gap must be a constant interval");
+        };
+        let gap = duration_in_unit(gap, &time_type)?;
+        let times = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Int64)?;
+        let ends: Int64Array = times
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|t| t.map(|t| t.saturating_add(gap)))
+            .collect();
+        Ok(ColumnarValue::Array(cast(
+            &ends,
+            &time_unit_type(&time_type)?,
+        )?))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,9 +100,15 @@ impl WindowFunctionUdf {
             WindowFunction::Hop => vec![TypeSignature::Any(3)],
             WindowFunction::Session => vec![TypeSignature::Any(2)],
         };
+        // `hop` and `session` have no per-row value: as volatile functions, no optimizer rule
+        // moves a predicate over them (a HAVING on the window bounds) below the aggregation.
+        let volatility = match function {
+            WindowFunction::Tumble => Volatility::Immutable,
+            WindowFunction::Hop | WindowFunction::Session => Volatility::Volatile,
+        };
         Self {
             function,
-            signature: Signature::one_of(arities, Volatility::Immutable),
+            signature: Signature::one_of(arities, volatility),
         }
     }
 }

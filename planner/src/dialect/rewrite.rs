@@ -18,8 +18,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
 use super::over::rewrite_over_clauses;
 use super::tokens::{
-    depths, is_word, matching_paren, next_solid, position, previous_solid, split_arguments, text,
-    tokenize, trimmed_text,
+    depths, is_word, matching_paren, next_solid, position, previous_solid, query_depths,
+    split_arguments, text, tokenize, trimmed_text,
 };
 
 /// When a streaming aggregation emits.
@@ -69,7 +69,7 @@ struct WindowCall {
 impl WindowCall {
     fn new(kind: WindowKind, call: String, size_or_gap: &str, time_column: &str) -> Self {
         let end = match kind {
-            WindowKind::Session => format!("(max({time_column}) + {size_or_gap})"),
+            WindowKind::Session => format!("session_end(max({time_column}), {size_or_gap})"),
             _ => format!("({call} + {size_or_gap})"),
         };
         Self { kind, call, end }
@@ -473,10 +473,12 @@ fn find_window_key(sql: &str) -> Result<Option<WindowCall>> {
     Ok(None)
 }
 
-/// Replaces `window_start` / `window_end` in the outermost query.
+/// Replaces `window_start` / `window_end` in the outermost query, also inside expressions
+/// (`CAST(window_start AS BIGINT)`, `(window_end > …)`), not in subqueries.
 fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
     let tokens = tokenize(sql)?;
     let depth = depths(&tokens);
+    let query_depth = query_depths(&tokens);
     #[derive(PartialEq)]
     enum Clause {
         Other,
@@ -526,13 +528,14 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
         // `t.window_start` is a column of t, `… AS window_start` an alias: leave both.
         let qualified = previous_solid(&tokens, i)
             .is_some_and(|p| tokens[p].token == Token::Period || is_word(&tokens[p].token, "AS"));
-        let (Some(is_end), 0, false, false) = (bound, depth[i], followed_by_paren, qualified)
+        let (Some(is_end), 0, false, false) =
+            (bound, query_depth[i], followed_by_paren, qualified)
         else {
             out.push(token.token.to_string());
             continue;
         };
         match clause {
-            Clause::GroupBy => {
+            Clause::GroupBy if depth[i] == 0 => {
                 if group_has_window {
                     // Already grouped by the window: drop this item and the comma before it.
                     if let Some(comma) =
@@ -560,6 +563,7 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
                 };
                 let next = next_solid(&tokens, i + 1);
                 let needs_alias = clause == Clause::Select
+                    && depth[i] == 0
                     && next.is_none_or(|n| {
                         tokens[n].token == Token::Comma || is_word(&tokens[n].token, "FROM")
                     });

@@ -110,3 +110,28 @@ pub(super) fn depths(tokens: &[TokenWithSpan]) -> Vec<usize> {
         })
         .collect()
 }
+
+/// Subquery depth before each token: how many enclosing parentheses open a query (`(SELECT`,
+/// `(WITH`, `(VALUES`). Parentheses of expressions (calls, CAST, grouping) do not count.
+pub(super) fn query_depths(tokens: &[TokenWithSpan]) -> Vec<usize> {
+    let mut open: Vec<bool> = Vec::new();
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let before = open.iter().filter(|&&query| query).count();
+            match t.token {
+                Token::LParen => open.push(next_solid(tokens, i + 1).is_some_and(|n| {
+                    ["SELECT", "WITH", "VALUES"]
+                        .iter()
+                        .any(|word| is_word(&tokens[n].token, word))
+                })),
+                Token::RParen => {
+                    open.pop();
+                }
+                _ => {}
+            }
+            before
+        })
+        .collect()
+}
