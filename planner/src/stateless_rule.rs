@@ -24,7 +24,8 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{
-    Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    ChildrenPropertiesMode, Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    ReplaceChildrenOptions,
 };
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
@@ -42,6 +43,7 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let setting = FreshetOptions::of(config).partitioning_strategy;
+        let plan = without_round_robin_below_exchanges(plan)?;
         let replaced = plan.transform_up(|node| {
             let Some(repartition) = node.downcast_ref::<RepartitionExec>() else {
                 return Ok(Transformed::no(node));
@@ -106,6 +108,55 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `plan` without DataFusion's round-robin repartitions below Freshet's keyed exchanges: the
+/// exchange reads each source partition in order (its watermarks, the order a key's records
+/// are applied in and sticky routing all depend on it), and a round-robin split would deal
+/// one partition's batches out to several inputs that run at their own pace. The filter or
+/// projection in between runs in the exchange's input tasks instead.
+fn without_round_robin_below_exchanges(
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let is_round_robin = |node: &Arc<dyn ExecutionPlan>| {
+        node.downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)))
+    };
+    Ok(plan
+        .transform_down(|node| {
+            if !is::<StreamExchangeExec>(&node) {
+                return Ok(Transformed::no(node));
+            }
+            let children: Vec<Arc<dyn ExecutionPlan>> =
+                node.children().into_iter().cloned().collect();
+            if !children.iter().any(|child| any_node(child, is_round_robin)) {
+                return Ok(Transformed::no(node));
+            }
+            let stripped = children
+                .into_iter()
+                .map(|child| {
+                    Ok(child
+                        .transform_up(|n| {
+                            Ok(match n.downcast_ref::<RepartitionExec>() {
+                                Some(r) if is_round_robin(&n) => {
+                                    Transformed::yes(Arc::clone(r.input()))
+                                }
+                                _ => Transformed::no(n),
+                            })
+                        })?
+                        .data)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Transformed::new(
+                node.replace_children(
+                    stripped,
+                    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+                )?,
+                true,
+                TreeNodeRecursion::Jump,
+            ))
+        })?
+        .data)
 }
 
 /// A [`StreamExchangeExec`] of `outputs` streams over `input` with the stateless strategy

@@ -181,8 +181,11 @@ impl ExecutionPlan for StreamSourceExec {
         vec![&self.input]
     }
 
+    /// The source passes its batches on in order, but says it does not: DataFusion would
+    /// otherwise push a sort below it, into the reader (a scan that reorders row groups by
+    /// statistics), where a streaming operator that replaces the sort cannot undo it.
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        vec![false]
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
