@@ -25,10 +25,10 @@ use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
-use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
@@ -278,10 +278,20 @@ fn streaming_aggregate(
 
 /// DataFusion pushes a HAVING predicate on the window bounds below the aggregation, where
 /// `hop` and `session` have no per-row value: the conjuncts that call a window function are
-/// taken out of a filter over the aggregation's input, to be applied to its output.
+/// taken out of a filter over the aggregation's input (through projections), to be applied
+/// to its output.
 fn lift_window_predicates(
     input: &Arc<dyn ExecutionPlan>,
 ) -> Result<(Arc<dyn ExecutionPlan>, Option<Arc<dyn PhysicalExpr>>)> {
+    if let Some(projection) = input.downcast_ref::<ProjectionExec>() {
+        // A projection DataFusion put between (common subexpressions): look below it.
+        let (below, lifted) = lift_window_predicates(projection.input())?;
+        if lifted.is_none() {
+            return Ok((Arc::clone(input), None));
+        }
+        let projection = ProjectionExec::try_new(projection.expr().to_vec(), below)?;
+        return Ok((Arc::new(projection), lifted));
+    }
     let Some(filter) = input.downcast_ref::<FilterExec>() else {
         return Ok((Arc::clone(input), None));
     };

@@ -8,15 +8,15 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{AsArray, Int64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
 };
-use datafusion::arrow::array::{AsArray, Int64Array};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::Int64Type;
 use freshet_engine::window::{WindowSpec, duration_in_unit, time_unit_type, window_starts_array};
 
 /// The window functions, for registration in a session.

@@ -8,8 +8,8 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::functions::window_functions;
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
-use crate::session_distinct::session_safe;
 use crate::stateless_rule::StatelessExchangeRule;
+use crate::stream_distinct::stream_safe;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
@@ -21,8 +21,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// remaining round-robin repartitions of streams become Freshet's exchange,
 /// and a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change. The window functions and the `freshet.*` session options are added too,
-/// and DataFusion's `SingleDistinctToGroupBy` is kept off session windows
-/// ([`crate::session_distinct`]).
+/// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
+/// ([`crate::stream_distinct`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let optimizer = builder.physical_optimizers().take().unwrap_or_default();
     let mut rules = optimizer.rules;
@@ -48,6 +48,6 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .extend(window_functions());
     let logical_rules = builder.optimizer().take().unwrap_or_default().rules;
     builder
-        .with_optimizer_rules(session_safe(logical_rules))
+        .with_optimizer_rules(stream_safe(logical_rules))
         .with_physical_optimizer_rules(rules)
 }

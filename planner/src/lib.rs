@@ -13,8 +13,8 @@ mod install;
 mod options;
 mod over_rule;
 mod query;
-mod session_distinct;
 mod stateless_rule;
+mod stream_distinct;
 mod stream_inputs;
 mod unbounded_check;
 

@@ -163,7 +163,17 @@ impl TableProvider for StreamTable {
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         match &self.source {
-            ReplaySource::Files { provider, .. } => provider.supports_filters_pushdown(filters),
+            // A volatile call (`hop`, `session`: no per-row value) must not reach the reader,
+            // where row-group pruning would evaluate it.
+            ReplaySource::Files { provider, .. } => {
+                let mut support = provider.supports_filters_pushdown(filters)?;
+                for (filter, support) in filters.iter().zip(&mut support) {
+                    if filter.is_volatile() {
+                        *support = TableProviderFilterPushDown::Unsupported;
+                    }
+                }
+                Ok(support)
+            }
             _ => Ok(vec![
                 TableProviderFilterPushDown::Unsupported;
                 filters.len()

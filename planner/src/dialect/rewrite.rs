@@ -528,8 +528,7 @@ fn replace_window_bounds(sql: &str, window: &WindowCall) -> Result<String> {
         // `t.window_start` is a column of t, `… AS window_start` an alias: leave both.
         let qualified = previous_solid(&tokens, i)
             .is_some_and(|p| tokens[p].token == Token::Period || is_word(&tokens[p].token, "AS"));
-        let (Some(is_end), 0, false, false) =
-            (bound, query_depth[i], followed_by_paren, qualified)
+        let (Some(is_end), 0, false, false) = (bound, query_depth[i], followed_by_paren, qualified)
         else {
             out.push(token.token.to_string());
             continue;

@@ -138,7 +138,8 @@ impl FuzzData {
             0..=2 => Storage::Batches(1 + rng.below(20) as usize),
             3..=5 => Storage::Parquet(*rng.pick(&[1, 2, 7, 1_000])),
             6 => Storage::ParquetDirectory(2 + rng.below(2) as usize),
-            7 => Storage::Csv,
+            // An empty CSV file has no column types to read.
+            7 if rows > 0 => Storage::Csv,
             8 => Storage::Arrow,
             _ => Storage::Parquet(1),
         };

@@ -237,6 +237,8 @@ impl FuzzCase {
         // reads every row group.
         let mut config = SessionConfig::new();
         config.options_mut().execution.parquet.pruning = false;
+        config.options_mut().execution.parquet.enable_page_index = false;
+        config.options_mut().execution.collect_statistics = false;
         let ctx = SessionContext::new_with_config(config);
         match (path, self.data.storage) {
             (None, _) => {
@@ -277,7 +279,12 @@ impl FuzzCase {
             }
         }
         let query = ctx.sql(&self.query.streaming_sql()).await?;
-        let batches: Vec<RecordBatch> = query.execute_merged()?.try_collect().await?;
+        let batches: Vec<RecordBatch> = match query.execute_merged()?.try_collect().await {
+            Ok(batches) => batches,
+            Err(e) => {
+                return Err(e.context(format!("plan:\n{}", query.explain())));
+            }
+        };
         // Records read by the sources; `None` where the plan has no source metric.
         let read = query.records_read();
         Ok((batches, Some(read)))
