@@ -25,6 +25,39 @@ pub(crate) struct Assignment {
 }
 
 impl Assignment {
+    /// The assignments of one batch as one, in record order: each row's windows follow each
+    /// other, latest first, so that a per-record changelog applies the records in arrival
+    /// order in every window (assignment by assignment, a window that is one row's latest and
+    /// an earlier row's second would see the later row first).
+    pub fn in_record_order(assignments: Vec<Assignment>, batch_rows: usize) -> Result<Self> {
+        if assignments.len() <= 1 {
+            return Ok(assignments
+                .into_iter()
+                .next()
+                .unwrap_or_else(Self::whole_batch));
+        }
+        let mut pairs: Vec<(u32, usize, i64)> = Vec::new();
+        for (index, assignment) in assignments.iter().enumerate() {
+            let Some(starts) = &assignment.starts else {
+                return internal_err!("a window assignment without window starts");
+            };
+            for (position, start) in starts.values().iter().enumerate() {
+                let row = match &assignment.rows {
+                    Some(rows) => rows.value(position),
+                    None => position as u32,
+                };
+                pairs.push((row, index, *start));
+            }
+        }
+        pairs.sort_unstable_by_key(|&(row, index, _)| (row, index));
+        debug_assert!(pairs.iter().all(|&(row, _, _)| (row as usize) < batch_rows));
+        Ok(Self {
+            starts: Some(pairs.iter().map(|&(_, _, start)| start).collect()),
+            rows: Some(pairs.iter().map(|&(row, _, _)| row).collect()),
+            latest: false,
+        })
+    }
+
     /// Every row, no window (a GROUP BY without one).
     pub fn whole_batch() -> Self {
         Self {

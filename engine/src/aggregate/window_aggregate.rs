@@ -546,7 +546,10 @@ impl AggregateState {
             self.report_state()?;
             return self.combine(output.into_iter().collect());
         }
-        let assignments = self.assign(batch)?;
+        let mut assignments = self.assign(batch)?;
+        if self.emit == AggregateEmit::ChangesPerRecord {
+            assignments = vec![Assignment::in_record_order(assignments, batch.num_rows())?];
+        }
         let columns = self.inputs.evaluate(batch)?;
         let mut outputs = Vec::new();
         for assignment in assignments {
