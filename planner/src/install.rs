@@ -34,11 +34,15 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
-    let options = &mut builder
+    let config = builder
         .config()
         .get_or_insert_with(Default::default)
-        .options_mut()
-        .extensions;
+        .options_mut();
+    // No file statistics: DataFusion reads a Parquet column whose statistics say min = max
+    // as that constant, and Parquet statistics leave NaN out, so a NaN beside one other value
+    // would be read as that value. A replay reads every row anyway.
+    config.execution.collect_statistics = false;
+    let options = &mut config.extensions;
     if options.get::<FreshetOptions>().is_none() {
         options.insert(FreshetOptions::default());
     }
