@@ -14,7 +14,10 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
+use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
@@ -196,8 +199,12 @@ impl TableProvider for StreamTable {
         let input: Arc<dyn ExecutionPlan> = match &self.source {
             ReplaySource::Files { provider, .. } => {
                 let plan = provider.scan(state, projection, filters, limit).await?;
-                if plan.output_partitioning().partition_count() == partitions {
+                let count = plan.output_partitioning().partition_count();
+                if count == partitions {
                     plan
+                } else if count > partitions {
+                    // DataFusion made a group per file (up to its target partitions).
+                    regroup_files(plan, partitions)?
                 } else {
                     // DataFusion splits files by byte ranges; small files stay whole.
                     match plan.repartitioned(partitions, state.config_options())? {
@@ -227,6 +234,34 @@ impl TableProvider for StreamTable {
         StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)
             .map(|exec| Arc::new(exec) as Arc<dyn ExecutionPlan>)
     }
+}
+
+/// `plan`'s files in `partitions` groups of consecutive files in name order, so that each
+/// source partition replays its files in stored order.
+fn regroup_files(plan: Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(config) = plan
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
+    else {
+        return Ok(plan);
+    };
+    let mut files: Vec<PartitionedFile> = config
+        .file_groups
+        .iter()
+        .flat_map(|group| group.files().iter().cloned())
+        .collect();
+    files.sort_by(|a, b| {
+        (a.object_meta.location.as_ref(), a.range.as_ref().map(|r| r.start))
+            .cmp(&(b.object_meta.location.as_ref(), b.range.as_ref().map(|r| r.start)))
+    });
+    let bound = |group: usize| group * files.len() / partitions;
+    let groups: Vec<FileGroup> = (0..partitions)
+        .map(|group| FileGroup::new(files[bound(group)..bound(group + 1)].to_vec()))
+        .collect();
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_file_groups(groups)
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
 }
 
 fn check_event_time_column(table: &str, schema: &SchemaRef, column: &str) -> Result<()> {

@@ -227,6 +227,11 @@ impl FuzzCase {
                 .map_err(|d| format!("the per-record changelog differs: {d}"))?;
         }
         let last = last_rows(&self.query, actual).map_err(|e| e.to_string())?;
+        // A changelog without keys over no records is empty, where batch SQL gives one row.
+        let no_keys = !self.query.items.iter().any(|item| item.changelog_key);
+        if no_keys && actual.iter().all(|b| b.num_rows() == 0) {
+            return Ok(());
+        }
         compare_results(expected, &last, false)
             .map_err(|d| format!("the changelog's final state differs: {d}"))
     }
