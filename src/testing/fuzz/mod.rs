@@ -47,6 +47,10 @@ pub const DOCUMENTED_REFUSALS: &[&str] = &[
     "refused:",
 ];
 
+/// How long one streaming run of a case may take before it counts as a hang (the cases are
+/// tens of rows; a run takes milliseconds).
+const STREAMING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The fuzzer's random number generator (splitmix64 over a counter).
 #[derive(Debug, Clone)]
 pub struct FuzzRng(u64);
@@ -184,7 +188,13 @@ impl FuzzCase {
             _ => None,
         };
         for &streams in &self.streams {
-            let (actual, records_in) = match self.streaming(&path, streams).await {
+            let run = tokio::time::timeout(STREAMING_TIMEOUT, self.streaming(&path, streams));
+            let Ok(result) = run.await else {
+                return Outcome::Error(format!(
+                    "at {streams} streams: no result after {STREAMING_TIMEOUT:?} (a hang)"
+                ));
+            };
+            let (actual, records_in) = match result {
                 Ok(result) => result,
                 Err(e) => {
                     let message = e.to_string();

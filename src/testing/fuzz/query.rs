@@ -341,7 +341,7 @@ impl FuzzQuery {
             let (expression, alias) = *rng.pick(KEY_CHOICES);
             query.keys.push((expression.to_string(), alias.to_string()));
         }
-        let partition = if query.keys.is_empty() {
+        let first_partition = if query.keys.is_empty() {
             String::new()
         } else {
             format!("PARTITION BY {} ", query.keys[0].0)
@@ -353,8 +353,27 @@ impl FuzzQuery {
         let count = 1 + rng.below(3) as usize;
         for index in 0..count {
             let n = 1 + rng.below(3);
+            // Most functions share the first PARTITION BY; some have their own.
+            let partition = if rng.chance(0.7) {
+                first_partition.clone()
+            } else if rng.chance(0.3) {
+                String::new()
+            } else {
+                format!("PARTITION BY {} ", rng.pick(KEY_CHOICES).0)
+            };
+            // Functions Freshet leaves to DataFusion's operators on bounded streams; their
+            // order among equal times is DataFusion's, so only over distinct times.
+            let fallback = !data.ties && rng.chance(0.15);
             // (function, frame for both sides, batch orders ties by id)
-            let (function, frame, by_id): (String, String, bool) = match rng.below(12) {
+            let choice = if fallback { 12 + rng.below(3) } else { rng.below(12) };
+            let (function, frame, by_id): (String, String, bool) = match choice {
+                12 => ("NTILE(2)".into(), String::new(), false),
+                13 => ("CUME_DIST()".into(), String::new(), false),
+                14 => (
+                    "LAST_VALUE(i)".into(),
+                    " ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING".into(),
+                    false,
+                ),
                 0 => ("ROW_NUMBER()".into(), String::new(), true),
                 1 => ("RANK()".into(), String::new(), false),
                 2 => ("DENSE_RANK()".into(), String::new(), false),
