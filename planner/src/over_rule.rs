@@ -60,12 +60,21 @@ impl PhysicalOptimizerRule for StreamingOverRule {
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let options = FreshetOptions::of(config);
-        Ok(plan
+        let mut fell_back = false;
+        let streaming = Arc::clone(&plan)
             .transform_up(|node| match streaming_over(&node, &options, config)? {
-                Some(over) => Ok(Transformed::yes(over)),
-                None => Ok(Transformed::no(node)),
+                Over::Streamed(over) => Ok(Transformed::yes(over)),
+                Over::FallBack => {
+                    fell_back = true;
+                    Ok(Transformed::no(node))
+                }
+                Over::NotAWindow => Ok(Transformed::no(node)),
             })?
-            .data)
+            .data;
+        // Windows feed each other: one left to DataFusion (sorted input, rows at the end)
+        // next to streamed ones (time order per key, rows as they come) would see input out
+        // of the order it needs. On bounded input all of them stay DataFusion's then.
+        Ok(if fell_back { plan } else { streaming })
     }
 
     fn name(&self) -> &str {
@@ -77,28 +86,38 @@ impl PhysicalOptimizerRule for StreamingOverRule {
     }
 }
 
+/// What becomes of a plan node.
+enum Over {
+    /// A window operator over a stream, replaced by Freshet's.
+    Streamed(Arc<dyn ExecutionPlan>),
+    /// A window operator over a bounded stream that Freshet cannot stream: DataFusion's
+    /// operator gives the batch result at the end of the input.
+    FallBack,
+    /// Not a window operator over a stream.
+    NotAWindow,
+}
+
 /// The streaming replacement of `node`, if it is a window operator over a stream.
 fn streaming_over(
     node: &Arc<dyn ExecutionPlan>,
     options: &FreshetOptions,
     config: &ConfigOptions,
-) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+) -> Result<Over> {
     let (window_exprs, input) = if let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() {
         (window.window_expr(), window.input())
     } else if let Some(window) = node.downcast_ref::<WindowAggExec>() {
         (window.window_expr(), window.input())
     } else {
-        return Ok(None);
+        return Ok(Over::NotAWindow);
     };
     let input = without_sorts(input)?;
     if !reads_a_stream(&input)? {
-        return Ok(None);
+        return Ok(Over::NotAWindow);
     }
     match plan_over(window_exprs, &input, node.schema(), options, config) {
-        Ok(over) => Ok(Some(over)),
+        Ok(over) => Ok(Over::Streamed(over)),
         Err(e) if !node.boundedness().is_unbounded() && matches!(e, DataFusionError::Plan(_)) => {
-            // DataFusion's operator gives the batch result at the end of bounded input.
-            Ok(None)
+            Ok(Over::FallBack)
         }
         Err(e) => Err(e),
     }
