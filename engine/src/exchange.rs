@@ -13,7 +13,9 @@
 //! Inputs are kept aligned in event time: an input whose own watermark runs more than two
 //! batches' worth of event time ahead of the combined watermark waits for the others. Without
 //! that, one fast source partition would fill the consumers' state with windows that cannot
-//! close until the slowest partition catches up.
+//! close until the slowest partition catches up. Only independent source partitions are
+//! aligned: the outputs of another exchange share its input tasks, and one waiting for
+//! another could hold back the rows the other needs to advance.
 //!
 //! Under sticky routing an output gets the rows of its own inputs only, so the watermark is
 //! combined per output, over the inputs that feed it (a watermark domain), and goes to that
@@ -35,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
@@ -235,13 +237,19 @@ impl StreamExchangeExec {
             .as_ref()
             .filter(|partial| partial.windowed())
             .map(|_| Arc::new(tokio::sync::Mutex::new(())));
+        // Inputs fed by another exchange share its input tasks: one that waited for another
+        // could hold back the very rows the other waits for. Only independent source
+        // partitions are aligned.
+        let aligned = !self
+            .input
+            .exists(|node| Ok(node.downcast_ref::<StreamExchangeExec>().is_some()))?;
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {
             let watermarks = Arc::new(Mutex::new(Progress {
                 tracker: WatermarkTracker::new(domain.inputs.len(), delay)
                     .with_idle_timeout(self.event_time.and_then(|e| e.idle_timeout)),
                 sent: i64::MIN,
-                drift_limit: 0,
+                drift_limit: if aligned { 0 } else { i64::MAX },
             }));
             let advanced = Arc::new(Notify::new());
             let watermark_senders: Vec<_> =
@@ -307,7 +315,8 @@ struct WatermarkDomain {
 struct Progress {
     tracker: WatermarkTracker,
     sent: i64,
-    /// Twice the largest event-time span of one batch seen so far.
+    /// Twice the largest event-time span of one batch seen so far (`i64::MAX`: inputs are
+    /// not aligned).
     drift_limit: i64,
 }
 

@@ -51,4 +51,3 @@ async fn the_fuzzer_finds_a_wrong_answer() {
     };
     assert!(matches!(case.run().await, Outcome::Mismatch(_)));
 }
-

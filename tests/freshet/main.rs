@@ -8,6 +8,7 @@ mod fuzz;
 mod oracle;
 mod over;
 mod partitioning;
+mod reproductions;
 mod s0;
 mod support;
 mod two_phase;

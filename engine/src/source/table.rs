@@ -238,7 +238,10 @@ impl TableProvider for StreamTable {
 
 /// `plan`'s files in `partitions` groups of consecutive files in name order, so that each
 /// source partition replays its files in stored order.
-fn regroup_files(plan: Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Arc<dyn ExecutionPlan>> {
+fn regroup_files(
+    plan: Arc<dyn ExecutionPlan>,
+    partitions: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(config) = plan
         .downcast_ref::<DataSourceExec>()
         .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
@@ -251,8 +254,14 @@ fn regroup_files(plan: Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Arc<
         .flat_map(|group| group.files().iter().cloned())
         .collect();
     files.sort_by(|a, b| {
-        (a.object_meta.location.as_ref(), a.range.as_ref().map(|r| r.start))
-            .cmp(&(b.object_meta.location.as_ref(), b.range.as_ref().map(|r| r.start)))
+        (
+            a.object_meta.location.as_ref(),
+            a.range.as_ref().map(|r| r.start),
+        )
+            .cmp(&(
+                b.object_meta.location.as_ref(),
+                b.range.as_ref().map(|r| r.start),
+            ))
     });
     let bound = |group: usize| group * files.len() / partitions;
     let groups: Vec<FileGroup> = (0..partitions)

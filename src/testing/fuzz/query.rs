@@ -365,7 +365,11 @@ impl FuzzQuery {
             // order among equal times is DataFusion's, so only over distinct times.
             let fallback = !data.ties && rng.chance(0.15);
             // (function, frame for both sides, batch orders ties by id)
-            let choice = if fallback { 12 + rng.below(3) } else { rng.below(12) };
+            let choice = if fallback {
+                12 + rng.below(3)
+            } else {
+                rng.below(12)
+            };
             let (function, frame, by_id): (String, String, bool) = match choice {
                 12 => ("NTILE(2)".into(), String::new(), false),
                 13 => ("CUME_DIST()".into(), String::new(), false),
