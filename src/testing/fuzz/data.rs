@@ -53,6 +53,9 @@ pub enum Storage {
     ParquetDirectory(usize),
     Csv,
     Arrow,
+    /// In-memory batches in this many source partitions, each key `k` in one of them (null
+    /// keys in the first), declared `partitioned_by=k`.
+    KeyedPartitions(usize),
 }
 
 impl fmt::Display for Storage {
@@ -63,6 +66,7 @@ impl fmt::Display for Storage {
             Self::ParquetDirectory(files) => write!(f, "a directory of {files} Parquet files"),
             Self::Csv => f.write_str("a CSV file"),
             Self::Arrow => f.write_str("an Arrow IPC file"),
+            Self::KeyedPartitions(n) => write!(f, "{n} in-memory partitions by k"),
         }
     }
 }
@@ -141,6 +145,7 @@ impl FuzzData {
             // An empty CSV file has no column types to read.
             7 if rows > 0 => Storage::Csv,
             8 => Storage::Arrow,
+            _ if rng.chance(0.5) => Storage::KeyedPartitions(1 + rng.below(3) as usize),
             _ => Storage::Parquet(1),
         };
         Self {
@@ -218,12 +223,31 @@ impl FuzzData {
         Ok(batches)
     }
 
+    /// The rows split by key `k` into `partitions` source partitions (stored order kept in
+    /// each), as batches of random sizes.
+    pub fn keyed_partitions(&self, partitions: usize) -> Result<Vec<Vec<RecordBatch>>> {
+        let mut split: Vec<FuzzData> = (0..partitions)
+            .map(|_| Self {
+                rows: Vec::new(),
+                storage: Storage::Batches(4),
+                ..self.clone()
+            })
+            .collect();
+        for row in &self.rows {
+            let partition = row.k.as_deref().map_or(0, |k| {
+                k.bytes().map(usize::from).sum::<usize>() % partitions
+            });
+            split[partition].rows.push(row.clone());
+        }
+        split.iter().map(FuzzData::batches).collect()
+    }
+
     /// Writes the table into `dir` as its storage asks; returns the path to register, or
     /// `None` for in-memory storage.
     pub fn write(&self, dir: &Path) -> Result<Option<PathBuf>> {
         let io = |e: std::io::Error| DataFusionError::External(Box::new(e));
         match self.storage {
-            Storage::Batches(_) => Ok(None),
+            Storage::Batches(_) | Storage::KeyedPartitions(_) => Ok(None),
             Storage::Parquet(row_group_rows) => {
                 let path = dir.join("t.parquet");
                 self.write_parquet(&path, &self.rows, row_group_rows)?;

@@ -31,7 +31,7 @@ use datafusion::common::Result;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::options::ArrowReadOptions;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
-use freshet_engine::{StreamOptions, splitmix64};
+use freshet_engine::{ReplaySource, StreamOptions, splitmix64};
 use freshet_planner::StreamingContext;
 use futures::TryStreamExt;
 
@@ -42,9 +42,14 @@ use super::compare_results;
 
 /// Messages of the refusals docs/sql.md documents: such a refusal is not a failure.
 pub const DOCUMENTED_REFUSALS: &[&str] = &[
-    "is not supported on unbounded streams",
-    "two_phase is refused",
-    "refused:",
+    "partitioning_strategy 'sticky' would give wrong results",
+    "partitioning_strategy 'round_robin' would give wrong results",
+    "partitioning_strategy 'two_phase' applies to GROUP BY with EMIT FINAL",
+    "EMIT CHANGES on SESSION windows supports",
+    "two-phase aggregation does not apply to SESSION windows",
+    "two-phase aggregation needs EMIT FINAL",
+    // A false `partitioned_by` declaration, found as the records flow.
+    "is declared partitioned_by=",
 ];
 
 /// How long one streaming run of a case may take before it counts as a hang (the cases are
@@ -89,6 +94,9 @@ pub struct FuzzCase {
     pub streams: Vec<usize>,
     /// Source partitions (`None`: as many as streams).
     pub source_partitions: Option<usize>,
+    /// The key a keyed source declares it is partitioned by: `k` (true), sometimes `g`
+    /// (false, which must fail or not matter).
+    pub declared_key: String,
 }
 
 /// How a case ended.
@@ -141,20 +149,27 @@ impl FuzzCase {
             }
             query
         };
+        let declared_key = if rng.chance(0.1) { "g" } else { "k" }.to_string();
         Self {
             seed,
             data,
             query,
             streams: vec![1, 2, 4],
             source_partitions,
+            declared_key,
         }
     }
 
     fn options(&self, streams: usize) -> StreamOptions {
+        let (partitions, partitioned_by) = match self.data.storage {
+            Storage::KeyedPartitions(n) => (n, vec![self.declared_key.clone()]),
+            _ => (self.source_partitions.unwrap_or(streams), Vec::new()),
+        };
         StreamOptions {
             event_time: Some("ts".to_string()),
             out_of_orderness: std::time::Duration::from_millis(self.data.disorder_ms as u64),
-            partitions: Some(self.source_partitions.unwrap_or(streams)),
+            partitions: Some(partitions),
+            partitioned_by,
             bounded: Some(true),
             ..StreamOptions::default()
         }
@@ -220,7 +235,10 @@ impl FuzzCase {
     }
 
     fn single_source(&self) -> bool {
-        self.source_partitions == Some(1)
+        match self.data.storage {
+            Storage::KeyedPartitions(n) => n == 1,
+            _ => self.source_partitions == Some(1),
+        }
     }
 
     fn judge(
@@ -286,9 +304,19 @@ impl FuzzCase {
             ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
         }
         let options = self.options(streams);
-        match path {
-            None => ctx.register_batches("t", self.data.schema(), self.data.batches()?, options)?,
-            Some(path) => {
+        match (path, self.data.storage) {
+            (None, Storage::KeyedPartitions(n)) => ctx.register_stream(
+                "t",
+                ReplaySource::Partitioned {
+                    schema: self.data.schema(),
+                    partitions: self.data.keyed_partitions(n)?,
+                },
+                options,
+            )?,
+            (None, _) => {
+                ctx.register_batches("t", self.data.schema(), self.data.batches()?, options)?
+            }
+            (Some(path), _) => {
                 ctx.register_files("t", &path.to_string_lossy(), None, options)
                     .await?
             }

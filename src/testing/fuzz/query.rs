@@ -167,6 +167,12 @@ impl FuzzQuery {
         if rng.chance(0.8) {
             query.filter = Some(predicate(rng, data));
         }
+        if rng.chance(0.2) {
+            let strategy = *rng.pick(&["round_robin", "sticky", "fan_in", "hash"]);
+            query
+                .settings
+                .push(("freshet.partitioning_strategy".into(), strategy.into()));
+        }
         query
     }
 
@@ -315,14 +321,9 @@ impl FuzzQuery {
                 .settings
                 .push(("freshet.changes_per".into(), "batch".into()));
         }
-        if emit == Emit::Final && rng.chance(0.2) {
-            let strategy = if window.is_none()
-                || matches!(window, Some(Window::Tumble { .. } | Window::Hop { .. }))
-            {
-                *rng.pick(&["two_phase", "hash"])
-            } else {
-                "hash"
-            };
+        if rng.chance(0.25) {
+            // Any strategy: a wrong one for the query is a documented refusal.
+            let strategy = *rng.pick(&["two_phase", "hash", "sticky", "fan_in", "round_robin"]);
             query
                 .settings
                 .push(("freshet.partitioning_strategy".into(), strategy.into()));
@@ -455,6 +456,12 @@ impl FuzzQuery {
         }
         if rng.chance(0.4) {
             query.filter = Some(predicate(rng, data));
+        }
+        if rng.chance(0.15) {
+            let strategy = *rng.pick(&["hash", "sticky", "fan_in"]);
+            query
+                .settings
+                .push(("freshet.partitioning_strategy".into(), strategy.into()));
         }
         query
     }
