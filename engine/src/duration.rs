@@ -1,11 +1,12 @@
 //! Parsing of the short duration literals used in options and on the command line
-//! (`5s`, `250ms`, `1m`, `2h`, `1d`; a bare number is milliseconds).
+//! (`5s`, `250ms`, `1m`, `2h`, `1d`). A number needs its unit (only `0` stands alone): `5` could
+//! be milliseconds or seconds, and a guess would be silently wrong.
 
 use std::time::Duration;
 
 use datafusion::common::{Result, plan_err};
 
-/// Parses a duration such as `5s`, `250ms`, `1m`, `1.5h` or `1d`; a bare number is milliseconds.
+/// Parses a duration such as `5s`, `250ms`, `1m`, `1.5h` or `1d`.
 pub fn parse_duration(text: &str) -> Result<Duration> {
     let text = text.trim();
     let split = text
@@ -18,7 +19,11 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         );
     };
     let millis_per_unit = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "ms" => 1.0,
+        "" if value == 0.0 => 1.0,
+        "" => {
+            return plan_err!("invalid duration '{text}': give its unit, e.g. {text}ms or {text}s");
+        }
+        "ms" => 1.0,
         "s" | "sec" | "second" | "seconds" => 1_000.0,
         "m" | "min" | "minute" | "minutes" => 60_000.0,
         "h" | "hour" | "hours" => 3_600_000.0,
@@ -46,7 +51,7 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
         assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("40").unwrap(), Duration::from_millis(40));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
     }
 
     #[test]
@@ -54,5 +59,7 @@ mod tests {
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        let error = parse_duration("5").unwrap_err().to_string();
+        assert!(error.contains("5ms or 5s"), "{error}");
     }
 }

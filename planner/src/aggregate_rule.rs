@@ -40,7 +40,7 @@ use freshet_engine::window::{WindowSpec, duration_in_unit};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
-use crate::options::FreshetOptions;
+use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{choose_strategy, event_time};
 
 /// See the module documentation.
@@ -81,10 +81,18 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
                 }
             })?
             .data;
-        if options.emit == "changes" && !replaced {
-            return plan_err!(
-                "EMIT CHANGES needs an aggregation: add GROUP BY or an aggregate function, or drop EMIT CHANGES (a query without aggregation already emits every row as it comes)"
-            );
+        match options.emit {
+            EmitSetting::Changes if !replaced => {
+                return plan_err!(
+                    "EMIT CHANGES needs an aggregation: add GROUP BY or an aggregate function, or drop EMIT CHANGES (a query without aggregation already emits every row as it comes)"
+                );
+            }
+            EmitSetting::Final if !replaced => {
+                return plan_err!(
+                    "EMIT FINAL needs an aggregation over a stream: add GROUP BY or an aggregate function, or drop EMIT FINAL (a query without aggregation emits every row as it comes)"
+                );
+            }
+            _ => {}
         }
         Ok(plan)
     }
@@ -127,7 +135,7 @@ fn streaming_aggregate(
         .filter(|(_, (e, _))| window_function(e).is_some())
         .map(|(i, _)| i)
         .collect();
-    let changes = options.emit == "changes";
+    let changes = options.emit == EmitSetting::Changes;
     // A plain GROUP BY runs as Freshet's aggregation when it reads a stream (on bounded
     // input it gives the batch result at the end; on unbounded input the unbounded-input
     // check has already refused it); over plain tables DataFusion's stays.
@@ -186,18 +194,15 @@ fn streaming_aggregate(
         .collect();
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(
-            &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms as i64)),
+            &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms.0 as i64)),
             &window.time.data_type(&input_schema)?,
         )?,
         None => 0,
     };
-    let emit = match (changes, options.changes_per.as_str()) {
+    let emit = match (changes, options.changes_per) {
         (false, _) => AggregateEmit::Final,
-        (true, "batch") => AggregateEmit::ChangesPerBatch,
-        (true, "record") => AggregateEmit::ChangesPerRecord,
-        (true, other) => {
-            return plan_err!("freshet.changes_per = '{other}': expected 'record' or 'batch'");
-        }
+        (true, ChangesPer::Batch) => AggregateEmit::ChangesPerBatch,
+        (true, ChangesPer::Record) => AggregateEmit::ChangesPerRecord,
     };
     let sessions = window
         .as_ref()
@@ -276,13 +281,14 @@ fn streaming_aggregate(
     }
 }
 
+/// The aggregation's input without the predicates on the window bounds, and those.
+type Lifted = (Arc<dyn ExecutionPlan>, Option<Arc<dyn PhysicalExpr>>);
+
 /// DataFusion pushes a HAVING predicate on the window bounds below the aggregation, where
 /// `hop` and `session` have no per-row value: the conjuncts that call a window function are
 /// taken out of a filter over the aggregation's input (through projections), to be applied
 /// to its output.
-fn lift_window_predicates(
-    input: &Arc<dyn ExecutionPlan>,
-) -> Result<(Arc<dyn ExecutionPlan>, Option<Arc<dyn PhysicalExpr>>)> {
+fn lift_window_predicates(input: &Arc<dyn ExecutionPlan>) -> Result<Lifted> {
     if let Some(projection) = input.downcast_ref::<ProjectionExec>() {
         // A projection DataFusion put between (common subexpressions): look below it.
         let (below, lifted) = lift_window_predicates(projection.input())?;

@@ -17,7 +17,7 @@ use freshet_engine::{
 
 use crate::dialect::{EmitMode, rewrite};
 use crate::install::install;
-use crate::options::FreshetOptions;
+use crate::options::{EmitSetting, EventMillis, FreshetOptions};
 use crate::query::StreamingQuery;
 
 /// The context users embed: register streams, then run streaming SQL over them.
@@ -184,16 +184,20 @@ impl StreamingContext {
             }
             if let Some(options) = extensions.get_mut::<FreshetOptions>() {
                 match streaming.emit {
-                    EmitMode::Changes => options.emit = "changes".to_string(),
-                    EmitMode::Final => options.emit = "final".to_string(),
+                    EmitMode::Changes => options.emit = EmitSetting::Changes,
+                    EmitMode::Final => options.emit = EmitSetting::Final,
                     EmitMode::Default => {}
                 }
                 if let Some(expire_after) = streaming.expire_after {
-                    options.expire_after_ms = expire_after.as_millis() as u64;
+                    options.expire_after_ms = EventMillis(
+                        u64::try_from(expire_after.as_millis())
+                            .unwrap_or(u64::MAX)
+                            .min(EventMillis::MAX),
+                    );
                 }
                 for (key, value) in &streaming.options {
                     match key.as_str() {
-                        "partitioning_strategy" => options.partitioning_strategy = value.clone(),
+                        "partitioning_strategy" => options.partitioning_strategy = value.parse()?,
                         _ => {
                             return plan_err!(
                                 "unknown query option '{key}'; valid options: partitioning_strategy"

@@ -169,7 +169,7 @@ fn plan_over(
     let event_time = event_time(input, &order_time)?;
     let keys = first.partition_by().to_vec();
     let (strategy, reason) = choose_strategy(
-        &options.partitioning_strategy,
+        options.partitioning_strategy.as_str(),
         keys.clone(),
         input,
         "PARTITION BY",
@@ -181,7 +181,7 @@ fn plan_over(
         Some(event_time),
     )?
     .with_reason(reason);
-    let expire_after = match options.expire_after_ms {
+    let expire_after = match options.expire_after_ms.0 {
         0 => None,
         ms => Some(duration_in_unit(
             &ScalarValue::DurationMillisecond(Some(ms as i64)),

@@ -42,7 +42,7 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let setting = FreshetOptions::of(config).partitioning_strategy;
+        let setting = FreshetOptions::of(config).partitioning_strategy.as_str();
         let plan = without_round_robin_below_exchanges(plan)?;
         let replaced = plan.transform_up(|node| {
             let Some(repartition) = node.downcast_ref::<RepartitionExec>() else {
@@ -56,7 +56,7 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
             }
             let input = Arc::clone(repartition.input());
             Ok(Transformed::yes(stateless_exchange(
-                input, &setting, *outputs,
+                input, setting, *outputs,
             )?))
         })?;
         if replaced.transformed {
@@ -73,7 +73,7 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
             return Ok(plan);
         }
         let outputs = config.execution.target_partitions;
-        let spread = matches!(setting.as_str(), "fan_in" | "round_robin");
+        let spread = matches!(setting, "fan_in" | "round_robin");
         Ok(plan
             .transform_up(|node| {
                 if !is::<StreamSourceExec>(&node) {
@@ -82,7 +82,7 @@ impl PhysicalOptimizerRule for StatelessExchangeRule {
                 let partitions = node.output_partitioning().partition_count();
                 if spread {
                     Ok(Transformed::yes(stateless_exchange(
-                        node, &setting, outputs,
+                        node, setting, outputs,
                     )?))
                 } else if partitions > outputs {
                     let reason = format!(

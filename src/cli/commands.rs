@@ -51,9 +51,34 @@ async fn fuzz(args: FuzzArgs) -> Result<()> {
     }
 }
 
+/// The most streams a query runs on (as for a stream's source partitions).
+const MAX_PARTITIONS: usize = 4096;
+
+/// The command line runs one query: a statement that only changes the session (CREATE,
+/// DROP, SET, …) would have no effect beyond it, so it is refused rather than run for nothing.
+fn check_is_a_query(sql: &str) -> Result<()> {
+    let first = sql
+        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    match first.as_str() {
+        "SELECT" | "WITH" | "VALUES" => Ok(()),
+        "" => plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\""),
+        other => plan_err!(
+            "the command line runs one query (SELECT …, WITH …, VALUES …); a {other} statement would have no effect beyond it: register streams with --table"
+        ),
+    }
+}
+
 async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
+    check_is_a_query(&args.sql)?;
     let ctx = match args.partitions {
         Some(0) => return plan_err!("--partitions must be at least 1"),
+        Some(partitions) if partitions > MAX_PARTITIONS => {
+            return plan_err!("--partitions {partitions}: expected 1 to {MAX_PARTITIONS}");
+        }
         Some(partitions) => StreamingContext::with_partitions(partitions),
         None => StreamingContext::new(),
     };

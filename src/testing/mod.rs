@@ -6,7 +6,9 @@
 pub mod fuzz;
 mod oracle;
 mod random;
+mod rng;
 
 pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results};
 pub use oracle::{Differential, TestSource, TestTable};
 pub use random::RandomStream;
+pub use rng::TestRng;

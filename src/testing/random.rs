@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
+use super::rng::TestRng;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
-use freshet_engine::splitmix64;
 
 /// Parameters of a random stream with columns `k1` (Utf8, nullable), `k2` (Int64, nullable),
 /// `v` (Float64, nullable, with NaN), `q` (Int64) and `ts` (Timestamp ms).
@@ -31,24 +31,6 @@ pub struct RandomStream {
     /// the disorder bound), for queries whose result depends on the order of ties.
     pub distinct_times: bool,
     pub seed: u64,
-}
-
-/// A small deterministic random number generator (splitmix64 over a counter).
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix64(self.0)
-    }
-
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
 }
 
 impl RandomStream {
@@ -110,7 +92,7 @@ impl RandomStream {
 
     /// The stream's batches.
     pub fn generate(&self) -> Vec<RecordBatch> {
-        let mut rng = Rng(self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let mut rng = TestRng::new(self.seed);
         let times = self.distinct_times.then(|| self.shuffled_times());
         let mut batches = Vec::new();
         let mut next_row = 0;
@@ -130,7 +112,7 @@ impl RandomStream {
     /// Distinct event times `step_ms` apart, shuffled within blocks that span at most the
     /// disorder bound: no record is more than `disorder_ms` behind an earlier one.
     fn shuffled_times(&self) -> Vec<i64> {
-        let mut rng = Rng(self.seed ^ 0x9E37_79B9_7F4A_7C15);
+        let mut rng = TestRng::from_state(self.seed ^ 0x9E37_79B9_7F4A_7C15);
         let block = (self.disorder_ms.max(0) / self.step_ms.max(1) + 1) as usize;
         let mut offsets: Vec<i64> = (0..self.rows as i64).collect();
         for chunk in offsets.chunks_mut(block) {
@@ -146,7 +128,7 @@ impl RandomStream {
 
     fn batch(
         &self,
-        rng: &mut Rng,
+        rng: &mut TestRng,
         first: usize,
         size: usize,
         times: Option<&[i64]>,

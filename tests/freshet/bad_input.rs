@@ -144,10 +144,7 @@ async fn event_time_column_that_is_not_a_time() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("'order_date' has type Utf8"), "{error}");
-    assert!(
-        error.contains("must be a timestamp or an integer"),
-        "{error}"
-    );
+    assert!(error.contains("must be a timestamp or an Int64"), "{error}");
     let line = freshet_error(&[
         "query",
         "SELECT * FROM orders",
@@ -394,4 +391,78 @@ async fn over_descending_or_missing_order() {
         endless_market_error("SELECT ROW_NUMBER() OVER (PARTITION BY symbol) FROM market_data")
             .await;
     assert!(error.contains("needs ORDER BY"), "{error}");
+}
+
+#[tokio::test]
+async fn settings_and_options_refuse_unknown_values() {
+    let ctx = orders_context();
+    for (key, value, valid) in [
+        ("freshet.emit", "chnages", "'changes'"),
+        ("freshet.changes_per", "row", "'record'"),
+        ("freshet.partitioning_strategy", "random", "'two_phase'"),
+        (
+            "freshet.allowed_lateness_ms",
+            "99999999999999999999",
+            "milliseconds",
+        ),
+    ] {
+        let error = ctx
+            .session()
+            .sql(&format!("SET {key} = '{value}'"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(value) && error.contains(valid),
+            "{key}: {error}"
+        );
+    }
+    let mut options = StreamOptions::default();
+    let error = options.set("watermark", "5").unwrap_err().to_string();
+    assert!(error.contains("5ms or 5s"), "{error}");
+}
+
+#[tokio::test]
+async fn emit_final_without_an_aggregation_is_refused() {
+    let error = planning_error(
+        &orders_context(),
+        "SELECT order_id FROM orders WHERE total_amount > 100 EMIT FINAL",
+    )
+    .await;
+    assert!(error.contains("EMIT FINAL needs an aggregation"), "{error}");
+}
+
+#[tokio::test]
+async fn an_event_time_windows_cannot_use_is_refused_at_registration() {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int32Array, RecordBatch};
+    let batch = RecordBatch::try_from_iter(vec![(
+        "ts",
+        Arc::new(Int32Array::from(vec![1, 2])) as datafusion::arrow::array::ArrayRef,
+    )])
+    .unwrap();
+    let options = StreamOptions {
+        event_time: Some("ts".into()),
+        ..StreamOptions::default()
+    };
+    let error = StreamingContext::new()
+        .register_batches("t", batch.schema(), vec![batch], options)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("has type Int32"), "{error}");
+}
+
+#[test]
+fn the_command_line_refuses_statements_that_would_have_no_effect() {
+    for sql in [
+        "CREATE TABLE x (a INT)",
+        "DROP TABLE orders",
+        "SET freshet.emit = 'changes'",
+    ] {
+        let line = freshet_error(&["query", sql]);
+        assert!(line.contains("runs one query"), "{sql}: {line}");
+    }
+    let line = freshet_error(&["query", "SELECT 1", "--partitions", "30000"]);
+    assert!(line.contains("expected 1 to 4096"), "{line}");
 }

@@ -161,7 +161,8 @@ async fn strategies_that_would_give_wrong_results_are_refused() {
     )
     .await;
     assert!(
-        error.contains("unknown partitioning_strategy 'random'"),
+        error.contains("partitioning_strategy = 'random' is not a valid value")
+            && error.contains("'two_phase'"),
         "{error}"
     );
     let error = planning_error(&ctx, &format!("{WINDOWED} WITH ('parallelism' = '4')")).await;

@@ -280,16 +280,12 @@ fn check_event_time_column(table: &str, schema: &SchemaRef, column: &str) -> Res
             column_list(schema)
         );
     };
+    // What windows, window functions and watermarks take: nothing accepted here is refused
+    // later by a query.
     match field.data_type() {
-        DataType::Timestamp(_, _)
-        | DataType::Int64
-        | DataType::Int32
-        | DataType::UInt64
-        | DataType::UInt32
-        | DataType::Date32
-        | DataType::Date64 => Ok(()),
+        DataType::Timestamp(_, _) | DataType::Int64 => Ok(()),
         other => plan_err!(
-            "stream '{table}': event-time column '{column}' has type {other}; it must be a timestamp or an integer of epoch milliseconds (cast it in a view, or choose another column)"
+            "stream '{table}': event-time column '{column}' has type {other}; it must be a timestamp or an Int64 of epoch milliseconds (cast it in a view, or choose another column)"
         ),
     }
 }

@@ -21,7 +21,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
 
-use super::FuzzRng;
+use crate::testing::TestRng;
 
 /// One row of a fuzz table.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,7 +92,7 @@ pub const START_MS: i64 = 1_700_000_040_000;
 
 impl FuzzData {
     /// A random table; `ties` allows equal event times.
-    pub fn random(rng: &mut FuzzRng, ties: bool) -> Self {
+    pub fn random(rng: &mut TestRng, ties: bool) -> Self {
         let rows = match rng.below(10) {
             0 => rng.below(3) as usize,
             1..=6 => 3 + rng.below(30) as usize,
@@ -159,7 +159,7 @@ impl FuzzData {
             disorder_ms,
             nan,
             ties,
-            split_seed: rng.next(),
+            split_seed: rng.next_u64(),
         }
     }
 
@@ -205,7 +205,7 @@ impl FuzzData {
             Storage::Batches(rows) => rows.max(1),
             _ => 1_000,
         };
-        let mut rng = FuzzRng::new(self.split_seed);
+        let mut rng = TestRng::new(self.split_seed);
         let mut batches = Vec::new();
         let mut next = 0;
         while next < self.rows.len() {

@@ -38,6 +38,7 @@ use futures::TryStreamExt;
 pub use data::{FuzzData, FuzzRow, Storage, TimeType};
 pub use query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
 
+use super::TestRng;
 use super::compare_results;
 
 /// Messages of the refusals docs/sql.md documents: such a refusal is not a failure.
@@ -55,34 +56,6 @@ pub const DOCUMENTED_REFUSALS: &[&str] = &[
 /// How long one streaming run of a case may take before it counts as a hang (the cases are
 /// tens of rows; a run takes milliseconds).
 const STREAMING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// The fuzzer's random number generator (splitmix64 over a counter).
-#[derive(Debug, Clone)]
-pub struct FuzzRng(u64);
-
-impl FuzzRng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x2545_F491_4F6C_DD1D))
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix64(self.0)
-    }
-
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    pub fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-
-    pub fn pick<'a, T>(&mut self, choices: &'a [T]) -> &'a T {
-        &choices[self.below(choices.len() as u64) as usize]
-    }
-}
 
 /// One fuzz case: data, query and where to run it.
 #[derive(Debug, Clone)]
@@ -123,7 +96,7 @@ impl Outcome {
 impl FuzzCase {
     /// The case of `seed`.
     pub fn generate(seed: u64) -> Self {
-        let mut rng = FuzzRng::new(seed);
+        let mut rng = TestRng::new(seed);
         let over = rng.chance(0.2);
         let source_partitions = match rng.below(4) {
             0 => Some(1),

@@ -15,8 +15,8 @@
 
 use std::fmt::Write;
 
-use super::FuzzRng;
 use super::data::{FuzzData, TimeType};
+use crate::testing::TestRng;
 
 /// A window of an aggregation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ fn interval(ms: i64) -> String {
 }
 
 /// A random predicate over the table's columns.
-fn predicate(rng: &mut FuzzRng, data: &FuzzData) -> String {
+fn predicate(rng: &mut TestRng, data: &FuzzData) -> String {
     let mut atoms = vec![
         "i > -10",
         "i % 3 <> 0",
@@ -120,7 +120,7 @@ fn predicate(rng: &mut FuzzRng, data: &FuzzData) -> String {
 
 impl FuzzQuery {
     /// A random query for `data`.
-    pub fn random(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+    pub fn random(rng: &mut TestRng, data: &FuzzData) -> Self {
         match rng.below(10) {
             0 | 1 => Self::stateless(rng, data),
             2..=7 => Self::aggregate(rng, data),
@@ -140,7 +140,7 @@ impl FuzzQuery {
         }
     }
 
-    fn stateless(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+    fn stateless(rng: &mut TestRng, data: &FuzzData) -> Self {
         let mut query = Self::base(Form::Stateless, data);
         let mut choices = vec![
             "id",
@@ -176,7 +176,7 @@ impl FuzzQuery {
         query
     }
 
-    fn aggregate(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+    fn aggregate(rng: &mut TestRng, data: &FuzzData) -> Self {
         let window = match rng.below(6) {
             0 => None,
             1 | 2 => Some(Window::Tumble {
@@ -311,9 +311,9 @@ impl FuzzQuery {
                     .to_string(),
             );
             if window.is_some() && rng.chance(0.5) {
-                query.having = Some(format!(
-                    "(window_end > TIMESTAMP '2023-11-14 22:14:03') AND COUNT(*) > 0"
-                ));
+                query.having = Some(
+                    "(window_end > TIMESTAMP '2023-11-14 22:14:03') AND COUNT(*) > 0".to_string(),
+                );
             }
         }
         if emit == Emit::ChangesPerBatch {
@@ -336,7 +336,7 @@ impl FuzzQuery {
         query
     }
 
-    fn over(rng: &mut FuzzRng, data: &FuzzData) -> Self {
+    fn over(rng: &mut TestRng, data: &FuzzData) -> Self {
         let mut query = Self::base(Form::Over, data);
         if rng.chance(0.7) {
             let (expression, alias) = *rng.pick(KEY_CHOICES);
@@ -383,7 +383,7 @@ impl FuzzQuery {
                 1 => ("RANK()".into(), String::new(), false),
                 2 => ("DENSE_RANK()".into(), String::new(), false),
                 3 => (format!("LAG(i, {n})"), String::new(), true),
-                4 => (format!("LAG(i, 1, -1)"), String::new(), true),
+                4 => ("LAG(i, 1, -1)".into(), String::new(), true),
                 5 => (format!("LEAD(i, {n})"), String::new(), true),
                 6 => (
                     "FIRST_VALUE(i)".into(),
