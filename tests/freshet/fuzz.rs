@@ -9,7 +9,7 @@ fn budget() -> usize {
     std::env::var("FRESHET_FUZZ_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(300)
+        .unwrap_or(400)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,6 +48,7 @@ async fn the_fuzzer_finds_a_wrong_answer() {
         having: None,
         settings: Vec::new(),
         time_type: case.data.time_type,
+        wrap: freshet::testing::fuzz::Wrap::None,
     };
     assert!(matches!(case.run().await, Outcome::Mismatch(_)));
 }

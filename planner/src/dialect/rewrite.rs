@@ -11,7 +11,8 @@
 //!
 //! `window_start` / `window_end` (and `_WINDOW_START` / `_WINDOW_END`) then stand for the key
 //! and `key + size`. A query-level `EMIT CHANGES` / `EMIT FINAL` is taken out as a flag.
-//! Only clauses of the outermost query are rewritten.
+//! Each query block is rewritten on its own: subqueries and CTE bodies first, then the block
+//! that holds them, so a window may key the GROUP BY of any block.
 
 use datafusion::common::{Result, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
@@ -82,15 +83,67 @@ pub fn rewrite(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Res
     let (sql, options) = take_options(sql)?;
     let (sql, emit) = take_emit(&sql)?;
     let (sql, expire_after) = rewrite_over_clauses(&sql)?;
+    let (sql, window) = rewrite_block(&sql, event_time_of)?;
+    Ok(StreamingSql {
+        sql,
+        emit,
+        window: window.map(|w| w.kind),
+        options,
+        expire_after,
+    })
+}
+
+/// Rewrites the window syntax of one query block: first of each subquery and CTE in it
+/// (each a block of its own), then of the block itself.
+fn rewrite_block(
+    sql: &str,
+    event_time_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, Option<WindowCall>)> {
+    let sql = rewrite_subqueries(sql, event_time_of)?;
     let (sql, window) = rewrite_table_functions(&sql)?;
     let (sql, window) = match window {
         Some(window) => (sql, Some(window)),
         None => rewrite_window_clause(&sql, event_time_of)?,
     };
-    let mut streaming = finish(sql, emit, window)?;
-    streaming.options = options;
-    streaming.expire_after = expire_after;
-    Ok(streaming)
+    let window = match window {
+        Some(window) => Some(window),
+        None => find_window_key(&sql)?,
+    };
+    let sql = match &window {
+        Some(call) => replace_window_bounds(&sql, call)?,
+        None => sql,
+    };
+    Ok((sql, window))
+}
+
+/// Rewrites each outermost subquery (`(SELECT …)`, `(WITH …)`, a CTE's body) of `sql` as a
+/// query block of its own.
+fn rewrite_subqueries(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let tokens = tokenize(sql)?;
+    let query_depth = query_depths(&tokens);
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let opens_subquery = tokens[i].token == Token::LParen
+            && query_depth[i] == 0
+            && next_solid(&tokens, i + 1).is_some_and(|n| {
+                ["SELECT", "WITH", "VALUES"]
+                    .iter()
+                    .any(|word| is_word(&tokens[n].token, word))
+            });
+        if !opens_subquery {
+            out.push_str(&tokens[i].token.to_string());
+            i += 1;
+            continue;
+        }
+        let close = matching_paren(&tokens, i)?;
+        let (inner, _) = rewrite_block(&text(&tokens[i + 1..close]), event_time_of)?;
+        out.push('(');
+        out.push_str(&inner);
+        out.push(')');
+        i = close + 1;
+    }
+    Ok(out)
 }
 
 /// Takes a trailing `WITH ('key' = 'value', …)` (the predecessor's query options) out of the
@@ -136,24 +189,6 @@ fn take_options(sql: &str) -> Result<(String, Vec<(String, String)>)> {
         format!("{}{}", text(&tokens[..with]), text(&tokens[close + 1..])),
         options,
     ))
-}
-
-fn finish(sql: String, emit: EmitMode, window: Option<WindowCall>) -> Result<StreamingSql> {
-    let window = match window {
-        Some(window) => Some(window),
-        None => find_window_key(&sql)?,
-    };
-    let sql = match &window {
-        Some(call) => replace_window_bounds(&sql, call)?,
-        None => sql,
-    };
-    Ok(StreamingSql {
-        sql,
-        emit,
-        window: window.map(|w| w.kind),
-        options: Vec::new(),
-        expire_after: None,
-    })
 }
 
 /// Takes `EMIT CHANGES` / `EMIT FINAL` out of the query; it ends the query or the subquery

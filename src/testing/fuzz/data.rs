@@ -129,26 +129,21 @@ impl FuzzData {
                 ts,
             });
         }
-        if !ties {
-            // Disorder may still have produced equal times: move them apart.
-            let mut seen = std::collections::HashSet::new();
-            for row in &mut out {
-                while !seen.insert(row.ts) {
-                    row.ts += 1;
-                }
-            }
-        }
+        // CSV types are read from the values: a column with none would be of type Null.
+        let csv_readable = out.iter().any(|r| r.k.is_some())
+            && out.iter().any(|r| r.g.is_some())
+            && out.iter().any(|r| r.v.is_some());
         let storage = match rng.below(10) {
             0..=2 => Storage::Batches(1 + rng.below(20) as usize),
             3..=5 => Storage::Parquet(*rng.pick(&[1, 2, 7, 1_000])),
             6 => Storage::ParquetDirectory(2 + rng.below(2) as usize),
             // An empty CSV file has no column types to read.
-            7 if rows > 0 => Storage::Csv,
+            7 if csv_readable => Storage::Csv,
             8 => Storage::Arrow,
             _ if rng.chance(0.5) => Storage::KeyedPartitions(1 + rng.below(3) as usize),
             _ => Storage::Parquet(1),
         };
-        Self {
+        let mut data = Self {
             rows: out,
             time_type: if rng.chance(0.2) {
                 TimeType::EpochMillis
@@ -160,7 +155,22 @@ impl FuzzData {
             nan,
             ties,
             split_seed: rng.next_u64(),
+        };
+        if !ties {
+            data.separate_ties();
         }
+        data
+    }
+
+    /// Moves equal event times apart (by a millisecond at a time, in stored order).
+    pub fn separate_ties(&mut self) {
+        let mut seen = std::collections::HashSet::new();
+        for row in &mut self.rows {
+            while !seen.insert(row.ts) {
+                row.ts += 1;
+            }
+        }
+        self.ties = false;
     }
 
     pub fn schema(&self) -> SchemaRef {

@@ -36,7 +36,7 @@ use freshet_planner::StreamingContext;
 use futures::TryStreamExt;
 
 pub use data::{FuzzData, FuzzRow, Storage, TimeType};
-pub use query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
+pub use query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax, Wrap};
 
 use super::TestRng;
 use super::compare_results;
@@ -107,7 +107,7 @@ impl FuzzCase {
         // source partition, so ties are generated where a query's answer depends on them
         // only with one source partition.
         let ties = !over || source_partitions == Some(1);
-        let data = FuzzData::random(&mut rng, ties);
+        let mut data = FuzzData::random(&mut rng, ties);
         let query = if over {
             let mut rng2 = rng.clone();
             let mut query = FuzzQuery::random(&mut rng2, &data);
@@ -122,6 +122,9 @@ impl FuzzCase {
             }
             query
         };
+        if over && !query.orders_ties_as_stored() {
+            data.separate_ties();
+        }
         let declared_key = if rng.chance(0.1) { "g" } else { "k" }.to_string();
         Self {
             seed,

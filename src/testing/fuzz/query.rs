@@ -83,6 +83,28 @@ pub struct FuzzQuery {
     /// `SET` statements for Freshet's session.
     pub settings: Vec<(String, String)>,
     pub time_type: TimeType,
+    /// The query as a subquery or CTE of an outer `SELECT *`.
+    pub wrap: Wrap,
+}
+
+/// How the query is nested in an outer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrap {
+    None,
+    /// `SELECT * FROM (…) AS q`.
+    Subquery,
+    /// `WITH q AS (…) SELECT * FROM q`.
+    Cte,
+}
+
+impl Wrap {
+    fn apply(self, sql: String) -> String {
+        match self {
+            Self::None => sql,
+            Self::Subquery => format!("SELECT * FROM ({sql}) AS q"),
+            Self::Cte => format!("WITH q AS ({sql}) SELECT * FROM q"),
+        }
+    }
 }
 
 const KEY_CHOICES: &[(&str, &str)] = &[("k", "k"), ("g", "g"), ("g % 2", "g2")];
@@ -121,11 +143,17 @@ fn predicate(rng: &mut TestRng, data: &FuzzData) -> String {
 impl FuzzQuery {
     /// A random query for `data`.
     pub fn random(rng: &mut TestRng, data: &FuzzData) -> Self {
-        match rng.below(10) {
+        let mut query = match rng.below(10) {
             0 | 1 => Self::stateless(rng, data),
             2..=7 => Self::aggregate(rng, data),
             _ => Self::over(rng, data),
-        }
+        };
+        query.wrap = match rng.below(10) {
+            0 => Wrap::Subquery,
+            1 => Wrap::Cte,
+            _ => Wrap::None,
+        };
+        query
     }
 
     fn base(form: Form, data: &FuzzData) -> Self {
@@ -137,6 +165,7 @@ impl FuzzQuery {
             having: None,
             settings: Vec::new(),
             time_type: data.time_type,
+            wrap: Wrap::None,
         }
     }
 
@@ -494,6 +523,22 @@ impl FuzzQuery {
 
     /// Freshet's SQL.
     pub fn streaming_sql(&self) -> String {
+        self.wrap.apply(self.streaming_block())
+    }
+
+    /// The batch SQL of the query's final result (for a changelog: its state at the end).
+    pub fn batch_sql(&self) -> String {
+        self.wrap.apply(self.batch_block())
+    }
+
+    /// The batch SQL of a per-record changelog: one row per record (per window it is in)
+    /// with its group's running aggregates in stored order; `None` when an item has no
+    /// running equivalent or the changelog is not per record.
+    pub fn running_sql(&self) -> Option<String> {
+        self.running_block().map(|sql| self.wrap.apply(sql))
+    }
+
+    fn streaming_block(&self) -> String {
         let select = self.select_list(|item| item.streaming.clone());
         let filter = self.where_clause();
         let Form::Aggregate {
@@ -653,8 +698,7 @@ impl FuzzQuery {
         }
     }
 
-    /// The batch SQL of the query's final result (for a changelog: its state at the end).
-    pub fn batch_sql(&self) -> String {
+    fn batch_block(&self) -> String {
         let select = self.select_list(|item| item.batch.clone());
         let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
         let having = self
@@ -693,10 +737,7 @@ impl FuzzQuery {
         }
     }
 
-    /// The batch SQL of a per-record changelog: one row per record (per window it is in)
-    /// with its group's running aggregates in stored order; `None` when an item has no
-    /// running equivalent or the changelog is not per record.
-    pub fn running_sql(&self) -> Option<String> {
+    fn running_block(&self) -> Option<String> {
         let Form::Aggregate {
             window,
             emit: Emit::ChangesPerRecord,
@@ -740,6 +781,40 @@ impl FuzzQuery {
         ))
     }
 
+    /// Whether a window-function query orders rows with equal event times in stored order:
+    /// every function streamed by one window operator (one PARTITION BY, no LEAD or FOLLOWING
+    /// frame next to a RANGE frame). A second window over another partitioning reads the
+    /// first one's streams as they come, and DataFusion's operators (where Freshet falls
+    /// back) sort ties their own way.
+    pub fn orders_ties_as_stored(&self) -> bool {
+        let windows: Vec<&str> = self
+            .items
+            .iter()
+            .filter_map(|item| item.streaming.split_once(" OVER ("))
+            .map(|(_, window)| window)
+            .collect();
+        let partition = |window: &str| {
+            window
+                .split_once("PARTITION BY ")
+                .map(|(_, rest)| rest.split(" ORDER BY").next().unwrap_or("").to_string())
+        };
+        let one_partitioning = windows
+            .iter()
+            .all(|w| partition(w) == windows.first().and_then(|f| partition(f)));
+        let reads_ahead = self
+            .items
+            .iter()
+            .any(|i| i.streaming.starts_with("LEAD(") || i.streaming.contains("FOLLOWING"));
+        let range_frame = self.items.iter().any(|i| {
+            i.streaming.contains(" OVER (")
+                && !i.streaming.contains("ROWS")
+                && !["ROW_NUMBER(", "LAG(", "LEAD("]
+                    .iter()
+                    .any(|f| i.streaming.starts_with(f))
+        });
+        one_partitioning && !(reads_ahead && range_frame)
+    }
+
     /// Whether the query is an aggregation with a changelog output.
     pub fn is_changelog(&self) -> bool {
         self.emit() != Emit::Final
@@ -780,6 +855,12 @@ impl FuzzQuery {
             items.remove(index);
             variants.push(Self {
                 items,
+                ..self.clone()
+            });
+        }
+        if self.wrap != Wrap::None {
+            variants.push(Self {
+                wrap: Wrap::None,
                 ..self.clone()
             });
         }
