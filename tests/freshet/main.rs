@@ -10,5 +10,6 @@ mod over;
 mod partitioning;
 mod reproductions;
 mod s0;
+mod sql_fixtures;
 mod support;
 mod two_phase;
