@@ -3,11 +3,13 @@
 //! bounded data, a random stream generator ([`RandomStream`]) for it to run on, and the SQL
 //! fuzzer ([`fuzz`]): random queries over random tables against batch SQL.
 
+mod cells;
 pub mod fuzz;
 mod oracle;
 mod random;
 mod rng;
 
+pub use cells::display_rows;
 pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results};
 pub use oracle::{Differential, TestSource, TestTable};
 pub use random::RandomStream;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
+use freshet::testing::display_rows;
 use freshet::{StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
@@ -70,23 +70,11 @@ async fn rows(ctx: &StreamingContext, sql: &str) -> Vec<String> {
         .await
         .unwrap_or_else(|_| panic!("{sql}: no result in 30 s"))
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let options = FormatOptions::default().with_null("NULL");
-    let mut out = Vec::new();
-    for batch in &batches {
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        for row in 0..batch.num_rows() {
-            let cells: Vec<String> = formatters
-                .iter()
-                .map(|f| f.value(row).to_string())
-                .collect();
-            out.push(cells.join("|"));
-        }
-    }
-    out
+    display_rows(&batches)
+        .unwrap()
+        .into_iter()
+        .map(|cells| cells.join("|"))
+        .collect()
 }
 
 fn sorted(mut rows: Vec<String>) -> Vec<String> {
@@ -378,18 +366,7 @@ async fn a_false_partitioned_by_declaration_is_an_error() {
 async fn nan_next_to_one_other_value_is_read_as_nan() {
     // Parquet statistics leave NaN out: min = max = 1.5 must not make the column a constant.
     let dir = tempfile::tempdir().unwrap();
-    let path = parquet_row_per_group(
-        dir.path(),
-        vec![
-            ("ts", seconds(&[1, 2])),
-            (
-                "v",
-                Arc::new(Float64Array::from(vec![f64::NAN, 1.5])) as ArrayRef,
-            ),
-        ],
-    );
-    let file = path.to_str().unwrap().to_string();
-    // One row group holding both rows.
+    let path = dir.path().join("t.parquet");
     let batch = RecordBatch::try_from_iter(vec![
         ("ts", seconds(&[1, 2])),
         (
@@ -398,8 +375,9 @@ async fn nan_next_to_one_other_value_is_read_as_nan() {
         ),
     ])
     .unwrap();
-    let mut writer =
-        ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), batch.schema(), None).unwrap();
+    // One row group holding both rows.
+    let file = std::fs::File::create(&path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
     writer.write(&batch).unwrap();
     writer.close().unwrap();
     let ctx = context(&path, 1, StreamOptions::default()).await;

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::DataFusionError;
+use freshet::testing::display_rows;
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
@@ -84,23 +84,7 @@ impl AsyncDB for Freshet {
         }
         let query = self.ctx.sql(sql).await?;
         let batches: Vec<RecordBatch> = query.execute_merged()?.try_collect().await?;
-        let options = FormatOptions::default().with_null("NULL");
-        let mut rows = Vec::new();
-        for batch in &batches {
-            let formatters = batch
-                .columns()
-                .iter()
-                .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-                .collect::<Result<Vec<_>, _>>()?;
-            for row in 0..batch.num_rows() {
-                rows.push(
-                    formatters
-                        .iter()
-                        .map(|f| f.value(row).to_string())
-                        .collect(),
-                );
-            }
-        }
+        let rows = display_rows(&batches)?;
         Ok(DBOutput::Rows {
             types: vec![DefaultColumnType::Any; query.schema().fields().len()],
             rows,

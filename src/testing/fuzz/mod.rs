@@ -26,7 +26,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::Result;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::options::ArrowReadOptions;
@@ -39,7 +38,7 @@ pub use data::{FuzzData, FuzzRow, Storage, TimeType};
 pub use query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax, Wrap};
 
 use super::TestRng;
-use super::compare_results;
+use super::{compare_results, display_rows};
 
 /// Messages of the refusals docs/sql.md documents: such a refusal is not a failure.
 pub const DOCUMENTED_REFUSALS: &[&str] = &[
@@ -408,17 +407,11 @@ fn last_rows(query: &FuzzQuery, batches: &[RecordBatch]) -> Result<Vec<RecordBat
     let aggregates: Vec<usize> = (0..query.items.len())
         .filter(|&i| query.items[i].aggregate)
         .collect();
-    let options = FormatOptions::default().with_null("NULL");
-    let formatters = (0..all.num_columns())
-        .map(|i| ArrayFormatter::try_new(all.column(i).as_ref(), &options))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let cells = display_rows(std::slice::from_ref(&all))?;
     let mut last: HashMap<Vec<String>, usize> = HashMap::new();
     let mut order = Vec::new();
-    for row in 0..all.num_rows() {
-        let key: Vec<String> = keys
-            .iter()
-            .map(|&i| formatters[i].value(row).to_string())
-            .collect();
+    for (row, cells) in cells.iter().enumerate() {
+        let key: Vec<String> = keys.iter().map(|&i| cells[i].clone()).collect();
         if last.insert(key.clone(), row).is_none() {
             order.push(key);
         }
