@@ -18,6 +18,7 @@
 
 mod data;
 mod query;
+mod render;
 
 use std::collections::HashMap;
 use std::fmt;

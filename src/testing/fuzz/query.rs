@@ -1,5 +1,6 @@
 //! The fuzzer's grammar: random streaming queries over the fuzz table `t`, each rendered
-//! twice, as Freshet SQL and as the plain batch SQL that must give the same answer.
+//! twice (in `render.rs`), as Freshet SQL and as the plain batch SQL that must give the same
+//! answer.
 //!
 //! Forms: a stateless filter and projection; an aggregation without a window (final at the
 //! end of input, or a changelog); a windowed aggregation (tumbling, hopping or session, in
@@ -12,8 +13,6 @@
 //! per-record rows are the batch's running aggregates (`OVER (… ORDER BY id ROWS UNBOUNDED
 //! PRECEDING)`: stored order is arrival order from one source partition). Window functions
 //! order ties by `id`, the stored order, which is the arrival order Freshet promises for ties.
-
-use std::fmt::Write;
 
 use super::data::{FuzzData, TimeType};
 use crate::testing::TestRng;
@@ -98,7 +97,7 @@ pub enum Wrap {
 }
 
 impl Wrap {
-    fn apply(self, sql: String) -> String {
+    pub(super) fn apply(self, sql: String) -> String {
         match self {
             Self::None => sql,
             Self::Subquery => format!("SELECT * FROM ({sql}) AS q"),
@@ -108,14 +107,6 @@ impl Wrap {
 }
 
 const KEY_CHOICES: &[(&str, &str)] = &[("k", "k"), ("g", "g"), ("g % 2", "g2")];
-
-fn interval(ms: i64) -> String {
-    if ms % 1_000 == 0 {
-        format!("INTERVAL '{}' SECOND", ms / 1_000)
-    } else {
-        format!("INTERVAL '{ms} milliseconds'")
-    }
-}
 
 /// A random predicate over the table's columns.
 fn predicate(rng: &mut TestRng, data: &FuzzData) -> String {
@@ -493,292 +484,6 @@ impl FuzzQuery {
                 .push(("freshet.partitioning_strategy".into(), strategy.into()));
         }
         query
-    }
-
-    fn window(&self) -> Option<Window> {
-        match self.form {
-            Form::Aggregate { window, .. } => window,
-            _ => None,
-        }
-    }
-
-    /// The emit mode (`Final` for queries that are not aggregations).
-    pub fn emit(&self) -> Emit {
-        match self.form {
-            Form::Aggregate { emit, .. } => emit,
-            _ => Emit::Final,
-        }
-    }
-
-    fn where_clause(&self) -> String {
-        self.filter
-            .as_ref()
-            .map(|f| format!(" WHERE {f}"))
-            .unwrap_or_default()
-    }
-
-    fn select_list(&self, text: impl Fn(&Item) -> String) -> String {
-        self.items.iter().map(text).collect::<Vec<_>>().join(", ")
-    }
-
-    /// Freshet's SQL.
-    pub fn streaming_sql(&self) -> String {
-        self.wrap.apply(self.streaming_block())
-    }
-
-    /// The batch SQL of the query's final result (for a changelog: its state at the end).
-    pub fn batch_sql(&self) -> String {
-        self.wrap.apply(self.batch_block())
-    }
-
-    /// The batch SQL of a per-record changelog: one row per record (per window it is in)
-    /// with its group's running aggregates in stored order; `None` when an item has no
-    /// running equivalent or the changelog is not per record.
-    pub fn running_sql(&self) -> Option<String> {
-        self.running_block().map(|sql| self.wrap.apply(sql))
-    }
-
-    fn streaming_block(&self) -> String {
-        let select = self.select_list(|item| item.streaming.clone());
-        let filter = self.where_clause();
-        let Form::Aggregate {
-            window,
-            syntax,
-            emit,
-        } = self.form
-        else {
-            return format!("SELECT {select} FROM t{filter}");
-        };
-        let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
-        let mut sql = String::new();
-        let window_args = |window: Window| match window {
-            Window::Tumble { size_ms } => ("tumble", interval(size_ms)),
-            Window::Hop { slide_ms, size_ms } => (
-                "hop",
-                format!("{}, {}", interval(slide_ms), interval(size_ms)),
-            ),
-            Window::Session { gap_ms } => ("session", interval(gap_ms)),
-        };
-        match (window, syntax) {
-            (None, _) => {
-                let _ = write!(sql, "SELECT {select} FROM t{filter}");
-                if !keys.is_empty() {
-                    let _ = write!(sql, " GROUP BY {}", keys.join(", "));
-                }
-            }
-            (Some(window), WindowSyntax::Clause) => {
-                let _ = write!(sql, "SELECT {select} FROM t{filter}");
-                if !keys.is_empty() {
-                    let _ = write!(sql, " GROUP BY {}", keys.join(", "));
-                }
-                let clause = match window {
-                    Window::Tumble { size_ms } => format!("TUMBLING (ts, {})", interval(size_ms)),
-                    // The clause's order: time, size, advance.
-                    Window::Hop { slide_ms, size_ms } => {
-                        format!(
-                            "HOPPING (ts, {}, {})",
-                            interval(size_ms),
-                            interval(slide_ms)
-                        )
-                    }
-                    Window::Session { gap_ms } => format!("SESSION (ts, {})", interval(gap_ms)),
-                };
-                let _ = write!(sql, " WINDOW {clause}");
-            }
-            (Some(window), WindowSyntax::Function) => {
-                let (name, args) = window_args(window);
-                let mut group = vec![format!("{name}(ts, {args})")];
-                group.extend(keys.iter().map(|k| k.to_string()));
-                let _ = write!(
-                    sql,
-                    "SELECT {select} FROM t{filter} GROUP BY {}",
-                    group.join(", ")
-                );
-            }
-            (Some(window), WindowSyntax::TableFunction) => {
-                let table = match window {
-                    Window::Tumble { size_ms } => {
-                        format!("TUMBLE(TABLE t, DESCRIPTOR(ts), {})", interval(size_ms))
-                    }
-                    Window::Hop { slide_ms, size_ms } => format!(
-                        "HOP(TABLE t, DESCRIPTOR(ts), {}, {})",
-                        interval(slide_ms),
-                        interval(size_ms)
-                    ),
-                    Window::Session { gap_ms } => {
-                        format!("SESSION(TABLE t, DESCRIPTOR(ts), {})", interval(gap_ms))
-                    }
-                };
-                let mut group = vec!["window_start".to_string(), "window_end".to_string()];
-                group.extend(keys.iter().map(|k| k.to_string()));
-                let _ = write!(
-                    sql,
-                    "SELECT {select} FROM {table}{filter} GROUP BY {}",
-                    group.join(", ")
-                );
-            }
-        }
-        if let Some(having) = &self.having {
-            let _ = write!(sql, " HAVING {having}");
-        }
-        if emit != Emit::Final {
-            sql.push_str(" EMIT CHANGES");
-        }
-        sql
-    }
-
-    /// The rows with their window columns, as batch SQL: a CTE named `w` over `t` (after
-    /// the WHERE clause) with `window_start` and `window_end` per row.
-    fn windowed_rows(&self, window: Window) -> String {
-        let filter = self.where_clause();
-        let timestamp = self.time_type == TimeType::Timestamp;
-        // Window bounds are timestamps, also over an integer event time (epoch ms).
-        let start = |slide_ms: i64, back: i64| {
-            let base = if timestamp {
-                format!(
-                    "date_bin(INTERVAL '{slide_ms} milliseconds', ts, TIMESTAMP '1970-01-01 00:00:00')"
-                )
-            } else {
-                format!("to_timestamp_millis(ts - ts % {slide_ms})")
-            };
-            if back == 0 {
-                base
-            } else {
-                format!("{base} - INTERVAL '{back} milliseconds'")
-            }
-        };
-        let plus =
-            |expression: &str, ms: i64| format!("{expression} + INTERVAL '{ms} milliseconds'");
-        match window {
-            Window::Tumble { size_ms } => {
-                let s = start(size_ms, 0);
-                format!(
-                    "w AS (SELECT *, {s} AS window_start, {} AS window_end FROM t{filter})",
-                    plus(&s, size_ms)
-                )
-            }
-            Window::Hop { slide_ms, size_ms } => {
-                let copies: Vec<String> = (0..size_ms / slide_ms)
-                    .map(|j| {
-                        let s = start(slide_ms, j * slide_ms);
-                        format!(
-                            "SELECT *, {s} AS window_start, {} AS window_end FROM t{filter}",
-                            plus(&s, size_ms)
-                        )
-                    })
-                    .collect();
-                format!("w AS ({})", copies.join(" UNION ALL "))
-            }
-            Window::Session { gap_ms } => {
-                let partition = if self.keys.is_empty() {
-                    String::new()
-                } else {
-                    let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
-                    format!("PARTITION BY {} ", keys.join(", "))
-                };
-                let mut sessions = partition.clone();
-                sessions.push_str("session_id");
-                let sessions = if partition.is_empty() {
-                    "PARTITION BY session_id".to_string()
-                } else {
-                    format!("{partition}, session_id")
-                };
-                let (gap, bound) = if timestamp {
-                    (format!("INTERVAL '{gap_ms} milliseconds'"), "")
-                } else {
-                    (gap_ms.to_string(), "to_timestamp_millis")
-                };
-                format!(
-                    "f AS (SELECT * FROM t{filter}), \
-                     marked AS (SELECT *, CASE WHEN ts - LAG(ts) OVER ({partition}ORDER BY ts, id) < {gap} THEN 0 ELSE 1 END AS fresh FROM f), \
-                     numbered AS (SELECT *, SUM(fresh) OVER ({partition}ORDER BY ts, id ROWS UNBOUNDED PRECEDING) AS session_id FROM marked), \
-                     w AS (SELECT *, {bound}(MIN(ts) OVER ({sessions})) AS window_start, {bound}(MAX(ts) OVER ({sessions}) + {gap}) AS window_end FROM numbered)"
-                )
-            }
-        }
-    }
-
-    fn batch_block(&self) -> String {
-        let select = self.select_list(|item| item.batch.clone());
-        let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
-        let having = self
-            .having
-            .as_ref()
-            .map(|h| format!(" HAVING {h}"))
-            .unwrap_or_default();
-        match self.form {
-            Form::Stateless | Form::Over => {
-                format!("SELECT {select} FROM t{}", self.where_clause())
-            }
-            Form::Aggregate { window: None, .. } => {
-                let group = if keys.is_empty() {
-                    String::new()
-                } else {
-                    format!(" GROUP BY {}", keys.join(", "))
-                };
-                format!(
-                    "SELECT {select} FROM t{}{group}{having}",
-                    self.where_clause()
-                )
-            }
-            Form::Aggregate {
-                window: Some(window),
-                ..
-            } => {
-                let mut group = keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
-                group.push("window_start".into());
-                group.push("window_end".into());
-                format!(
-                    "WITH {} SELECT {select} FROM w GROUP BY {}{having}",
-                    self.windowed_rows(window),
-                    group.join(", ")
-                )
-            }
-        }
-    }
-
-    fn running_block(&self) -> Option<String> {
-        let Form::Aggregate {
-            window,
-            emit: Emit::ChangesPerRecord,
-            ..
-        } = self.form
-        else {
-            return None;
-        };
-        if matches!(window, Some(Window::Session { .. })) {
-            return None;
-        }
-        let mut select = Vec::new();
-        for item in &self.items {
-            select.push(if item.aggregate {
-                item.running.clone()?
-            } else {
-                item.batch.clone()
-            });
-        }
-        let mut partition: Vec<String> = self.keys.iter().map(|(e, _)| e.clone()).collect();
-        let rows = match window {
-            Some(window) => {
-                partition.push("window_start".into());
-                format!("WITH {} SELECT", self.windowed_rows(window))
-            }
-            None => "SELECT".to_string(),
-        };
-        let from = if window.is_some() {
-            " FROM w".to_string()
-        } else {
-            format!(" FROM t{}", self.where_clause())
-        };
-        let partition = if partition.is_empty() {
-            String::new()
-        } else {
-            format!("PARTITION BY {} ", partition.join(", "))
-        };
-        Some(format!(
-            "{rows} {}{from} WINDOW running AS ({partition}ORDER BY id ROWS UNBOUNDED PRECEDING)",
-            select.join(", ")
-        ))
     }
 
     /// Whether a window-function query orders rows with equal event times in stored order:
