@@ -1,5 +1,6 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
-//! assignment, event-time ranges, hash and sticky routing, group interning and accumulator
+//! assignment, event-time ranges, hash and sticky routing, the check of a declared key
+//! partitioning, group interning and accumulator
 //! updates (S2's aggregates fused against DataFusion's accumulators), the per-record
 //! changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
 
@@ -34,7 +35,7 @@ use freshet_engine::over::{
 use freshet_engine::take_rows::take_rows;
 use freshet_engine::watermark::{event_times, time_range};
 use freshet_engine::window::window_starts;
-use freshet_engine::{GeneratorKind, GeneratorSpec};
+use freshet_engine::{GeneratorKind, GeneratorSpec, PartitionKeyCheck};
 use freshet_partitioner::{Router, RoutingStrategy};
 
 #[global_allocator]
@@ -86,6 +87,15 @@ fn kernels(c: &mut Criterion) {
     });
     group.bench_function("hash_routing_2_streams", |b| {
         b.iter(|| hash.route(batch.clone()).expect("routes")) // ok: bench
+    });
+    // The check of a `partitioned_by=trader_id+symbol` declaration, on keys the partition has
+    // met (what a sticky replay pays per batch once its keys are known).
+    let declared = ["trader_id".to_string(), "symbol".to_string()];
+    let check = PartitionKeyCheck::try_new("market_data", &schema, &declared).expect("keys"); // ok: bench setup
+    let mut keys = check.partition(0).expect("a partition"); // ok: bench setup
+    keys.check(&batch).expect("one partition"); // ok: bench setup
+    group.bench_function("partition_key_check", |b| {
+        b.iter(|| keys.check(&batch).expect("one partition")) // ok: bench
     });
     let mut sticky = Router::try_new(&RoutingStrategy::Sticky, 0, 2, 2).expect("router"); // ok: bench setup
     group.bench_function("sticky_routing", |b| {

@@ -23,8 +23,8 @@ pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
 pub use options::{Pacing, StreamOptions};
 pub use source::{
-    FileFormatKind, GeneratorKind, GeneratorSpec, ReplaySource, StreamSourceExec, StreamTable,
-    open_file_source, splitmix64,
+    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource,
+    StreamSourceExec, StreamTable, open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use window::WindowSpec;
