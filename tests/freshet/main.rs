@@ -8,6 +8,7 @@ mod fuzz;
 mod oracle;
 mod over;
 mod partitioning;
+mod replays;
 mod reproductions;
 mod s0;
 mod sql_fixtures;

@@ -194,8 +194,17 @@ async fn a_filter_under_a_keyed_exchange_keeps_arrival_order() {
             ("v", ints(&v)),
         ],
     );
-    for _ in 0..5 {
-        let ctx = context(&path, 2, StreamOptions::default()).await;
+    for (streams, source_partitions) in [(2, 1), (2, 2), (1, 2), (2, 4), (4, 4), (2, 2)] {
+        let options = StreamOptions {
+            partitions: Some(source_partitions),
+            ..StreamOptions::default()
+        };
+        let ctx = context(&path, streams, options).await;
+        // Split the small file into byte ranges as a large one would be.
+        ctx.session()
+            .sql("SET datafusion.optimizer.repartition_file_min_size = 0")
+            .await
+            .unwrap();
         let sums = rows(
             &ctx,
             "SELECT k, SUM(v) AS s FROM t WHERE v > 0 GROUP BY k EMIT CHANGES",

@@ -11,6 +11,7 @@ use datafusion::arrow::json::LineDelimitedWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, plan_err};
 use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
 
 use super::BatchWriter;
 
@@ -75,15 +76,23 @@ impl BatchWriter for JsonLinesWriter {
     }
 }
 
-/// A Parquet file.
+/// A Parquet file, in row groups of [`ROW_GROUP_ROWS`] rows.
 pub struct ParquetFileWriter(ArrowWriter<File>);
+
+/// Rows per Parquet row group: several per file of a million rows (as DuckDB and Spark
+/// write them), so that a replay of the file can be split into source partitions by row
+/// group; arrow's default (a million rows) leaves such a file one indivisible group.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 impl ParquetFileWriter {
     pub fn create(path: &Path, schema: &SchemaRef) -> Result<Self> {
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .build();
         Ok(Self(ArrowWriter::try_new(
             create(path)?,
             schema.clone(),
-            None,
+            Some(properties),
         )?))
     }
 }

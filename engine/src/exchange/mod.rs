@@ -60,6 +60,10 @@ use crate::aggregate::{PartialAggregate, PartialAggregator, PartialOutcome};
 use crate::plan_util::single_child;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
+mod ordered_merge;
+
+use ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
+
 type Message = Result<StreamMessage>;
 
 /// See the module documentation.
@@ -98,8 +102,16 @@ fn exchange_properties(
 
 /// The channels of one execution, taken one output at a time.
 struct Running {
-    receivers: Vec<Option<mpsc::Receiver<Message>>>,
+    receivers: Vec<Option<OutputChannels>>,
     tasks: Arc<Vec<SpawnedTask<()>>>,
+}
+
+/// What one output reads.
+enum OutputChannels {
+    /// One channel that every input sends into: rows in arrival order.
+    Shared(mpsc::Receiver<RoutedMessage>),
+    /// A channel per input, merged in an order fixed by the data ([`OrderedMerge`]).
+    Merged(OrderedMerge),
 }
 
 impl fmt::Debug for Running {
@@ -187,7 +199,7 @@ impl StreamExchangeExec {
         let Some(state) = running.as_mut() else {
             return internal_err!("exchange state missing");
         };
-        let Some(receiver) = state.receivers.get_mut(partition).and_then(Option::take) else {
+        let Some(channels) = state.receivers.get_mut(partition).and_then(Option::take) else {
             return internal_err!("exchange output {partition} executed twice or out of range");
         };
         let tasks = Arc::clone(&state.tasks);
@@ -195,15 +207,56 @@ impl StreamExchangeExec {
             // Every output is taken: a later execution starts afresh.
             *running = None;
         }
-        Ok(
-            futures::stream::unfold((receiver, tasks), |(mut receiver, tasks)| async move {
-                receiver
-                    .recv()
-                    .await
-                    .map(|message| (message, (receiver, tasks)))
+        let messages = match channels {
+            OutputChannels::Shared(receiver) => futures::stream::unfold(receiver, |mut r| async {
+                let item = r.recv().await?;
+                Some((item, r))
+            })
+            .filter_map(|item| {
+                future::ready(match item {
+                    Ok(Routed::Rows(batch, _)) => Some(Ok(StreamMessage::Batch(batch))),
+                    Ok(Routed::Watermark { watermark, .. }) => {
+                        Some(Ok(StreamMessage::Watermark(watermark)))
+                    }
+                    Ok(Routed::Progress(_)) => None,
+                    Err(error) => Some(Err(error)),
+                })
             })
             .boxed(),
-        )
+            OutputChannels::Merged(merge) => merge.into_stream(),
+        };
+        // The stream holds the input tasks: they stop when every output is dropped.
+        Ok(messages
+            .map(move |message| {
+                let _ = &tasks;
+                message
+            })
+            .boxed())
+    }
+
+    /// Whether each output merges its inputs in an order fixed by the data (see
+    /// [`OrderedMerge`]): where rows of one key come from several inputs and the consumer
+    /// applies them in order. Sticky routing keeps a key in one input; round-robin feeds
+    /// stateless operators only; partial states are merged whatever their order; an endless
+    /// stream without event time has no key that a silent input could not hold; and inputs
+    /// fed by another exchange share its input tasks, so that waiting for one of them could
+    /// hold back the rows it waits for (the same reason they are not aligned).
+    fn merges_inputs(&self, inputs: usize) -> Result<bool> {
+        Ok(inputs > 1
+            && self.partial.is_none()
+            && matches!(
+                self.strategy,
+                RoutingStrategy::Hash(_) | RoutingStrategy::FanIn
+            )
+            && (self.event_time.is_some() || !self.input.boundedness().is_unbounded())
+            && self.reads_source_partitions()?)
+    }
+
+    /// Whether the inputs are independent source partitions, with no exchange below.
+    fn reads_source_partitions(&self) -> Result<bool> {
+        Ok(!self
+            .input
+            .exists(|node| Ok(node.downcast_ref::<StreamExchangeExec>().is_some()))?)
     }
 
     /// The groups of inputs whose watermark is combined, and the outputs they feed. Sticky
@@ -227,9 +280,32 @@ impl StreamExchangeExec {
 
     fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
         let inputs = self.input.output_partitioning().partition_count();
-        let capacity = 2 * inputs.max(1);
-        let (senders, receivers): (Vec<_>, Vec<_>) =
-            (0..self.outputs).map(|_| mpsc::channel(capacity)).unzip();
+        let merged = self.merges_inputs(inputs)?;
+        // `senders[input][output]`; shared channels are one per output, cloned per input.
+        let mut senders: Vec<Vec<mpsc::Sender<RoutedMessage>>> = Vec::with_capacity(inputs);
+        let receivers: Vec<OutputChannels> = if merged {
+            let mut receivers: Vec<Vec<_>> = (0..self.outputs).map(|_| Vec::new()).collect();
+            for _ in 0..inputs {
+                let (input_senders, input_receivers): (Vec<_>, Vec<_>) =
+                    (0..self.outputs).map(|_| mpsc::channel(2)).unzip();
+                senders.push(input_senders);
+                for (output, receiver) in input_receivers.into_iter().enumerate() {
+                    receivers[output].push(receiver);
+                }
+            }
+            let idle_timeout = self.event_time.and_then(|e| e.idle_timeout);
+            let batch_rows = context.session_config().batch_size();
+            receivers
+                .into_iter()
+                .map(|r| OutputChannels::Merged(OrderedMerge::new(r, idle_timeout, batch_rows)))
+                .collect()
+        } else {
+            let (shared, receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
+                .map(|_| mpsc::channel(2 * inputs.max(1)))
+                .unzip();
+            senders.resize(inputs, shared);
+            receivers.into_iter().map(OutputChannels::Shared).collect()
+        };
         let delay = self.event_time.map_or(0, |e| e.delay);
         // Turns make the partial step's lateness exact; without a window nothing is late.
         let turns = self
@@ -240,9 +316,7 @@ impl StreamExchangeExec {
         // Inputs fed by another exchange share its input tasks: one that waited for another
         // could hold back the very rows the other waits for. Only independent source
         // partitions are aligned.
-        let aligned = !self
-            .input
-            .exists(|node| Ok(node.downcast_ref::<StreamExchangeExec>().is_some()))?;
+        let aligned = self.reads_source_partitions()?;
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {
             let watermarks = Arc::new(Mutex::new(Progress {
@@ -252,8 +326,14 @@ impl StreamExchangeExec {
                 drift_limit: if aligned { 0 } else { i64::MAX },
             }));
             let advanced = Arc::new(Notify::new());
-            let watermark_senders: Vec<_> =
-                domain.outputs.iter().map(|o| senders[*o].clone()).collect();
+            // Each input's senders to the domain's outputs.
+            let domain_senders = |input: usize| -> Vec<mpsc::Sender<RoutedMessage>> {
+                domain
+                    .outputs
+                    .iter()
+                    .map(|&o| senders[input][o].clone())
+                    .collect()
+            };
             for (tracked, &input) in domain.inputs.iter().enumerate() {
                 let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
                 let partial = match &self.partial {
@@ -274,8 +354,9 @@ impl StreamExchangeExec {
                     plan: Arc::clone(&self.input),
                     context: Arc::clone(&context),
                     router,
-                    senders: senders.clone(),
-                    watermark_senders: watermark_senders.clone(),
+                    senders: senders[input].clone(),
+                    watermark_senders: domain_senders(input),
+                    merge_keys: merged.then(|| MergeKeys::new(self.event_time)),
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
@@ -285,12 +366,24 @@ impl StreamExchangeExec {
                 tasks.push(SpawnedTask::spawn(task.run()));
             }
             if let Some(timeout) = self.event_time.and_then(|e| e.idle_timeout) {
+                // Merged outputs read every input's channel, shared ones the one channel.
+                let watched: Vec<_> = if merged {
+                    domain
+                        .inputs
+                        .iter()
+                        .flat_map(|&i| domain_senders(i))
+                        .collect()
+                } else {
+                    domain
+                        .inputs
+                        .first()
+                        .map(|&i| domain_senders(i))
+                        .unwrap_or_default()
+                };
                 tasks.push(SpawnedTask::spawn(watch_idle_inputs(
                     timeout,
-                    watermark_senders
-                        .iter()
-                        .map(mpsc::Sender::downgrade)
-                        .collect(),
+                    delay,
+                    watched.iter().map(mpsc::Sender::downgrade).collect(),
                     Arc::clone(&watermarks),
                     Arc::clone(&advanced),
                     turns.clone(),
@@ -338,9 +431,12 @@ struct InputTask {
     plan: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
     router: Router,
-    senders: Vec<mpsc::Sender<Message>>,
+    /// One per output.
+    senders: Vec<mpsc::Sender<RoutedMessage>>,
     /// The outputs of the input's watermark domain.
-    watermark_senders: Vec<mpsc::Sender<Message>>,
+    watermark_senders: Vec<mpsc::Sender<RoutedMessage>>,
+    /// When the outputs merge their inputs: the keys of this input's rows.
+    merge_keys: Option<MergeKeys>,
     watermarks: Arc<Mutex<Progress>>,
     /// Woken whenever the combined watermark rises or an input ends.
     advanced: Arc<Notify>,
@@ -396,8 +492,9 @@ impl InputTask {
                 };
                 self.advanced.notify_waiters();
                 if let Some(watermark) = watermark {
+                    let key = self.watermark_key(watermark);
                     broadcast(&watermark_senders, || {
-                        Ok(StreamMessage::Watermark(watermark))
+                        Ok(Routed::Watermark { watermark, key })
                     })
                     .await;
                 }
@@ -446,12 +543,7 @@ impl InputTask {
                     (pieces, turn)
                 }
             };
-            for (output, piece) in pieces {
-                // A closed channel means its consumer stopped reading; the others go on.
-                let _ = self.senders[output]
-                    .send(Ok(StreamMessage::Batch(piece)))
-                    .await;
-            }
+            send_pieces(&self.senders, &mut self.merge_keys, pieces, newest).await?;
             if let Some(newest) = newest {
                 let watermark = {
                     let mut progress = self.watermarks.lock();
@@ -463,8 +555,9 @@ impl InputTask {
                 };
                 if let Some(watermark) = watermark {
                     self.advanced.notify_waiters();
+                    let key = self.watermark_key(watermark);
                     broadcast(&self.watermark_senders, || {
-                        Ok(StreamMessage::Watermark(watermark))
+                        Ok(Routed::Watermark { watermark, key })
                     })
                     .await;
                 }
@@ -476,14 +569,54 @@ impl InputTask {
         if let Some(partial) = &mut self.partial
             && let Some(states) = partial.aggregator.finish()?
         {
-            for (output, piece) in self.router.route(states)? {
-                let _ = self.senders[output]
-                    .send(Ok(StreamMessage::Batch(piece)))
-                    .await;
-            }
+            let pieces = self.router.route(states)?;
+            send_pieces(&self.senders, &mut self.merge_keys, pieces, None).await?;
         }
         Ok(())
     }
+
+    /// The merge key of `watermark` (unused by shared outputs).
+    fn watermark_key(&self, watermark: i64) -> i64 {
+        self.merge_keys
+            .as_ref()
+            .map_or(watermark, |keys| keys.of_watermark(watermark))
+    }
+}
+
+/// Sends each piece to its output; when outputs merge their inputs, with the rows' merge
+/// keys, and a progress key to every output that got no rows.
+async fn send_pieces(
+    senders: &[mpsc::Sender<RoutedMessage>],
+    merge_keys: &mut Option<MergeKeys>,
+    pieces: Vec<(usize, datafusion::arrow::record_batch::RecordBatch)>,
+    newest: Option<i64>,
+) -> Result<()> {
+    let Some(keys) = merge_keys else {
+        for (output, piece) in pieces {
+            // A closed channel means its consumer stopped reading; the others go on.
+            let _ = senders[output].send(Ok(Routed::Rows(piece, None))).await;
+        }
+        return Ok(());
+    };
+    let mut served = vec![false; senders.len()];
+    let mut keyed = Vec::with_capacity(pieces.len());
+    for (output, piece) in pieces {
+        served[output] = true;
+        keyed.push((output, keys.of(&piece)?, piece));
+    }
+    keys.sent(newest);
+    let progress = keys.progress();
+    for (output, piece_keys, piece) in keyed {
+        let _ = senders[output]
+            .send(Ok(Routed::Rows(piece, Some(piece_keys))))
+            .await;
+    }
+    for (output, sender) in senders.iter().enumerate() {
+        if !served[output] {
+            let _ = sender.send(Ok(Routed::Progress(progress))).await;
+        }
+    }
+    Ok(())
 }
 
 /// Waits while input `input` is further ahead of the combined watermark than the drift
@@ -513,7 +646,8 @@ async fn wait_for_slower_inputs(input: usize, watermarks: &Mutex<Progress>, adva
 /// input task has ended (it holds the outputs only weakly).
 async fn watch_idle_inputs(
     timeout: Duration,
-    senders: Vec<mpsc::WeakSender<Message>>,
+    delay: i64,
+    senders: Vec<mpsc::WeakSender<RoutedMessage>>,
     watermarks: Arc<Mutex<Progress>>,
     advanced: Arc<Notify>,
     turns: Option<Arc<tokio::sync::Mutex<()>>>,
@@ -532,12 +666,14 @@ async fn watch_idle_inputs(
         let watermark = watermarks.lock().advance();
         if let Some(watermark) = watermark {
             advanced.notify_waiters();
-            broadcast(&senders, || Ok(StreamMessage::Watermark(watermark))).await;
+            // Its key puts it after every row whose time it passes, on every input.
+            let key = watermark.saturating_add(delay);
+            broadcast(&senders, || Ok(Routed::Watermark { watermark, key })).await;
         }
     }
 }
 
-async fn broadcast(senders: &[mpsc::Sender<Message>], message: impl Fn() -> Message) {
+async fn broadcast(senders: &[mpsc::Sender<RoutedMessage>], message: impl Fn() -> RoutedMessage) {
     for sender in senders {
         let _ = sender.send(message()).await;
     }
