@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use datafusion::arrow::datatypes::TimeUnit;
 use datafusion::common::{Result, plan_err};
 
 use crate::duration::parse_duration;
@@ -24,8 +25,12 @@ pub enum Pacing {
 /// Registration options of a stream.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StreamOptions {
-    /// The event-time column: a timestamp or an integer of epoch milliseconds.
+    /// The event-time column: a timestamp, or an integer of epoch milliseconds (or of
+    /// `event_time_unit`).
     pub event_time: Option<String>,
+    /// The unit of an integer event-time column, which the stream then shows as a timestamp
+    /// of that unit; `None`: an integer column is epoch milliseconds.
+    pub event_time_unit: Option<TimeUnit>,
     /// How far behind the largest event time seen a record may still arrive
     /// (the watermark is `max event time - out_of_orderness`).
     pub out_of_orderness: Duration,
@@ -48,6 +53,7 @@ impl StreamOptions {
     /// The option names [`StreamOptions::set`] accepts.
     pub const KEYS: &'static [&'static str] = &[
         "event_time",
+        "event_time_unit",
         "watermark",
         "bounded",
         "partitions",
@@ -62,6 +68,19 @@ impl StreamOptions {
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
         match key {
             "event_time" => self.event_time = Some(value.to_string()),
+            "event_time_unit" => {
+                self.event_time_unit = Some(match value.to_ascii_lowercase().as_str() {
+                    "s" => TimeUnit::Second,
+                    "ms" => TimeUnit::Millisecond,
+                    "us" => TimeUnit::Microsecond,
+                    "ns" => TimeUnit::Nanosecond,
+                    _ => {
+                        return plan_err!(
+                            "option event_time_unit={value}: expected s, ms, us or ns (the unit of an integer event-time column's epoch values)"
+                        );
+                    }
+                })
+            }
             "watermark" | "out_of_orderness" => self.out_of_orderness = parse_duration(value)?,
             "bounded" => self.bounded = Some(parse_bool(key, value)?),
             "partitions" => {
@@ -139,6 +158,8 @@ mod tests {
         assert!(options.set("rate", "1000").unwrap());
         assert!(options.set("bounded", "false").unwrap());
         assert!(options.set("idle_timeout", "30s").unwrap());
+        assert!(options.set("event_time_unit", "s").unwrap());
+        assert_eq!(options.event_time_unit, Some(TimeUnit::Second));
         assert_eq!(options.idle_timeout, Some(Duration::from_secs(30)));
         assert_eq!(options.event_time.as_deref(), Some("ts"));
         assert_eq!(options.out_of_orderness, Duration::from_secs(5));
@@ -157,6 +178,7 @@ mod tests {
         assert!(options.set("bounded", "maybe").is_err());
         assert!(options.set("idle_timeout", "0s").is_err());
         assert!(options.set("idle_timeout", "soon").is_err());
+        assert!(options.set("event_time_unit", "minutes").is_err());
     }
 
     #[test]

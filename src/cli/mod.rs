@@ -54,7 +54,7 @@ pub struct PlanArgs {
     /// The SQL query.
     pub sql: String,
     /// A stream: NAME=PATH (Parquet, CSV or Arrow file or directory) or
-    /// NAME=generator:market_data|orders, followed by ,key=value options: event_time,
+    /// NAME=generator:market_data|orders, followed by ,key=value options: event_time, event_time_unit (s, ms, us or ns, for an integer event time),
     /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also
     /// records (a count or unbounded), batch_size, symbols, traders, step_ms, disorder_ms,
     /// seed, customers, amount_base. The tables market_data and orders exist by default as

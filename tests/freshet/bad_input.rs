@@ -466,3 +466,56 @@ fn the_command_line_refuses_statements_that_would_have_no_effect() {
     let line = freshet_error(&["query", "SELECT 1", "--partitions", "30000"]);
     assert!(line.contains("expected 1 to 4096"), "{line}");
 }
+
+/// Integer event times in seconds: with `event_time_unit=s` windows fall in the right year;
+/// the unit is refused where it cannot apply.
+#[tokio::test]
+async fn integer_event_times_take_a_unit() {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::TimeUnit;
+    use freshet::testing::display_rows;
+    use futures::TryStreamExt;
+
+    let seconds = Arc::new(Int64Array::from(vec![
+        1_700_000_000,
+        1_700_000_030,
+        1_700_000_070,
+    ]));
+    let batch = RecordBatch::try_from_iter([("ts", seconds as ArrayRef)]).unwrap();
+    let options = StreamOptions {
+        event_time: Some("ts".into()),
+        event_time_unit: Some(TimeUnit::Second),
+        ..StreamOptions::default()
+    };
+    let ctx = StreamingContext::with_partitions(1);
+    ctx.register_batches("t", batch.schema(), vec![batch], options.clone())
+        .unwrap();
+    let sql = "SELECT window_start, COUNT(*) AS n FROM t \
+        WHERE ts >= TIMESTAMP '2023-11-14 22:13:30' \
+        GROUP BY tumble(ts, INTERVAL '1' MINUTE)";
+    let batches: Vec<RecordBatch> = ctx
+        .sql(sql)
+        .await
+        .unwrap()
+        .execute_merged()
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let rows: Vec<String> = display_rows(&batches)
+        .unwrap()
+        .into_iter()
+        .map(|cells| cells.join("|"))
+        .collect();
+    assert_eq!(rows, ["2023-11-14T22:13:00|1", "2023-11-14T22:14:00|1"]);
+
+    let millis = Arc::new(TimestampMillisecondArray::from(vec![1_000]));
+    let timestamps = RecordBatch::try_from_iter([("ts", millis as ArrayRef)]).unwrap();
+    let error = StreamingContext::new()
+        .register_batches("t", timestamps.schema(), vec![timestamps], options)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("carries its own unit"), "{error}");
+}

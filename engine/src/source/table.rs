@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
@@ -19,7 +19,10 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_plan::memory::LazyMemoryExec;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::exec::StreamSourceExec;
@@ -87,6 +90,8 @@ impl fmt::Debug for ReplaySource {
 pub struct StreamTable {
     name: String,
     source: ReplaySource,
+    /// The source's schema, with an integer event time of a declared unit as a timestamp.
+    schema: SchemaRef,
     options: StreamOptions,
     bounded: bool,
 }
@@ -115,6 +120,15 @@ impl StreamTable {
         if let Some(column) = &options.event_time {
             check_event_time_column(name, &schema, column)?;
         }
+        let table_schema = match (&options.event_time, options.event_time_unit) {
+            (_, None) => Arc::clone(&schema),
+            (None, Some(_)) => {
+                return plan_err!(
+                    "stream '{name}': event_time_unit needs an event-time column (event_time=COLUMN)"
+                );
+            }
+            (Some(column), Some(unit)) => with_time_unit(name, &schema, column, unit)?,
+        };
         for column in &options.partitioned_by {
             if schema.field_with_name(column).is_err() {
                 return plan_err!(
@@ -135,6 +149,7 @@ impl StreamTable {
         Ok(Self {
             name: name.to_string(),
             source,
+            schema: table_schema,
             options,
             bounded,
         })
@@ -154,7 +169,7 @@ impl StreamTable {
 #[async_trait]
 impl TableProvider for StreamTable {
     fn schema(&self) -> SchemaRef {
-        self.source.schema()
+        Arc::clone(&self.schema)
     }
 
     fn table_type(&self) -> TableType {
@@ -167,11 +182,12 @@ impl TableProvider for StreamTable {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         match &self.source {
             // A volatile call (`hop`, `session`: no per-row value) must not reach the reader,
-            // where row-group pruning would evaluate it.
+            // where row-group pruning would evaluate it; nor a filter on an event time the
+            // reader has as an integer and the query as a timestamp.
             ReplaySource::Files { provider, .. } => {
                 let mut support = provider.supports_filters_pushdown(filters)?;
                 for (filter, support) in filters.iter().zip(&mut support) {
-                    if filter.is_volatile() {
+                    if filter.is_volatile() || self.reads_retyped_time(filter)? {
                         *support = TableProviderFilterPushDown::Unsupported;
                     }
                 }
@@ -231,9 +247,80 @@ impl TableProvider for StreamTable {
                     .with_projection(projection.cloned()),
             ),
         };
+        let input = self.retype_time(input)?;
         StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)
             .map(|exec| Arc::new(exec) as Arc<dyn ExecutionPlan>)
     }
+}
+
+impl StreamTable {
+    /// Whether `filter` reads an integer event time that the table shows as a timestamp.
+    fn reads_retyped_time(&self, filter: &Expr) -> Result<bool> {
+        let (Some(column), Some(_)) = (&self.options.event_time, self.options.event_time_unit)
+        else {
+            return Ok(false);
+        };
+        Ok(filter.column_refs().iter().any(|c| &c.name == column))
+    }
+
+    /// `input` with an integer event time of a declared unit cast to that unit's timestamp
+    /// (a reinterpretation: arrow casts an integer to a timestamp as a count of the unit).
+    fn retype_time(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let (Some(column), Some(unit)) = (&self.options.event_time, self.options.event_time_unit)
+        else {
+            return Ok(input);
+        };
+        let schema = input.schema();
+        let expressions = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(index, field)| {
+                let read: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), index));
+                let expression = if field.name() == column {
+                    Arc::new(CastExpr::new(read, DataType::Timestamp(unit, None), None))
+                        as Arc<dyn PhysicalExpr>
+                } else {
+                    read
+                };
+                ProjectionExpr::new(expression, field.name().clone())
+            })
+            .collect::<Vec<_>>();
+        Ok(Arc::new(ProjectionExec::try_new(expressions, input)?))
+    }
+}
+
+/// `schema` with the integer column `column` as a timestamp of `unit`.
+fn with_time_unit(
+    table: &str,
+    schema: &SchemaRef,
+    column: &str,
+    unit: TimeUnit,
+) -> Result<SchemaRef> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            if field.name() != column {
+                return Ok(Arc::clone(field));
+            }
+            match field.data_type() {
+                DataType::Int64 => Ok(Arc::new(
+                    field
+                        .as_ref()
+                        .clone()
+                        .with_data_type(DataType::Timestamp(unit, None)),
+                )),
+                other => plan_err!(
+                    "stream '{table}': event_time_unit applies to an integer event time, but '{column}' has type {other} (a timestamp carries its own unit)"
+                ),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
 }
 
 /// `plan`'s files in `partitions` groups of consecutive files in name order, so that each
