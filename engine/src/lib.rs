@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod duration;
 pub mod exchange;
+pub mod filter;
 mod message_loop;
 pub mod options;
 pub mod over;
@@ -21,9 +22,10 @@ pub mod window;
 
 pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
+pub use filter::StreamFilterExec;
 pub use options::{Pacing, StreamOptions};
 pub use source::{
-    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource,
+    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource, SourceProgress,
     StreamSourceExec, StreamTable, open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};

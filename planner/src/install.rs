@@ -10,15 +10,17 @@ use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::stateless_rule::StatelessExchangeRule;
 use crate::stream_distinct::stream_safe;
+use crate::stream_filter_rule::StreamFilterRule;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
 /// it holds.
 ///
-/// [`StreamingAggregateRule`], [`StreamingOverRule`], [`StatelessExchangeRule`] and then
-/// [`UnboundedInputCheck`] go right before DataFusion's own `SanityCheckPlan`: windowed and
-/// changelog aggregations and window functions over streams become Freshet's operators, the
-/// remaining round-robin repartitions of streams become Freshet's exchange,
+/// [`StreamingAggregateRule`], [`StreamingOverRule`], [`StatelessExchangeRule`],
+/// [`StreamFilterRule`] and then [`UnboundedInputCheck`] go right before DataFusion's own
+/// `SanityCheckPlan`: windowed and changelog aggregations and window functions over streams
+/// become Freshet's operators, the remaining round-robin repartitions of streams become
+/// Freshet's exchange, filters over streams pass each batch on at once,
 /// and a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change. The window functions and the `freshet.*` session options are added too,
 /// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
@@ -31,6 +33,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
+    rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));

@@ -15,6 +15,7 @@ mod over_rule;
 mod query;
 mod stateless_rule;
 mod stream_distinct;
+mod stream_filter_rule;
 mod stream_inputs;
 mod unbounded_check;
 

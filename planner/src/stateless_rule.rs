@@ -203,12 +203,12 @@ fn requires_a_distribution(node: &Arc<dyn ExecutionPlan>) -> bool {
 }
 
 /// Whether `node` is a `T`.
-fn is<T: ExecutionPlan + 'static>(node: &Arc<dyn ExecutionPlan>) -> bool {
+pub(crate) fn is<T: ExecutionPlan + 'static>(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.downcast_ref::<T>().is_some()
 }
 
 /// Whether some node of `plan` satisfies `predicate`.
-fn any_node(
+pub(crate) fn any_node(
     plan: &Arc<dyn ExecutionPlan>,
     predicate: impl Fn(&Arc<dyn ExecutionPlan>) -> bool,
 ) -> bool {

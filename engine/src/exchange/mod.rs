@@ -45,6 +45,7 @@ use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
@@ -57,7 +58,9 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::{PartialAggregate, PartialAggregator, PartialOutcome};
+use crate::filter::StreamFilterExec;
 use crate::plan_util::single_child;
+use crate::source::{SourceProgress, StreamSourceExec};
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
 mod ordered_merge;
@@ -252,6 +255,29 @@ impl StreamExchangeExec {
             && self.reads_source_partitions()?)
     }
 
+    /// The progress of the source right below, through filters and projections only (which
+    /// hold no rows back), when the exchange computes watermarks: its partitions are the
+    /// exchange's inputs.
+    fn source_progress(&self, inputs: usize) -> Option<Arc<SourceProgress>> {
+        self.event_time?;
+        let mut node = &self.input;
+        loop {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                return source
+                    .progress()
+                    .filter(|progress| progress.partitions() == inputs)
+                    .cloned();
+            }
+            node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
+                filter.input()
+            } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+                projection.input()
+            } else {
+                return None;
+            };
+        }
+    }
+
     /// Whether the inputs are independent source partitions, with no exchange below.
     fn reads_source_partitions(&self) -> Result<bool> {
         Ok(!self
@@ -317,6 +343,7 @@ impl StreamExchangeExec {
         // could hold back the very rows the other waits for. Only independent source
         // partitions are aligned.
         let aligned = self.reads_source_partitions()?;
+        let source_progress = self.source_progress(inputs);
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {
             let watermarks = Arc::new(Mutex::new(Progress {
@@ -357,6 +384,7 @@ impl StreamExchangeExec {
                     senders: senders[input].clone(),
                     watermark_senders: domain_senders(input),
                     merge_keys: merged.then(|| MergeKeys::new(self.event_time)),
+                    source_progress: source_progress.clone(),
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
@@ -437,6 +465,9 @@ struct InputTask {
     watermark_senders: Vec<mpsc::Sender<RoutedMessage>>,
     /// When the outputs merge their inputs: the keys of this input's rows.
     merge_keys: Option<MergeKeys>,
+    /// The source's progress before any filter, which moves the watermark also when no row
+    /// passes.
+    source_progress: Option<Arc<SourceProgress>>,
     watermarks: Arc<Mutex<Progress>>,
     /// Woken whenever the combined watermark rises or an input ends.
     advanced: Arc<Notify>,
@@ -520,6 +551,11 @@ impl InputTask {
                 },
                 None => (None, 0),
             };
+            let source_newest = self
+                .source_progress
+                .as_ref()
+                .and_then(|progress| progress.newest(self.input));
+            let newest = newest.max(source_newest);
             let (pieces, turn) = match &mut self.partial {
                 None => (self.router.route(batch)?, None),
                 Some(partial) => {
@@ -591,6 +627,8 @@ async fn send_pieces(
     pieces: Vec<(usize, datafusion::arrow::record_batch::RecordBatch)>,
     newest: Option<i64>,
 ) -> Result<()> {
+    // An empty piece (a batch a filter emptied) is news only as progress.
+    let pieces = pieces.into_iter().filter(|(_, piece)| piece.num_rows() > 0);
     let Some(keys) = merge_keys else {
         for (output, piece) in pieces {
             // A closed channel means its consumer stopped reading; the others go on.
@@ -599,7 +637,7 @@ async fn send_pieces(
         return Ok(());
     };
     let mut served = vec![false; senders.len()];
-    let mut keyed = Vec::with_capacity(pieces.len());
+    let mut keyed = Vec::new();
     for (output, piece) in pieces {
         served[output] = true;
         keyed.push((output, keys.of(&piece)?, piece));

@@ -35,22 +35,38 @@ fn create(path: &Path) -> Result<File> {
     }
 }
 
-/// CSV with a header line.
-pub struct CsvWriter(csv::Writer<Output>);
+/// CSV with a header line. Each batch is written out (flushed) as it comes, so that a live
+/// stream's rows show at once.
+pub struct CsvWriter {
+    out: Output,
+    header_written: bool,
+}
 
 impl CsvWriter {
     pub fn new(out: Output) -> Self {
-        Self(csv::Writer::new(out))
+        Self {
+            out,
+            header_written: false,
+        }
     }
 }
 
 impl BatchWriter for CsvWriter {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        Ok(self.0.write(batch)?)
+        // arrow's CSV writer cannot be flushed: each batch is encoded on its own.
+        let mut encoded = Vec::new();
+        csv::WriterBuilder::new()
+            .with_header(!self.header_written)
+            .build(&mut encoded)
+            .write(batch)?;
+        self.header_written = true;
+        self.out.write_all(&encoded)?;
+        self.out.flush()?;
+        Ok(())
     }
 
-    fn finish(self: Box<Self>) -> Result<()> {
-        self.0.into_inner().flush()?;
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        self.out.flush()?;
         Ok(())
     }
 }
@@ -65,8 +81,11 @@ impl JsonLinesWriter {
 }
 
 impl BatchWriter for JsonLinesWriter {
+    /// Each batch is flushed as it comes, so that a live stream's rows show at once.
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        Ok(self.0.write(batch)?)
+        self.0.write(batch)?;
+        self.0.get_mut().flush()?;
+        Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {

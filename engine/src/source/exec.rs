@@ -5,8 +5,9 @@
 //! false }`, so DataFusion's sanity checker rejects operators that would wait for the end),
 //! its source partitions (declared key partitioning becomes `Partitioning::Hash`, so a keyed
 //! operator above it needs no shuffle), its event-time column and watermark delay, and its
-//! pacing. With a target rate, each partition sleeps until its next batch is due
-//! (`records sent / rate per partition` after the partition started). Records are counted in
+//! pacing. With a target rate, each partition releases its batches in slices of about 10 ms
+//! worth of records, each when it is due (`records sent / rate per partition` after the
+//! partition started). Records are counted in
 //! the operator's `output_rows` metric, which the progress line reads. A declared key
 //! partitioning is checked as the records flow ([`PartitionKeyCheck`]): a key met in two
 //! source partitions fails the run.
@@ -15,6 +16,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -33,6 +37,8 @@ use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::single_child;
 
 use super::key_check::PartitionKeyCheck;
+use super::progress::SourceProgress;
+use crate::watermark::{event_times, time_range};
 
 /// The source operator of a stream; see the module documentation.
 #[derive(Debug)]
@@ -45,6 +51,8 @@ pub struct StreamSourceExec {
     metrics: ExecutionPlanMetricsSet,
     /// The check of a declared key partitioning, when something may rely on it.
     key_check: Option<Arc<PartitionKeyCheck>>,
+    /// Each partition's largest event time handed out, and the event-time column.
+    progress: Option<(Arc<SourceProgress>, usize)>,
 }
 
 impl StreamSourceExec {
@@ -62,6 +70,14 @@ impl StreamSourceExec {
             }
             _ => None,
         };
+        let progress = options
+            .event_time
+            .as_ref()
+            .and_then(|column| input.schema().index_of(column).ok())
+            .map(|column| {
+                let partitions = properties.output_partitioning().partition_count();
+                (Arc::new(SourceProgress::new(partitions)), column)
+            });
         Ok(Self {
             input,
             table: table.to_string(),
@@ -70,6 +86,7 @@ impl StreamSourceExec {
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
             key_check,
+            progress,
         })
     }
 
@@ -121,6 +138,12 @@ impl StreamSourceExec {
     /// The stream's registration options.
     pub fn options(&self) -> &StreamOptions {
         &self.options
+    }
+
+    /// The largest event time each partition has handed out, when the event-time column is
+    /// read.
+    pub fn progress(&self) -> Option<&Arc<SourceProgress>> {
+        self.progress.as_ref().map(|(progress, _)| progress)
     }
 
     /// Records handed out so far, over all partitions.
@@ -252,14 +275,38 @@ impl ExecutionPlan for StreamSourceExec {
             metrics.record_output(batch.num_rows());
             Ok(batch)
         });
+        let progress = self.progress.clone();
+        let record_progress = move |batch: Result<RecordBatch>| {
+            if let (Ok(batch), Some((progress, column))) = (&batch, &progress)
+                && let Some((_, newest)) =
+                    time_range(event_times(batch.column(*column))?.as_primitive::<Int64Type>())
+            {
+                progress.record(partition, newest);
+            }
+            batch
+        };
         let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)));
+            let handed_out = counted.map(record_progress);
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, handed_out)));
         };
         let rate_per_partition =
             rate / self.properties.output_partitioning().partition_count() as f64;
+        // Batches are released in slices of about 10 ms worth of records, so that a slow rate
+        // gives a steady flow of rows, not a whole batch and then a long pause.
+        let slice_rows = ((rate_per_partition / 100.0).ceil() as usize).max(1);
+        let sliced = counted.flat_map(move |batch| {
+            let slices = match batch {
+                Ok(batch) if batch.num_rows() > slice_rows => (0..batch.num_rows())
+                    .step_by(slice_rows)
+                    .map(|start| Ok(batch.slice(start, slice_rows.min(batch.num_rows() - start))))
+                    .collect(),
+                other => vec![other],
+            };
+            futures::stream::iter(slices)
+        });
         let mut started = None;
         let mut sent = 0u64;
-        let paced = counted.then(move |batch| {
+        let paced = sliced.then(move |batch| {
             let start = *started.get_or_insert_with(tokio::time::Instant::now);
             let due = start + Duration::from_secs_f64(sent as f64 / rate_per_partition);
             if let Ok(batch) = &batch {
@@ -270,7 +317,8 @@ impl ExecutionPlan for StreamSourceExec {
                 batch
             }
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, paced)))
+        let handed_out = paced.map(record_progress);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, handed_out)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -1,0 +1,144 @@
+//! [`StreamFilterExec`]: a WHERE over a stream that passes every input batch on at once.
+//!
+//! DataFusion's `FilterExec` gathers its passing rows into batches of the session's batch
+//! size before it hands any on: over an endless stream with a selective filter the first row
+//! would wait minutes. This filter evaluates the predicate on each batch and passes the
+//! passing rows on at once, as one batch per input batch, empty ones included: an operator
+//! downstream (the exchange) then learns that the source moved on even when no row passed,
+//! and can advance its watermark from the source's progress (see
+//! [`crate::source::SourceProgress`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::common::cast::as_boolean_array;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
+};
+use futures::StreamExt;
+
+use crate::plan_util::single_child;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct StreamFilterExec {
+    input: Arc<dyn ExecutionPlan>,
+    predicate: Arc<dyn PhysicalExpr>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl StreamFilterExec {
+    /// Keeps the rows of `input` for which `predicate` is true.
+    pub fn new(input: Arc<dyn ExecutionPlan>, predicate: Arc<dyn PhysicalExpr>) -> Self {
+        Self {
+            input,
+            predicate,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    pub fn predicate(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.predicate
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+}
+
+impl DisplayAs for StreamFilterExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "StreamFilterExec: {} (each batch passed on at once)",
+            self.predicate
+        )
+    }
+}
+
+impl ExecutionPlan for StreamFilterExec {
+    fn name(&self) -> &str {
+        "StreamFilterExec"
+    }
+
+    /// A filter keeps its input's partitioning, order and boundedness.
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        f(&self.predicate)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = single_child("StreamFilterExec", children)?;
+        Ok(Arc::new(Self::new(input, Arc::clone(&self.predicate))))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let predicate = Arc::clone(&self.predicate);
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let filtered = input.map(move |batch| {
+            let batch = batch?;
+            let timer = metrics.elapsed_compute().timer();
+            let mask = predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
+            let Ok(mask) = as_boolean_array(&mask) else {
+                return internal_err!("a filter predicate gave {}", mask.data_type());
+            };
+            let passed = filter_record_batch(&batch, mask)?;
+            timer.done();
+            metrics.record_output(passed.num_rows());
+            Ok(passed)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.input.schema(),
+            filtered,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

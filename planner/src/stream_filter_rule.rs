@@ -1,0 +1,69 @@
+//! [`StreamFilterRule`]: Freshet's filter in place of DataFusion's over streams.
+//!
+//! DataFusion's `FilterExec` holds passing rows back until it has a full batch; over a stream
+//! every WHERE and every HAVING lifted above a window aggregation becomes a
+//! [`StreamFilterExec`], which passes each batch on at once (see its module), under a
+//! projection when DataFusion had folded one into the filter. Filters over bounded tables
+//! that are not streams keep DataFusion's operator.
+
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use freshet_engine::{StreamFilterExec, StreamSourceExec};
+
+use crate::stateless_rule::{any_node, is};
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct StreamFilterRule;
+
+impl PhysicalOptimizerRule for StreamFilterRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let Some(filter) = node.downcast_ref::<FilterExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            if !any_node(filter.input(), is::<StreamSourceExec>) {
+                return Ok(Transformed::no(node));
+            }
+            let input = Arc::clone(filter.input());
+            let schema = input.schema();
+            let filtered: Arc<dyn ExecutionPlan> =
+                Arc::new(StreamFilterExec::new(input, Arc::clone(filter.predicate())));
+            let Some(projection) = filter.projection() else {
+                return Ok(Transformed::yes(filtered));
+            };
+            let expressions = projection
+                .iter()
+                .map(|&index| {
+                    let name = schema.field(index).name();
+                    ProjectionExpr::new(Arc::new(Column::new(name, index)), name.clone())
+                })
+                .collect::<Vec<_>>();
+            Ok(Transformed::yes(Arc::new(ProjectionExec::try_new(
+                expressions,
+                filtered,
+            )?)))
+        })
+        .map(|transformed| transformed.data)
+    }
+
+    fn name(&self) -> &str {
+        "FreshetStreamFilter"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
