@@ -17,6 +17,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -32,17 +33,27 @@ use crate::plan_util::single_child;
 pub struct StreamFilterExec {
     input: Arc<dyn ExecutionPlan>,
     predicate: Arc<dyn PhysicalExpr>,
+    /// DataFusion's `FilterExec`'s: the input's, with the columns the predicate pins to a
+    /// constant (an ORDER BY on them is then met).
+    properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl StreamFilterExec {
     /// Keeps the rows of `input` for which `predicate` is true.
-    pub fn new(input: Arc<dyn ExecutionPlan>, predicate: Arc<dyn PhysicalExpr>) -> Self {
-        Self {
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        predicate: Arc<dyn PhysicalExpr>,
+    ) -> Result<Self> {
+        let properties = Arc::clone(
+            FilterExec::try_new(Arc::clone(&predicate), Arc::clone(&input))?.properties(),
+        );
+        Ok(Self {
             input,
             predicate,
+            properties,
             metrics: ExecutionPlanMetricsSet::new(),
-        }
+        })
     }
 
     pub fn predicate(&self) -> &Arc<dyn PhysicalExpr> {
@@ -69,9 +80,8 @@ impl ExecutionPlan for StreamFilterExec {
         "StreamFilterExec"
     }
 
-    /// A filter keeps its input's partitioning, order and boundedness.
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+        &self.properties
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -99,7 +109,7 @@ impl ExecutionPlan for StreamFilterExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("StreamFilterExec", children)?;
-        Ok(Arc::new(Self::new(input, Arc::clone(&self.predicate))))
+        Ok(Arc::new(Self::try_new(input, Arc::clone(&self.predicate))?))
     }
 
     fn with_new_children(

@@ -51,6 +51,17 @@ impl StreamingQuery {
             .collect()
     }
 
+    /// Stops every stream the query reads, as if their data had ended: the query flushes
+    /// what its operators hold (open windows are emitted) and its result streams end.
+    pub fn stop(&self) {
+        let _ = self.plan.apply(|node| {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                source.stop();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+
     /// All results as one stream (the partitions run in parallel tasks and are merged).
     pub fn execute_merged(&self) -> Result<SendableRecordBatchStream> {
         execute_stream(Arc::clone(&self.plan), Arc::clone(&self.task_ctx))

@@ -39,8 +39,10 @@ impl PhysicalOptimizerRule for StreamFilterRule {
             }
             let input = Arc::clone(filter.input());
             let schema = input.schema();
-            let filtered: Arc<dyn ExecutionPlan> =
-                Arc::new(StreamFilterExec::new(input, Arc::clone(filter.predicate())));
+            let filtered: Arc<dyn ExecutionPlan> = Arc::new(StreamFilterExec::try_new(
+                input,
+                Arc::clone(filter.predicate()),
+            )?);
             let Some(projection) = filter.projection() else {
                 return Ok(Transformed::yes(filtered));
             };

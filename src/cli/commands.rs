@@ -1,7 +1,10 @@
 //! What each subcommand does.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
@@ -17,19 +20,40 @@ use freshet_planner::{StreamingContext, StreamingQuery};
 use super::tables::register_tables;
 use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs};
 
-/// Runs one subcommand.
-pub async fn run(command: Command) -> Result<()> {
+/// Runs one subcommand; the exit code of a run that ends without an error.
+pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Query(args) => query(args).await,
         Command::Explain(args) => {
             let query = plan(&args).await?;
-            println!("{}", query.explain());
-            Ok(())
+            writeln!(std::io::stdout(), "{}", query.explain())?;
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Gen(args) => generate(args),
-        Command::Bench(args) => bench(args).await,
-        Command::Fuzz(args) => fuzz(args).await,
+        Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Fuzz(args) => fuzz(args).await.map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// The exit code of a query stopped by SIGINT or SIGTERM (128 + SIGINT, as shells use).
+const INTERRUPTED: u8 = 130;
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM.
+async fn interrupt() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Runs the fuzzer; prints each failure's reproduction as it is found and a summary line.
@@ -102,7 +126,10 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
     ctx.sql(&args.sql).await
 }
 
-async fn query(args: QueryArgs) -> Result<()> {
+/// Runs the query into its sink. SIGINT or SIGTERM stops its streams as if their data had
+/// ended, so that operators flush, the sink closes its file properly and the summary is
+/// printed (exit code 130); a second signal exits at once.
+async fn query(args: QueryArgs) -> Result<ExitCode> {
     let sink: SinkSpec = args.output.parse()?;
     let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
     let query = plan(&args.plan).await?;
@@ -132,7 +159,23 @@ async fn query(args: QueryArgs) -> Result<()> {
             }
         })
     });
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let stopper = {
+        let query = query.clone();
+        let interrupted = Arc::clone(&interrupted);
+        tokio::spawn(async move {
+            interrupt().await;
+            interrupted.store(true, Ordering::Relaxed);
+            eprintln!(
+                "\rstopping: flushing open windows and closing the output (again to quit now)"
+            );
+            query.stop();
+            interrupt().await;
+            std::process::exit(INTERRUPTED.into());
+        })
+    };
     let summary = drain(query.execute_merged()?, writer).await;
+    stopper.abort();
     if let Some(progress) = progress {
         progress.abort();
     }
@@ -147,15 +190,17 @@ async fn query(args: QueryArgs) -> Result<()> {
         },
         None => 0,
     };
-    if interactive {
-        let elapsed = started.elapsed().as_secs_f64();
-        eprintln!(
-            "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s); {late_rows} late records",
-            summary.rows,
-            records as f64 / elapsed
-        );
-    }
-    Ok(())
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!(
+        "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s); {late_rows} late records written",
+        summary.rows,
+        records as f64 / elapsed
+    );
+    Ok(if interrupted.load(Ordering::Relaxed) {
+        ExitCode::from(INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn generate(args: GenArgs) -> Result<()> {

@@ -163,6 +163,7 @@ pub fn main() -> ExitCode {
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,
@@ -171,14 +172,50 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+    // Planning walks expression trees recursively (a 4 000-term sum is 4 000 levels deep);
+    // DataFusion grows the stack where it recurses, the rest runs on a large one.
+    let planner = std::thread::Builder::new()
+        .name("freshet".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || runtime.block_on(commands::run(cli.command)));
+    let outcome = match planner.map(std::thread::JoinHandle::join) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => return ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: cannot start the main thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match outcome {
+        Ok(code) => code,
+        // The reader of the output went away (`freshet … | head`): nothing more to do.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }
 }
+
+/// Whether `error` comes from writing to a closed pipe.
+fn is_broken_pipe(error: &datafusion::common::DataFusionError) -> bool {
+    use std::error::Error;
+    let mut source: Option<&(dyn Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    // arrow's writers keep only the message of an I/O error.
+    error.to_string().contains("Broken pipe")
+}
+
+/// The stack of the threads that plan and run queries (reserved, used only as deep as
+/// needed).
+const STACK_BYTES: usize = 256 << 20;
 
 /// A message folded onto one line.
 pub fn one_line(message: &str) -> String {

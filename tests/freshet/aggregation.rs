@@ -295,7 +295,13 @@ async fn changes_per_batch_end_at_the_final_aggregates() {
         .unwrap();
     let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(3_000));
     spec.batch_size = 250;
-    ctx.register_generator("market_data", spec, StreamOptions::default())
+    // One source partition: the operators get its 12 batches as they are (several would be
+    // merged by event time into batches of their own).
+    let options = StreamOptions {
+        partitions: Some(1),
+        ..StreamOptions::default()
+    };
+    ctx.register_generator("market_data", spec, options)
         .unwrap();
     let query = ctx.sql(streaming).await.unwrap();
     let plan = query.explain();

@@ -519,3 +519,49 @@ async fn integer_event_times_take_a_unit() {
         .to_string();
     assert!(error.contains("carries its own unit"), "{error}");
 }
+
+/// A reader that goes away (`freshet query … | head -1`) ends the run quietly with success.
+#[test]
+fn a_closed_output_pipe_ends_the_run_with_success() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args([
+            "query",
+            "SELECT * FROM market_data",
+            "--table",
+            "market_data=generator:market_data,records=unbounded",
+            "-o",
+            "csv",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("symbol,"), "{first}");
+    let finished = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(finished.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A deeply nested expression is planned on a large stack, not a stack overflow (500 terms
+/// overflowed the default stack; 4 000 work too, but DataFusion's planning of them is
+/// quadratic and takes minutes in the dev profile).
+#[test]
+fn a_deeply_nested_expression_does_not_overflow_the_stack() {
+    let sum = vec!["quantity"; 500].join(" + ");
+    let sql = format!("SELECT {sum} AS s FROM market_data");
+    let output = crate::support::freshet(&["explain", &sql]);
+    assert!(
+        output.status.code().is_some_and(|code| code <= 1),
+        "{:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::TimestampMillisecondType;
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 /// The generator's first event time (`trade_time` of record 0).
 const START_MS: i64 = 1_700_000_000_000;
@@ -86,13 +86,13 @@ async fn rows_that_pass_a_selective_filter_leave_when_they_are_due() {
 
 #[tokio::test]
 async fn windows_close_when_a_filter_empties_a_source_partition() {
-    // 10 000 records/s, one per event-time millisecond, batches of 100 alternating between
-    // two source partitions: the filter passes partition 0's batches only. Each 1-second
-    // window holds 1 000 records and is due every 100 ms.
+    // 10 000 records/s, one per event-time millisecond, over two source partitions (even and
+    // odd records): the filter passes partition 0's records only. Each 1-second window holds
+    // 1 000 records and is due every 100 ms.
     let ctx = StreamingContext::with_partitions(2);
     paced(&ctx, 10_000.0, 1, 100, 2);
     let sql = "SELECT window_start, COUNT(*) AS n FROM market_data \
-        WHERE (quantity - 100) % 200 < 100 \
+        WHERE quantity % 2 = 0 \
         GROUP BY tumble(trade_time, INTERVAL '1' SECOND)";
     let rows = arrivals(&ctx, sql, 10).await;
     let mut windows: Vec<i64> = rows.iter().map(|(start, _)| *start).collect();
@@ -103,4 +103,85 @@ async fn windows_close_when_a_filter_empties_a_source_partition() {
         9_000,
         "then one per second of event time"
     );
+}
+
+#[tokio::test]
+async fn a_paced_stream_on_two_partitions_keeps_its_rate() {
+    // 1 000 records/s over two source partitions: record i is due i ms after record 0,
+    // whichever partition it is in.
+    let ctx = StreamingContext::with_partitions(2);
+    paced(&ctx, 1_000.0, 1_000, 8_192, 2);
+    let rows = arrivals(&ctx, "SELECT trade_time FROM market_data", 1_500).await;
+    let late = lateness(&rows, |time| {
+        Duration::from_millis(((time - START_MS) / 1_000) as u64)
+    });
+    let p90 = late[late.len() * 9 / 10];
+    assert!(
+        p90 < Duration::from_millis(100),
+        "90% of rows should leave within 100 ms of being due: {:?}",
+        &late[late.len() * 9 / 10..]
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sigint_stops_a_query_with_a_readable_output_file() {
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("live.parquet");
+    let child = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args([
+            "query",
+            "SELECT window_start, symbol, COUNT(*) AS n FROM market_data \
+             GROUP BY symbol, tumble(trade_time, INTERVAL '1' MINUTE)",
+            "--table",
+            "market_data=generator:market_data,records=unbounded,rate=5000",
+            "--output",
+        ])
+        .arg(format!("parquet={}", output.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let finished = child.wait_with_output().unwrap();
+    let summary = String::from_utf8_lossy(&finished.stderr).into_owned();
+    assert_eq!(finished.status.code(), Some(130), "{summary}");
+    let rows_out: u64 = summary
+        .split(" rows out")
+        .next()
+        .and_then(|head| head.rsplit(['\r', '\n']).next())
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a summary with the rows written: {summary}"));
+    assert!(rows_out > 0, "{summary}");
+
+    // The file is complete: every row the summary counts, and every record read in a window.
+    let ctx = StreamingContext::with_partitions(1);
+    ctx.register_parquet("t", output.to_str().unwrap(), StreamOptions::default())
+        .await
+        .unwrap();
+    let batches: Vec<RecordBatch> = ctx
+        .sql("SELECT COUNT(*) AS c, SUM(n) AS s FROM t")
+        .await
+        .unwrap()
+        .execute_merged()
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let cells = freshet::testing::display_rows(&batches).unwrap();
+    assert_eq!(cells[0][0], rows_out.to_string(), "{summary}");
+    let records_read = summary
+        .split(" records read")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(cells[0][1], records_read, "{summary}");
 }

@@ -338,7 +338,8 @@ async fn a_window_left_to_datafusion_does_not_feed_a_streamed_one() {
 
 #[tokio::test]
 async fn a_false_partitioned_by_declaration_is_an_error() {
-    let ctx = StreamingContext::with_partitions(2);
+    // Three source partitions take every third record: a symbol (record mod 10) is in all.
+    let ctx = StreamingContext::with_partitions(3);
     ctx.register_generator(
         "market_data",
         freshet::GeneratorSpec::new(freshet::GeneratorKind::MarketData, Some(100_000)),
@@ -364,7 +365,7 @@ async fn a_false_partitioned_by_declaration_is_an_error() {
         "--table",
         "market_data=generator:market_data,records=100k,partitioned_by=symbol",
         "--partitions",
-        "2",
+        "3",
         "--output",
         "null",
     ]);

@@ -32,6 +32,7 @@ use datafusion::physical_plan::{
     PlanProperties, ReplaceChildrenOptions,
 };
 use futures::StreamExt;
+use tokio::sync::watch;
 
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::single_child;
@@ -53,6 +54,8 @@ pub struct StreamSourceExec {
     key_check: Option<Arc<PartitionKeyCheck>>,
     /// Each partition's largest event time handed out, and the event-time column.
     progress: Option<(Arc<SourceProgress>, usize)>,
+    /// Set to stop: every partition then ends as if its data had ended.
+    stop: Arc<watch::Sender<bool>>,
 }
 
 impl StreamSourceExec {
@@ -87,6 +90,7 @@ impl StreamSourceExec {
             metrics: ExecutionPlanMetricsSet::new(),
             key_check,
             progress,
+            stop: Arc::new(watch::Sender::new(false)),
         })
     }
 
@@ -144,6 +148,13 @@ impl StreamSourceExec {
     /// read.
     pub fn progress(&self) -> Option<&Arc<SourceProgress>> {
         self.progress.as_ref().map(|(progress, _)| progress)
+    }
+
+    /// Ends every partition of the stream after the batch it is handing out, as if the data
+    /// had ended: the operators above flush what they hold (windows close at the end of
+    /// input) and the query ends cleanly.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
     }
 
     /// Records handed out so far, over all partitions.
@@ -272,11 +283,14 @@ impl ExecutionPlan for StreamSourceExec {
             if let Some(keys) = &mut keys {
                 keys.check(&batch)?;
             }
-            metrics.record_output(batch.num_rows());
             Ok(batch)
         });
         let progress = self.progress.clone();
+        // Records count as read, and move the source's progress, when they are handed out.
         let record_progress = move |batch: Result<RecordBatch>| {
+            if let Ok(batch) = &batch {
+                metrics.record_output(batch.num_rows());
+            }
             if let (Ok(batch), Some((progress, column))) = (&batch, &progress)
                 && let Some((_, newest)) =
                     time_range(event_times(batch.column(*column))?.as_primitive::<Int64Type>())
@@ -285,8 +299,15 @@ impl ExecutionPlan for StreamSourceExec {
             }
             batch
         };
+        let mut stop = self.stop.subscribe();
+        let stopped = async move {
+            // A dropped plan stops nothing: the streams run on.
+            if stop.wait_for(|stopped| *stopped).await.is_err() {
+                futures::future::pending::<()>().await;
+            }
+        };
         let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
-            let handed_out = counted.map(record_progress);
+            let handed_out = counted.map(record_progress).take_until(stopped);
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, handed_out)));
         };
         let rate_per_partition =
@@ -317,7 +338,7 @@ impl ExecutionPlan for StreamSourceExec {
                 batch
             }
         });
-        let handed_out = paced.map(record_progress);
+        let handed_out = paced.map(record_progress).take_until(stopped);
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, handed_out)))
     }
 

@@ -173,7 +173,11 @@ impl GeneratorSpec {
 
     /// Records `[first, first + len)` as one batch.
     pub fn batch(&self, first: u64, len: usize) -> Result<RecordBatch> {
-        let ids = first..first + len as u64;
+        self.records_batch(first..first + len as u64)
+    }
+
+    /// The records numbered `ids` as one batch.
+    fn records_batch(&self, ids: impl Iterator<Item = u64> + Clone) -> Result<RecordBatch> {
         let columns: Vec<ArrayRef> = match self.kind {
             GeneratorKind::MarketData => {
                 let symbols = names("SYM", self.symbols);
@@ -259,8 +263,8 @@ impl GeneratorSpec {
                 Arc::new(RwLock::new(PartitionGenerator {
                     spec: Arc::clone(self),
                     partitions: partitions as u64,
-                    next_batch: partition as u64,
-                    first_batch: partition as u64,
+                    partition: partition as u64,
+                    next_batch: 0,
                 })) as Arc<RwLock<dyn LazyBatchGenerator>>
             })
             .collect()
@@ -280,12 +284,13 @@ pub fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Batches `first_batch, first_batch + partitions, …` of a spec.
+/// Partition `partition` of `partitions` of a spec: every `partitions`-th record.
 #[derive(Debug)]
 struct PartitionGenerator {
     spec: Arc<GeneratorSpec>,
     partitions: u64,
-    first_batch: u64,
+    partition: u64,
+    /// The partition's batches generated so far.
     next_batch: u64,
 }
 
@@ -317,18 +322,28 @@ impl LazyBatchGenerator for PartitionGenerator {
         }
     }
 
+    /// Batch `k` of partition `p` of `n` holds records `(k * batch_size + j) * n + p`: every
+    /// partition covers the whole stream's time range, in order, at `1/n` of its density, so
+    /// that source partitions advance together in event time.
     fn generate_next_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let batch = self.spec.batch_at(self.next_batch)?;
-        self.next_batch += self.partitions;
-        Ok(batch)
+        let spec = &self.spec;
+        let first = self.next_batch * spec.batch_size as u64 * self.partitions + self.partition;
+        let end = first + spec.batch_size as u64 * self.partitions;
+        let end = spec.records.map_or(end, |records| end.min(records));
+        if first >= end {
+            return Ok(None);
+        }
+        self.next_batch += 1;
+        let ids = (first..end).step_by(self.partitions as usize);
+        spec.records_batch(ids).map(Some)
     }
 
     fn reset_state(&self) -> Arc<RwLock<dyn LazyBatchGenerator>> {
         Arc::new(RwLock::new(PartitionGenerator {
             spec: Arc::clone(&self.spec),
             partitions: self.partitions,
-            first_batch: self.first_batch,
-            next_batch: self.first_batch,
+            partition: self.partition,
+            next_batch: 0,
         }))
     }
 }
@@ -371,6 +386,26 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|s| *s));
+    }
+
+    #[test]
+    fn each_partition_covers_the_whole_time_range_in_order() {
+        let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(1_000));
+        spec.batch_size = 100;
+        let spec = Arc::new(spec);
+        for (partition, generator) in spec.partition_generators(4).into_iter().enumerate() {
+            let mut times = Vec::new();
+            while let Some(batch) = generator.write().generate_next_batch().unwrap() {
+                let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
+                times.extend(
+                    time.values()
+                        .iter()
+                        .map(|t| (t - 1_700_000_000_000) / 1_000),
+                );
+            }
+            let expected: Vec<i64> = (partition as i64..1_000).step_by(4).collect();
+            assert_eq!(times, expected, "partition {partition}");
+        }
     }
 
     #[test]
