@@ -5,7 +5,8 @@
 //! plain GROUP BY, ORDER BY, a join's build side) or that needs unbounded memory can never
 //! answer over an unbounded stream. DataFusion's sanity check rejects such plans in its own
 //! words; this rule runs first and says which stream and operator are at fault and how to
-//! rewrite the query.
+//! rewrite the query. A join that would keep an endless stream's rows without bound (both
+//! sides of a symmetric hash join, or the build side of any other) is refused too.
 
 use std::sync::Arc;
 
@@ -28,7 +29,12 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut failure = None;
+        let mut join = None;
         plan.apply(|node| {
+            if let Some(streams) = unbounded_join_state(node) {
+                join = Some((node.name().to_string(), streams));
+                return Ok(TreeNodeRecursion::Stop);
+            }
             let waits_for_end = node.pipeline_behavior() == EmissionType::Final
                 || matches!(
                     node.boundedness(),
@@ -46,6 +52,11 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
+        if let Some((operator, streams)) = join {
+            return plan_err!(
+                "{operator} over the unbounded stream {streams} would keep every row of it: Freshet cannot yet bound a join's state by watermarks. Join bounded replays (bounded=true, or a generator with records=N), or join an unbounded stream only as the probe side of a lookup into a bounded table"
+            );
+        }
         match failure {
             None => Ok(plan),
             Some((operator, streams)) => plan_err!(
@@ -61,6 +72,27 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// The streams a join would keep without bound: a symmetric hash join keeps both sides, and
+/// every other join keeps (builds from or buffers) its first child; only a probe side may be
+/// endless. An IN or EXISTS subquery is planned as such a join.
+fn unbounded_join_state(node: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    if !node.name().ends_with("JoinExec") {
+        return None;
+    }
+    let children = node.children();
+    let kept = if node.name() == "SymmetricHashJoinExec" {
+        &children[..]
+    } else {
+        &children[..children.len().min(1)]
+    };
+    let endless: Vec<_> = kept
+        .iter()
+        .filter(|child| child.boundedness().is_unbounded())
+        .map(|child| stream_names(child))
+        .collect();
+    (!endless.is_empty()).then(|| endless.join(", "))
 }
 
 /// The names of the unbounded streams under `plan`, for error messages.

@@ -191,10 +191,25 @@ pub fn main() -> ExitCode {
         // The reader of the output went away (`freshet … | head`): nothing more to do.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e.to_string()));
+            eprintln!("error: {}", one_line(&without_rule_names(e).to_string()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` without the names of the planning rules that wrapped it ("FreshetUnboundedInputCheck
+/// caused by …"): they mean nothing to the user.
+fn without_rule_names(
+    mut error: datafusion::common::DataFusionError,
+) -> datafusion::common::DataFusionError {
+    use datafusion::common::DataFusionError;
+    while let DataFusionError::Context(context, inner) = error {
+        if context.contains(char::is_whitespace) {
+            return DataFusionError::Context(context, inner);
+        }
+        error = *inner;
+    }
+    error
 }
 
 /// Whether `error` comes from writing to a closed pipe.

@@ -565,3 +565,43 @@ fn a_deeply_nested_expression_does_not_overflow_the_stack() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Plans whose state an endless stream would grow without bound are refused with advice: a
+/// join keeping an endless side, an IN subquery over one, a hop putting millions of windows
+/// on every record. A lookup of an endless stream into a bounded table runs.
+#[tokio::test]
+async fn unbounded_state_is_refused_with_advice() {
+    let ctx = endless_market_data();
+    for sql in [
+        "SELECT m.symbol, COUNT(*) AS n FROM market_data m JOIN market_data o \
+         ON m.symbol = o.symbol GROUP BY m.symbol EMIT CHANGES",
+        "SELECT symbol FROM market_data \
+         WHERE symbol IN (SELECT symbol FROM market_data WHERE quantity > 1000)",
+    ] {
+        let error = planning_error(&ctx, sql).await;
+        assert!(
+            error.contains("unbounded stream 'market_data'") && error.contains("bounded replays"),
+            "{sql}: {error}"
+        );
+    }
+    let error = planning_error(
+        &ctx,
+        "SELECT window_start, COUNT(*) AS n FROM market_data \
+         GROUP BY hop(trade_time, INTERVAL '1' MILLISECOND, INTERVAL '1' HOUR)",
+    )
+    .await;
+    assert!(error.contains("3600000 windows"), "{error}");
+
+    ctx.register_generator(
+        "orders",
+        freshet::GeneratorSpec::new(freshet::GeneratorKind::Orders, Some(1_000)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let lookup = "SELECT m.symbol, o.order_id FROM orders o JOIN market_data m \
+        ON m.quantity = o.customer_id";
+    assert!(
+        ctx.sql(lookup).await.is_ok(),
+        "a lookup into a bounded table plans"
+    );
+}

@@ -58,6 +58,12 @@ impl WindowSpec {
                         durations[0]
                     );
                 }
+                let windows_per_record = size / slide;
+                if windows_per_record > MAX_HOPPING_WINDOWS_PER_RECORD {
+                    return plan_err!(
+                        "hop(): each record would fall in {windows_per_record} windows (size / slide); at most {MAX_HOPPING_WINDOWS_PER_RECORD} are allowed — use a larger slide, or a tumbling window"
+                    );
+                }
                 Ok(Self::Hop { size, slide })
             }
             ("session", [gap]) => Ok(Self::Session {
@@ -83,6 +89,10 @@ impl WindowSpec {
         }
     }
 }
+
+/// The most hopping windows one record may fall in: each record updates every one of them,
+/// so a 1-hour window sliding by 1 ms (3.6 M per record) would never finish.
+pub const MAX_HOPPING_WINDOWS_PER_RECORD: i64 = 1_000;
 
 fn durations_text(durations: &[ScalarValue]) -> String {
     durations
