@@ -96,8 +96,81 @@ fn check_is_a_query(sql: &str) -> Result<()> {
     }
 }
 
+/// The statements of `script` (split at `;` outside quotes and comments), each from its
+/// first word (leading comments left out), without empty or comment-only ones.
+fn split_statements(script: &str) -> Vec<&str> {
+    let mut statements = Vec::new();
+    let mut chars = script.char_indices().peekable();
+    // Where the current statement's SQL starts, once it has any.
+    let mut start = None;
+    while let Some((at, c)) = chars.next() {
+        if start.is_none() && !c.is_whitespace() && c != ';' && !starts_comment(c, chars.peek()) {
+            start = Some(at);
+        }
+        match c {
+            '\'' | '"' => {
+                for (_, d) in chars.by_ref() {
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek().is_some_and(|(_, d)| *d == '-') => {
+                for (_, d) in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek().is_some_and(|(_, d)| *d == '*') => {
+                let mut previous = ' ';
+                for (_, d) in chars.by_ref() {
+                    if previous == '*' && d == '/' {
+                        break;
+                    }
+                    previous = d;
+                }
+            }
+            ';' => {
+                if let Some(start) = start.take() {
+                    statements.push(script[start..at].trim());
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = start {
+        statements.push(script[start..].trim());
+    }
+    statements
+}
+
+fn starts_comment(c: char, next: Option<&(usize, char)>) -> bool {
+    matches!((c, next), ('-', Some((_, '-'))) | ('/', Some((_, '*'))))
+}
+
+/// The SQL given on the command line, from `--file` or as the argument.
+fn script(args: &PlanArgs) -> Result<String> {
+    match (&args.sql, &args.file) {
+        (Some(sql), _) => Ok(sql.clone()),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut sql = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut sql)?;
+            Ok(sql)
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .or_else(|e| plan_err!("cannot read the SQL file {}: {e}", path.display())),
+        (None, None) => plan_err!("no SQL given: pass a query, or --file PATH"),
+    }
+}
+
 async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
-    check_is_a_query(&args.sql)?;
+    let script = script(args)?;
+    let statements = split_statements(&script);
+    let Some((query_sql, session_statements)) = statements.split_last() else {
+        return plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\"");
+    };
+    check_is_a_query(query_sql)?;
     let ctx = match args.partitions {
         Some(0) => return plan_err!("--partitions must be at least 1"),
         Some(partitions) if partitions > MAX_PARTITIONS => {
@@ -116,6 +189,19 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
             .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
             .await?;
     }
+    for setting in &args.settings {
+        let Some((key, value)) = setting.split_once('=') else {
+            return plan_err!("--set {setting}: expected KEY=VALUE");
+        };
+        let key = key.trim();
+        let key = if key.contains('.') {
+            key.to_string()
+        } else {
+            format!("freshet.{key}")
+        };
+        let value = value.trim().replace('\'', "''");
+        ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
+    }
     register_tables(
         &ctx,
         &args.tables,
@@ -123,7 +209,10 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         args.watermark.as_deref(),
     )
     .await?;
-    ctx.sql(&args.sql).await
+    for statement in session_statements {
+        ctx.session().sql(statement).await?;
+    }
+    ctx.sql(query_sql).await
 }
 
 /// Runs the query into its sink. SIGINT or SIGTERM stops its streams as if their data had

@@ -51,8 +51,18 @@ pub struct FuzzArgs {
 /// A query and the streams it reads.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The SQL query.
-    pub sql: String,
+    /// The SQL query (or give --file).
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    pub sql: Option<String>,
+    /// Read the SQL from this file (`-`: standard input): statements separated by `;`, each
+    /// but the last one a session statement (SET, CREATE VIEW …), the last one the query.
+    #[arg(long, short = 'f', value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// A session setting, as `SET KEY = 'VALUE'` would make it, e.g. --set
+    /// freshet.allowed_lateness=5s --set freshet.changes_per=batch (a key without a dot is a
+    /// freshet.* setting).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
     /// A stream: NAME=PATH (Parquet, CSV or Arrow file or directory) or
     /// NAME=generator:market_data|orders, followed by ,key=value options: event_time, event_time_unit (s, ms, us or ns, for an integer event time),
     /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also

@@ -239,3 +239,51 @@ fn explain_names_the_exchange_strategy_and_why() {
     let line = crate::support::freshet_error(&["explain", "SELECT 1", "--strategy", "scatter"]);
     assert!(line.contains("--strategy scatter"), "{line}");
 }
+
+/// Settings reach the command line: as --set, or as SET statements in a file or on stdin
+/// before the query (quotes and comments may hold `;`).
+#[test]
+fn settings_come_from_set_flags_and_sql_files() {
+    let table = "market_data=generator:market_data,records=20000";
+    let query = "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol EMIT CHANGES";
+    let per_record = freshet_ok(&["query", query, "--table", table, "-o", "csv"]);
+    assert_eq!(
+        per_record.lines().count(),
+        20_001,
+        "a header and a row per record"
+    );
+    let per_batch = freshet_ok(&[
+        "query",
+        query,
+        "--set",
+        "changes_per=batch",
+        "--table",
+        table,
+        "-o",
+        "csv",
+    ]);
+    assert!(per_batch.lines().count() < 100, "{per_batch}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("query.sql");
+    std::fs::write(
+        &file,
+        format!(
+            "-- one row per changed group; per batch\nSET freshet.changes_per = 'batch';\n\
+             /* the query; */ {query}; -- done\n"
+        ),
+    )
+    .unwrap();
+    let from_file = freshet_ok(&[
+        "query",
+        "-f",
+        file.to_str().unwrap(),
+        "--table",
+        table,
+        "-o",
+        "csv",
+    ]);
+    assert_eq!(from_file.lines().count(), per_batch.lines().count());
+    let quoted = freshet_ok(&["query", "SELECT 'a;b' AS s", "-o", "csv"]);
+    assert_eq!(quoted.lines().nth(1), Some("a;b"));
+}
