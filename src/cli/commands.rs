@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
+use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{latency_table, run_latency};
 use freshet_bench::scaling::{run_scaling, scaling_table};
@@ -17,7 +18,7 @@ use freshet_engine::sink::{SinkSpec, drain, write_generated};
 use freshet_engine::{GeneratorKind, GeneratorSpec};
 use freshet_planner::{StreamingContext, StreamingQuery};
 
-use super::tables::register_tables;
+use super::tables::{TableSource, TableSpec, register_tables};
 use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs};
 
 /// Runs one subcommand; the exit code of a run that ends without an error.
@@ -215,13 +216,62 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
     ctx.sql(query_sql).await
 }
 
+/// Refuses an output file that is one of the input files, or inside an input directory: the
+/// run would read what it writes (or truncate its input before reading it).
+fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -> Result<()> {
+    let Some(output) = sink.path() else {
+        return Ok(());
+    };
+    let absolute = |path: &Path| -> Option<std::path::PathBuf> {
+        match path.canonicalize() {
+            Ok(path) => Some(path),
+            // Not written yet: its directory's canonical path and its name.
+            Err(_) => Some(
+                path.parent()
+                    .filter(|parent| !parent.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .canonicalize()
+                    .ok()?
+                    .join(path.file_name()?),
+            ),
+        }
+    };
+    let Some(output) = absolute(output) else {
+        return Ok(());
+    };
+    for table in tables {
+        let spec: TableSpec = table.parse()?;
+        if let TableSource::Files(location) = &spec.source
+            && let Some(input) = absolute(Path::new(location))
+            && output.starts_with(&input)
+        {
+            return plan_err!(
+                "the output {} is the input of stream '{}' (or inside it): write the results elsewhere",
+                output.display(),
+                spec.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the query into its sink. SIGINT or SIGTERM stops its streams as if their data had
 /// ended, so that operators flush, the sink closes its file properly and the summary is
 /// printed (exit code 130); a second signal exits at once.
 async fn query(args: QueryArgs) -> Result<ExitCode> {
-    let sink: SinkSpec = args.output.parse()?;
+    let mut sink: SinkSpec = args.output.parse()?;
     let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
+    for output in [Some(&sink), late_sink.as_ref()].into_iter().flatten() {
+        refuse_writing_onto_an_input(output, &args.plan.tables)?;
+    }
     let query = plan(&args.plan).await?;
+    // On an endless stream the terminal table shows every row as it comes, unless a row
+    // budget was asked for.
+    if query.plan().boundedness().is_unbounded() && args.output == "table" {
+        sink = SinkSpec::Table {
+            max_rows: usize::MAX,
+        };
+    }
     let writer = sink.open(&query.schema(), Box::new(std::io::stdout()))?;
     let late = match late_sink {
         Some(late_sink) => {

@@ -8,7 +8,7 @@ mod tables;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 pub use tables::{TableSpec, register_tables};
 
@@ -164,10 +164,22 @@ pub fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        // No command: the list of commands, as `freshet --help` shows it.
+        Err(e)
+            if e.kind() == clap::error::ErrorKind::MissingSubcommand
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            let _ = Cli::command().print_help();
+            return ExitCode::from(2);
+        }
         Err(e) => {
+            // clap's message without its usage and tips, on one line.
             let message = e.to_string();
-            let first = message.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{} (see freshet --help)", first.trim());
+            let lines: Vec<&str> = message
+                .lines()
+                .take_while(|line| !line.starts_with("Usage:") && !line.trim().starts_with("tip:"))
+                .collect();
+            eprintln!("{} (see freshet --help)", one_line(&lines.join("\n")));
             return ExitCode::from(2);
         }
     };

@@ -605,3 +605,31 @@ async fn unbounded_state_is_refused_with_advice() {
         "a lookup into a bounded table plans"
     );
 }
+
+/// An output file that is an input (or inside an input directory) is refused before anything
+/// is written: the input stays as it was.
+#[test]
+fn writing_the_output_onto_an_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "a,b\n1,2\n").unwrap();
+    let table = format!("t={}", input.display());
+    for output in [
+        format!("csv={}", input.display()),
+        format!("parquet={}", dir.path().join("out.parquet").display()),
+    ] {
+        let directory = format!("d={}", dir.path().display());
+        let line = freshet_error(&[
+            "query",
+            "SELECT * FROM t",
+            "--table",
+            &table,
+            "--table",
+            &directory,
+            "-o",
+            &output,
+        ]);
+        assert!(line.contains("is the input of stream"), "{line}");
+    }
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), "a,b\n1,2\n");
+}

@@ -34,6 +34,17 @@ pub enum SinkSpec {
     Null,
 }
 
+impl SinkSpec {
+    /// The file the rows go to, if they go to one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::Csv(path) | Self::JsonLines(path) => path.as_deref(),
+            Self::Parquet(path) | Self::Arrow(path) => Some(path),
+            Self::Table { .. } | Self::Null => None,
+        }
+    }
+}
+
 impl std::str::FromStr for SinkSpec {
     type Err = datafusion::error::DataFusionError;
 

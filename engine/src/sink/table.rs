@@ -17,6 +17,9 @@ pub struct TableWriter {
     shown: usize,
     hidden: u64,
     header_printed: bool,
+    /// The table's bottom line, printed once at the end: chunks printed as they come join
+    /// into one table.
+    bottom: Option<String>,
 }
 
 impl TableWriter {
@@ -27,6 +30,7 @@ impl TableWriter {
             shown: 0,
             hidden: 0,
             header_printed: false,
+            bottom: None,
         }
     }
 }
@@ -40,7 +44,8 @@ impl BatchWriter for TableWriter {
         }
         let table = pretty_format_batches(&[batch.slice(0, take)])?.to_string();
         // Later chunks repeat no header: skip the table's first three lines.
-        let lines: Vec<&str> = table.lines().collect();
+        let mut lines: Vec<&str> = table.lines().collect();
+        self.bottom = lines.pop().map(str::to_string);
         let body = if self.header_printed {
             &lines[3.min(lines.len())..]
         } else {
@@ -49,14 +54,16 @@ impl BatchWriter for TableWriter {
         for line in body {
             writeln!(self.out, "{line}")?;
         }
+        self.out.flush()?;
         self.header_printed = true;
         self.shown += take;
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {
-        if !self.header_printed {
-            writeln!(self.out, "(no rows)")?;
+        match &self.bottom {
+            Some(bottom) => writeln!(self.out, "{bottom}")?,
+            None => writeln!(self.out, "(no rows)")?,
         }
         if self.hidden > 0 {
             writeln!(
