@@ -14,7 +14,7 @@
 //! Each query block is rewritten on its own: subqueries and CTE bodies first, then the block
 //! that holds them, so a window may key the GROUP BY of any block.
 
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
 use super::over::rewrite_over_clauses;
@@ -195,19 +195,32 @@ fn take_options(sql: &str) -> Result<(String, Vec<(String, String)>)> {
 /// that aggregates.
 fn take_emit(sql: &str) -> Result<(String, EmitMode)> {
     let tokens = tokenize(sql)?;
-    let Some(emit) = (0..tokens.len()).find(|&i| is_word(&tokens[i].token, "EMIT")) else {
+    // EMIT followed by CHANGES or FINAL is the clause; another EMIT is a name (`AS emit`),
+    // unless it ends the query, where it can only be a clause missing its mode.
+    let mode_after = |i: usize| match next_solid(&tokens, i + 1).map(|m| &tokens[m].token) {
+        Some(token) if is_word(token, "CHANGES") => Some(EmitMode::Changes),
+        Some(token) if is_word(token, "FINAL") => Some(EmitMode::Final),
+        _ => None,
+    };
+    let emits: Vec<usize> = (0..tokens.len())
+        .filter(|&i| is_word(&tokens[i].token, "EMIT"))
+        .collect();
+    let clause = emits.iter().copied().find(|&i| mode_after(i).is_some());
+    let Some(emit) = clause else {
+        if let Some(&last) = emits.iter().find(|&&i| {
+            next_solid(&tokens, i + 1)
+                .is_none_or(|n| matches!(tokens[n].token, Token::SemiColon | Token::RParen))
+        }) {
+            return plan_err!(
+                "malformed EMIT clause at {}: expected EMIT CHANGES or EMIT FINAL",
+                position(&tokens[last])
+            );
+        }
         return Ok((sql.to_string(), EmitMode::Default));
     };
     let mode_at = next_solid(&tokens, emit + 1);
-    let mode = match mode_at.map(|i| &tokens[i].token) {
-        Some(token) if is_word(token, "CHANGES") => EmitMode::Changes,
-        Some(token) if is_word(token, "FINAL") => EmitMode::Final,
-        _ => {
-            return plan_err!(
-                "malformed EMIT clause at {}: expected EMIT CHANGES or EMIT FINAL",
-                position(&tokens[emit])
-            );
-        }
+    let Some(mode) = mode_after(emit) else {
+        return internal_err!("EMIT clause without its mode");
     };
     let end = mode_at.unwrap_or(emit) + 1;
     if let Some(rest) = next_solid(&tokens, end)
@@ -224,7 +237,7 @@ fn take_emit(sql: &str) -> Result<(String, EmitMode)> {
             position(&tokens[rest])
         );
     }
-    if (end..tokens.len()).any(|i| is_word(&tokens[i].token, "EMIT")) {
+    if (end..tokens.len()).any(|i| is_word(&tokens[i].token, "EMIT") && mode_after(i).is_some()) {
         return plan_err!(
             "a query takes one EMIT clause; another follows the one at {}",
             position(&tokens[emit])
