@@ -287,3 +287,19 @@ fn settings_come_from_set_flags_and_sql_files() {
     let quoted = freshet_ok(&["query", "SELECT 'a;b' AS s", "-o", "csv"]);
     assert_eq!(quoted.lines().nth(1), Some("a;b"));
 }
+
+/// JSON lines keep NaN and infinities apart from NULL: as strings, with a null a missing key.
+#[test]
+fn json_lines_keep_nan_and_infinities_apart_from_null() {
+    let out = freshet_ok(&[
+        "query",
+        "SELECT CAST('NaN' AS DOUBLE) AS a, CAST('-inf' AS DOUBLE) AS b, \
+         CAST(NULL AS DOUBLE) AS c, 1.5 AS d, CAST('inf' AS REAL) AS e",
+        "-o",
+        "jsonl",
+    ]);
+    assert_eq!(
+        out.trim(),
+        r#"{"a":"NaN","b":"-Infinity","d":1.5,"e":"Infinity"}"#
+    );
+}

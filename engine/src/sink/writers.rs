@@ -3,11 +3,16 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use datafusion::arrow::array::{Array, AsArray, Float32Array, Float64Array};
 use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, FieldRef, Float32Type, Float64Type};
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::writer::FileWriter;
-use datafusion::arrow::json::LineDelimitedWriter;
+use datafusion::arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
+use datafusion::arrow::json::{self, LineDelimitedWriter};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, plan_err};
 use datafusion::parquet::arrow::ArrowWriter;
@@ -72,11 +77,66 @@ impl BatchWriter for CsvWriter {
 }
 
 /// One JSON object per row and line.
+/// One JSON object per row and line. A float that is NaN or infinite, which JSON numbers
+/// cannot hold (arrow writes them as null), is written as the string `"NaN"`, `"Infinity"`
+/// or `"-Infinity"`; a null stays a missing key.
 pub struct JsonLinesWriter(LineDelimitedWriter<Output>);
 
 impl JsonLinesWriter {
     pub fn new(out: Output) -> Self {
-        Self(LineDelimitedWriter::new(out))
+        Self(
+            json::WriterBuilder::new()
+                .with_encoder_factory(Arc::new(NonFiniteFloatsAsStrings))
+                .build(out),
+        )
+    }
+}
+
+/// See [`JsonLinesWriter`].
+#[derive(Debug)]
+struct NonFiniteFloatsAsStrings;
+
+impl EncoderFactory for NonFiniteFloatsAsStrings {
+    fn make_default_encoder<'a>(
+        &self,
+        _field: &'a FieldRef,
+        array: &'a dyn Array,
+        _options: &'a EncoderOptions,
+    ) -> std::result::Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let encoder: Box<dyn Encoder + 'a> = match array.data_type() {
+            DataType::Float64 => Box::new(FloatEncoder::F64(array.as_primitive::<Float64Type>())),
+            DataType::Float32 => Box::new(FloatEncoder::F32(array.as_primitive::<Float32Type>())),
+            _ => return Ok(None),
+        };
+        Ok(Some(NullableEncoder::new(encoder, array.nulls().cloned())))
+    }
+}
+
+enum FloatEncoder<'a> {
+    F64(&'a Float64Array),
+    F32(&'a Float32Array),
+}
+
+impl Encoder for FloatEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        // Debug is the shortest text that reads back as the same float, in JSON syntax.
+        let (value, finite_text) = match self {
+            Self::F64(values) => (values.value(idx), format!("{:?}", values.value(idx))),
+            Self::F32(values) => (
+                f64::from(values.value(idx)),
+                format!("{:?}", values.value(idx)),
+            ),
+        };
+        let text = if value.is_nan() {
+            "\"NaN\""
+        } else if value == f64::INFINITY {
+            "\"Infinity\""
+        } else if value == f64::NEG_INFINITY {
+            "\"-Infinity\""
+        } else {
+            &finite_text
+        };
+        out.extend_from_slice(text.as_bytes());
     }
 }
 
