@@ -103,6 +103,15 @@ async fn windows_close_when_a_filter_empties_a_source_partition() {
         9_000,
         "then one per second of event time"
     );
+    // A window is due when the record at its end is (10 records per ms of wall-clock time).
+    let late = lateness(&rows, |start| {
+        Duration::from_micros(((start + 1_000 - START_MS) * 100) as u64)
+    });
+    let p90 = late[late.len() * 9 / 10];
+    assert!(
+        p90 < Duration::from_millis(100),
+        "90% of windows should leave within 100 ms of being due: {late:?}"
+    );
 }
 
 #[tokio::test]
