@@ -213,7 +213,10 @@ pub fn main() -> ExitCode {
         // The reader of the output went away (`freshet … | head`): nothing more to do.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", one_line(&without_rule_names(e).to_string()));
+            eprintln!(
+                "error: {}",
+                readable(&one_line(&without_rule_names(e).to_string()))
+            );
             ExitCode::FAILURE
         }
     }
@@ -232,6 +235,28 @@ fn without_rule_names(
         error = *inner;
     }
     error
+}
+
+/// DataFusion's long "failed to match any signature" message (one line per signature, called
+/// an internal error) as the one thing the user got wrong: the argument's type.
+fn readable(message: &str) -> String {
+    let Some(at) = message.find("failed to match any signature") else {
+        return message.to_string();
+    };
+    let function = message[..at]
+        .rsplit("Function '")
+        .next()
+        .and_then(|rest| rest.split('\'').next());
+    let received = message[at..]
+        .split("but received ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next());
+    match (function, received) {
+        (Some(function), Some(received)) => format!(
+            "Error during planning: {function}() does not take an argument of type {received}: cast it, or use another function"
+        ),
+        _ => message.to_string(),
+    }
 }
 
 /// Whether `error` comes from writing to a closed pipe.

@@ -633,3 +633,13 @@ fn writing_the_output_onto_an_input_is_refused() {
     }
     assert_eq!(std::fs::read_to_string(&input).unwrap(), "a,b\n1,2\n");
 }
+
+/// An aggregate over a column of the wrong type names the function and the type, on one line.
+#[test]
+fn an_aggregate_over_the_wrong_type_says_so_in_one_line() {
+    let line = freshet_error(&["query", "SELECT SUM(symbol) FROM market_data"]);
+    assert!(
+        line.contains("sum() does not take an argument of type String") && line.len() < 200,
+        "{line}"
+    );
+}
