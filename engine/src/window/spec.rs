@@ -47,15 +47,15 @@ impl WindowSpec {
                 if slide > size {
                     return plan_err!(
                         "hop(): the slide ({}) is larger than the window size ({}); records between windows would be lost — use a slide up to the size",
-                        durations[0],
-                        durations[1]
+                        duration_text(&durations[0]),
+                        duration_text(&durations[1])
                     );
                 }
                 if size % slide != 0 {
                     return plan_err!(
                         "hop(): the window size ({}) must be a whole multiple of the slide ({})",
-                        durations[1],
-                        durations[0]
+                        duration_text(&durations[1]),
+                        duration_text(&durations[0])
                     );
                 }
                 let windows_per_record = size / slide;
@@ -97,28 +97,34 @@ pub const MAX_HOPPING_WINDOWS_PER_RECORD: i64 = 1_000;
 fn durations_text(durations: &[ScalarValue]) -> String {
     durations
         .iter()
-        .map(|d| d.to_string())
+        .map(duration_text)
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The timestamp type window bounds have for an event time of `time_type`
-/// (integers are epoch milliseconds).
-pub fn time_unit_type(time_type: &DataType) -> Result<DataType> {
-    match time_type {
-        DataType::Timestamp(unit, tz) => Ok(DataType::Timestamp(*unit, tz.clone())),
-        DataType::Int64 | DataType::Int32 | DataType::UInt32 | DataType::UInt64 => {
-            Ok(DataType::Timestamp(TimeUnit::Millisecond, None))
-        }
-        other => plan_err!(
-            "windows need a timestamp or integer (epoch milliseconds) event time, but the time column has type {other}"
-        ),
-    }
+/// A duration literal as the user would write it (`INTERVAL '10' SECOND`), not as arrow
+/// prints its type.
+fn duration_text(value: &ScalarValue) -> String {
+    let Ok(nanos) = interval_nanos(value) else {
+        return value.to_string();
+    };
+    let units = [
+        (86_400_000_000_000, "DAY"),
+        (3_600_000_000_000, "HOUR"),
+        (60_000_000_000, "MINUTE"),
+        (1_000_000_000, "SECOND"),
+        (1_000_000, "MILLISECOND"),
+        (1_000, "MICROSECOND"),
+    ];
+    let (per_unit, unit) = units
+        .into_iter()
+        .find(|(per_unit, _)| nanos != 0 && nanos % per_unit == 0)
+        .unwrap_or((1, "NANOSECOND"));
+    format!("INTERVAL '{}' {unit}", nanos / per_unit)
 }
-
-/// A duration literal (an interval) in the unit of `time_type`.
-pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64> {
-    let nanos: i128 = match value {
+/// A duration literal (an interval) in nanoseconds.
+fn interval_nanos(value: &ScalarValue) -> Result<i128> {
+    Ok(match value {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
             v.days as i128 * 86_400_000_000_000 + v.nanoseconds as i128
         }
@@ -139,7 +145,26 @@ pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64
                 "a window length must be an interval literal such as INTERVAL '1' MINUTE, got {other}"
             );
         }
-    };
+    })
+}
+
+/// The timestamp type window bounds have for an event time of `time_type`
+/// (integers are epoch milliseconds).
+pub fn time_unit_type(time_type: &DataType) -> Result<DataType> {
+    match time_type {
+        DataType::Timestamp(unit, tz) => Ok(DataType::Timestamp(*unit, tz.clone())),
+        DataType::Int64 | DataType::Int32 | DataType::UInt32 | DataType::UInt64 => {
+            Ok(DataType::Timestamp(TimeUnit::Millisecond, None))
+        }
+        other => plan_err!(
+            "windows need a timestamp or integer (epoch milliseconds) event time, but the time column has type {other}"
+        ),
+    }
+}
+
+/// A duration literal (an interval) in the unit of `time_type`.
+pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64> {
+    let nanos = interval_nanos(value)?;
     let per_unit: i128 = match time_unit_type(time_type)? {
         DataType::Timestamp(TimeUnit::Second, _) => 1_000_000_000,
         DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000_000,
@@ -147,7 +172,10 @@ pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64
         _ => 1,
     };
     if nanos % per_unit != 0 {
-        return plan_err!("window length {value} is finer than the event-time column's unit");
+        return plan_err!(
+            "window length {} is finer than the event-time column's unit",
+            duration_text(value)
+        );
     }
     match i64::try_from(nanos / per_unit) {
         Ok(length) => Ok(length),
