@@ -8,6 +8,7 @@ use parking_lot::RwLock;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -195,15 +196,20 @@ impl StreamingContext {
                             .min(EventMillis::MAX),
                     );
                 }
+                // Every session option may be set for one query (`freshet.` optional).
                 for (key, value) in &streaming.options {
-                    match key.as_str() {
-                        "partitioning_strategy" => options.partitioning_strategy = value.parse()?,
-                        _ => {
-                            return plan_err!(
-                                "unknown query option '{key}'; valid options: partitioning_strategy"
-                            );
-                        }
+                    let name = key.strip_prefix("freshet.").unwrap_or(key);
+                    let valid: Vec<String> = ExtensionOptions::entries(options)
+                        .into_iter()
+                        .map(|entry| entry.key)
+                        .collect();
+                    if !valid.iter().any(|valid| valid == name) {
+                        return plan_err!(
+                            "unknown query option '{key}'; valid options: {}",
+                            valid.join(", ")
+                        );
                     }
+                    ExtensionOptions::set(options, name, value)?;
                 }
             }
             SessionContext::new_with_state(state)

@@ -126,14 +126,21 @@ impl ConfigField for EventMillis {
         v.some(key, self, description)
     }
 
-    fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        match value.trim().parse::<u64>() {
-            Ok(ms) if ms <= Self::MAX => {
+    /// Whole milliseconds (`5000`), or a duration with its unit (`5s`, `250ms`).
+    fn set(&mut self, _key: &str, value: &str) -> Result<()> {
+        let millis = match value.trim().parse::<u64>() {
+            Ok(ms) => Some(ms),
+            Err(_) => freshet_engine::parse_duration(value)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_millis()).ok()),
+        };
+        match millis {
+            Some(ms) if ms <= Self::MAX => {
                 self.0 = ms;
                 Ok(())
             }
             _ => Err(DataFusionError::Configuration(format!(
-                "freshet.{key} = '{value}': expected whole milliseconds from 0 to {}",
+                "'{value}' is not an event-time span: expected whole milliseconds (5000) or a duration with its unit (5s), up to {} ms",
                 Self::MAX
             ))),
         }

@@ -206,10 +206,14 @@ fn take_emit(sql: &str) -> Result<(String, EmitMode)> {
         .filter(|&i| is_word(&tokens[i].token, "EMIT"))
         .collect();
     let clause = emits.iter().copied().find(|&i| mode_after(i).is_some());
+    let ends_query = |at: Option<usize>| {
+        at.is_none_or(|n| matches!(tokens[n].token, Token::SemiColon | Token::RParen))
+    };
     let Some(emit) = clause else {
+        // `EMIT` or `EMIT <word>` closing the query is a clause with a wrong mode.
         if let Some(&last) = emits.iter().find(|&&i| {
-            next_solid(&tokens, i + 1)
-                .is_none_or(|n| matches!(tokens[n].token, Token::SemiColon | Token::RParen))
+            let next = next_solid(&tokens, i + 1);
+            ends_query(next) || ends_query(next_solid(&tokens, next.unwrap_or(i) + 1))
         }) {
             return plan_err!(
                 "malformed EMIT clause at {}: expected EMIT CHANGES or EMIT FINAL",

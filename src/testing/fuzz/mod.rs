@@ -429,9 +429,13 @@ fn last_rows(query: &FuzzQuery, batches: &[RecordBatch]) -> Result<Vec<RecordBat
     Ok(vec![take_record_batch(&all, &UInt32Array::from(rows))?])
 }
 
+/// A directory of the case's own: unique in the process too, where two runs of one seed (two
+/// tests) would otherwise delete each other's files.
 fn scratch_dir(seed: u64) -> PathBuf {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::env::temp_dir().join(format!(
-        "freshet-fuzz-{}-{seed}-{}",
+        "freshet-fuzz-{}-{seed}-{run}-{}",
         std::process::id(),
         splitmix64(seed ^ 0x5eed)
     ))
