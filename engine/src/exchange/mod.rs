@@ -15,7 +15,10 @@
 //! that, one fast source partition would fill the consumers' state with windows that cannot
 //! close until the slowest partition catches up. Only independent source partitions are
 //! aligned: the outputs of another exchange share its input tasks, and one waiting for
-//! another could hold back the rows the other needs to advance.
+//! another could hold back the rows the other needs to advance. Outputs that merge their
+//! inputs in event-time order ([`OrderedMerge`]) align them by themselves — a partition ahead
+//! waits in its channel until the others catch up — and the inputs do not wait here as well
+//! (both waits together could deadlock).
 //!
 //! Under sticky routing an output gets the rows of its own inputs only, so the watermark is
 //! combined per output, over the inputs that feed it (a watermark domain), and goes to that
@@ -350,7 +353,9 @@ impl StreamExchangeExec {
                 tracker: WatermarkTracker::new(domain.inputs.len(), delay)
                     .with_idle_timeout(self.event_time.and_then(|e| e.idle_timeout)),
                 sent: i64::MIN,
-                drift_limit: if aligned { 0 } else { i64::MAX },
+                // A merged output aligns its inputs itself: a partition ahead waits in its
+                // channel until the others catch up. Waiting here as well could deadlock.
+                drift_limit: if aligned && !merged { 0 } else { i64::MAX },
             }));
             let advanced = Arc::new(Notify::new());
             // Each input's senders to the domain's outputs.
@@ -644,16 +649,23 @@ async fn send_pieces(
     }
     keys.sent(newest);
     let progress = keys.progress();
+    // To every output at once, each output's items in order: see the merge's documentation.
+    let mut items: Vec<Vec<Routed>> = served
+        .iter()
+        .map(|served| match served {
+            true => Vec::new(),
+            false => vec![Routed::Progress(progress)],
+        })
+        .collect();
     for (output, piece_keys, piece) in keyed {
-        let _ = senders[output]
-            .send(Ok(Routed::Rows(piece, Some(piece_keys))))
-            .await;
+        items[output].push(Routed::Rows(piece, Some(piece_keys)));
     }
-    for (output, sender) in senders.iter().enumerate() {
-        if !served[output] {
-            let _ = sender.send(Ok(Routed::Progress(progress))).await;
+    let sends = senders.iter().zip(items).map(|(sender, items)| async move {
+        for item in items {
+            let _ = sender.send(Ok(item)).await;
         }
-    }
+    });
+    future::join_all(sends).await;
     Ok(())
 }
 
@@ -711,10 +723,9 @@ async fn watch_idle_inputs(
     }
 }
 
+/// Sends `message` to every output at once (one full channel does not hold up the others).
 async fn broadcast(senders: &[mpsc::Sender<RoutedMessage>], message: impl Fn() -> RoutedMessage) {
-    for sender in senders {
-        let _ = sender.send(message()).await;
-    }
+    future::join_all(senders.iter().map(|sender| sender.send(message()))).await;
 }
 
 impl DisplayAs for StreamExchangeExec {

@@ -6,10 +6,15 @@
 //! up to and including that row (a running maximum, so keys never fall within one input),
 //! or, without an event time, the input's batch number. After each batch an input also
 //! sends every output that got none of its rows a `Progress` key, and watermarks travel as
-//! items of their own with a key at least `watermark + delay`. The merge waits until every
-//! input still running has an item queued, then passes on the rows of the input with the
-//! smallest `(key, input)` up to the next input's head, and repeats: a k-way merge of
-//! sorted runs, whose decisions depend on keys and input numbers only, never on timing.
+//! items of their own with a key at least `watermark + delay`. The merge passes on the rows
+//! of the input with the smallest head `(key, input)` up to the next input's head, and
+//! repeats: a k-way merge of sorted runs. An input with nothing queued counts with its last
+//! key (its next ones are no smaller): the merge waits for it only when that could come
+//! first. Its decisions depend on keys and input numbers only, never on timing.
+//!
+//! An input sends a batch's items to all outputs at once (not one after the other): one
+//! full channel must not keep another output from learning how far the input has come, or
+//! two merges could each wait for an input that is blocked on the other.
 //!
 //! A time-ordered source comes out in event-time order, ties by source partition, which is
 //! stored order when source partitions hold consecutive rows: the same rows in the same
@@ -274,18 +279,29 @@ impl OrderedMerge {
                 input.poll_ready()?;
             }
         }
-        if let Some(waited) = self.inputs.iter().position(MergeInput::waits_for_input) {
-            if self.flush()? {
-                return Ok(());
-            }
-            return self.wait_for(waited).await;
-        }
+        // A running input with nothing queued will send keys no smaller than its last one:
+        // the rows of others below that can go on without it. Waiting for it instead could
+        // deadlock: it may itself be paused until the others' rows move on (event-time
+        // alignment).
+        let floor = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, input)| input.waits_for_input())
+            .map(|(index, input)| (input.last_key, index))
+            .min();
         let mut heads = self
             .inputs
             .iter()
             .enumerate()
             .filter_map(|(index, input)| Some((input.queue.front()?.head_key(), index)));
         let Some(first) = heads.next() else {
+            if let Some((_, waited)) = floor {
+                if self.flush()? {
+                    return Ok(());
+                }
+                return self.wait_for(waited).await;
+            }
             if self.inputs.iter().all(|i| i.state == InputState::Finished) {
                 self.flush()?;
                 self.done = true;
@@ -305,6 +321,15 @@ impl OrderedMerge {
             } else if second.is_none_or(|second| head < second) {
                 second = Some(head);
             }
+        }
+        if let Some(floor) = floor {
+            if floor < smallest {
+                if self.flush()? {
+                    return Ok(());
+                }
+                return self.wait_for(floor.1).await;
+            }
+            second = Some(second.map_or(floor, |second| second.min(floor)));
         }
         self.take_from(smallest.1, second)
     }
