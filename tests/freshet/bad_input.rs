@@ -475,8 +475,6 @@ async fn integer_event_times_take_a_unit() {
 
     use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMillisecondArray};
     use datafusion::arrow::datatypes::TimeUnit;
-    use freshet::testing::display_rows;
-    use futures::TryStreamExt;
 
     let seconds = Arc::new(Int64Array::from(vec![
         1_700_000_000,
@@ -495,17 +493,8 @@ async fn integer_event_times_take_a_unit() {
     let sql = "SELECT window_start, COUNT(*) AS n FROM t \
         WHERE ts >= TIMESTAMP '2023-11-14 22:13:30' \
         GROUP BY tumble(ts, INTERVAL '1' MINUTE)";
-    let batches: Vec<RecordBatch> = ctx
-        .sql(sql)
+    let rows: Vec<String> = crate::support::result_cells(&ctx, sql)
         .await
-        .unwrap()
-        .execute_merged()
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let rows: Vec<String> = display_rows(&batches)
-        .unwrap()
         .into_iter()
         .map(|cells| cells.join("|"))
         .collect();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::TimestampMillisecondType;
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 /// The generator's first event time (`trade_time` of record 0).
 const START_MS: i64 = 1_700_000_000_000;
@@ -175,16 +175,8 @@ async fn sigint_stops_a_query_with_a_readable_output_file() {
     ctx.register_parquet("t", output.to_str().unwrap(), StreamOptions::default())
         .await
         .unwrap();
-    let batches: Vec<RecordBatch> = ctx
-        .sql("SELECT COUNT(*) AS c, SUM(n) AS s FROM t")
-        .await
-        .unwrap()
-        .execute_merged()
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let cells = freshet::testing::display_rows(&batches).unwrap();
+    let cells =
+        crate::support::result_cells(&ctx, "SELECT COUNT(*) AS c, SUM(n) AS s FROM t").await;
     assert_eq!(cells[0][0], rows_out.to_string(), "{summary}");
     let records_read = summary
         .split(" records read")

@@ -100,3 +100,16 @@ pub async fn execution_error(query: &freshet::StreamingQuery) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// The cells of every row `sql` gives on `ctx`, run to the end.
+pub async fn result_cells(ctx: &StreamingContext, sql: &str) -> Vec<Vec<String>> {
+    use futures::TryStreamExt;
+    let query = ctx.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let batches: Vec<_> = query
+        .execute_merged()
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    freshet::testing::display_rows(&batches).unwrap()
+}

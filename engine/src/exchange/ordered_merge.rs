@@ -426,15 +426,12 @@ impl OrderedMerge {
 
     /// Sends the rows passed on so far as one batch; whether there were any.
     fn flush(&mut self) -> Result<bool> {
-        let batch = match self.pending.len() {
-            0 => return Ok(false),
-            1 => self.pending.pop().expect("one pending batch"),
-            _ => {
-                let batch = concat_batches(&self.pending[0].schema(), &self.pending)?;
-                self.pending.clear();
-                batch
-            }
+        let batch = match self.pending.as_slice() {
+            [] => return Ok(false),
+            [batch] => batch.clone(),
+            [first, ..] => concat_batches(&first.schema(), &self.pending)?,
         };
+        self.pending.clear();
         self.pending_rows = 0;
         self.ready.push_back(Ok(StreamMessage::Batch(batch)));
         Ok(true)
