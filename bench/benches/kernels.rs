@@ -26,13 +26,12 @@ use datafusion::physical_plan::aggregates::group_values::{
 };
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
-use freshet_engine::aggregate::{
-    GroupTable, RunningAggregates, WindowedGroupValues, new_group_values,
+use freshet_engine::kernels::{
+    GroupTable, RunningAggregates, WindowedGroupValues, new_group_values, take_rows,
 };
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
-use freshet_engine::take_rows::take_rows;
 use freshet_engine::watermark::{event_times, time_range};
 use freshet_engine::window::window_starts;
 use freshet_engine::{GeneratorKind, GeneratorSpec, PartitionKeyCheck};

@@ -10,13 +10,14 @@ pub mod aggregate;
 pub mod duration;
 pub mod exchange;
 pub mod filter;
+pub mod kernels;
+pub mod late_records;
 mod message_loop;
 pub mod options;
 pub mod over;
 mod plan_util;
 pub mod sink;
 pub mod source;
-pub mod take_rows;
 pub mod watermark;
 pub mod window;
 

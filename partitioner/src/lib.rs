@@ -2,7 +2,11 @@
 //! which strategy an exchange uses.
 //!
 //! [`RoutingStrategy`] names the strategies (hash on key columns, sticky, round-robin,
-//! fan-in); [`Router`] applies one to the batches of one input partition. Hash and
+//! fan-in) and answers what each implies for an exchange: its number of outputs, their
+//! partitioning, which input feeds which output, and the watermark domains (the inputs whose
+//! watermark is combined for an output). [`Router`] applies a strategy to the batches of one
+//! input partition. The exchange (`freshet_engine::exchange`) moves batches and watermarks
+//! and asks this crate every question about where they go. Hash and
 //! round-robin routing reuse DataFusion's `BatchPartitioner` (hashes of whole columns with
 //! `create_hashes`, one counting pass, one grouped `take`), so a source declared
 //! hash-partitioned by DataFusion's function and Freshet's exchange agree on where a key lives.
@@ -11,4 +15,4 @@ mod router;
 mod strategy;
 
 pub use router::Router;
-pub use strategy::RoutingStrategy;
+pub use strategy::{RoutingStrategy, WatermarkDomain};

@@ -28,17 +28,15 @@ impl Router {
         outputs: usize,
     ) -> Result<Self> {
         let timer = metrics::Time::new();
-        let kind = match strategy {
-            // One output: nothing to route, and no reason to hash or copy.
-            _ if outputs <= 1 => RouterKind::Fixed(0),
-            RoutingStrategy::Hash(keys) => RouterKind::Partitioner(
+        // One output, sticky and fan-in: nothing to route, and no reason to hash or copy.
+        let kind = match (strategy.fixed_output(input, outputs), strategy) {
+            (Some(output), _) => RouterKind::Fixed(output),
+            (None, RoutingStrategy::Hash(keys)) => RouterKind::Partitioner(
                 BatchPartitioner::new_hash_partitioner(keys.clone(), outputs, timer)?,
             ),
-            RoutingStrategy::RoundRobin => RouterKind::Partitioner(
-                BatchPartitioner::new_round_robin_partitioner(outputs, timer, input, inputs),
-            ),
-            RoutingStrategy::Sticky => RouterKind::Fixed(input % outputs.max(1)),
-            RoutingStrategy::FanIn => RouterKind::Fixed(0),
+            (None, _) => RouterKind::Partitioner(BatchPartitioner::new_round_robin_partitioner(
+                outputs, timer, input, inputs,
+            )),
         };
         Ok(Self { kind })
     }

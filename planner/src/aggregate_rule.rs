@@ -33,9 +33,9 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::aggregate::{
-    AggregateEmit, AggregateSpec, PartialAggregate, RunningAggregates, WindowAggregateExec,
-    WindowKey,
+    AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
 };
+use freshet_engine::kernels::RunningAggregates;
 use freshet_engine::window::{WindowSpec, duration_in_unit};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
@@ -185,13 +185,6 @@ fn streaming_aggregate(
         Some(window) => Some(event_time(&input, &window.time)?),
         None => None,
     };
-    let keys: Vec<Arc<dyn PhysicalExpr>> = group_by
-        .expr()
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != window.as_ref().map(|w| w.position))
-        .map(|(_, (e, _))| Arc::clone(e))
-        .collect();
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(
             &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms.0 as i64)),
@@ -226,6 +219,7 @@ fn streaming_aggregate(
         allowed_lateness,
         schema: aggregate.schema(),
     };
+    let keys = spec.key_exprs();
     let setting = options.partitioning_strategy.as_str();
     // More than one stream or source partition: the partial step runs in parallel.
     let parallel =
@@ -236,7 +230,7 @@ fn streaming_aggregate(
             let strategy = if keys.is_empty() {
                 RoutingStrategy::FanIn
             } else {
-                RoutingStrategy::Hash(partial.key_columns())
+                RoutingStrategy::Hash(partial.format().key_columns())
             };
             (strategy, reason, Some(partial))
         }
@@ -245,19 +239,18 @@ fn streaming_aggregate(
             (strategy, reason, None)
         }
     };
-    let mut exchange = StreamExchangeExec::try_new(
+    let exchange = StreamExchangeExec::try_new(
         input,
         strategy,
         config.execution.target_partitions,
         event_time,
     )?
     .with_reason(reason);
-    if let Some(partial) = partial {
-        exchange = exchange.with_partial_aggregate(partial);
-    }
     let window_position = spec.window.as_ref().map(|w| w.position);
-    let streaming: Arc<dyn ExecutionPlan> =
-        Arc::new(WindowAggregateExec::try_new(Arc::new(exchange), spec)?);
+    let streaming: Arc<dyn ExecutionPlan> = Arc::new(match partial {
+        Some(partial) => WindowAggregateExec::two_phase(exchange, spec, partial)?,
+        None => WindowAggregateExec::try_new(Arc::new(exchange), spec)?,
+    });
     match (lifted, window_position) {
         (Some(predicate), Some(position)) => {
             // The predicate on the window bounds, now over the window column of the output.
@@ -350,10 +343,7 @@ fn two_phase(
         ))),
         "" if keys.is_empty()
             && spec.emit == AggregateEmit::Final
-            && spec
-                .window
-                .as_ref()
-                .is_some_and(|w| !matches!(w.spec, WindowSpec::Session { .. })) =>
+            && spec.window.as_ref().is_some_and(|w| !w.is_session()) =>
         {
             Ok(Some((
                 PartialAggregate::try_new(spec)?,

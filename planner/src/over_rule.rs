@@ -36,6 +36,7 @@ use datafusion::physical_plan::windows::{
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
 };
+use freshet_engine::kernels::BuiltinAggregate;
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverSpec, OverWindowExec,
     RankingKind,
@@ -332,15 +333,16 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
     if aggregate.is_distinct() {
         return plan_err!("{name}: DISTINCT aggregates over a window cannot be streamed");
     }
-    let kind = match aggregate.fun().name().to_lowercase().as_str() {
-        "sum" => FrameAggregateKind::Sum,
-        "avg" | "mean" => FrameAggregateKind::Avg,
-        "count" => FrameAggregateKind::Count,
-        "min" => FrameAggregateKind::Min,
-        "max" => FrameAggregateKind::Max,
-        other => {
+    let kind = match BuiltinAggregate::of(aggregate) {
+        Some(BuiltinAggregate::Sum) => FrameAggregateKind::Sum,
+        Some(BuiltinAggregate::Avg) => FrameAggregateKind::Avg,
+        Some(BuiltinAggregate::Count) => FrameAggregateKind::Count,
+        Some(BuiltinAggregate::Min) => FrameAggregateKind::Min,
+        Some(BuiltinAggregate::Max) => FrameAggregateKind::Max,
+        None => {
             return plan_err!(
-                "{name}: aggregate {other} over a window is not supported on unbounded streams; supported: SUM, AVG, MIN, MAX, COUNT"
+                "{name}: aggregate {} over a window is not supported on unbounded streams; supported: SUM, AVG, MIN, MAX, COUNT",
+                aggregate.fun().name()
             );
         }
     };

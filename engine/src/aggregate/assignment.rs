@@ -11,7 +11,7 @@ use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
 
-use super::window_aggregate::WindowKey;
+use super::spec::WindowKey;
 use crate::watermark::event_times;
 use crate::window::{WindowSpec, window_starts_counting};
 

@@ -11,12 +11,11 @@
 //! GROUP BY without a window has every row in one endless window (start 0, added to the
 //! emitted states only) and no late rows.
 //!
-//! `__window_start` (Int64, event-time units), the key columns, each aggregate's state
-//! columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input records counted
-//! in that row — a hop's record counts in its latest window only).
+//! The states' layout is [`PartialStateFormat`]'s. The step plugs into the exchange as an
+//! [`InputStep`]: the exchange runs it on each input partition and knows nothing of
+//! aggregation.
 //!
-//! The final step ([`super::WindowAggregateExec`] over an exchange with a partial aggregate)
-//! merges these states (`merge_batch`) per (window, keys) and emits windows as usual.
+//! The final step ([`super::WindowAggregateExec`] in its merge mode) merges these states (`merge_batch`) per (window, keys) and emits windows as usual.
 //!
 //! Without a window, the final step emits only at the end of the input, so the partial step
 //! holds its groups across batches and emits them when its input ends (or when the table
@@ -33,27 +32,22 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
-use datafusion::arrow::compute::{concat_batches, filter, min};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, UInt64Array};
+use datafusion::arrow::compute::{concat_batches, min};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::logical_expr::EmitTo;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 
 use super::assignment::{Assigned, Assignment, assign_windows};
-use super::groups::GroupTable;
 use super::inputs::AggregateInputs;
-use super::late::LateRecords;
-use super::window_aggregate::{AggregateEmit, AggregateSpec, WindowKey};
-use crate::window::WindowSpec;
-
-/// Name of the window-start column of partial states.
-pub const WINDOW_START_COLUMN: &str = "__window_start";
-/// Name of the record-count column of partial states.
-pub const RECORDS_COLUMN: &str = "__records";
+use super::partial_states::PartialStateFormat;
+use super::spec::{AggregateEmit, AggregateSpec, WindowKey};
+use crate::exchange::{InputStep, InputStepState, StepOutput};
+use crate::kernels::GroupTable;
+use crate::late_records::LateRecords;
 
 /// Input rows a partial step groups before it judges whether grouping pays.
 pub const PROBE_ROWS: usize = 16_384;
@@ -70,16 +64,14 @@ pub struct PartialAggregate {
     allowed_lateness: i64,
     /// The group table's keys: window start (with a window) and the GROUP BY keys.
     table_schema: SchemaRef,
-    schema: SchemaRef,
-    /// Number of state columns of each aggregate.
-    state_widths: Vec<usize>,
+    format: PartialStateFormat,
     late_records: LateRecords,
 }
 
 impl fmt::Debug for PartialAggregate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PartialAggregate")
-            .field("schema", &self.schema)
+            .field("schema", &self.format.schema())
             .finish()
     }
 }
@@ -88,12 +80,7 @@ impl PartialAggregate {
     /// The partial step of `spec`, an EMIT FINAL aggregation over tumbling or hopping windows
     /// or without a window.
     pub fn try_new(spec: &AggregateSpec) -> Result<Self> {
-        let window = spec.window.clone();
-        let window_position = window.as_ref().map(|w| w.position);
-        if window
-            .as_ref()
-            .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }))
-        {
+        if spec.window.as_ref().is_some_and(WindowKey::is_session) {
             return plan_err!(
                 "two-phase aggregation does not apply to SESSION windows: a session's extent is only known from all of its rows; use 'hash'"
             );
@@ -103,85 +90,31 @@ impl PartialAggregate {
                 "two-phase aggregation needs EMIT FINAL: EMIT CHANGES emits per input record, so the raw records must reach the aggregation; use 'hash'"
             );
         }
-        let keys: Vec<&(Arc<dyn PhysicalExpr>, String)> = spec
-            .group_by
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != window_position)
-            .map(|(_, key)| key)
-            .collect();
-        let key_fields: Vec<Field> = spec
-            .group_by
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != window_position)
-            .map(|(i, _)| spec.schema.field(i).clone())
-            .collect();
-        let window_field = Field::new(WINDOW_START_COLUMN, DataType::Int64, false);
+        let format = PartialStateFormat::try_new(spec)?;
         // Without a window the table holds the keys alone (the one window start is added
         // when the states are emitted), which keeps its key interning the keys' own.
         let table_schema = Arc::new(Schema::new(
-            window
+            spec.window
                 .as_ref()
-                .map(|_| window_field.clone())
+                .map(|_| PartialStateFormat::window_start_field())
                 .into_iter()
-                .chain(key_fields.iter().cloned())
+                .chain(format.key_fields())
                 .collect::<Vec<_>>(),
         ));
-        let mut fields = vec![Arc::new(window_field)];
-        fields.extend(key_fields.into_iter().map(Arc::new));
-        let mut state_widths = Vec::with_capacity(spec.aggregates.len());
-        for aggregate in &spec.aggregates {
-            let state_fields = aggregate.state_fields()?;
-            state_widths.push(state_fields.len());
-            fields.extend(state_fields);
-        }
-        fields.push(Arc::new(Field::new(
-            RECORDS_COLUMN,
-            DataType::UInt64,
-            false,
-        )));
         Ok(Self {
-            inputs: AggregateInputs::new(
-                keys.iter().map(|(e, _)| Arc::clone(e)).collect(),
-                &spec.aggregates,
-                &spec.filters,
-            ),
+            inputs: AggregateInputs::new(spec.key_exprs(), &spec.aggregates, &spec.filters),
             aggregates: spec.aggregates.clone(),
-            window,
+            window: spec.window.clone(),
             allowed_lateness: spec.allowed_lateness,
             table_schema,
-            schema: Arc::new(Schema::new(fields)),
-            state_widths,
+            format,
             late_records: LateRecords::default(),
         })
     }
 
-    /// Whether the GROUP BY has a window (without one, no row can be late).
-    pub fn windowed(&self) -> bool {
-        self.window.is_some()
-    }
-
-    /// The schema of the partial states.
-    pub fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
-
-    /// The GROUP BY key columns (without the window) of the partial states, to route on.
-    pub fn key_columns(&self) -> Vec<Arc<dyn PhysicalExpr>> {
-        (1..=self.inputs.keys.len())
-            .map(|i| Arc::new(Column::new(self.schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
-            .collect()
-    }
-
-    /// Number of state columns of each aggregate, in order after the key columns.
-    pub fn state_widths(&self) -> &[usize] {
-        &self.state_widths
-    }
-
-    /// Number of key columns (without the window start).
-    pub fn key_count(&self) -> usize {
-        self.inputs.keys.len()
+    /// The layout of the states this step sends.
+    pub fn format(&self) -> &PartialStateFormat {
+        &self.format
     }
 
     /// The side output late records go to (the final step's).
@@ -189,13 +122,12 @@ impl PartialAggregate {
         &self.late_records
     }
 
-    /// The aggregates, for EXPLAIN.
-    pub fn aggregate_names(&self) -> Vec<&str> {
-        self.aggregates.iter().map(|a| a.name()).collect()
+    /// Fresh per-partition state, counting nothing.
+    pub fn aggregator(self: &Arc<Self>) -> Result<PartialAggregator> {
+        self.aggregator_counting(Counters::default())
     }
 
-    /// Fresh per-partition state.
-    pub fn aggregator(self: &Arc<Self>) -> Result<PartialAggregator> {
+    fn aggregator_counting(self: &Arc<Self>, counters: Counters) -> Result<PartialAggregator> {
         Ok(PartialAggregator {
             spec: Arc::clone(self),
             table: GroupTable::try_new(&self.table_schema, &self.aggregates)?,
@@ -203,6 +135,8 @@ impl PartialAggregate {
             probed_rows: 0,
             probed_states: 0,
             row_states: false,
+            counters,
+            pending: None,
         })
     }
 
@@ -219,15 +153,55 @@ impl PartialAggregate {
     /// (none without a window).
     fn closed_through(&self, watermark: i64) -> i64 {
         match &self.window {
-            Some(window) => window
-                .spec
-                .size()
-                .saturating_add(self.allowed_lateness)
-                .saturating_neg()
-                .saturating_add(watermark),
+            Some(window) => window.closed_through(self.allowed_lateness, watermark),
             None => i64::MIN,
         }
     }
+}
+
+/// The step the exchange runs (the final step keeps the same `Arc` to read the states'
+/// format and share the late-record side output).
+impl InputStep for PartialAggregate {
+    fn schema(&self) -> SchemaRef {
+        self.format.schema()
+    }
+
+    /// Which rows are late depends on the watermark; without a window none is.
+    fn needs_exact_watermark(&self) -> bool {
+        self.window.is_some()
+    }
+
+    fn fmt_as(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self.aggregates.iter().map(|a| a.name()).collect();
+        write!(
+            f,
+            "partial_aggregate=[{}] per input partition",
+            names.join(", ")
+        )
+    }
+
+    fn start(
+        self: Arc<Self>,
+        input: usize,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> Result<Box<dyn InputStepState>> {
+        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, input);
+        let counters = Counters {
+            late_dropped: counter("late_records_dropped"),
+            null_time_dropped: counter("null_event_time_dropped"),
+            ungrouped_rows: counter("partial_ungrouped_rows"),
+        };
+        Ok(Box::new(self.aggregator_counting(counters)?))
+    }
+}
+
+/// The counters of one input partition's partial step.
+#[derive(Default)]
+struct Counters {
+    late_dropped: Count,
+    null_time_dropped: Count,
+    /// Rows passed on as states of their own, once grouping did not reduce them.
+    ungrouped_rows: Count,
 }
 
 /// What one input batch gave at a watermark: its partial states (if any row was on time) and
@@ -240,6 +214,16 @@ pub struct PartialOutcome {
     pub null_times: usize,
     /// The earliest window start among the states.
     earliest_window: Option<i64>,
+    /// Whether the rows became states of their own (grouping did not pay).
+    ungrouped: bool,
+}
+
+/// What an outcome leaves to do once it is final: its late rows to send and its counts.
+struct Pending {
+    late_rows: Option<BooleanArray>,
+    late: usize,
+    null_times: usize,
+    ungrouped: bool,
 }
 
 /// The rows of one window assignment, as the partial step folds or converts them.
@@ -263,13 +247,17 @@ pub struct PartialAggregator {
     probed_states: usize,
     /// Whether rows become states without grouping (grouping did not reduce them).
     row_states: bool,
+    counters: Counters,
+    /// The last outcome's late rows and counts, until it is committed.
+    pending: Option<Pending>,
 }
 
 impl PartialAggregator {
     /// The partial states of `batch` for a final step at `watermark`. Late rows are only
-    /// marked: [`Self::send_late`] sends them once the watermark is settled.
+    /// marked: they are sent when the outcome is committed.
     pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
         let spec = Arc::clone(&self.spec);
+        let ungrouped = self.row_states;
         let assigned = match &spec.window {
             Some(window) => assign_windows(window, spec.closed_through(watermark), batch)?,
             None => Assigned::whole_batch(),
@@ -307,7 +295,7 @@ impl PartialAggregator {
             match row_states.len() {
                 0 => None,
                 1 => row_states.pop(),
-                _ => Some(concat_batches(&spec.schema, &row_states)?),
+                _ => Some(concat_batches(&spec.format.schema(), &row_states)?),
             }
         } else if hold {
             // The held groups stand for the states this batch would have given.
@@ -331,6 +319,7 @@ impl PartialAggregator {
             late: assigned.late_count,
             null_times: assigned.null_times,
             earliest_window,
+            ungrouped,
         })
     }
 
@@ -378,37 +367,20 @@ impl PartialAggregator {
         }
     }
 
-    /// Whether `outcome`, aggregated at an earlier watermark, still holds at `watermark`:
-    /// none of its windows has closed since, so no row changed from on time to late.
-    pub fn holds_at(&self, outcome: &PartialOutcome, watermark: i64) -> bool {
-        outcome
-            .earliest_window
-            .is_none_or(|start| start > self.spec.closed_through(watermark))
-    }
-
-    /// Sends `outcome`'s late rows of `batch` to the side output, if somebody reads it.
-    pub fn send_late(&self, batch: &RecordBatch, outcome: &PartialOutcome) -> Result<()> {
-        match &outcome.late_rows {
-            Some(late) if self.spec.late_records.wanted() => {
-                self.spec.late_records.send(batch, late)
-            }
-            _ => Ok(()),
+    /// The watermark from which `outcome` no longer holds: one of its windows has closed, so
+    /// a row may have changed from on time to late.
+    pub fn valid_below(&self, outcome: &PartialOutcome) -> i64 {
+        match (&self.spec.window, outcome.earliest_window) {
+            (Some(window), Some(start)) => start
+                .saturating_add(window.spec.size())
+                .saturating_add(self.spec.allowed_lateness),
+            _ => i64::MAX,
         }
     }
 
     /// Whether groups are held across batches until the input ends (without a window).
     fn holds_groups(&self) -> bool {
         self.spec.window.is_none()
-    }
-
-    /// The states still held at the end of the input (only without a window).
-    pub fn finish(&mut self) -> Result<Option<RecordBatch>> {
-        self.emit()
-    }
-
-    /// Whether the step stopped grouping (each row becomes states of its own).
-    pub fn passes_rows(&self) -> bool {
-        self.row_states
     }
 
     /// `rows` as states of their own.
@@ -422,23 +394,21 @@ impl PartialAggregator {
             .starts
             .cloned()
             .unwrap_or_else(|| Int64Array::from_value(0, rows.count));
-        let mut output: Vec<ArrayRef> = vec![Arc::new(starts)];
-        output.extend(rows.keys);
-        output.extend(
-            self.table
-                .row_states(arguments, filters)?
-                .into_iter()
-                .flatten(),
-        );
+        let states = self
+            .table
+            .row_states(arguments, filters)?
+            .into_iter()
+            .flatten()
+            .collect();
         // A hop's record counts in its latest window only.
         let counted = u64::from(rows.latest);
-        output.push(Arc::new(UInt64Array::from_value(counted, rows.count)));
-        let options = RecordBatchOptions::new().with_row_count(Some(rows.count));
-        Ok(RecordBatch::try_new_with_options(
-            self.spec.schema(),
-            output,
-            &options,
-        )?)
+        self.spec.format.batch(
+            Arc::new(starts),
+            rows.keys,
+            states,
+            UInt64Array::from_value(counted, rows.count),
+            rows.count,
+        )
     }
 
     /// Every group's partial state as one batch; the table is left empty.
@@ -447,93 +417,70 @@ impl PartialAggregator {
         if groups == 0 {
             return Ok(None);
         }
-        let (keys, states) = self.table.emit_states(EmitTo::All)?;
-        let mut columns = Vec::with_capacity(self.spec.schema.fields().len());
-        if self.spec.window.is_none() {
-            columns.push(Arc::new(Int64Array::from_value(0, groups)) as ArrayRef);
-        }
-        columns.extend(keys);
-        columns.extend(states.into_iter().flatten());
-        columns.push(Arc::new(UInt64Array::from(std::mem::take(
-            &mut self.records,
-        ))));
-        let options = RecordBatchOptions::new().with_row_count(Some(groups));
-        Ok(Some(RecordBatch::try_new_with_options(
-            self.spec.schema(),
-            columns,
-            &options,
-        )?))
+        let (mut keys, states) = self.table.emit_states(EmitTo::All)?;
+        let starts = if self.spec.window.is_none() {
+            Arc::new(Int64Array::from_value(0, groups)) as ArrayRef
+        } else {
+            keys.remove(0)
+        };
+        let records = UInt64Array::from(std::mem::take(&mut self.records));
+        let states = states.into_iter().flatten().collect();
+        Ok(Some(
+            self.spec
+                .format
+                .batch(starts, keys, states, records, groups)?,
+        ))
     }
 }
 
-/// The parts of a batch of partial states, as the final step reads them.
-pub struct PartialStates {
-    pub starts: Int64Array,
-    pub keys: Vec<ArrayRef>,
-    pub states: Vec<Vec<ArrayRef>>,
-    pub records: UInt64Array,
-}
-
-impl PartialStates {
-    /// The rows `keep` selects.
-    pub fn filter(self, keep: &BooleanArray) -> Result<Self> {
-        let each = |arrays: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
-            arrays
-                .iter()
-                .map(|a| Ok(filter(a.as_ref(), keep)?))
-                .collect()
-        };
-        Ok(Self {
-            starts: filter(&self.starts, keep)?
-                .as_primitive::<Int64Type>()
-                .clone(),
-            keys: each(self.keys)?,
-            states: self.states.into_iter().map(each).collect::<Result<_>>()?,
-            records: filter(&self.records, keep)?
-                .as_primitive::<UInt64Type>()
-                .clone(),
+impl InputStepState for PartialAggregator {
+    fn process(&mut self, batch: &RecordBatch, watermark: i64) -> Result<StepOutput> {
+        let outcome = self.aggregate(batch, watermark)?;
+        let valid_below = self.valid_below(&outcome);
+        self.pending = Some(Pending {
+            late_rows: outcome.late_rows,
+            late: outcome.late,
+            null_times: outcome.null_times,
+            ungrouped: outcome.ungrouped,
+        });
+        Ok(StepOutput {
+            batch: outcome.states,
+            valid_below,
         })
     }
 
-    /// Splits `batch` (of [`PartialAggregate::schema`]) into its parts.
-    pub fn split(batch: &RecordBatch, key_count: usize, state_widths: &[usize]) -> Result<Self> {
-        let expected = 2 + key_count + state_widths.iter().sum::<usize>();
-        if batch.num_columns() != expected {
-            return internal_err!(
-                "partial states with {} columns, expected {expected}",
-                batch.num_columns()
-            );
-        }
-        let columns = batch.columns();
-        let mut at = 1 + key_count;
-        let states = state_widths
-            .iter()
-            .map(|width| {
-                let state = columns[at..at + width].to_vec();
-                at += width;
-                state
-            })
-            .collect();
-        let (Some(starts), Some(records)) = (
-            columns[0].as_primitive_opt::<Int64Type>(),
-            columns[at].as_primitive_opt::<UInt64Type>(),
-        ) else {
-            return internal_err!("partial states without Int64 window starts and UInt64 counts");
+    /// Counts the committed outcome's rows left out and sends its late rows to the side
+    /// output, if somebody reads it.
+    fn commit(&mut self, batch: &RecordBatch) -> Result<()> {
+        let Some(pending) = self.pending.take() else {
+            return internal_err!("a partial step committed without an outcome");
         };
-        Ok(Self {
-            starts: starts.clone(),
-            keys: columns[1..1 + key_count].to_vec(),
-            states,
-            records: records.clone(),
-        })
+        self.counters.late_dropped.add(pending.late);
+        self.counters.null_time_dropped.add(pending.null_times);
+        if pending.ungrouped {
+            self.counters.ungrouped_rows.add(batch.num_rows());
+        }
+        match &pending.late_rows {
+            Some(late) if self.spec.late_records.wanted() => {
+                self.spec.late_records.send(batch, late)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The states still held at the end of the input (only without a window).
+    fn finish(&mut self) -> Result<Option<RecordBatch>> {
+        self.emit()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{StringArray, TimestampMillisecondArray};
-    use datafusion::arrow::datatypes::TimeUnit;
+    use crate::aggregate::partial_states::RECORDS_COLUMN;
+    use crate::window::WindowSpec;
+    use datafusion::arrow::array::{AsArray, StringArray, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, TimeUnit, UInt64Type};
     use datafusion::functions_aggregate::count::count_udaf;
     use datafusion::functions_aggregate::sum::sum_udaf;
     use datafusion::physical_expr::aggregate::AggregateExprBuilder;
@@ -652,13 +599,16 @@ mod tests {
             let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
             assert!(outcome.states.is_none(), "states before the input ended");
         }
-        let states = aggregator.finish().unwrap().unwrap();
+        let states = InputStepState::finish(&mut aggregator).unwrap().unwrap();
         // Groups "a", null and "b", each row of the three batches counted once.
         assert_eq!(states.num_rows(), 3);
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 12);
         assert_eq!(column_sum(&states, "n[count]"), 12);
         assert_eq!(column_sum(&states, "total[sum]"), 30);
-        assert!(aggregator.finish().unwrap().is_none(), "states sent twice");
+        assert!(
+            InputStepState::finish(&mut aggregator).unwrap().is_none(),
+            "states sent twice"
+        );
     }
 
     #[test]
@@ -668,8 +618,7 @@ mod tests {
         let mut aggregator = partial.aggregator().unwrap();
         let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
         // The earliest window starts at -2 000 and closes at 1 000.
-        assert!(aggregator.holds_at(&outcome, 999));
-        assert!(!aggregator.holds_at(&outcome, 1_000));
+        assert_eq!(aggregator.valid_below(&outcome), 1_000);
     }
 
     #[test]
@@ -684,7 +633,7 @@ mod tests {
         assert_eq!((outcome.late, outcome.null_times), (1, 1));
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 2);
         assert_eq!(column_sum(&states, "n[count]"), 3);
-        let split = PartialStates::split(&states, 1, partial.state_widths()).unwrap();
+        let split = partial.format().split(&states).unwrap();
         assert!(split.starts.values().iter().all(|s| *s > 0));
     }
 }

@@ -32,8 +32,7 @@ use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
-use super::packed_keys::new_group_values;
-use super::running::RunningAggregates;
+use crate::kernels::{RunningAggregates, new_group_values};
 
 /// Open sessions kept before their groups are renumbered: past this many groups, and more
 /// dead than live, the running state is compacted.

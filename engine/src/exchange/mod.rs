@@ -25,12 +25,11 @@
 //! output alone: streams on different outputs neither wait for each other nor hold each
 //! other's windows open.
 //!
-//! With a [`PartialAggregate`] (two-phase aggregation), each input task first folds its batch
-//! into partial states and routes those instead of the rows. The partial step decides which
-//! rows are late against the watermark the final step will hold when it reads the states;
-//! to make that exact, the input tasks then take turns (one async lock) for the span from
-//! reading the watermark to having sent their states and any new watermark. Without a window
-//! no row is late, and the inputs do not take turns.
+//! With an [`InputStep`] (the partial step of two-phase aggregation), each input task first
+//! runs its batch through the step and routes the step's output instead of the rows. A step
+//! whose output depends on the watermark the consumer will hold when it reads it (which rows
+//! are late) makes the input tasks take turns (one async lock) for the span from reading the
+//! watermark to having sent their output and any new watermark; see [`input_step`].
 //!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
@@ -43,31 +42,30 @@ use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::EmissionType;
-use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
-};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties, ReplaceChildrenOptions,
 };
-use freshet_partitioner::{Router, RoutingStrategy};
+use freshet_partitioner::{Router, RoutingStrategy, WatermarkDomain};
 use futures::stream::BoxStream;
 use futures::{StreamExt, future};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
-use crate::aggregate::{PartialAggregate, PartialAggregator, PartialOutcome};
 use crate::filter::StreamFilterExec;
 use crate::plan_util::single_child;
 use crate::source::{SourceProgress, StreamSourceExec};
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
+mod input_step;
 mod ordered_merge;
 
+pub use input_step::{InputStep, InputStepState, StepOutput};
 use ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
 
 type Message = Result<StreamMessage>;
@@ -83,8 +81,9 @@ pub struct StreamExchangeExec {
     reason: String,
     properties: Arc<PlanProperties>,
     running: Arc<Mutex<Option<Running>>>,
-    /// Two-phase aggregation: the partial step run on each input partition.
-    partial: Option<Arc<PartialAggregate>>,
+    /// Work run on each input partition before routing (two-phase aggregation's partial
+    /// step).
+    step: Option<Arc<dyn InputStep>>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -94,13 +93,9 @@ fn exchange_properties(
     outputs: usize,
     schema: datafusion::arrow::datatypes::SchemaRef,
 ) -> PlanProperties {
-    let partitioning = match strategy {
-        RoutingStrategy::Hash(keys) => Partitioning::Hash(keys.clone(), outputs),
-        _ => Partitioning::UnknownPartitioning(outputs),
-    };
     PlanProperties::new(
         EquivalenceProperties::new(schema),
-        partitioning,
+        strategy.partitioning(outputs),
         EmissionType::Incremental,
         input.boundedness(),
     )
@@ -135,16 +130,7 @@ impl StreamExchangeExec {
         outputs: usize,
         event_time: Option<EventTime>,
     ) -> Result<Self> {
-        let outputs = match strategy {
-            RoutingStrategy::FanIn => 1,
-            // Each source partition stays whole; more of them than streams share streams
-            // (`p mod n`), fewer keep their own.
-            RoutingStrategy::Sticky => input
-                .output_partitioning()
-                .partition_count()
-                .min(outputs.max(1)),
-            _ => outputs.max(1),
-        };
+        let outputs = strategy.output_count(input.output_partitioning().partition_count(), outputs);
         let properties = exchange_properties(&input, &strategy, outputs, input.schema());
         Ok(Self {
             input,
@@ -154,24 +140,35 @@ impl StreamExchangeExec {
             reason: String::new(),
             properties: Arc::new(properties),
             running: Arc::new(Mutex::new(None)),
-            partial: None,
+            step: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
-    /// Runs `partial` on each input partition and routes its partial states (whose schema
-    /// the exchange then has) instead of the rows; the strategy's keys refer to the states.
-    pub fn with_partial_aggregate(mut self, partial: Arc<PartialAggregate>) -> Self {
+    /// Runs `step` on each input partition and routes its output (whose schema the exchange
+    /// then has) instead of the rows; the strategy's keys refer to the step's output.
+    pub fn with_input_step(mut self, step: Arc<dyn InputStep>) -> Self {
         let properties =
-            exchange_properties(&self.input, &self.strategy, self.outputs, partial.schema());
+            exchange_properties(&self.input, &self.strategy, self.outputs, step.schema());
         self.properties = Arc::new(properties);
-        self.partial = Some(partial);
+        self.step = Some(step);
         self
     }
 
-    /// The partial aggregation step, in two-phase aggregation.
-    pub fn partial_aggregate(&self) -> Option<&Arc<PartialAggregate>> {
-        self.partial.as_ref()
+    /// The step run on each input partition, if any.
+    pub fn input_step(&self) -> Option<&Arc<dyn InputStep>> {
+        self.step.as_ref()
+    }
+
+    /// `plan` as the exchange it must be: the input of `reader`, a stateful operator that
+    /// reads batches and watermarks with [`Self::execute_messages`].
+    pub fn from_plan(plan: Arc<dyn ExecutionPlan>, reader: &str) -> Result<Arc<Self>> {
+        let name = plan.name().to_string();
+        let plan: Arc<dyn std::any::Any + Send + Sync> = plan;
+        match plan.downcast::<Self>() {
+            Ok(exchange) => Ok(exchange),
+            Err(_) => internal_err!("{reader} reads a StreamExchangeExec, got {name}"),
+        }
     }
 
     /// Records why the strategy was chosen, for EXPLAIN.
@@ -243,17 +240,14 @@ impl StreamExchangeExec {
     /// Whether each output merges its inputs in an order fixed by the data (see
     /// [`OrderedMerge`]): where rows of one key come from several inputs and the consumer
     /// applies them in order. Sticky routing keeps a key in one input; round-robin feeds
-    /// stateless operators only; partial states are merged whatever their order; an endless
+    /// stateless operators only; a step's outputs are combined whatever their order; an endless
     /// stream without event time has no key that a silent input could not hold; and inputs
     /// fed by another exchange share its input tasks, so that waiting for one of them could
     /// hold back the rows it waits for (the same reason they are not aligned).
     fn merges_inputs(&self, inputs: usize) -> Result<bool> {
         Ok(inputs > 1
-            && self.partial.is_none()
-            && matches!(
-                self.strategy,
-                RoutingStrategy::Hash(_) | RoutingStrategy::FanIn
-            )
+            && self.step.is_none()
+            && self.strategy.interleaves_keys()
             && (self.event_time.is_some() || !self.input.boundedness().is_unbounded())
             && self.reads_source_partitions()?)
     }
@@ -288,23 +282,13 @@ impl StreamExchangeExec {
             .exists(|node| Ok(node.downcast_ref::<StreamExchangeExec>().is_some()))?)
     }
 
-    /// The groups of inputs whose watermark is combined, and the outputs they feed. Sticky
-    /// routing keeps each input on one output, so an output's watermark is the minimum over
-    /// its own inputs only, and inputs on different outputs need not wait for each other.
-    /// Every other strategy mixes inputs on every output: one group.
+    /// The groups of inputs whose watermark is combined, and the outputs they feed: the
+    /// strategy's, except that a step's outputs are judged at one watermark for all.
     fn watermark_domains(&self, inputs: usize) -> Vec<WatermarkDomain> {
-        if matches!(self.strategy, RoutingStrategy::Sticky) && self.partial.is_none() {
-            return (0..self.outputs)
-                .map(|output| WatermarkDomain {
-                    inputs: (0..inputs).filter(|i| i % self.outputs == output).collect(),
-                    outputs: vec![output],
-                })
-                .collect();
+        if self.step.is_some() {
+            return vec![WatermarkDomain::all(inputs, self.outputs)];
         }
-        vec![WatermarkDomain {
-            inputs: (0..inputs).collect(),
-            outputs: (0..self.outputs).collect(),
-        }]
+        self.strategy.watermark_domains(inputs, self.outputs)
     }
 
     fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
@@ -336,11 +320,11 @@ impl StreamExchangeExec {
             receivers.into_iter().map(OutputChannels::Shared).collect()
         };
         let delay = self.event_time.map_or(0, |e| e.delay);
-        // Turns make the partial step's lateness exact; without a window nothing is late.
+        // Turns give a step the exact watermark its consumer will read its output at.
         let turns = self
-            .partial
+            .step
             .as_ref()
-            .filter(|partial| partial.windowed())
+            .filter(|step| step.needs_exact_watermark())
             .map(|_| Arc::new(tokio::sync::Mutex::new(())));
         // Inputs fed by another exchange share its input tasks: one that waited for another
         // could hold back the very rows the other waits for. Only independent source
@@ -368,16 +352,8 @@ impl StreamExchangeExec {
             };
             for (tracked, &input) in domain.inputs.iter().enumerate() {
                 let router = Router::try_new(&self.strategy, input, inputs, self.outputs)?;
-                let partial = match &self.partial {
-                    Some(partial) => Some(PartialStep {
-                        aggregator: partial.aggregator()?,
-                        late_dropped: MetricBuilder::new(&self.metrics)
-                            .counter("late_records_dropped", input),
-                        null_time_dropped: MetricBuilder::new(&self.metrics)
-                            .counter("null_event_time_dropped", input),
-                        ungrouped_rows: MetricBuilder::new(&self.metrics)
-                            .counter("partial_ungrouped_rows", input),
-                    }),
+                let step = match &self.step {
+                    Some(step) => Some(Arc::clone(step).start(input, &self.metrics)?),
                     None => None,
                 };
                 let task = InputTask {
@@ -393,7 +369,7 @@ impl StreamExchangeExec {
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
-                    partial,
+                    step,
                     turns: turns.clone(),
                 };
                 tasks.push(SpawnedTask::spawn(task.run()));
@@ -428,12 +404,6 @@ impl StreamExchangeExec {
             tasks: Arc::new(tasks),
         })
     }
-}
-
-/// Inputs whose watermark is combined, and the outputs that watermark goes to.
-struct WatermarkDomain {
-    inputs: Vec<usize>,
-    outputs: Vec<usize>,
 }
 
 /// The combined watermark, the last one sent, and how far in event time an input may run
@@ -477,28 +447,19 @@ struct InputTask {
     /// Woken whenever the combined watermark rises or an input ends.
     advanced: Arc<Notify>,
     event_time: Option<EventTime>,
-    partial: Option<PartialStep>,
-    /// Two-phase aggregation: held from reading the watermark for the partial step to having
-    /// sent the states and any new watermark (see the module documentation).
+    step: Option<Box<dyn InputStepState>>,
+    /// Held from reading the watermark for the step to having sent its output and any new
+    /// watermark (see [`input_step`]).
     turns: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
-/// The partial aggregation of one input partition and its counters.
-struct PartialStep {
-    aggregator: PartialAggregator,
-    late_dropped: Count,
-    null_time_dropped: Count,
-    /// Rows passed on as states of their own, once grouping did not reduce them.
-    ungrouped_rows: Count,
-}
-
-/// The routed pieces of a partial step's states (taken out of `outcome`).
-fn route_states(
+/// The routed pieces of a step's output (taken out of `output`).
+fn route_output(
     router: &mut Router,
-    outcome: &mut PartialOutcome,
+    output: &mut StepOutput,
 ) -> Result<Vec<(usize, datafusion::arrow::record_batch::RecordBatch)>> {
-    match outcome.states.take() {
-        Some(states) => router.route(states),
+    match output.batch.take() {
+        Some(batch) => router.route(batch),
         None => Ok(Vec::new()),
     }
 }
@@ -561,26 +522,21 @@ impl InputTask {
                 .as_ref()
                 .and_then(|progress| progress.newest(self.input));
             let newest = newest.max(source_newest);
-            let (pieces, turn) = match &mut self.partial {
+            let (pieces, turn) = match &mut self.step {
                 None => (self.router.route(batch)?, None),
-                Some(partial) => {
-                    // Aggregate and route at the watermark of now, then take the turn; only
-                    // if a window closed meanwhile, aggregate again at the new watermark.
+                Some(step) => {
+                    // Process and route at the watermark of now, then take the turn; only if
+                    // the watermark meanwhile passed what the output holds for, again.
                     let watermark = self.watermarks.lock().sent;
-                    if partial.aggregator.passes_rows() {
-                        partial.ungrouped_rows.add(batch.num_rows());
-                    }
-                    let mut outcome = partial.aggregator.aggregate(&batch, watermark)?;
-                    let mut pieces = route_states(&mut self.router, &mut outcome)?;
+                    let mut output = step.process(&batch, watermark)?;
+                    let mut pieces = route_output(&mut self.router, &mut output)?;
                     let turn = take_turn(&self.turns).await;
                     let now = self.watermarks.lock().sent;
-                    if !partial.aggregator.holds_at(&outcome, now) {
-                        outcome = partial.aggregator.aggregate(&batch, now)?;
-                        pieces = route_states(&mut self.router, &mut outcome)?;
+                    if now >= output.valid_below {
+                        output = step.process(&batch, now)?;
+                        pieces = route_output(&mut self.router, &mut output)?;
                     }
-                    partial.aggregator.send_late(&batch, &outcome)?;
-                    partial.late_dropped.add(outcome.late);
-                    partial.null_time_dropped.add(outcome.null_times);
+                    step.commit(&batch)?;
                     (pieces, turn)
                 }
             };
@@ -606,11 +562,12 @@ impl InputTask {
                 wait_for_slower_inputs(self.tracked, &self.watermarks, &self.advanced).await;
             }
         }
-        // A partial step without a window holds its states until its input ends.
-        if let Some(partial) = &mut self.partial
-            && let Some(states) = partial.aggregator.finish()?
+        // What the step still holds (a partial step without a window holds its states
+        // until its input ends).
+        if let Some(step) = &mut self.step
+            && let Some(held) = step.finish()?
         {
-            let pieces = self.router.route(states)?;
+            let pieces = self.router.route(held)?;
             send_pieces(&self.senders, &mut self.merge_keys, pieces, None).await?;
         }
         Ok(())
@@ -740,12 +697,9 @@ impl DisplayAs for StreamExchangeExec {
         if !self.reason.is_empty() {
             write!(f, " ({})", self.reason)?;
         }
-        if let Some(partial) = &self.partial {
-            write!(
-                f,
-                ", partial_aggregate=[{}] per input partition",
-                partial.aggregate_names().join(", ")
-            )?;
+        if let Some(step) = &self.step {
+            write!(f, ", ")?;
+            step.fmt_as(f)?;
         }
         if let Some(event_time) = &self.event_time {
             write!(
@@ -805,8 +759,8 @@ impl ExecutionPlan for StreamExchangeExec {
         let mut exchange =
             Self::try_new(child, self.strategy.clone(), self.outputs, self.event_time)?
                 .with_reason(self.reason.clone());
-        if let Some(partial) = &self.partial {
-            exchange = exchange.with_partial_aggregate(Arc::clone(partial));
+        if let Some(step) = &self.step {
+            exchange = exchange.with_input_step(Arc::clone(step));
         }
         Ok(Arc::new(exchange))
     }

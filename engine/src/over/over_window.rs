@@ -49,8 +49,9 @@ use datafusion::physical_plan::{
 use super::functions::{OverFunction, OverKernel};
 use super::lookahead::{CompletingRows, Lookahead};
 use super::reorder::{Released, ReorderBuffer, sort_by_time};
-use crate::aggregate::{GroupTable, LateRecords};
 use crate::exchange::StreamExchangeExec;
+use crate::kernels::GroupTable;
+use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, drive};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::{event_times, time_range};
@@ -71,7 +72,9 @@ pub struct OverSpec {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct OverWindowExec {
+    /// The exchange below, as a plan (the same node as `exchange`).
     input: Arc<dyn ExecutionPlan>,
+    exchange: Arc<StreamExchangeExec>,
     spec: OverSpec,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -79,14 +82,9 @@ pub struct OverWindowExec {
 }
 
 impl OverWindowExec {
-    /// The window functions of `spec` over `input` (a [`StreamExchangeExec`]).
-    pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: OverSpec) -> Result<Self> {
-        if input.downcast_ref::<StreamExchangeExec>().is_none() {
-            return internal_err!(
-                "OverWindowExec reads a StreamExchangeExec, got {}",
-                input.name()
-            );
-        }
+    /// The window functions of `spec` over the rows of `exchange`.
+    pub fn try_new(exchange: Arc<StreamExchangeExec>, spec: OverSpec) -> Result<Self> {
+        let input: Arc<dyn ExecutionPlan> = Arc::clone(&exchange) as _;
         let input_schema = input.schema();
         if spec.schema.fields().len() != input_schema.fields().len() + spec.functions.len() {
             return internal_err!("OverWindowExec: schema does not fit the input and functions");
@@ -101,6 +99,7 @@ impl OverWindowExec {
         let properties = stateful_properties(&input, &spec.schema);
         Ok(Self {
             input,
+            exchange,
             spec,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -117,11 +116,9 @@ impl OverWindowExec {
         &self.late_records
     }
 
-    fn exchange(&self) -> Result<&StreamExchangeExec> {
-        match self.input.downcast_ref::<StreamExchangeExec>() {
-            Some(exchange) => Ok(exchange),
-            None => internal_err!("OverWindowExec lost its exchange input"),
-        }
+    /// The exchange this operator reads.
+    pub fn exchange(&self) -> &Arc<StreamExchangeExec> {
+        &self.exchange
     }
 }
 
@@ -190,7 +187,8 @@ impl ExecutionPlan for OverWindowExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let child = single_child("OverWindowExec", children)?;
-        let mut exec = Self::try_new(child, self.spec.clone())?;
+        let exchange = StreamExchangeExec::from_plan(child, "OverWindowExec")?;
+        let mut exec = Self::try_new(exchange, self.spec.clone())?;
         exec.late_records = self.late_records.clone();
         Ok(Arc::new(exec))
     }
@@ -212,7 +210,7 @@ impl ExecutionPlan for OverWindowExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("OverWindowExec[{partition}]"))
             .register(context.memory_pool());
-        let messages = self.exchange()?.execute_messages(partition, context)?;
+        let messages = self.exchange.execute_messages(partition, context)?;
         let state = OverState::try_new(self, partition, reservation)?;
         let outputs = drive(messages, state);
         Ok(Box::pin(RecordBatchStreamAdapter::new(

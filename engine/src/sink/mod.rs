@@ -4,16 +4,17 @@
 //! stdout, CSV or JSON lines (stdout or a file), Parquet or Arrow IPC files, or `null`,
 //! which only counts (for benchmarks). Embedding applications take the stream itself instead.
 
+mod batch_writer;
 mod table;
 mod writers;
 
 use std::path::PathBuf;
 
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 
+pub use batch_writer::BatchWriter;
 pub use table::TableWriter;
 pub use writers::{ArrowFileWriter, CsvWriter, JsonLinesWriter, NullWriter, ParquetFileWriter};
 
@@ -76,14 +77,6 @@ impl std::str::FromStr for SinkSpec {
             }
         })
     }
-}
-
-/// Takes a result's batches one at a time.
-pub trait BatchWriter: Send {
-    /// Writes one batch.
-    fn write(&mut self, batch: &RecordBatch) -> Result<()>;
-    /// Flushes and closes the output.
-    fn finish(self: Box<Self>) -> Result<()>;
 }
 
 /// What a sink wrote.

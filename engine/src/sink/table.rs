@@ -8,7 +8,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::common::Result;
 
-use super::BatchWriter;
+use super::batch_writer::BatchWriter;
 
 /// Prints at most `max_rows` rows, then a count of the rows not shown.
 pub struct TableWriter {

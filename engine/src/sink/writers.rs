@@ -18,7 +18,7 @@ use datafusion::common::{Result, plan_err};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
 
-use super::BatchWriter;
+use super::batch_writer::BatchWriter;
 
 type Output = BufWriter<Box<dyn Write + Send>>;
 

@@ -16,6 +16,8 @@ use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
 use datafusion::common::Result;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
+use super::builtin::BuiltinAggregate;
+
 /// A per-record kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kernel {
@@ -70,8 +72,8 @@ impl RunningAggregates {
                     return None;
                 }
                 let arguments = aggregate.expressions();
-                let name = aggregate.fun().name().to_ascii_lowercase();
-                if name == "count" {
+                let builtin = BuiltinAggregate::of(aggregate)?;
+                if builtin == BuiltinAggregate::Count {
                     return (arguments.len() <= 1).then_some(Kernel::Count);
                 }
                 let [argument] = arguments.as_slice() else {
@@ -79,25 +81,25 @@ impl RunningAggregates {
                 };
                 let input_type = argument.data_type(input).ok()?;
                 let output_type = aggregate.field().data_type().clone();
-                if matches!(name.as_str(), "min" | "max")
+                if matches!(builtin, BuiltinAggregate::Min | BuiltinAggregate::Max)
                     && is_temporal_int64(&input_type)
                     && output_type == input_type
                 {
-                    return Some(if name == "min" {
+                    return Some(if builtin == BuiltinAggregate::Min {
                         Kernel::MinInt
                     } else {
                         Kernel::MaxInt
                     });
                 }
-                let kernel = match (name.as_str(), &input_type) {
-                    ("sum", DataType::Int64) => Kernel::SumInt,
-                    ("sum", DataType::Float64) => Kernel::SumFloat,
-                    ("avg" | "mean", DataType::Int64) => Kernel::AvgInt,
-                    ("avg" | "mean", DataType::Float64) => Kernel::AvgFloat,
-                    ("min", DataType::Int64) => Kernel::MinInt,
-                    ("max", DataType::Int64) => Kernel::MaxInt,
-                    ("min", DataType::Float64) => Kernel::MinFloat,
-                    ("max", DataType::Float64) => Kernel::MaxFloat,
+                let kernel = match (builtin, &input_type) {
+                    (BuiltinAggregate::Sum, DataType::Int64) => Kernel::SumInt,
+                    (BuiltinAggregate::Sum, DataType::Float64) => Kernel::SumFloat,
+                    (BuiltinAggregate::Avg, DataType::Int64) => Kernel::AvgInt,
+                    (BuiltinAggregate::Avg, DataType::Float64) => Kernel::AvgFloat,
+                    (BuiltinAggregate::Min, DataType::Int64) => Kernel::MinInt,
+                    (BuiltinAggregate::Max, DataType::Int64) => Kernel::MaxInt,
+                    (BuiltinAggregate::Min, DataType::Float64) => Kernel::MinFloat,
+                    (BuiltinAggregate::Max, DataType::Float64) => Kernel::MaxFloat,
                     _ => return None,
                 };
                 let expected = match kernel {

@@ -36,6 +36,8 @@ use datafusion::common::{Result, internal_err};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
 
+use super::builtin::BuiltinAggregate;
+
 /// What one fused aggregate folds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fold {
@@ -55,18 +57,17 @@ impl Fold {
             return None;
         }
         let arguments = aggregate.expressions();
-        let name = aggregate.fun().name().to_ascii_lowercase();
-        let fold = match (name.as_str(), arguments.as_slice()) {
-            ("count", []) => Fold::Rows,
-            ("count", [argument]) => match argument.downcast_ref::<Literal>() {
+        let fold = match (BuiltinAggregate::of(aggregate)?, arguments.as_slice()) {
+            (BuiltinAggregate::Count, []) => Fold::Rows,
+            (BuiltinAggregate::Count, [argument]) => match argument.downcast_ref::<Literal>() {
                 Some(literal) if !literal.value().is_null() => Fold::Rows,
                 Some(_) => return None,
                 None => Fold::Count,
             },
-            ("sum", [_]) => Fold::Sum,
-            ("avg" | "mean", [_]) => Fold::Avg,
-            ("min", [_]) => Fold::Min,
-            ("max", [_]) => Fold::Max,
+            (BuiltinAggregate::Sum, [_]) => Fold::Sum,
+            (BuiltinAggregate::Avg, [_]) => Fold::Avg,
+            (BuiltinAggregate::Min, [_]) => Fold::Min,
+            (BuiltinAggregate::Max, [_]) => Fold::Max,
             _ => return None,
         };
         Some(fold)
@@ -932,7 +933,7 @@ mod tests {
     use datafusion::physical_expr::expressions::{col, lit};
 
     use super::*;
-    use crate::aggregate::GroupTable;
+    use crate::kernels::GroupTable;
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![

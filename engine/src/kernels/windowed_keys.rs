@@ -25,7 +25,7 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::packed_keys::new_group_values;
-use crate::take_rows::take_rows;
+use super::take_rows::take_rows;
 use crate::watermark::event_times;
 
 /// No group yet for this key in this window.
@@ -417,7 +417,7 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, TimeUnit};
 
     use super::*;
-    use crate::aggregate::PackedGroupValues;
+    use crate::kernels::PackedGroupValues;
     use crate::splitmix64;
 
     fn schema() -> SchemaRef {

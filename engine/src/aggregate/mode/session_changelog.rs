@@ -1,0 +1,113 @@
+//! [`SessionChangelog`]: session windows with EMIT CHANGES. Rows that can still join an open
+//! session go to [`SessionChanges`], which keeps each key's open sessions with their running
+//! aggregates and answers each record (or, per batch, each changed session) with an upsert
+//! row, and a deletion when a session's start moves; sessions leave the state when the
+//! watermark passes their last event time plus the gap (and the allowed lateness).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::{Int64Type, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, internal_err};
+
+use super::context::ModeContext;
+use crate::aggregate::inputs::AggregateInputs;
+use crate::aggregate::session_changes::SessionChanges;
+use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
+use crate::kernels::{RunningAggregates, take_rows};
+use crate::watermark::event_times;
+
+/// See the module documentation.
+pub(crate) struct SessionChangelog {
+    inputs: AggregateInputs,
+    changes: SessionChanges,
+    context: ModeContext,
+}
+
+impl SessionChangelog {
+    pub fn try_new(
+        spec: &AggregateSpec,
+        input_schema: &SchemaRef,
+        context: ModeContext,
+    ) -> Result<Self> {
+        let (Some(window), Some(running)) = (
+            &spec.window,
+            RunningAggregates::plan(&spec.aggregates, &spec.filters, input_schema),
+        ) else {
+            return internal_err!(
+                "EMIT CHANGES on session windows needs per-record kernels for every aggregate"
+            );
+        };
+        // The key table holds the GROUP BY keys (the session start is tracked apart).
+        let key_schema = Arc::new(Schema::new(spec.table_fields()[1..].to_vec()));
+        Ok(Self {
+            inputs: AggregateInputs::new(spec.key_exprs(), &spec.aggregates, &spec.filters),
+            changes: SessionChanges::try_new(
+                &key_schema,
+                running,
+                window.spec.size(),
+                spec.emit == AggregateEmit::ChangesPerBatch,
+            )?,
+            context,
+        })
+    }
+
+    /// The changelog rows of `batch` (see [`SessionChanges`]).
+    pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.context.metrics.records_in.add(batch.num_rows());
+        let output = self.changelog(batch)?;
+        self.report_state()?;
+        self.context.combine(output.into_iter().collect())
+    }
+
+    fn changelog(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let (Some(rows), Some(window)) =
+            (self.context.open_session_rows(batch)?, &self.context.window)
+        else {
+            return Ok(None);
+        };
+        if rows.num_rows() == 0 {
+            return Ok(None);
+        }
+        let times = event_times(&window.time.evaluate(&rows)?.into_array(rows.num_rows())?)?;
+        let times = times.as_primitive::<Int64Type>().clone();
+        let columns = self.inputs.evaluate(&rows)?;
+        let changelog = self
+            .changes
+            .update(&columns.keys, &times, &columns.arguments)?;
+        let mut table_keys = vec![self.context.window_column(&changelog.starts)?];
+        for key in &columns.keys {
+            table_keys.push(take_rows(key.as_ref(), &changelog.key_rows)?);
+        }
+        let count = changelog.key_rows.len();
+        Ok(Some(self.context.output_batch(
+            table_keys,
+            changelog.values,
+            count,
+        )?))
+    }
+
+    /// Forgets the sessions the watermark has closed (their rows were emitted as they came).
+    pub fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.context.raise_watermark(watermark);
+        let Some(window) = &self.context.window else {
+            return Ok(None);
+        };
+        let (watermark, length) = (
+            self.context.watermark,
+            window
+                .spec
+                .size()
+                .saturating_add(self.context.allowed_lateness),
+        );
+        self.changes
+            .close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark)?;
+        self.report_state()?;
+        Ok(None)
+    }
+
+    fn report_state(&mut self) -> Result<()> {
+        self.context.account(self.changes.size(), 0)
+    }
+}

@@ -1,0 +1,311 @@
+//! [`WindowGroups`]: GROUP BY over tumbling or hopping windows, or over the whole stream.
+//!
+//! Per batch, each row's window comes from the window kernel (a hop: one assignment per
+//! overlapping window); rows without an event time and rows whose window has already closed
+//! (its end plus the allowed lateness at or below the watermark) are dropped, counted and
+//! sent to the late side output; the rest are folded into one group table keyed by the
+//! window start followed by the GROUP BY keys, so a batch is interned and folded in with one
+//! call whatever the number of windows it touches.
+//!
+//! Groups are numbered in order of creation and windows are created in event-time order, so
+//! the groups of the windows a watermark closes are a prefix of the table, emitted with
+//! `EmitTo::First`. (A group that disordered input created ahead of an older window's groups
+//! holds those back until its own window closes, by at most one window length.)
+//!
+//! - EMIT FINAL: when the watermark closes a window, its groups are emitted whole, one row
+//!   per group, and leave the table; at the end of bounded input every window is emitted (a
+//!   GROUP BY without keys gives its one row even over no input).
+//! - EMIT CHANGES per record: for each input row (in arrival order, a hop's windows latest
+//!   first), one output row with its group's aggregates including that row
+//!   ([`RunningAggregates`]); closed windows' groups leave without output.
+//! - EMIT CHANGES per batch: one row per group a batch changed, with its current aggregates
+//!   (any aggregate function).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, internal_err};
+use datafusion::logical_expr::EmitTo;
+
+use super::context::ModeContext;
+use crate::aggregate::assignment::{Assignment, assign_windows};
+use crate::aggregate::inputs::AggregateInputs;
+use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
+use crate::kernels::{GroupTable, RunningAggregates, take_rows};
+use crate::window::WindowSpec;
+
+/// See the module documentation.
+pub(crate) struct WindowGroups {
+    inputs: AggregateInputs,
+    table: GroupTable,
+    /// EMIT CHANGES per record: the running aggregates of every group, by group id.
+    running: Option<RunningAggregates>,
+    emit: AggregateEmit,
+    /// The window start of each group, by group id (unless the table knows them).
+    group_windows: VecDeque<i64>,
+    /// Windows opened that the metrics already count, for a windowed key table that counts
+    /// them itself.
+    windows_counted: usize,
+    /// Whether the end of input has come (the watermark reached +inf).
+    end_reached: bool,
+    pub(super) context: ModeContext,
+}
+
+impl WindowGroups {
+    pub fn try_new(
+        spec: &AggregateSpec,
+        input_schema: &SchemaRef,
+        context: ModeContext,
+    ) -> Result<Self> {
+        let running = match spec.emit {
+            AggregateEmit::ChangesPerRecord => {
+                RunningAggregates::plan(&spec.aggregates, &spec.filters, input_schema)
+            }
+            _ => None,
+        };
+        let table_schema = Arc::new(Schema::new(spec.table_fields()));
+        let table = match spec.window.as_ref().map(|w| w.spec) {
+            Some(WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }) => {
+                GroupTable::try_new_windowed(&table_schema, &spec.aggregates)?
+            }
+            _ => GroupTable::try_new(&table_schema, &spec.aggregates)?,
+        };
+        Ok(Self {
+            inputs: AggregateInputs::new(spec.key_exprs(), &spec.aggregates, &spec.filters),
+            table,
+            running,
+            emit: spec.emit,
+            group_windows: VecDeque::new(),
+            windows_counted: 0,
+            end_reached: false,
+            context,
+        })
+    }
+
+    pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.context.metrics.records_in.add(batch.num_rows());
+        let mut assignments = self.assign(batch)?;
+        if self.emit == AggregateEmit::ChangesPerRecord {
+            assignments = vec![Assignment::in_record_order(assignments, batch.num_rows())?];
+        }
+        let columns = self.inputs.evaluate(batch)?;
+        let mut outputs = Vec::new();
+        for assignment in assignments {
+            let rows = assignment.len(batch.num_rows());
+            if rows == 0 {
+                continue;
+            }
+            let window_column = match &assignment.starts {
+                Some(starts) => Some(self.context.window_column(starts)?),
+                None => None,
+            };
+            let (keys, arguments, filters) = columns.pick(&assignment)?;
+            let mut table_keys: Vec<ArrayRef> = window_column.iter().cloned().collect();
+            table_keys.extend(keys);
+            if let Some(output) = self.update(
+                assignment.starts.as_ref(),
+                table_keys,
+                &arguments,
+                &filters,
+                rows,
+            )? {
+                outputs.push(output);
+            }
+        }
+        self.report_state()?;
+        self.context.combine(outputs)
+    }
+
+    /// The windows of `batch`'s rows (one assignment per overlapping window of a hop);
+    /// counts, and sends to the side output, rows with no event time or only closed windows.
+    fn assign(&self, batch: &RecordBatch) -> Result<Vec<Assignment>> {
+        let context = &self.context;
+        let Some(window) = &context.window else {
+            return Ok(vec![Assignment::whole_batch()]);
+        };
+        let assigned = assign_windows(window, context.closed_through(), batch)?;
+        context.metrics.null_time_dropped.add(assigned.null_times);
+        context.metrics.late_dropped.add(assigned.late_count);
+        if let Some(late) = &assigned.late
+            && context.late_records.wanted()
+        {
+            context.late_records.send(batch, late)?;
+        }
+        Ok(assigned.assignments)
+    }
+
+    /// Folds one assignment's rows into the table; returns the changelog rows, if any.
+    fn update(
+        &mut self,
+        starts: Option<&Int64Array>,
+        table_keys: Vec<ArrayRef>,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+        rows: usize,
+    ) -> Result<Option<RecordBatch>> {
+        let output = match (self.emit, &mut self.running) {
+            (AggregateEmit::ChangesPerRecord, Some(running)) => {
+                self.table.intern(&table_keys, rows)?;
+                let groups = self.table.len();
+                let values = running.update(self.table.last_group_ids(rows), groups, arguments)?;
+                Some(self.context.output_batch(table_keys, values, rows)?)
+            }
+            (AggregateEmit::ChangesPerBatch, _) => {
+                self.table.update(&table_keys, arguments, filters, rows)?;
+                let (last_rows, values) = self.table.snapshot_changed(rows)?;
+                let changed_keys = table_keys
+                    .iter()
+                    .map(|k| take_rows(k.as_ref(), &last_rows))
+                    .collect::<Result<Vec<_>>>()?;
+                let changed = last_rows.len();
+                Some(self.context.output_batch(changed_keys, values, changed)?)
+            }
+            _ => {
+                self.table.update(&table_keys, arguments, filters, rows)?;
+                None
+            }
+        };
+        if let Some(starts) = starts {
+            self.track_new_groups(starts, rows)?;
+        }
+        Ok(output)
+    }
+
+    /// Merges `rows` rows of partial `states` of windows `starts` (two-phase aggregation;
+    /// the table's keys are `table_keys`).
+    pub fn merge(
+        &mut self,
+        starts: Option<&Int64Array>,
+        table_keys: &[ArrayRef],
+        states: &[Vec<ArrayRef>],
+        rows: usize,
+    ) -> Result<()> {
+        self.table.merge(table_keys, states, rows)?;
+        match starts {
+            Some(starts) => self.track_new_groups(starts, rows),
+            None => Ok(()),
+        }
+    }
+
+    /// After an update or merge of `rows` rows with window `starts`: counts windows opening
+    /// and records the window of each group it created (unless the table knows them).
+    fn track_new_groups(&mut self, starts: &Int64Array, rows: usize) -> Result<()> {
+        let metrics = &self.context.metrics;
+        if let Some(opened) = self.table.windows_opened() {
+            // A windowed key table knows its groups' windows and counts their opening.
+            metrics
+                .windows_opened
+                .add(opened.saturating_sub(self.windows_counted));
+            self.windows_counted = opened;
+            return Ok(());
+        }
+        // The groups this update created are the ids from the old table length on (not
+        // necessarily numbered in order of appearance).
+        let known = self.group_windows.len();
+        let created = self.table.len().saturating_sub(known);
+        if created == 0 {
+            return Ok(());
+        }
+        // Each new group takes its first row's window (the table's only key is the window:
+        // keyed windows take the windowed key table above), so each is a window opening.
+        let mut window_of_new = vec![None; created];
+        let ids = self.table.last_group_ids(rows);
+        for (id, start) in ids.iter().zip(starts.values().iter()) {
+            if let Some(slot @ None) = id.checked_sub(known).and_then(|i| window_of_new.get_mut(i))
+            {
+                *slot = Some(*start);
+            }
+        }
+        let Some(windows) = window_of_new.into_iter().collect::<Option<Vec<i64>>>() else {
+            return internal_err!("a new group without a row");
+        };
+        metrics.windows_opened.add(created);
+        self.group_windows.extend(windows);
+        Ok(())
+    }
+
+    /// Moves the watermark; emits (EMIT FINAL) or forgets the groups of the windows it closes.
+    pub fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        self.context.raise_watermark(watermark);
+        let end_of_input = self.context.watermark == i64::MAX && !self.end_reached;
+        if end_of_input && self.context.window.is_none() && self.emit == AggregateEmit::Final {
+            self.end_reached = true;
+            if self.inputs.keys.is_empty() && self.table.is_empty() {
+                // A GROUP BY without keys gives one row even over no input.
+                let values = self.table.empty_group_values()?;
+                let output = self.context.output_batch(Vec::new(), values, 1)?;
+                return self.context.combine(vec![output]);
+            }
+        }
+        let (closing, closed_windows) = self.closing_groups();
+        if closing == 0 {
+            return Ok(None);
+        }
+        let emit_to = if closing >= self.table.len() {
+            EmitTo::All
+        } else {
+            EmitTo::First(closing)
+        };
+        self.context.metrics.windows_emitted.add(closed_windows);
+        let output = match (&mut self.running, self.emit) {
+            (Some(running), _) => {
+                // The per-record changelog already holds these groups' rows.
+                running.drop_first(closing);
+                self.table.discard(emit_to)?;
+                Vec::new()
+            }
+            (None, AggregateEmit::Final) => {
+                let (keys, values) = self.table.emit(emit_to)?;
+                vec![self.context.output_batch(keys, values, closing)?]
+            }
+            (None, _) => {
+                // Per-batch changes emitted these groups' rows already; their state leaves.
+                self.table.emit(emit_to)?;
+                Vec::new()
+            }
+        };
+        self.report_state()?;
+        self.context.combine(output)
+    }
+
+    /// How many leading groups the watermark closes, and how many windows they span; the
+    /// closing groups' windows are forgotten from `group_windows`.
+    fn closing_groups(&mut self) -> (usize, usize) {
+        let watermark = self.context.watermark;
+        if self.context.window.is_none() {
+            let all = if watermark == i64::MAX {
+                self.table.len()
+            } else {
+                0
+            };
+            return (all, 0);
+        }
+        let closed_through = if watermark == i64::MAX {
+            i64::MAX
+        } else {
+            self.context.closed_through()
+        };
+        if let Some(prefix) = self.table.closed_prefix(closed_through) {
+            return prefix;
+        }
+        let closing = self
+            .group_windows
+            .iter()
+            .take_while(|start| **start <= closed_through)
+            .count();
+        let mut closed_windows: Vec<i64> = self.group_windows.drain(..closing).collect();
+        closed_windows.dedup();
+        (closing, closed_windows.len())
+    }
+
+    /// Publishes the state's size and accounts it in the memory pool.
+    pub fn report_state(&mut self) -> Result<()> {
+        let bytes = self.table.size()
+            + self.running.as_ref().map_or(0, |r| r.size())
+            + self.group_windows.capacity() * std::mem::size_of::<i64>();
+        self.context.account(bytes, self.table.len())
+    }
+}

@@ -1,0 +1,181 @@
+//! The format of partial states, the rows that cross the shuffle in two-phase aggregation:
+//! written by the partial step ([`super::PartialAggregate`]) and read by the final step's
+//! merge mode.
+//!
+//! One row per (window, GROUP BY keys) of one batch (or, without a window, per held group):
+//! `__window_start` (Int64, event-time units; 0 without a window), the key columns, each
+//! aggregate's state columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input
+//! records counted in that row — a hop's record counts in its latest window only).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
+use datafusion::arrow::compute::filter;
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{Result, internal_err};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+
+use super::spec::AggregateSpec;
+
+/// Name of the window-start column of partial states.
+pub const WINDOW_START_COLUMN: &str = "__window_start";
+/// Name of the record-count column of partial states.
+pub const RECORDS_COLUMN: &str = "__records";
+
+/// The layout of one aggregation's partial states.
+#[derive(Debug, Clone)]
+pub struct PartialStateFormat {
+    schema: SchemaRef,
+    /// Number of key columns (without the window start).
+    key_count: usize,
+    /// Number of state columns of each aggregate, in order after the key columns.
+    state_widths: Vec<usize>,
+}
+
+impl PartialStateFormat {
+    /// The format of `spec`'s partial states.
+    pub fn try_new(spec: &AggregateSpec) -> Result<Self> {
+        let key_fields: Vec<Field> = spec
+            .keys()
+            .into_iter()
+            .map(|(i, _)| spec.schema.field(i).clone())
+            .collect();
+        let key_count = key_fields.len();
+        let mut fields = vec![Arc::new(Self::window_start_field())];
+        fields.extend(key_fields.into_iter().map(Arc::new));
+        let mut state_widths = Vec::with_capacity(spec.aggregates.len());
+        for aggregate in &spec.aggregates {
+            let state_fields = aggregate.state_fields()?;
+            state_widths.push(state_fields.len());
+            fields.extend(state_fields);
+        }
+        fields.push(Arc::new(Field::new(
+            RECORDS_COLUMN,
+            DataType::UInt64,
+            false,
+        )));
+        Ok(Self {
+            schema: Arc::new(Schema::new(fields)),
+            key_count,
+            state_widths,
+        })
+    }
+
+    /// The window-start field of the states.
+    pub fn window_start_field() -> Field {
+        Field::new(WINDOW_START_COLUMN, DataType::Int64, false)
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The key fields (without the window start), in order.
+    pub fn key_fields(&self) -> Vec<Field> {
+        (1..=self.key_count)
+            .map(|i| self.schema.field(i).clone())
+            .collect()
+    }
+
+    /// The GROUP BY key columns (without the window) of the states, to route on.
+    pub fn key_columns(&self) -> Vec<Arc<dyn PhysicalExpr>> {
+        (1..=self.key_count)
+            .map(|i| Arc::new(Column::new(self.schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect()
+    }
+
+    /// A batch of states from its parts.
+    pub fn batch(
+        &self,
+        starts: ArrayRef,
+        keys: Vec<ArrayRef>,
+        states: Vec<ArrayRef>,
+        records: UInt64Array,
+        rows: usize,
+    ) -> Result<RecordBatch> {
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        columns.push(starts);
+        columns.extend(keys);
+        columns.extend(states);
+        columns.push(Arc::new(records) as ArrayRef);
+        let options =
+            datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(
+            self.schema(),
+            columns,
+            &options,
+        )?)
+    }
+
+    /// Splits `batch` (of [`Self::schema`]) into its parts.
+    pub fn split(&self, batch: &RecordBatch) -> Result<PartialStates> {
+        let key_count = self.key_count;
+        let expected = 2 + key_count + self.state_widths.iter().sum::<usize>();
+        if batch.num_columns() != expected {
+            return internal_err!(
+                "partial states with {} columns, expected {expected}",
+                batch.num_columns()
+            );
+        }
+        let columns = batch.columns();
+        let mut at = 1 + key_count;
+        let states = self
+            .state_widths
+            .iter()
+            .map(|width| {
+                let state = columns[at..at + width].to_vec();
+                at += width;
+                state
+            })
+            .collect();
+        let (Some(starts), Some(records)) = (
+            columns[0].as_primitive_opt::<Int64Type>(),
+            columns[at].as_primitive_opt::<UInt64Type>(),
+        ) else {
+            return internal_err!("partial states without Int64 window starts and UInt64 counts");
+        };
+        Ok(PartialStates {
+            starts: starts.clone(),
+            keys: columns[1..1 + key_count].to_vec(),
+            states,
+            records: records.clone(),
+        })
+    }
+}
+
+/// The parts of a batch of partial states, as the final step reads them.
+pub struct PartialStates {
+    pub starts: Int64Array,
+    pub keys: Vec<ArrayRef>,
+    pub states: Vec<Vec<ArrayRef>>,
+    pub records: UInt64Array,
+}
+
+impl PartialStates {
+    /// The input records the states count.
+    pub fn record_count(&self) -> u64 {
+        self.records.values().iter().sum()
+    }
+
+    /// The rows `keep` selects.
+    pub fn filter(self, keep: &BooleanArray) -> Result<Self> {
+        let each = |arrays: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
+            arrays
+                .iter()
+                .map(|a| Ok(filter(a.as_ref(), keep)?))
+                .collect()
+        };
+        Ok(Self {
+            starts: filter(&self.starts, keep)?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            keys: each(self.keys)?,
+            states: self.states.into_iter().map(each).collect::<Result<_>>()?,
+            records: filter(&self.records, keep)?
+                .as_primitive::<UInt64Type>()
+                .clone(),
+        })
+    }
+}

@@ -1,0 +1,23 @@
+//! Freshet's hand-written kernels, shared by the aggregation and the OVER windows: the group
+//! table and its key interners, the fused and running accumulators, the gather of rows by
+//! index, and the classifier of the built-in aggregates those kernels stand in for.
+//!
+//! Each kernel exists because a benchmark in `bench/benches/kernels.rs` shows it beats what
+//! DataFusion provides for Freshet's work (docs/benchmarks.md gives the figures); anything
+//! else uses DataFusion's own (`GroupValues`, `GroupsAccumulator`, arrow's kernels).
+
+mod builtin;
+mod fused;
+mod groups;
+mod packed_keys;
+mod running;
+mod short_keys;
+mod take_rows;
+mod windowed_keys;
+
+pub use builtin::BuiltinAggregate;
+pub use groups::GroupTable;
+pub use packed_keys::{PackedGroupValues, new_group_values};
+pub use running::RunningAggregates;
+pub use take_rows::take_rows;
+pub use windowed_keys::WindowedGroupValues;
