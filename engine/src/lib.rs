@@ -13,6 +13,7 @@ pub mod filter;
 pub mod kernels;
 pub mod late_records;
 mod message_loop;
+mod operator_metrics;
 pub mod options;
 pub mod over;
 mod plan_util;

@@ -37,9 +37,7 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::metrics::{
-    BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
-};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
@@ -53,6 +51,7 @@ use crate::exchange::StreamExchangeExec;
 use crate::kernels::GroupTable;
 use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, drive};
+use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::{event_times, time_range};
 
@@ -226,29 +225,19 @@ impl ExecutionPlan for OverWindowExec {
 
 /// Counters of one output partition.
 struct OverMetrics {
-    baseline: BaselineMetrics,
-    records_in: Count,
-    late_dropped: Count,
-    null_time_dropped: Count,
+    stateful: StatefulMetrics,
     keys_expired: Count,
-    state_bytes: Gauge,
     keys: Gauge,
     rows_waiting: Gauge,
 }
 
 impl OverMetrics {
     fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
-        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
-        let gauge = |name: &'static str| MetricBuilder::new(metrics).gauge(name, partition);
         Self {
-            baseline: BaselineMetrics::new(metrics, partition),
-            records_in: counter("records_in"),
-            late_dropped: counter("late_records_dropped"),
-            null_time_dropped: counter("null_event_time_dropped"),
-            keys_expired: counter("keys_expired"),
-            state_bytes: gauge("state_bytes"),
-            keys: gauge("keys"),
-            rows_waiting: gauge("rows_waiting_for_watermark"),
+            stateful: StatefulMetrics::new(metrics, partition),
+            keys_expired: counter(metrics, "keys_expired", partition),
+            keys: gauge(metrics, "keys", partition),
+            rows_waiting: gauge(metrics, "rows_waiting", partition),
         }
     }
 }
@@ -345,10 +334,13 @@ impl OverState {
         if batch.num_rows() == 0 {
             return Ok(None);
         }
-        self.metrics.records_in.add(batch.num_rows());
+        self.metrics.stateful.records_in.add(batch.num_rows());
         let times = event_times(batch.column(self.spec.order_by))?;
         let times = times.as_primitive::<Int64Type>();
-        self.metrics.null_time_dropped.add(times.null_count());
+        self.metrics
+            .stateful
+            .null_time_dropped
+            .add(times.null_count());
         // One pass for the range: no row is late when the oldest is not (the usual case,
         // without building a mask), and the buffer releases by the newest.
         let Some((oldest, newest)) = time_range(times) else {
@@ -363,7 +355,7 @@ impl OverState {
         if let Some(late) = &late
             && late_rows > 0
         {
-            self.metrics.late_dropped.add(late_rows);
+            self.metrics.stateful.late_dropped.add(late_rows);
             if self.late_records.wanted() {
                 self.late_records.send(batch, late)?;
             }
@@ -403,7 +395,10 @@ impl OverState {
         let output = self.combine(expired_tails, output)?;
         self.report_state()?;
         if let Some(batch) = &output {
-            self.metrics.baseline.record_output(batch.num_rows());
+            self.metrics
+                .stateful
+                .baseline
+                .record_output(batch.num_rows());
         }
         Ok(output)
     }
@@ -611,7 +606,7 @@ impl OverState {
             + self.kernels.iter().map(OverKernel::size).sum::<usize>()
             + self.lookahead.as_ref().map_or(0, Lookahead::size)
             + (self.counts.capacity() + self.latest.capacity()) * 8;
-        self.metrics.state_bytes.set(bytes);
+        self.metrics.stateful.state_bytes.set(bytes);
         self.metrics.keys.set(self.keys.len());
         self.metrics.rows_waiting.set(self.buffer.len());
         self.reservation.try_resize(bytes)

@@ -10,13 +10,12 @@ use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::memory_pool::MemoryReservation;
-use datafusion::physical_plan::metrics::{
-    BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder,
-};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge};
 
 use crate::aggregate::partial::PartialAggregate;
 use crate::aggregate::spec::{AggregateSpec, WindowKey};
 use crate::late_records::LateRecords;
+use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::watermark::event_times;
 
 /// What one output partition is built from.
@@ -33,29 +32,19 @@ pub(crate) struct ModeInputs<'a> {
 
 /// Counters of one output partition.
 pub(crate) struct AggregateMetrics {
-    pub baseline: BaselineMetrics,
-    pub records_in: Count,
-    pub late_dropped: Count,
-    pub null_time_dropped: Count,
+    pub stateful: StatefulMetrics,
     pub windows_opened: Count,
     pub windows_emitted: Count,
-    state_bytes: Gauge,
     groups: Gauge,
 }
 
 impl AggregateMetrics {
     fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
-        let counter = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
-        let gauge = |name: &'static str| MetricBuilder::new(metrics).gauge(name, partition);
         Self {
-            baseline: BaselineMetrics::new(metrics, partition),
-            records_in: counter("records_in"),
-            late_dropped: counter("late_records_dropped"),
-            null_time_dropped: counter("null_event_time_dropped"),
-            windows_opened: counter("windows_opened"),
-            windows_emitted: counter("windows_emitted"),
-            state_bytes: gauge("state_bytes"),
-            groups: gauge("groups"),
+            stateful: StatefulMetrics::new(metrics, partition),
+            windows_opened: counter(metrics, "windows_opened", partition),
+            windows_emitted: counter(metrics, "windows_emitted", partition),
+            groups: gauge(metrics, "groups", partition),
         }
     }
 }
@@ -84,6 +73,11 @@ impl ModeContext {
             metrics: AggregateMetrics::new(inputs.metrics, inputs.partition),
             reservation: inputs.reservation,
         }
+    }
+
+    /// Counts `records` input records.
+    pub fn count_records(&self, records: usize) {
+        self.metrics.stateful.records_in.add(records);
     }
 
     /// Moves the watermark up to `watermark` (it never moves back).
@@ -158,7 +152,10 @@ impl ModeContext {
             _ => Some(concat_batches(&self.schema, &outputs)?),
         };
         if let Some(batch) = &batch {
-            self.metrics.baseline.record_output(batch.num_rows());
+            self.metrics
+                .stateful
+                .baseline
+                .record_output(batch.num_rows());
         }
         Ok(batch)
     }
@@ -166,7 +163,7 @@ impl ModeContext {
     /// Publishes the state's size and group count and accounts the size in the memory
     /// pool: past the pool's limit this fails, naming the operator and partition.
     pub fn account(&mut self, bytes: usize, groups: usize) -> Result<()> {
-        self.metrics.state_bytes.set(bytes);
+        self.metrics.stateful.state_bytes.set(bytes);
         self.metrics.groups.set(groups);
         self.reservation.try_resize(bytes)
     }
@@ -192,8 +189,11 @@ impl ModeContext {
             .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) <= watermark)))
             .collect();
         let late_rows = late.true_count();
-        self.metrics.null_time_dropped.add(times.null_count());
-        self.metrics.late_dropped.add(late_rows);
+        self.metrics
+            .stateful
+            .null_time_dropped
+            .add(times.null_count());
+        self.metrics.stateful.late_dropped.add(late_rows);
         if late_rows > 0 {
             self.late_records.send(batch, &late)?;
         }

@@ -21,7 +21,7 @@ use crate::aggregate::spec::AggregateSpec;
 
 /// See the module documentation.
 pub(crate) struct MergePartials {
-    groups: WindowGroups,
+    pub(super) groups: WindowGroups,
     format: PartialStateFormat,
 }
 
@@ -53,10 +53,7 @@ impl MergePartials {
         let context = &self.groups.context;
         if context.window.is_none() {
             // Without a window, every state is of the one endless window.
-            context
-                .metrics
-                .records_in
-                .add(states.record_count() as usize);
+            context.count_records(states.record_count() as usize);
             let rows = states.starts.len();
             return self.groups.merge(None, &states.keys, &states.states, rows);
         }
@@ -78,17 +75,69 @@ impl MergePartials {
                 .filter(|(_, open)| *open == Some(false))
                 .map(|(n, _)| n.unwrap_or(0))
                 .sum();
-            context.metrics.late_dropped.add(late as usize);
+            context.metrics.stateful.late_dropped.add(late as usize);
             if closed == open.len() {
                 return Ok(());
             }
             states.filter(&open)?
         };
-        context.metrics.records_in.add(records as usize);
+        context.count_records(records as usize);
         let rows = states.starts.len();
         let mut table_keys = vec![context.window_column(&states.starts)?];
         table_keys.extend(states.keys);
         self.groups
             .merge(Some(&states.starts), &table_keys, &states.states, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::test_support::{batch, context, mode, rows, spec, watermark};
+    use crate::aggregate::partial::PartialAggregate;
+    use crate::aggregate::spec::AggregateEmit;
+    use crate::exchange::InputStepState;
+    use crate::window::WindowSpec;
+
+    const TUMBLE_1S: WindowSpec = WindowSpec::Tumble {
+        size: 1_000,
+        offset: 0,
+    };
+
+    #[test]
+    fn merged_partial_states_give_the_single_phase_result() {
+        let spec = spec(Some(TUMBLE_1S), AggregateEmit::Final);
+        let partial = Arc::new(PartialAggregate::try_new(&spec).unwrap());
+        let mut merge = mode(&spec, Some(&partial));
+        // Two source partitions, each aggregated by its own partial step.
+        for input in [
+            rows(&[("a", 100, 1), ("b", 1_200, 2)]),
+            rows(&[("a", 900, 3), ("b", 1_300, 4)]),
+        ] {
+            let mut step = partial.aggregator().unwrap();
+            let states = step.process(&input, i64::MIN).unwrap().batch.unwrap();
+            assert!(batch(&mut merge, &states).is_empty());
+        }
+        assert_eq!(watermark(&mut merge, 1_000), ["0,a,2,4"]);
+        assert_eq!(watermark(&mut merge, i64::MAX), ["1000,b,2,6"]);
+        assert_eq!(context(&merge).metrics.stateful.records_in.value(), 4);
+    }
+
+    #[test]
+    fn states_of_a_window_closed_meanwhile_are_dropped_and_counted() {
+        let spec = spec(Some(TUMBLE_1S), AggregateEmit::Final);
+        let partial = Arc::new(PartialAggregate::try_new(&spec).unwrap());
+        let mut merge = mode(&spec, Some(&partial));
+        let mut step = partial.aggregator().unwrap();
+        let states = step
+            .process(&rows(&[("a", 100, 1), ("a", 1_100, 2)]), i64::MIN)
+            .unwrap()
+            .batch
+            .unwrap();
+        watermark(&mut merge, 1_000);
+        batch(&mut merge, &states);
+        assert_eq!(context(&merge).metrics.stateful.late_dropped.value(), 1);
+        assert_eq!(watermark(&mut merge, i64::MAX), ["1000,a,1,2"]);
     }
 }

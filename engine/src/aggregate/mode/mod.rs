@@ -16,6 +16,8 @@ mod context;
 mod merge;
 mod session_changelog;
 mod session_rows;
+#[cfg(test)]
+mod test_support;
 mod windows;
 
 use std::sync::Arc;

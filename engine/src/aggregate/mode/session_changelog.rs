@@ -22,7 +22,7 @@ use crate::watermark::event_times;
 pub(crate) struct SessionChangelog {
     inputs: AggregateInputs,
     changes: SessionChanges,
-    context: ModeContext,
+    pub(super) context: ModeContext,
 }
 
 impl SessionChangelog {
@@ -55,7 +55,7 @@ impl SessionChangelog {
 
     /// The changelog rows of `batch` (see [`SessionChanges`]).
     pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        self.context.metrics.records_in.add(batch.num_rows());
+        self.context.count_records(batch.num_rows());
         let output = self.changelog(batch)?;
         self.report_state()?;
         self.context.combine(output.into_iter().collect())
@@ -109,5 +109,28 @@ impl SessionChangelog {
 
     fn report_state(&mut self) -> Result<()> {
         self.context.account(self.changes.size(), 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{batch, mode, rows, spec, watermark};
+    use crate::aggregate::spec::AggregateEmit;
+    use crate::window::WindowSpec;
+
+    #[test]
+    fn a_record_bridging_two_sessions_deletes_the_later_one() {
+        let gap = WindowSpec::Session { gap: 1_000 };
+        let mut mode = mode(&spec(Some(gap), AggregateEmit::ChangesPerRecord), None);
+        assert_eq!(
+            batch(&mut mode, &rows(&[("a", 0, 1), ("a", 1_500, 2)])),
+            ["0,a,1,1", "1500,a,1,2"]
+        );
+        // 800 is within the gap of both: the session starting at 1 500 merges into 0's.
+        assert_eq!(
+            batch(&mut mode, &rows(&[("a", 800, 4)])),
+            ["1500,a,null,null", "0,a,3,7"]
+        );
+        assert!(watermark(&mut mode, i64::MAX).is_empty());
     }
 }

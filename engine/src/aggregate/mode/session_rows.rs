@@ -24,7 +24,7 @@ pub(crate) struct SessionRows {
     /// Aggregates the sessions that close, then is emitted whole.
     table: GroupTable,
     buffer: SessionBuffer,
-    context: ModeContext,
+    pub(super) context: ModeContext,
 }
 
 impl SessionRows {
@@ -43,7 +43,7 @@ impl SessionRows {
     }
 
     pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        self.context.metrics.records_in.add(batch.num_rows());
+        self.context.count_records(batch.num_rows());
         if let Some(rows) = self.context.open_session_rows(batch)? {
             self.buffer.push(rows);
         }
@@ -87,5 +87,24 @@ impl SessionRows {
     fn report_state(&mut self) -> Result<()> {
         let bytes = self.table.size() + self.buffer.size();
         self.context.account(bytes, self.table.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{batch, mode, rows, spec, watermark};
+    use crate::aggregate::spec::AggregateEmit;
+    use crate::window::WindowSpec;
+
+    #[test]
+    fn a_session_closes_when_the_watermark_passes_its_last_record_plus_the_gap() {
+        let gap = WindowSpec::Session { gap: 1_000 };
+        let mut mode = mode(&spec(Some(gap), AggregateEmit::Final), None);
+        // a: 0 and 800 share a session (800 < gap), 3 000 starts another; b: one session.
+        let input = rows(&[("a", 0, 1), ("a", 800, 2), ("b", 500, 4), ("a", 3_000, 8)]);
+        assert!(batch(&mut mode, &input).is_empty());
+        assert!(watermark(&mut mode, 1_499).is_empty());
+        assert_eq!(watermark(&mut mode, 1_800), ["0,a,2,3", "500,b,1,4"]);
+        assert_eq!(watermark(&mut mode, i64::MAX), ["3000,a,1,8"]);
     }
 }

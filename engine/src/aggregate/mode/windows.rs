@@ -86,7 +86,7 @@ impl WindowGroups {
     }
 
     pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        self.context.metrics.records_in.add(batch.num_rows());
+        self.context.count_records(batch.num_rows());
         let mut assignments = self.assign(batch)?;
         if self.emit == AggregateEmit::ChangesPerRecord {
             assignments = vec![Assignment::in_record_order(assignments, batch.num_rows())?];
@@ -127,8 +127,16 @@ impl WindowGroups {
             return Ok(vec![Assignment::whole_batch()]);
         };
         let assigned = assign_windows(window, context.closed_through(), batch)?;
-        context.metrics.null_time_dropped.add(assigned.null_times);
-        context.metrics.late_dropped.add(assigned.late_count);
+        context
+            .metrics
+            .stateful
+            .null_time_dropped
+            .add(assigned.null_times);
+        context
+            .metrics
+            .stateful
+            .late_dropped
+            .add(assigned.late_count);
         if let Some(late) = &assigned.late
             && context.late_records.wanted()
         {
@@ -307,5 +315,84 @@ impl WindowGroups {
             + self.running.as_ref().map_or(0, |r| r.size())
             + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.context.account(bytes, self.table.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{batch, context, mode, rows, spec, watermark};
+    use crate::aggregate::spec::AggregateEmit;
+    use crate::window::WindowSpec;
+
+    const TUMBLE_1S: WindowSpec = WindowSpec::Tumble {
+        size: 1_000,
+        offset: 0,
+    };
+
+    #[test]
+    fn emit_final_emits_a_window_when_the_watermark_passes_its_end() {
+        let mut mode = mode(&spec(Some(TUMBLE_1S), AggregateEmit::Final), None);
+        let input = rows(&[("a", 100, 1), ("b", 200, 2), ("a", 900, 3), ("a", 1_100, 4)]);
+        assert!(batch(&mut mode, &input).is_empty());
+        assert!(
+            watermark(&mut mode, 999).is_empty(),
+            "window [0, 1000) not yet closed"
+        );
+        assert_eq!(watermark(&mut mode, 1_000), ["0,a,2,4", "0,b,1,2"]);
+        assert_eq!(watermark(&mut mode, i64::MAX), ["1000,a,1,4"]);
+    }
+
+    #[test]
+    fn a_row_of_a_closed_window_is_late_counted_and_dropped() {
+        let mut mode = mode(&spec(Some(TUMBLE_1S), AggregateEmit::Final), None);
+        watermark(&mut mode, 2_000);
+        assert!(batch(&mut mode, &rows(&[("a", 1_500, 1), ("a", 2_500, 2)])).is_empty());
+        assert_eq!(context(&mode).metrics.stateful.late_dropped.value(), 1);
+        assert_eq!(watermark(&mut mode, i64::MAX), ["2000,a,1,2"]);
+    }
+
+    #[test]
+    fn a_hopping_record_is_in_every_window_that_covers_it() {
+        let hop = WindowSpec::Hop {
+            size: 2_000,
+            slide: 1_000,
+        };
+        let mut mode = mode(&spec(Some(hop), AggregateEmit::Final), None);
+        batch(&mut mode, &rows(&[("a", 1_500, 5)]));
+        let mut windows = watermark(&mut mode, i64::MAX);
+        windows.sort();
+        assert_eq!(windows, ["0,a,1,5", "1000,a,1,5"]);
+    }
+
+    #[test]
+    fn changes_per_record_answer_each_row_with_its_group_so_far() {
+        let mut mode = mode(
+            &spec(Some(TUMBLE_1S), AggregateEmit::ChangesPerRecord),
+            None,
+        );
+        let input = rows(&[("a", 100, 1), ("b", 200, 2), ("a", 300, 3)]);
+        assert_eq!(batch(&mut mode, &input), ["0,a,1,1", "0,b,1,2", "0,a,2,4"]);
+        assert!(
+            watermark(&mut mode, i64::MAX).is_empty(),
+            "rows already emitted"
+        );
+    }
+
+    #[test]
+    fn changes_per_batch_answer_each_changed_group_once() {
+        let mut mode = mode(&spec(Some(TUMBLE_1S), AggregateEmit::ChangesPerBatch), None);
+        let input = rows(&[("a", 100, 1), ("b", 200, 2), ("a", 300, 3)]);
+        let mut changed = batch(&mut mode, &input);
+        changed.sort();
+        assert_eq!(changed, ["0,a,2,4", "0,b,1,2"]);
+        assert_eq!(batch(&mut mode, &rows(&[("b", 400, 1)])), ["0,b,2,3"]);
+    }
+
+    #[test]
+    fn without_a_window_groups_are_emitted_at_the_end_of_input() {
+        let mut mode = mode(&spec(None, AggregateEmit::Final), None);
+        batch(&mut mode, &rows(&[("a", 100, 1), ("a", 5_000, 2)]));
+        assert!(watermark(&mut mode, 10_000).is_empty());
+        assert_eq!(watermark(&mut mode, i64::MAX), ["a,2,3"]);
     }
 }
