@@ -22,9 +22,9 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, plan_err};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
-use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -32,16 +32,16 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
     AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
 };
-use freshet_engine::kernels::RunningAggregates;
 use freshet_engine::window::{WindowSpec, duration_in_unit};
-use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
+use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
-use crate::stream_inputs::{choose_strategy, event_time};
+use crate::stream_inputs::{choose_strategy, event_time, reads_stream};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -132,7 +132,7 @@ fn streaming_aggregate(
         .expr()
         .iter()
         .enumerate()
-        .filter(|(_, (e, _))| window_function(e).is_some())
+        .filter(|(_, (e, _))| window_function_call(e).is_some())
         .map(|(i, _)| i)
         .collect();
     let changes = options.emit == EmitSetting::Changes;
@@ -159,7 +159,7 @@ fn streaming_aggregate(
         None => None,
         Some(&position) => {
             let (expr, _) = &group_by.expr()[position];
-            let Some((name, arguments)) = window_function(expr) else {
+            let Some((name, arguments)) = window_function_call(expr) else {
                 return Ok(None);
             };
             let time = Arc::clone(&arguments[0]);
@@ -197,19 +197,6 @@ fn streaming_aggregate(
         (true, ChangesPer::Batch) => AggregateEmit::ChangesPerBatch,
         (true, ChangesPer::Record) => AggregateEmit::ChangesPerRecord,
     };
-    let sessions = window
-        .as_ref()
-        .is_some_and(|w| matches!(w.spec, WindowSpec::Session { .. }));
-    // Sessions merge as records arrive: their changes (per record or per batch) need the
-    // running kernels, which can merge two sessions' states.
-    if sessions
-        && emit != AggregateEmit::Final
-        && RunningAggregates::plan(raw.aggr_expr(), raw.filter_expr(), &input_schema).is_none()
-    {
-        return plan_err!(
-            "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"
-        );
-    }
     let spec = AggregateSpec {
         group_by: group_by.expr().to_vec(),
         aggregates: raw.aggr_expr().to_vec(),
@@ -219,6 +206,14 @@ fn streaming_aggregate(
         allowed_lateness,
         schema: aggregate.schema(),
     };
+    let sessions = spec.window.as_ref().is_some_and(WindowKey::is_session);
+    // Sessions merge as records arrive: their changes (per record or per batch) need the
+    // running kernels, which can merge two sessions' states.
+    if sessions && emit != AggregateEmit::Final && spec.running_kernels(&input_schema).is_none() {
+        return plan_err!(
+            "EMIT CHANGES on SESSION windows supports COUNT, SUM, AVG, MIN and MAX of Int64 or Float64 columns, and MIN/MAX of timestamps (window_end), without DISTINCT or FILTER; use EMIT FINAL for other aggregates"
+        );
+    }
     let keys = spec.key_exprs();
     let setting = options.partitioning_strategy.as_str();
     // More than one stream or source partition: the partial step runs in parallel.
@@ -258,7 +253,7 @@ fn streaming_aggregate(
             let window_column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, position));
             let predicate = predicate
                 .transform_up(|e| {
-                    Ok(if window_function(&e).is_some() {
+                    Ok(if window_function_call(&e).is_some() {
                         Transformed::yes(Arc::clone(&window_column))
                     } else {
                         Transformed::no(e)
@@ -295,7 +290,7 @@ fn lift_window_predicates(input: &Arc<dyn ExecutionPlan>) -> Result<Lifted> {
         return Ok((Arc::clone(input), None));
     };
     let calls_window = |e: &Arc<dyn PhysicalExpr>| {
-        e.exists(|node| Ok(window_function(node).is_some()))
+        e.exists(|node| Ok(window_function_call(node).is_some()))
             .unwrap_or(false)
     };
     let (lifted, kept): (Vec<_>, Vec<_>) = split_conjunction(filter.predicate())
@@ -375,14 +370,51 @@ fn below_exchanges(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
     }
 }
 
-/// Whether `plan` reads a Freshet stream.
-fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
-}
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{operators, plan};
 
-/// `(name, arguments)` of a `tumble` / `hop` / `session` call.
-fn window_function(expr: &Arc<dyn PhysicalExpr>) -> Option<(&str, &[Arc<dyn PhysicalExpr>])> {
-    let function = expr.downcast_ref::<ScalarFunctionExpr>()?;
-    matches!(function.name(), "tumble" | "hop" | "session")
-        .then(|| (function.name(), function.args()))
+    #[test]
+    fn a_keyed_window_aggregates_after_a_hash_exchange_on_its_keys() {
+        let plan = plan(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' SECOND)",
+            2,
+            2,
+        )
+        .unwrap();
+        assert!(
+            operators(&plan)
+                .windows(2)
+                .any(|pair| pair == ["WindowAggregateExec", "StreamExchangeExec"]),
+            "{plan}"
+        );
+        assert!(plan.contains("strategy=hash([symbol"), "{plan}");
+        assert!(!plan.contains("partial_aggregate"), "{plan}");
+    }
+
+    #[test]
+    fn a_window_without_keys_runs_in_two_phases() {
+        let plan = plan(
+            "SELECT COUNT(*) FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' SECOND)",
+            2,
+            2,
+        )
+        .unwrap();
+        assert!(plan.contains("strategy=fan_in"), "{plan}");
+        assert!(
+            plan.contains("partial_aggregate=[count(Int64(1))]"),
+            "{plan}"
+        );
+    }
+
+    #[test]
+    fn session_changes_without_running_kernels_are_refused() {
+        let error = plan(
+            "SELECT symbol, COUNT(DISTINCT trader_id) FROM market_data GROUP BY symbol WINDOW SESSION (trade_time, INTERVAL '1' SECOND) EMIT CHANGES",
+            1,
+            1,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("use EMIT FINAL"), "{error}");
+    }
 }

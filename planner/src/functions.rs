@@ -17,6 +17,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
 };
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use freshet_engine::window::{WindowSpec, duration_in_unit, time_unit_type, window_starts_array};
 
 /// The window functions, for registration in a session.
@@ -91,6 +92,18 @@ enum WindowFunction {
 struct WindowFunctionUdf {
     function: WindowFunction,
     signature: Signature,
+}
+
+/// The window function `expr` calls — `tumble`, `hop` or `session` as Freshet registers them
+/// (a user function of the same name is not one) — with its name and arguments.
+pub fn window_function_call(
+    expr: &Arc<dyn PhysicalExpr>,
+) -> Option<(&str, &[Arc<dyn PhysicalExpr>])> {
+    let function = expr.downcast_ref::<ScalarFunctionExpr>()?;
+    let implementation: &dyn std::any::Any = function.fun().inner().as_ref();
+    implementation
+        .is::<WindowFunctionUdf>()
+        .then(|| (function.name(), function.args()))
 }
 
 impl WindowFunctionUdf {

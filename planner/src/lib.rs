@@ -17,6 +17,8 @@ mod stateless_rule;
 mod stream_distinct;
 mod stream_filter_rule;
 mod stream_inputs;
+#[cfg(test)]
+mod test_support;
 mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;

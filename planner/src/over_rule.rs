@@ -45,7 +45,7 @@ use freshet_engine::window::duration_in_unit;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 
 use crate::options::FreshetOptions;
-use crate::stream_inputs::{choose_strategy, event_time};
+use crate::stream_inputs::{choose_strategy, event_time, reads_stream};
 
 /// Frames longer than this are refused: per key the state holds a frame's rows.
 const MAX_FRAME_ROWS: u64 = 100_000_000;
@@ -112,7 +112,7 @@ fn streaming_over(
         return Ok(Over::NotAWindow);
     };
     let input = without_sorts(input)?;
-    if !reads_a_stream(&input)? {
+    if !reads_stream(&input)? {
         return Ok(Over::NotAWindow);
     }
     match plan_over(window_exprs, &input, node.schema(), options, config) {
@@ -457,11 +457,6 @@ fn reads_ahead_below(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     })
 }
 
-/// Whether `plan` reads one of Freshet's streams.
-fn reads_a_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
-}
-
 /// `plan` without the sorts and repartitions DataFusion put under a window operator, down to
 /// the stream (a sort pushed below a stream's source goes too).
 fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -493,5 +488,43 @@ fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>
             return Ok(plan);
         };
         plan = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{operators, plan, plan_over};
+
+    #[test]
+    fn a_window_function_runs_after_a_hash_exchange_on_its_partition_keys() {
+        let plan = plan(
+            "SELECT symbol, SUM(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM market_data",
+            2,
+            2,
+        )
+        .unwrap();
+        let operators = operators(&plan);
+        let over = operators.iter().position(|o| *o == "OverWindowExec");
+        assert!(over.is_some(), "{plan}");
+        assert_eq!(
+            operators.get(over.unwrap() + 1),
+            Some(&"StreamExchangeExec")
+        );
+        assert!(plan.contains("strategy=hash([symbol"), "{plan}");
+    }
+
+    #[test]
+    fn a_descending_order_over_an_endless_stream_is_refused() {
+        let error = plan_over(
+            "SELECT ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time DESC) FROM market_data",
+            None,
+            1,
+            1,
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("DESC cannot be streamed"),
+            "{error}"
+        );
     }
 }

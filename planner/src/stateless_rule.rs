@@ -223,3 +223,24 @@ pub(crate) fn any_node(
     });
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{operators, plan};
+
+    #[test]
+    fn fewer_source_partitions_than_streams_are_spread_round_robin_by_the_exchange() {
+        let plan = plan("SELECT symbol FROM market_data WHERE price > 100", 1, 2).unwrap();
+        assert!(
+            plan.contains("StreamExchangeExec: strategy=round_robin, partitions=1->2"),
+            "{plan}"
+        );
+        assert!(!operators(&plan).contains(&"RepartitionExec"), "{plan}");
+    }
+
+    #[test]
+    fn as_many_source_partitions_as_streams_need_no_exchange() {
+        let plan = plan("SELECT symbol FROM market_data WHERE price > 100", 2, 2).unwrap();
+        assert!(!operators(&plan).contains(&"StreamExchangeExec"), "{plan}");
+    }
+}

@@ -80,3 +80,20 @@ pub(crate) fn stream_safe(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::plan;
+
+    #[test]
+    fn a_distinct_aggregate_over_a_stream_stays_one_aggregation() {
+        let plan = plan(
+            "SELECT symbol, COUNT(DISTINCT trader_id) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' SECOND)",
+            1,
+            1,
+        )
+        .unwrap();
+        assert_eq!(plan.matches("WindowAggregateExec").count(), 1, "{plan}");
+        assert!(plan.contains("count(DISTINCT"), "{plan}");
+    }
+}

@@ -69,3 +69,16 @@ impl PhysicalOptimizerRule for StreamFilterRule {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::{operators, plan};
+
+    #[test]
+    fn a_filter_over_a_stream_becomes_a_stream_filter() {
+        let plan = plan("SELECT symbol FROM market_data WHERE price > 100", 1, 1).unwrap();
+        let operators = operators(&plan);
+        assert!(operators.contains(&"StreamFilterExec"), "{plan}");
+        assert!(!operators.contains(&"FilterExec"), "{plan}");
+    }
+}

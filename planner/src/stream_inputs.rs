@@ -136,3 +136,8 @@ pub(crate) fn event_time(
         idle_timeout,
     })
 }
+
+/// Whether `plan` reads one of Freshet's streams.
+pub fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
+}

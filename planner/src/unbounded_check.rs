@@ -112,3 +112,32 @@ fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
         names.join(", ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::plan_over;
+
+    #[test]
+    fn a_plain_group_by_over_an_endless_stream_is_refused_with_advice() {
+        let error = plan_over(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol",
+            None,
+            1,
+            1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("market_data"), "{error}");
+    }
+
+    #[test]
+    fn a_windowed_group_by_over_an_endless_stream_runs() {
+        plan_over(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' SECOND)",
+            None,
+            1,
+            1,
+        )
+        .unwrap();
+    }
+}

@@ -8,6 +8,7 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
+use crate::kernels::RunningAggregates;
 use crate::window::WindowSpec;
 
 /// A GROUP BY expression over the input and its output name.
@@ -102,6 +103,12 @@ impl AggregateSpec {
     /// session's old (keys, window start) with NULL aggregates).
     pub fn emits_deletions(&self) -> bool {
         self.emit != AggregateEmit::Final && self.window.as_ref().is_some_and(WindowKey::is_session)
+    }
+
+    /// The per-record kernels of the aggregates over `input`, if every one has one (the
+    /// per-record changelog and session changes need them).
+    pub fn running_kernels(&self, input: &Schema) -> Option<RunningAggregates> {
+        RunningAggregates::plan(&self.aggregates, &self.filters, input)
     }
 
     /// Windows starting at or before this are closed at `watermark` (none without a window).

@@ -41,7 +41,6 @@ use super::mode::{AggregateMode, ModeInputs};
 use super::partial::PartialAggregate;
 use super::spec::{AggregateEmit, AggregateSpec, WindowKey, with_nullable_aggregates};
 use crate::exchange::{InputStep, StreamExchangeExec};
-use crate::kernels::RunningAggregates;
 use crate::late_records::LateRecords;
 use crate::message_loop::drive;
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
@@ -56,6 +55,9 @@ pub struct WindowAggregateExec {
     /// Two-phase aggregation: the partial step the exchange runs on each input partition,
     /// whose states this operator merges.
     partial: Option<Arc<PartialAggregate>>,
+    /// Whether every aggregate has a per-record kernel (else per-record changes fall back
+    /// to per batch).
+    running_kernels: bool,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     late_records: LateRecords,
@@ -90,9 +92,8 @@ impl WindowAggregateExec {
             );
         }
         let input: Arc<dyn ExecutionPlan> = Arc::clone(&exchange) as _;
-        if spec.emit == AggregateEmit::ChangesPerRecord
-            && RunningAggregates::plan(&spec.aggregates, &spec.filters, &input.schema()).is_none()
-        {
+        let running_kernels = spec.running_kernels(&input.schema()).is_some();
+        if spec.emit == AggregateEmit::ChangesPerRecord && !running_kernels {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
         if spec.emits_deletions() {
@@ -112,6 +113,7 @@ impl WindowAggregateExec {
             exchange,
             spec,
             partial,
+            running_kernels,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records,
@@ -179,14 +181,7 @@ impl DisplayAs for WindowAggregateExec {
             AggregateEmit::ChangesPerBatch if self.emits_deletions() => {
                 "changes (one row per changed group per batch; a merged session an earlier batch emitted is deleted)"
             }
-            AggregateEmit::ChangesPerBatch
-                if RunningAggregates::plan(
-                    &self.spec.aggregates,
-                    &self.spec.filters,
-                    &self.input.schema(),
-                )
-                .is_some() =>
-            {
+            AggregateEmit::ChangesPerBatch if self.running_kernels => {
                 "changes (one row per changed group per batch)"
             }
             AggregateEmit::ChangesPerBatch => {

@@ -15,7 +15,7 @@ use super::context::ModeContext;
 use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::session_changes::SessionChanges;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
-use crate::kernels::{RunningAggregates, take_rows};
+use crate::kernels::take_rows;
 use crate::watermark::event_times;
 
 /// See the module documentation.
@@ -31,10 +31,8 @@ impl SessionChangelog {
         input_schema: &SchemaRef,
         context: ModeContext,
     ) -> Result<Self> {
-        let (Some(window), Some(running)) = (
-            &spec.window,
-            RunningAggregates::plan(&spec.aggregates, &spec.filters, input_schema),
-        ) else {
+        let (Some(window), Some(running)) = (&spec.window, spec.running_kernels(input_schema))
+        else {
             return internal_err!(
                 "EMIT CHANGES on session windows needs per-record kernels for every aggregate"
             );

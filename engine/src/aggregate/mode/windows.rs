@@ -61,9 +61,7 @@ impl WindowGroups {
         context: ModeContext,
     ) -> Result<Self> {
         let running = match spec.emit {
-            AggregateEmit::ChangesPerRecord => {
-                RunningAggregates::plan(&spec.aggregates, &spec.filters, input_schema)
-            }
+            AggregateEmit::ChangesPerRecord => spec.running_kernels(input_schema),
             _ => None,
         };
         let table_schema = Arc::new(Schema::new(spec.table_fields()));
