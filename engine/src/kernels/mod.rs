@@ -9,6 +9,7 @@
 mod builtin;
 mod fused;
 mod groups;
+mod packed_encoding;
 mod packed_keys;
 mod running;
 mod short_keys;
