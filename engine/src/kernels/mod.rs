@@ -8,6 +8,8 @@
 
 mod builtin;
 mod fused;
+mod fused_column;
+mod fused_member;
 mod groups;
 mod packed_encoding;
 mod packed_keys;
