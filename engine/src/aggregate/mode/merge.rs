@@ -94,16 +94,10 @@ impl MergePartials {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::test_support::{batch, context, mode, rows, spec, watermark};
+    use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
     use crate::aggregate::partial::PartialAggregate;
     use crate::aggregate::spec::AggregateEmit;
     use crate::exchange::InputStepState;
-    use crate::window::WindowSpec;
-
-    const TUMBLE_1S: WindowSpec = WindowSpec::Tumble {
-        size: 1_000,
-        offset: 0,
-    };
 
     #[test]
     fn merged_partial_states_give_the_single_phase_result() {

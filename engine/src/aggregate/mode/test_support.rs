@@ -20,6 +20,12 @@ use crate::late_records::LateRecords;
 use crate::message_loop::MessageHandler;
 use crate::window::WindowSpec;
 
+/// Tumbling windows of one second (event time in milliseconds).
+pub const TUMBLE_1S: WindowSpec = WindowSpec::Tumble {
+    size: 1_000,
+    offset: 0,
+};
+
 /// The input: key `k`, event time `ts` (ms) and quantity `q`.
 pub fn input_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![

@@ -318,14 +318,9 @@ impl WindowGroups {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{batch, context, mode, rows, spec, watermark};
+    use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
     use crate::aggregate::spec::AggregateEmit;
     use crate::window::WindowSpec;
-
-    const TUMBLE_1S: WindowSpec = WindowSpec::Tumble {
-        size: 1_000,
-        offset: 0,
-    };
 
     #[test]
     fn emit_final_emits_a_window_when_the_watermark_passes_its_end() {
