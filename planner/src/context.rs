@@ -12,11 +12,13 @@ use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use freshet_engine::{
     FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
 };
 
-use crate::dialect::{EmitMode, rewrite};
+use crate::dialect::{EmitMode, rewrite_with};
 use crate::install::install;
 use crate::options::{EmitSetting, EventMillis, FreshetOptions};
 use crate::query::StreamingQuery;
@@ -169,16 +171,26 @@ impl StreamingContext {
 
     /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
-        let streaming = rewrite(sql, &|table| self.event_times.read().get(table).cloned())?;
-        let frame = if streaming.emit == EmitMode::Default
-            && streaming.options.is_empty()
-            && streaming.expire_after.is_none()
-        {
-            self.ctx.sql(&streaming.sql).await?
-        } else {
+        let mut state = self.ctx.state();
+        // The parser's dialect is not Send: it lives only for the rewrite.
+        let streaming = {
+            let parser = &state.config().options().sql_parser;
+            let Some(dialect) = dialect_from_str(parser.dialect) else {
+                return plan_err!("unsupported SQL dialect {}", parser.dialect);
+            };
+            rewrite_with(
+                sql,
+                &|table| self.event_times.read().get(table).cloned(),
+                dialect.as_ref(),
+                parser.recursion_limit.get(),
+            )?
+        };
+        let per_query = streaming.emit != EmitMode::Default
+            || !streaming.options.is_empty()
+            || streaming.expire_after.is_some();
+        if per_query {
             // EMIT, EXPIRE AFTER and WITH (…) apply to this query only: plan it on a copy of
             // the state.
-            let mut state = self.ctx.state();
             let extensions = &mut state.config_mut().options_mut().extensions;
             if extensions.get::<FreshetOptions>().is_none() {
                 extensions.insert(FreshetOptions::default());
@@ -212,9 +224,21 @@ impl StreamingContext {
                     ExtensionOptions::set(options, name, value)?;
                 }
             }
+        }
+        let context = if per_query {
             SessionContext::new_with_state(state)
-                .sql(&streaming.sql)
-                .await?
+        } else {
+            self.ctx.clone()
+        };
+        let frame = match streaming.statement {
+            Some(statement) => {
+                let plan = context
+                    .state()
+                    .statement_to_plan(DFStatement::Statement(Box::new(statement)))
+                    .await?;
+                context.execute_logical_plan(plan).await?
+            }
+            None => context.sql(sql).await?,
         };
         let task_ctx = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;

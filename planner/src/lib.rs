@@ -23,7 +23,7 @@ mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;
 pub use context::StreamingContext;
-pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite};
+pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite, rewrite_with};
 pub use functions::window_functions;
 pub use install::install;
 pub use options::FreshetOptions;

@@ -1,16 +1,470 @@
-//! Freshet's streaming SQL dialect, rewritten into SQL that DataFusion parses and plans.
+//! Freshet's streaming SQL dialect, turned into a statement DataFusion plans.
 //!
-//! DataFusion's parser reads `WINDOW` after GROUP BY as a named-window clause and knows no
-//! `EMIT`, so the streaming clauses are rewritten on the token stream first (see
-//! [`rewrite`]): window clauses of every accepted form become a window function key in
-//! GROUP BY (`tumble(ts, size)`, `hop(ts, slide, size)`, `session(ts, gap)`), `window_start`
-//! and `window_end` become expressions over that key, and `EMIT …` becomes a flag. Because
-//! `tumble()` computes what `date_bin` computes, the rewritten query is also valid batch SQL.
-//! OVER clauses are rewritten too (the predecessor's `ROWS WINDOW BUFFER n ROWS`, `EXPIRE
-//! AFTER … INACTIVITY`, extended named windows): see `over`.
+//! The SQL is tokenized once. The clauses sqlparser cannot parse are turned into parseable
+//! tokens first (`clauses`, `over`): the query options and `EMIT …` are taken out, a
+//! `WINDOW TUMBLING|SLIDING|HOPPING|SESSION (…)` clause becomes a window key in its block's
+//! GROUP BY (`tumble(ts, size)`, `hop(ts, slide, size)`, `session(ts, gap)`), the
+//! predecessor's OVER forms become standard ones, and `TABLE t` in a window table function
+//! becomes `t`. The tokens — with the spans of the user's SQL, so that errors point into
+//! it — are parsed by sqlparser into one statement, on which every query block finds its
+//! window and binds `window_start` / `window_end` (`blocks`). Because `tumble()` computes
+//! what `date_bin` computes, the statement is also valid batch SQL.
+//!
+//! Accepted forms, all a window key in GROUP BY:
+//! - `GROUP BY k WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)` → `GROUP BY tumble(ts, …), k`,
+//!   also `TUMBLING (1m)` / `TUMBLING (INTERVAL '30' SECOND)` on the stream's event time,
+//!   `WINDOW SLIDING|HOPPING (ts, size, advance)` → `hop(ts, advance, size)`, and
+//!   `WINDOW SESSION (ts, gap)` → `session(ts, gap)`;
+//! - `FROM TUMBLE(TABLE t, DESCRIPTOR(ts), size)` and `HOP(TABLE t, DESCRIPTOR(ts), slide,
+//!   size)` → `FROM t` with the window key;
+//! - `GROUP BY tumble(ts, size), k` (and `hop`, `session`) as written.
 
+mod blocks;
+mod clauses;
 mod over;
-mod rewrite;
 mod tokens;
 
-pub use rewrite::{EmitMode, StreamingSql, WindowKind, rewrite};
+use datafusion::common::{DataFusionError, Result, not_impl_err};
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
+use datafusion::sql::sqlparser::parser::Parser;
+
+use blocks::bind_windows;
+use clauses::{rewrite_window_clauses, take_emit, take_options, unwrap_window_tables};
+use over::rewrite_over_clauses;
+use tokens::{text, tokenize};
+
+/// When a streaming aggregation emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmitMode {
+    /// Not said: windows emit when they close, plain GROUP BY at the end of bounded input.
+    #[default]
+    Default,
+    /// `EMIT FINAL`.
+    Final,
+    /// `EMIT CHANGES`: an upsert changelog.
+    Changes,
+}
+
+/// The kind of event-time window a query groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    Tumble,
+    Hop,
+    Session,
+}
+
+/// A query in Freshet's dialect, ready for DataFusion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamingSql {
+    /// The statement to plan; `None` when the SQL holds no streaming syntax, and DataFusion
+    /// takes it as written.
+    pub statement: Option<Statement>,
+    /// The statement as SQL (the SQL as written when there is no statement).
+    pub sql: String,
+    pub emit: EmitMode,
+    /// The window of the first query block that has one.
+    pub window: Option<WindowKind>,
+    /// Query options from a trailing `WITH ('key' = 'value', …)`.
+    pub options: Vec<(String, String)>,
+    /// `EXPIRE AFTER … INACTIVITY` of the query's OVER windows.
+    pub expire_after: Option<std::time::Duration>,
+}
+
+/// [`rewrite_with`] sqlparser's generic dialect and DataFusion's default recursion limit.
+pub fn rewrite(sql: &str, event_time_of: &dyn Fn(&str) -> Option<String>) -> Result<StreamingSql> {
+    rewrite_with(sql, event_time_of, &GenericDialect {}, 50)
+}
+
+/// Rewrites `sql`, parsed in `dialect`; `event_time_of(table)` gives a stream's declared
+/// event-time column for the shorthand forms that do not name one.
+pub fn rewrite_with(
+    sql: &str,
+    event_time_of: &dyn Fn(&str) -> Option<String>,
+    dialect: &dyn Dialect,
+    recursion_limit: usize,
+) -> Result<StreamingSql> {
+    let mut tokens = tokenize(sql)?;
+    let options = take_options(&mut tokens)?;
+    let emit = take_emit(&mut tokens)?;
+    let expire_after = rewrite_over_clauses(&mut tokens)?;
+    rewrite_window_clauses(&mut tokens, event_time_of)?;
+    unwrap_window_tables(&mut tokens);
+    let rewritten = text(&tokens) != sql;
+    let as_written = |window| StreamingSql {
+        statement: None,
+        sql: sql.to_string(),
+        emit,
+        window,
+        options: options.clone(),
+        expire_after,
+    };
+    let parsed = Parser::new(dialect)
+        .with_recursion_limit(recursion_limit)
+        .with_tokens_with_locations(tokens)
+        .parse_statements();
+    let mut statements = match parsed {
+        Ok(statements) => statements,
+        // Not ours to judge: DataFusion parses it (its own statements too) and says what
+        // is wrong.
+        Err(_) if !rewritten => return Ok(as_written(None)),
+        Err(error) => return Err(DataFusionError::SQL(Box::new(error), None)),
+    };
+    let mut statement = match statements.len() {
+        1 => statements.remove(0),
+        _ if !rewritten => return Ok(as_written(None)),
+        _ => return not_impl_err!("a streaming query is one SQL statement"),
+    };
+    let (window, bound) = bind_windows(&mut statement)?;
+    if !rewritten && !bound {
+        return Ok(as_written(window));
+    }
+    Ok(StreamingSql {
+        sql: statement.to_string(),
+        statement: Some(statement),
+        emit,
+        window,
+        options,
+        expire_after,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_event_time(_: &str) -> Option<String> {
+        None
+    }
+
+    fn market_event_time(table: &str) -> Option<String> {
+        (table == "market_data").then(|| "trade_time".to_string())
+    }
+
+    fn squash(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn predecessor_tumbling_clause_becomes_a_group_key() {
+        let out = rewrite(
+            "SELECT trader_id, symbol, COUNT(*) AS n FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(
+            squash(&out.sql),
+            "SELECT trader_id, symbol, COUNT(*) AS n FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' MINUTE), trader_id, symbol"
+        );
+        assert_eq!(out.window, Some(WindowKind::Tumble));
+        assert_eq!(out.emit, EmitMode::Default);
+    }
+
+    #[test]
+    fn emit_changes_is_taken_out() {
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, INTERVAL '1' MINUTE) EMIT CHANGES;",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.emit, EmitMode::Changes);
+        assert!(!out.sql.contains("EMIT"), "{}", out.sql);
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k EMIT FINAL",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.emit, EmitMode::Final);
+        assert_eq!(out.window, None);
+    }
+
+    #[test]
+    fn shorthand_uses_the_stream_event_time() {
+        let out = rewrite(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (1m)",
+            &market_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql.contains("tumble(trade_time, INTERVAL '1 minutes')"),
+            "{}",
+            out.sql
+        );
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t WINDOW TUMBLING (1m)",
+            &market_event_time,
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("declares no event time"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn sliding_hopping_and_session_clauses() {
+        let out = rewrite(
+            "SELECT COUNT(*) FROM t GROUP BY k WINDOW SLIDING (ts, INTERVAL '10' MINUTE, INTERVAL '5' MINUTE)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .contains("hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), k"),
+            "{}",
+            out.sql
+        );
+        assert_eq!(out.window, Some(WindowKind::Hop));
+        let out = rewrite(
+            "SELECT COUNT(*) FROM t WINDOW HOPPING (ts, 10m, 5m)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .contains("GROUP BY hop(ts, INTERVAL '5 minutes', INTERVAL '10 minutes')"),
+            "{}",
+            out.sql
+        );
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k WINDOW SESSION (ts, 30s)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql.contains("session(ts, INTERVAL '30 seconds'), k"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn window_bounds_become_expressions() {
+        let out = rewrite(
+            "SELECT window_start, _WINDOW_END, k, COUNT(*) AS n FROM t GROUP BY k WINDOW TUMBLING (ts, INTERVAL '1' MINUTE) HAVING window_start > TIMESTAMP '2024-01-01 00:00:00'",
+            &no_event_time,
+        )
+        .unwrap();
+        let sql = squash(&out.sql);
+        assert!(sql.starts_with("SELECT tumble(ts, INTERVAL '1' MINUTE) AS window_start, (tumble(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS _WINDOW_END, k"), "{sql}");
+        assert!(
+            sql.contains("HAVING tumble(ts, INTERVAL '1' MINUTE) > TIMESTAMP"),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn flink_table_functions_and_window_grouping() {
+        let out = rewrite(
+            "SELECT window_start, window_end, k, SUM(v) FROM TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE) GROUP BY window_start, window_end, k",
+            &no_event_time,
+        )
+        .unwrap();
+        let sql = squash(&out.sql);
+        assert!(
+            sql.contains("FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE), k"),
+            "{sql}"
+        );
+        let out = rewrite(
+            "SELECT window_start, COUNT(*) FROM HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '5' MINUTE, INTERVAL '10' MINUTE) GROUP BY window_start",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            squash(&out.sql)
+                .contains("GROUP BY hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn arroyo_style_keys_are_recognized() {
+        let out = rewrite(
+            "SELECT window_end, COUNT(*) FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE), k",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.window, Some(WindowKind::Tumble));
+        assert!(
+            out.sql
+                .contains("(tumble(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS window_end"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn malformed_clauses_say_where() {
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING ts",
+            &no_event_time,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("line 1, column 35"), "{error}");
+        let error = rewrite(
+            "SELECT COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (a, b, c)",
+            &no_event_time,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("got 3 arguments"), "{error}");
+        let error = rewrite("SELECT COUNT(*) FROM t EMIT SOMETIMES", &no_event_time).unwrap_err();
+        assert!(
+            error.to_string().contains("EMIT CHANGES or EMIT FINAL"),
+            "{error}"
+        );
+        let error = rewrite(
+            "SELECT COUNT(*) FROM TUMBLE(TABLE t, ts, INTERVAL '1' MINUTE)",
+            &no_event_time,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("DESCRIPTOR"), "{error}");
+    }
+
+    #[test]
+    fn aliases_named_like_window_bounds_stay() {
+        let out = rewrite(
+            "SELECT _WINDOW_START AS window_start, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, 1m)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .contains("tumble(ts, INTERVAL '1 minutes') AS window_start,"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn emit_may_end_an_aggregating_subquery() {
+        let out = rewrite(
+            "SELECT * FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k EMIT CHANGES) WHERE n > 1",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.emit, EmitMode::Changes);
+        assert!(!out.sql.contains("EMIT"));
+        assert!(rewrite("SELECT 1 EMIT CHANGES EMIT FINAL", &no_event_time).is_err());
+    }
+
+    #[test]
+    fn query_options_are_taken_out_and_ctes_left_alone() {
+        let out = rewrite(
+            "SELECT k, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, 1m) EMIT CHANGES WITH ('partitioning_strategy' = 'sticky')",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(
+            out.options,
+            vec![("partitioning_strategy".to_string(), "sticky".to_string())]
+        );
+        assert_eq!(out.emit, EmitMode::Changes);
+        assert!(!out.sql.contains("WITH"), "{}", out.sql);
+        let cte = "WITH x AS (SELECT 1 AS a) SELECT a FROM x";
+        assert_eq!(rewrite(cte, &no_event_time).unwrap().sql, cte);
+        assert!(
+            rewrite(
+                "SELECT 1 WITH (partitioning_strategy = sticky)",
+                &no_event_time
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn plain_sql_passes_unchanged() {
+        let sql = "SELECT a, \"window_start\" FROM t WHERE b > 1 ORDER BY a";
+        let out = rewrite(sql, &no_event_time).unwrap();
+        assert_eq!(out.sql, sql);
+        assert_eq!(out.window, None);
+    }
+
+    #[test]
+    fn each_query_block_binds_its_own_window() {
+        let out = rewrite(
+            "WITH w AS (SELECT k, window_start, COUNT(*) AS n FROM t GROUP BY k WINDOW TUMBLING (ts, 1m)) \
+             SELECT window_start, n FROM w WHERE window_start > 0",
+            &no_event_time,
+        )
+        .unwrap();
+        let sql = squash(&out.sql);
+        // Inside the CTE the bound is the key; outside it is the CTE's column.
+        assert!(
+            sql.contains("SELECT k, tumble(ts, INTERVAL '1 minutes') AS window_start, COUNT(*) AS n FROM t GROUP BY tumble(ts, INTERVAL '1 minutes'), k"),
+            "{sql}"
+        );
+        assert!(
+            sql.ends_with("SELECT window_start, n FROM w WHERE window_start > 0"),
+            "{sql}"
+        );
+        let out = rewrite(
+            "SELECT * FROM (SELECT window_end AS e FROM t GROUP BY session(ts, INTERVAL '5' SECOND)) AS s",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.window, Some(WindowKind::Session));
+        assert!(
+            out.sql
+                .contains("session_end(max(ts), INTERVAL '5' SECOND) AS e"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn bounds_inside_expressions_are_bound() {
+        let out = rewrite(
+            "SELECT CAST(window_start AS BIGINT) AS s, date_trunc('hour', window_end) AS h FROM t GROUP BY k WINDOW TUMBLING (ts, 1m) HAVING (window_start > 0) ORDER BY window_start",
+            &no_event_time,
+        )
+        .unwrap();
+        let sql = squash(&out.sql);
+        assert!(
+            sql.contains("CAST(tumble(ts, INTERVAL '1 minutes') AS BIGINT) AS s"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(
+                "date_trunc('hour', (tumble(ts, INTERVAL '1 minutes') + INTERVAL '1 minutes')) AS h"
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("HAVING (tumble(ts, INTERVAL '1 minutes') > 0)"),
+            "{sql}"
+        );
+        assert!(
+            sql.ends_with("ORDER BY tumble(ts, INTERVAL '1 minutes')"),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn quoted_and_qualified_bounds_stay() {
+        let out = rewrite(
+            "SELECT \"window_start\", t.window_end, COUNT(*) FROM t GROUP BY k WINDOW TUMBLING (ts, 1m)",
+            &no_event_time,
+        )
+        .unwrap();
+        assert!(
+            out.sql
+                .starts_with("SELECT \"window_start\", t.window_end,"),
+            "{}",
+            out.sql
+        );
+    }
+
+    #[test]
+    fn syntax_errors_point_into_the_sql_as_written() {
+        // The WINDOW clause moves into the GROUP BY before parsing; the error still points
+        // at the second `>` where the user wrote it.
+        let error = rewrite(
+            "SELECT k, COUNT(*) FROM t\nGROUP BY k WINDOW TUMBLING (ts, 1m) HAVING COUNT(*) > > 1",
+            &no_event_time,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("Line: 2, Column: 55"), "{error}");
+    }
+}

@@ -16,25 +16,27 @@ use datafusion::common::{Result, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use freshet_engine::parse_duration;
 
-use super::tokens::{is_word, matching_paren, next_solid, position, text, tokenize, trimmed_text};
+use super::tokens::{
+    generated, is_word, matching_paren, next_solid, position, text, tokenize, trimmed_text,
+};
 
-/// `sql` with its OVER clauses rewritten, and the `EXPIRE AFTER` idle time if one is given.
-pub(super) fn rewrite_over_clauses(sql: &str) -> Result<(String, Option<Duration>)> {
-    let tokens = tokenize(sql)?;
+/// Rewrites the OVER clauses of `tokens` in place; returns the `EXPIRE AFTER` idle time if one
+/// is given.
+pub(super) fn rewrite_over_clauses(tokens: &mut Vec<TokenWithSpan>) -> Result<Option<Duration>> {
     if !tokens.iter().any(|t| is_word(&t.token, "OVER")) {
-        return Ok((sql.to_string(), None));
+        return Ok(None);
     }
-    let named = named_windows(&tokens)?;
-    let mut out = String::with_capacity(sql.len());
+    let named = named_windows(tokens)?;
+    let mut out = Vec::with_capacity(tokens.len());
     let mut expire_after: Option<Duration> = None;
     let mut i = 0;
     while i < tokens.len() {
-        let open = next_solid(&tokens, i + 1);
+        let open = next_solid(tokens, i + 1);
         if is_word(&tokens[i].token, "OVER")
             && let Some(open) = open
             && tokens[open].token == Token::LParen
         {
-            let close = matching_paren(&tokens, open)?;
+            let close = matching_paren(tokens, open)?;
             let (inner, expire) = rewrite_over(&tokens[open + 1..close], &named)?;
             if let Some(expire) = expire {
                 if expire_after.is_some_and(|e| e != expire) {
@@ -45,14 +47,18 @@ pub(super) fn rewrite_over_clauses(sql: &str) -> Result<(String, Option<Duration
                 }
                 expire_after = Some(expire);
             }
-            out.push_str(&format!("OVER ({inner})"));
+            match inner {
+                Some(inner) => out.extend(generated(&format!("OVER ({inner})"), tokens[i].span)?),
+                None => out.extend_from_slice(&tokens[i..=close]),
+            }
             i = close + 1;
         } else {
-            out.push_str(&tokens[i].token.to_string());
+            out.push(tokens[i].clone());
             i += 1;
         }
     }
-    Ok((out, expire_after))
+    *tokens = out;
+    Ok(expire_after)
 }
 
 /// The definitions of `WINDOW name AS (…)[, name AS (…)]` clauses, by name.
@@ -87,11 +93,12 @@ fn named_windows(tokens: &[TokenWithSpan]) -> Result<HashMap<String, String>> {
     Ok(named)
 }
 
-/// The inside of one OVER (…), rewritten, and its EXPIRE AFTER idle time.
+/// The inside of one OVER (…), rewritten (`None`: as written), and its EXPIRE AFTER idle
+/// time.
 fn rewrite_over(
     inner: &[TokenWithSpan],
     named: &HashMap<String, String>,
-) -> Result<(String, Option<Duration>)> {
+) -> Result<(Option<String>, Option<Duration>)> {
     let solid: Vec<usize> = (0..inner.len())
         .filter(|&i| next_solid(inner, i) == Some(i))
         .collect();
@@ -158,7 +165,7 @@ fn rewrite_over(
     let extended_named = solid.len() > 1
         && matches!(&inner[solid[0]].token, Token::Word(w) if named.contains_key(&w.value.to_ascii_lowercase()));
     if frame.is_none() && expire.is_none() && !extended_named {
-        return Ok((text(inner), None));
+        return Ok((None, None));
     }
     let mut rewritten: String = inner
         .iter()
@@ -179,12 +186,19 @@ fn rewrite_over(
     if let Some(frame) = frame {
         rewritten = format!("{rewritten} {frame}").trim().to_string();
     }
-    Ok((rewritten, expire))
+    Ok((Some(rewritten), expire))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sql` with its OVER clauses rewritten, and the idle time.
+    fn rewrite_over_clauses(sql: &str) -> Result<(String, Option<Duration>)> {
+        let mut tokens = tokenize(sql)?;
+        let expire = super::rewrite_over_clauses(&mut tokens)?;
+        Ok((text(&tokens), expire))
+    }
 
     #[test]
     fn predecessor_buffer_becomes_a_rows_frame() {

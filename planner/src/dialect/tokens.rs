@@ -3,7 +3,7 @@
 
 use datafusion::common::{Result, plan_err};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer};
 
 /// Tokens of `sql`, whitespace included, so that joining their texts gives `sql` back.
 pub(super) fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
@@ -11,6 +11,16 @@ pub(super) fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
         Ok(tokens) => Ok(tokens),
         Err(e) => plan_err!("cannot read the SQL: {e}"),
     }
+}
+
+/// Tokens of `text`, which Freshet writes in place of a clause of the user's, all placed at
+/// `at` (the clause's span): an error about them points at what the user wrote.
+pub(super) fn generated(text: &str, at: Span) -> Result<Vec<TokenWithSpan>> {
+    Ok(tokenize(text)?
+        .into_iter()
+        .filter(|t| t.token != Token::EOF)
+        .map(|t| TokenWithSpan::new(t.token, at))
+        .collect())
 }
 
 /// The SQL text of `tokens`.
@@ -104,31 +114,6 @@ pub(super) fn depths(tokens: &[TokenWithSpan]) -> Vec<usize> {
             match t.token {
                 Token::LParen => depth += 1,
                 Token::RParen => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-            before
-        })
-        .collect()
-}
-
-/// Subquery depth before each token: how many enclosing parentheses open a query (`(SELECT`,
-/// `(WITH`, `(VALUES`). Parentheses of expressions (calls, CAST, grouping) do not count.
-pub(super) fn query_depths(tokens: &[TokenWithSpan]) -> Vec<usize> {
-    let mut open: Vec<bool> = Vec::new();
-    tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let before = open.iter().filter(|&&query| query).count();
-            match t.token {
-                Token::LParen => open.push(next_solid(tokens, i + 1).is_some_and(|n| {
-                    ["SELECT", "WITH", "VALUES"]
-                        .iter()
-                        .any(|word| is_word(&tokens[n].token, word))
-                })),
-                Token::RParen => {
-                    open.pop();
-                }
                 _ => {}
             }
             before

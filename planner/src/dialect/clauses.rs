@@ -1,0 +1,291 @@
+//! The streaming clauses sqlparser cannot parse, turned into parseable tokens before the
+//! statement is parsed: a trailing `WITH ('key' = 'value', …)` and `EMIT CHANGES` /
+//! `EMIT FINAL` are taken out; `WINDOW TUMBLING|SLIDING|HOPPING|SESSION (…)` after a GROUP BY
+//! becomes a window key in that GROUP BY; `TABLE t` inside `FROM TUMBLE(…)` / `FROM HOP(…)`
+//! becomes `t`, so that the call parses as a table function (the query block stage turns
+//! it into a window key). Tokens Freshet writes carry the span of the clause they replace.
+
+use datafusion::common::{Result, internal_err, plan_err};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+
+use super::EmitMode;
+use super::tokens::{
+    depths, generated, is_word, matching_paren, next_solid, position, previous_solid,
+    split_arguments, trimmed_text,
+};
+
+/// Takes a trailing `WITH ('key' = 'value', …)` (the predecessor's query options) out of
+/// `tokens`. A `WITH name AS (…)` common table expression is left alone.
+pub(super) fn take_options(tokens: &mut Vec<TokenWithSpan>) -> Result<Vec<(String, String)>> {
+    let depth = depths(tokens);
+    let clause = (0..tokens.len()).rev().find(|&i| {
+        depth[i] == 0
+            && is_word(&tokens[i].token, "WITH")
+            && next_solid(tokens, i + 1).is_some_and(|o| tokens[o].token == Token::LParen)
+            && previous_solid(tokens, i).is_some()
+    });
+    let Some(with) = clause else {
+        return Ok(Vec::new());
+    };
+    let Some(open) = next_solid(tokens, with + 1) else {
+        return Ok(Vec::new());
+    };
+    let close = matching_paren(tokens, open)?;
+    let mut options = Vec::new();
+    for (start, end) in split_arguments(tokens, open, close) {
+        let parts: Vec<&Token> = tokens[start..end]
+            .iter()
+            .map(|t| &t.token)
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect();
+        match parts.as_slice() {
+            [
+                Token::SingleQuotedString(key),
+                Token::Eq,
+                Token::SingleQuotedString(value),
+            ] => options.push((key.clone(), value.clone())),
+            _ => {
+                return plan_err!(
+                    "malformed query option at {}: expected WITH ('key' = 'value', …)",
+                    position(&tokens[start.min(tokens.len() - 1)])
+                );
+            }
+        }
+    }
+    tokens.drain(with..=close);
+    Ok(options)
+}
+
+/// Takes `EMIT CHANGES` / `EMIT FINAL` out of `tokens`; it ends the query or the subquery
+/// that aggregates.
+pub(super) fn take_emit(tokens: &mut Vec<TokenWithSpan>) -> Result<EmitMode> {
+    // EMIT followed by CHANGES or FINAL is the clause; another EMIT is a name (`AS emit`),
+    // unless it ends the query, where it can only be a clause missing its mode.
+    let mode_after = |i: usize| match next_solid(tokens, i + 1).map(|m| &tokens[m].token) {
+        Some(token) if is_word(token, "CHANGES") => Some(EmitMode::Changes),
+        Some(token) if is_word(token, "FINAL") => Some(EmitMode::Final),
+        _ => None,
+    };
+    let emits: Vec<usize> = (0..tokens.len())
+        .filter(|&i| is_word(&tokens[i].token, "EMIT"))
+        .collect();
+    let clause = emits.iter().copied().find(|&i| mode_after(i).is_some());
+    let ends_query = |at: Option<usize>| {
+        at.is_none_or(|n| matches!(tokens[n].token, Token::SemiColon | Token::RParen))
+    };
+    let Some(emit) = clause else {
+        // `EMIT` or `EMIT <word>` closing the query is a clause with a wrong mode.
+        if let Some(&last) = emits.iter().find(|&&i| {
+            let next = next_solid(tokens, i + 1);
+            ends_query(next) || ends_query(next_solid(tokens, next.unwrap_or(i) + 1))
+        }) {
+            return plan_err!(
+                "malformed EMIT clause at {}: expected EMIT CHANGES or EMIT FINAL",
+                position(&tokens[last])
+            );
+        }
+        return Ok(EmitMode::Default);
+    };
+    let mode_at = next_solid(tokens, emit + 1);
+    let Some(mode) = mode_after(emit) else {
+        return internal_err!("EMIT clause without its mode");
+    };
+    let end = mode_at.unwrap_or(emit) + 1;
+    if let Some(rest) = next_solid(tokens, end)
+        && !matches!(tokens[rest].token, Token::SemiColon | Token::RParen)
+    {
+        return plan_err!(
+            "EMIT {} must end the query, but {} follows at {}",
+            if mode == EmitMode::Changes {
+                "CHANGES"
+            } else {
+                "FINAL"
+            },
+            tokens[rest].token,
+            position(&tokens[rest])
+        );
+    }
+    if (end..tokens.len()).any(|i| is_word(&tokens[i].token, "EMIT") && mode_after(i).is_some()) {
+        return plan_err!(
+            "a query takes one EMIT clause; another follows the one at {}",
+            position(&tokens[emit])
+        );
+    }
+    tokens.drain(emit..end);
+    Ok(mode)
+}
+
+/// Turns every `WINDOW TUMBLING|SLIDING|HOPPING|SESSION (…)` clause into a window key at the
+/// head of its query block's GROUP BY (a GROUP BY of the key alone where there is none):
+/// `TUMBLING ([ts,] size)` → `tumble(ts, size)`, `SLIDING|HOPPING ([ts,] size, advance)` →
+/// `hop(ts, advance, size)`, `SESSION ([ts,] gap)` → `session(ts, gap)`. Without a time
+/// column, the block's first stream's declared event time (`event_time_of`). Returns whether
+/// any clause was found.
+pub(super) fn rewrite_window_clauses(
+    tokens: &mut Vec<TokenWithSpan>,
+    event_time_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<bool> {
+    let mut found = false;
+    while let Some(window) = next_window_clause(tokens) {
+        rewrite_window_clause(tokens, window, event_time_of)?;
+        found = true;
+    }
+    Ok(found)
+}
+
+/// The `WINDOW` of the first window clause left in `tokens`.
+fn next_window_clause(tokens: &[TokenWithSpan]) -> Option<usize> {
+    (0..tokens.len()).find(|&i| {
+        is_word(&tokens[i].token, "WINDOW")
+            && next_solid(tokens, i + 1).is_some_and(|k| {
+                ["TUMBLING", "SLIDING", "HOPPING", "SESSION"]
+                    .iter()
+                    .any(|w| is_word(&tokens[k].token, w))
+            })
+    })
+}
+
+fn rewrite_window_clause(
+    tokens: &mut Vec<TokenWithSpan>,
+    window: usize,
+    event_time_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
+    let depth = depths(tokens);
+    let level = depth[window];
+    // The clause's query block starts at the last SELECT of its level before it.
+    let block = (0..window)
+        .rev()
+        .find(|&i| depth[i] == level && is_word(&tokens[i].token, "SELECT"))
+        .unwrap_or(0);
+    let keyword_at = next_solid(tokens, window + 1).unwrap_or(window);
+    let keyword = tokens[keyword_at].token.to_string().to_ascii_uppercase();
+    let Some(open) =
+        next_solid(tokens, keyword_at + 1).filter(|&i| tokens[i].token == Token::LParen)
+    else {
+        return plan_err!(
+            "malformed WINDOW {keyword} clause at {}: expected WINDOW {keyword} (…)",
+            position(&tokens[window])
+        );
+    };
+    let close = matching_paren(tokens, open)?;
+    let arguments: Vec<String> = split_arguments(tokens, open, close)
+        .into_iter()
+        .map(|(start, end)| trimmed_text(&tokens[start..end]))
+        .collect();
+    let (name, durations) = match keyword.as_str() {
+        "TUMBLING" => ("tumble", 1),
+        "SESSION" => ("session", 1),
+        _ => ("hop", 2),
+    };
+    let usage = match name {
+        "tumble" => "TUMBLING ([ts_col,] size)",
+        "hop" => "SLIDING ([ts_col,] size, advance)",
+        _ => "SESSION ([ts_col,] gap)",
+    };
+    let (time_column, durations) = if arguments.len() == durations + 1 {
+        (arguments[0].clone(), arguments[1..].to_vec())
+    } else if arguments.len() == durations && arguments.iter().all(|a| looks_like_duration(a)) {
+        let table = first_table(tokens, block, window, level);
+        match table.as_deref().and_then(event_time_of) {
+            Some(column) => (column, arguments.clone()),
+            None => {
+                return plan_err!(
+                    "WINDOW {keyword} at {} names no time column and stream '{}' declares no event time: write WINDOW {usage} or register the stream with event_time=COLUMN",
+                    position(&tokens[window]),
+                    table.unwrap_or_default()
+                );
+            }
+        }
+    } else {
+        return plan_err!(
+            "malformed WINDOW {keyword} clause at {}: expected WINDOW {usage}, got {} arguments",
+            position(&tokens[window]),
+            arguments.len()
+        );
+    };
+    let durations: Vec<String> = durations.iter().map(|d| interval_literal(d)).collect();
+    let call = match name {
+        "hop" => format!("hop({time_column}, {}, {})", durations[1], durations[0]),
+        _ => format!("{name}({time_column}, {})", durations[0]),
+    };
+    let at = tokens[window].span;
+    let group_by = (block..window).find(|&i| {
+        depth[i] == level
+            && is_word(&tokens[i].token, "GROUP")
+            && next_solid(tokens, i + 1).is_some_and(|b| is_word(&tokens[b].token, "BY"))
+    });
+    match group_by.and_then(|g| next_solid(tokens, g + 1)) {
+        Some(by) => {
+            tokens.drain(window..=close);
+            let key = generated(&format!(" {call},"), at)?;
+            tokens.splice(by + 1..by + 1, key);
+        }
+        None => {
+            let key = generated(&format!("GROUP BY {call}"), at)?;
+            tokens.splice(window..=close, key);
+        }
+    }
+    Ok(())
+}
+
+/// The first table name after the FROM of the query block between `block` and `end`, at
+/// paren depth `level`.
+fn first_table(tokens: &[TokenWithSpan], block: usize, end: usize, level: usize) -> Option<String> {
+    let depth = depths(tokens);
+    let from = (block..end).find(|&i| depth[i] == level && is_word(&tokens[i].token, "FROM"))?;
+    let name = next_solid(tokens, from + 1)?;
+    match &tokens[name].token {
+        Token::Word(word) => Some(word.value.clone()),
+        _ => None,
+    }
+}
+
+/// Whether a window argument is a duration (`INTERVAL '…'`, `1m`, …) rather than a column.
+fn looks_like_duration(argument: &str) -> bool {
+    argument.to_ascii_uppercase().starts_with("INTERVAL")
+        || argument.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// `1m`, `30s`, `250ms`, `2h`, `1d` as an interval literal; anything else as written.
+fn interval_literal(duration: &str) -> String {
+    let compact: String = duration.chars().filter(|c| !c.is_whitespace()).collect();
+    let split = compact
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(compact.len());
+    let (number, unit) = compact.split_at(split);
+    let unit = match unit.to_ascii_lowercase().as_str() {
+        "ms" => "milliseconds",
+        "s" => "seconds",
+        "m" | "min" => "minutes",
+        "h" => "hours",
+        "d" => "days",
+        _ => return duration.to_string(),
+    };
+    if number.is_empty() {
+        return duration.to_string();
+    }
+    format!("INTERVAL '{number} {unit}'")
+}
+
+/// Drops the `TABLE` keyword of `FROM TUMBLE(TABLE t, …)` / `FROM HOP(TABLE t, …)`, which
+/// sqlparser does not take as a function argument. Returns whether one was dropped.
+pub(super) fn unwrap_window_tables(tokens: &mut Vec<TokenWithSpan>) -> bool {
+    let mut found = false;
+    let mut i = 0;
+    while i < tokens.len() {
+        let table = Some(i)
+            .filter(|&f| is_word(&tokens[f].token, "FROM"))
+            .and_then(|f| next_solid(tokens, f + 1))
+            .filter(|&w| is_word(&tokens[w].token, "TUMBLE") || is_word(&tokens[w].token, "HOP"))
+            .and_then(|w| next_solid(tokens, w + 1))
+            .filter(|&o| tokens[o].token == Token::LParen)
+            .and_then(|o| next_solid(tokens, o + 1))
+            .filter(|&t| is_word(&tokens[t].token, "TABLE"));
+        if let Some(table) = table {
+            tokens.remove(table);
+            found = true;
+        }
+        i += 1;
+    }
+    found
+}
