@@ -24,7 +24,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Span;
 
-use super::WindowKind;
+use super::vocabulary::WindowKind;
 
 /// A block's window: its key call and the expressions its bounds stand for.
 struct Window {

@@ -8,11 +8,11 @@
 use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
-use super::EmitMode;
 use super::tokens::{
     depths, generated, is_word, matching_paren, next_solid, position, previous_solid,
     split_arguments, trimmed_text,
 };
+use super::vocabulary::EmitMode;
 
 /// Takes a trailing `WITH ('key' = 'value', …)` (the predecessor's query options) out of
 /// `tokens`. A `WITH name AS (…)` common table expression is left alone.

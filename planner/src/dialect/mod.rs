@@ -23,6 +23,7 @@ mod blocks;
 mod clauses;
 mod over;
 mod tokens;
+mod vocabulary;
 
 use datafusion::common::{DataFusionError, Result, not_impl_err};
 use datafusion::sql::sqlparser::ast::Statement;
@@ -33,26 +34,7 @@ use blocks::bind_windows;
 use clauses::{rewrite_window_clauses, take_emit, take_options, unwrap_window_tables};
 use over::rewrite_over_clauses;
 use tokens::{text, tokenize};
-
-/// When a streaming aggregation emits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EmitMode {
-    /// Not said: windows emit when they close, plain GROUP BY at the end of bounded input.
-    #[default]
-    Default,
-    /// `EMIT FINAL`.
-    Final,
-    /// `EMIT CHANGES`: an upsert changelog.
-    Changes,
-}
-
-/// The kind of event-time window a query groups by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowKind {
-    Tumble,
-    Hop,
-    Session,
-}
+pub use vocabulary::{EmitMode, WindowKind};
 
 /// A query in Freshet's dialect, ready for DataFusion.
 #[derive(Debug, Clone, PartialEq)]
