@@ -4,7 +4,7 @@
 //! equivalent then takes half a minute per run, so filter, e.g. `-- "S2/|S3a/"`).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use freshet_bench::{ScenarioRun, scenarios};
+use freshet_bench::{ScenarioInput, ScenarioRun, scenarios};
 use freshet_engine::options::parse_count;
 
 #[global_allocator]
@@ -31,8 +31,11 @@ fn scenario_benches(c: &mut Criterion) {
         let partitions = vec![batches];
         let run = ScenarioRun {
             scenario: &scenario,
-            schema: &schema,
-            partitions: &partitions,
+            streams: 1,
+            input: ScenarioInput::Batches {
+                schema: &schema,
+                partitions: &partitions,
+            },
         };
         let mut group = c.benchmark_group(scenario.id);
         group.throughput(Throughput::Elements(records));

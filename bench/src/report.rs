@@ -12,6 +12,7 @@ fn millions(rate: f64) -> String {
 pub fn table(results: &[ScenarioResult]) -> String {
     let header = [
         "scenario",
+        "source",
         "records",
         "streams",
         "Freshet rec/s",
@@ -20,11 +21,12 @@ pub fn table(results: &[ScenarioResult]) -> String {
         "output rows",
         "peak RSS",
     ];
-    let rows: Vec<[String; 8]> = results
+    let rows: Vec<[String; 9]> = results
         .iter()
         .map(|r| {
             [
                 r.scenario.clone(),
+                r.source.to_string(),
                 r.records.to_string(),
                 r.partitions.to_string(),
                 millions(r.freshet_records_per_second()),
@@ -80,8 +82,9 @@ pub fn json(results: &[ScenarioResult]) -> String {
         .iter()
         .map(|r| {
             format!(
-                "  {{\"scenario\": \"{}\", \"records\": {}, \"streams\": {}, \"freshet_records_per_second\": {:.0}, \"datafusion_records_per_second\": {:.0}, \"ratio\": {:.4}, \"output_rows\": {}, \"peak_rss_bytes\": {}}}",
+                "  {{\"scenario\": \"{}\", \"source\": \"{}\", \"records\": {}, \"streams\": {}, \"freshet_records_per_second\": {:.0}, \"datafusion_records_per_second\": {:.0}, \"ratio\": {:.4}, \"output_rows\": {}, \"peak_rss_bytes\": {}}}",
                 r.scenario,
+                r.source,
                 r.records,
                 r.partitions,
                 r.freshet_records_per_second(),

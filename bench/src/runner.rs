@@ -1,15 +1,25 @@
 //! The scenario runner behind `freshet bench`.
 //!
-//! For each scenario and stream count it generates the data once into memory, then runs
-//! Freshet's streaming plan (a replay of those batches, results to a counting sink) and
-//! DataFusion batch (a `MemTable` of the same batches split the same way, the batch-equivalent
-//! SQL). A first run of each fingerprints both results; they must agree before any speed is
+//! Each scenario runs from one or more sources at each stream count:
+//! - `memory`: the data generated once into memory and split into the stream's source
+//!   partitions (by key where the scenario is keyed, declared so), against DataFusion batch
+//!   over a `MemTable` of the same batches;
+//! - `parquet`: the user's path — a Parquet file written once per size, registered as the
+//!   command line registers `--table NAME=FILE,event_time=COLUMN` (automatic strategy, the
+//!   file's read inside the time), against DataFusion batch over the same file;
+//! - `generator`: the command line's `generator:` table, against DataFusion batch over the
+//!   generated batches in memory.
+//!
+//! Freshet's results go to a counting sink. A first run of each fingerprints both results; they must agree before any speed is
 //! reported. Then both run alternately, after a warm-up, and the median time of each is
 //! reported as records per second. The ratio is the median over the rounds of DataFusion's
 //! time over Freshet's in the same round: a slow phase of the machine, which lasts seconds
 //! to minutes, then slows both sides of a ratio alike instead of whichever engine it hits.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,16 +28,62 @@ use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::common::{Result, exec_err};
+use datafusion::common::{Result, exec_err, plan_err};
 use datafusion::datasource::MemTable;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::prelude::{SessionConfig, SessionContext};
-use freshet_engine::{ReplaySource, StreamOptions};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use freshet_engine::sink::{SinkSpec, write_generated};
+use freshet_engine::{GeneratorSpec, ReplaySource, StreamOptions};
 use freshet_planner::StreamingContext;
 use futures::StreamExt;
 
 use crate::compare::Fingerprint;
 use crate::scenarios::Scenario;
+
+/// Where a scenario's records come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchSource {
+    /// Batches prepared in memory.
+    Memory,
+    /// A Parquet file, read as the command line reads it.
+    Parquet,
+    /// The built-in generator, as the command line's `generator:` table.
+    Generator,
+}
+
+impl BenchSource {
+    pub const ALL: [BenchSource; 3] = [Self::Memory, Self::Parquet, Self::Generator];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Parquet => "parquet",
+            Self::Generator => "generator",
+        }
+    }
+}
+
+impl fmt::Display for BenchSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BenchSource {
+    type Err = datafusion::error::DataFusionError;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match Self::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(text.trim()))
+        {
+            Some(source) => Ok(source),
+            None => {
+                plan_err!("unknown bench source '{text}'; sources are memory, parquet, generator")
+            }
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -38,12 +94,17 @@ pub struct BenchConfig {
     pub partitions: Vec<usize>,
     /// Timed runs per engine (the median is reported), after one warm-up run.
     pub runs: usize,
+    /// The sources to run each scenario from.
+    pub sources: Vec<BenchSource>,
+    /// Where the Parquet files are written once per scenario data and size, and reused from.
+    pub dir: PathBuf,
 }
 
 /// One scenario's measurements at one stream count.
 #[derive(Debug, Clone)]
 pub struct ScenarioResult {
     pub scenario: String,
+    pub source: BenchSource,
     pub records: u64,
     pub partitions: usize,
     /// Median wall time of Freshet and of DataFusion batch.
@@ -71,64 +132,163 @@ impl ScenarioResult {
     }
 }
 
-/// Runs `scenario` at each of `config.partitions`.
+/// Runs `scenario` from each of `config.sources` at each of `config.partitions`.
 pub async fn run_scenario(
     scenario: &Scenario,
     config: &BenchConfig,
 ) -> Result<Vec<ScenarioResult>> {
     let spec = scenario.data_spec(config.records);
     let schema = spec.schema();
-    let batches = spec.generate_all()?;
+    let needs_batches = config
+        .sources
+        .iter()
+        .any(|s| matches!(s, BenchSource::Memory | BenchSource::Generator));
+    let batches = if needs_batches {
+        spec.generate_all()?
+    } else {
+        Vec::new()
+    };
     let mut results = Vec::new();
-    for &partitions in &config.partitions {
-        reset_peak_rss();
-        let split = split_batches(scenario, &batches, partitions)?;
-        let engines = ScenarioRun {
-            scenario,
-            schema: &schema,
-            partitions: &split,
+    for &source in &config.sources {
+        let file = match source {
+            BenchSource::Parquet => Some(scenario_file(&config.dir, scenario, config.records)?),
+            _ => None,
         };
-        let (freshet_print, datafusion_print) = (
-            engines.run_freshet(true).await?.1,
-            engines.run_datafusion(true).await?.1,
-        );
-        if !freshet_print.matches(&datafusion_print) {
-            return exec_err!(
-                "{} at {partitions} streams: Freshet's result differs from DataFusion batch ({freshet_print:?} vs {datafusion_print:?}); no speed reported",
-                scenario.id
-            );
+        for &streams in &config.partitions {
+            let split = match source {
+                BenchSource::Memory => split_batches(scenario, &batches, streams)?,
+                BenchSource::Generator => round_robin(&batches, streams),
+                BenchSource::Parquet => Vec::new(),
+            };
+            let input = match (&file, source) {
+                (Some(path), _) => ScenarioInput::Parquet(path),
+                (None, BenchSource::Generator) => ScenarioInput::Generator {
+                    spec: &spec,
+                    schema: &schema,
+                    batches: &split,
+                },
+                (None, _) => ScenarioInput::Batches {
+                    schema: &schema,
+                    partitions: &split,
+                },
+            };
+            let run = ScenarioRun {
+                scenario,
+                streams,
+                input,
+            };
+            results.push(measure(&run, config).await?);
         }
-        let mut freshet_times = Vec::new();
-        let mut datafusion_times = Vec::new();
-        for run in 0..=config.runs {
-            let (freshet, _) = engines.run_freshet(false).await?;
-            let (datafusion, _) = engines.run_datafusion(false).await?;
-            if run > 0 {
-                freshet_times.push(freshet);
-                datafusion_times.push(datafusion);
-            }
-        }
-        results.push(ScenarioResult {
-            scenario: scenario.id.to_string(),
-            records: config.records,
-            partitions,
-            paired_ratio: median_ratio(&freshet_times, &datafusion_times),
-            freshet: median(freshet_times),
-            datafusion: median(datafusion_times),
-            output_rows: freshet_print.rows,
-            peak_rss_bytes: peak_rss(),
-        });
     }
     Ok(results)
 }
 
-/// One scenario's data at one stream count, runnable on either engine (also used by the
+/// Checks that both engines agree on `run`, then times them alternately.
+async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<ScenarioResult> {
+    reset_peak_rss();
+    let (freshet_print, datafusion_print) = (
+        run.run_freshet(true).await?.1,
+        run.run_datafusion(true).await?.1,
+    );
+    if !freshet_print.matches(&datafusion_print) {
+        return exec_err!(
+            "{} from {} at {} streams: Freshet's result differs from DataFusion batch ({freshet_print:?} vs {datafusion_print:?}); no speed reported",
+            run.scenario.id,
+            run.input.source(),
+            run.streams
+        );
+    }
+    let mut freshet_times = Vec::new();
+    let mut datafusion_times = Vec::new();
+    for round in 0..=config.runs {
+        let (freshet, _) = run.run_freshet(false).await?;
+        let (datafusion, _) = run.run_datafusion(false).await?;
+        if round > 0 {
+            freshet_times.push(freshet);
+            datafusion_times.push(datafusion);
+        }
+    }
+    Ok(ScenarioResult {
+        scenario: run.scenario.id.to_string(),
+        source: run.input.source(),
+        records: config.records,
+        partitions: run.streams,
+        paired_ratio: median_ratio(&freshet_times, &datafusion_times),
+        freshet: median(freshet_times),
+        datafusion: median(datafusion_times),
+        output_rows: freshet_print.rows,
+        peak_rss_bytes: peak_rss(),
+    })
+}
+
+/// The Parquet file of `scenario`'s data with `records` records in `dir`, written if missing
+/// (under a temporary name first, so that an interrupted run leaves no short file).
+pub fn scenario_file(dir: &Path, scenario: &Scenario, records: u64) -> Result<PathBuf> {
+    let path = dir.join(format!(
+        "{}_{records}_{}.parquet",
+        scenario.table(),
+        scenario.amount_base
+    ));
+    if !path.exists() {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return plan_err!("cannot create {}: {e}", dir.display());
+        }
+        let partial = path.with_extension("parquet.partial");
+        write_generated(
+            &scenario.data_spec(records),
+            &SinkSpec::Parquet(partial.clone()),
+        )?;
+        if let Err(e) = std::fs::rename(&partial, &path) {
+            return plan_err!("cannot rename {}: {e}", partial.display());
+        }
+    }
+    Ok(path)
+}
+
+/// Whole batches round-robin over `partitions`.
+fn round_robin(batches: &[RecordBatch], partitions: usize) -> Vec<Vec<RecordBatch>> {
+    let mut split = vec![Vec::new(); partitions];
+    for (index, batch) in batches.iter().enumerate() {
+        split[index % partitions].push(batch.clone());
+    }
+    split
+}
+
+/// One scenario's input at one stream count, runnable on either engine (also used by the
 /// criterion benches).
 pub struct ScenarioRun<'a> {
     pub scenario: &'a Scenario,
-    pub schema: &'a SchemaRef,
-    /// The batches of each source partition.
-    pub partitions: &'a [Vec<RecordBatch>],
+    /// Streams (source partitions, and DataFusion's target partitions).
+    pub streams: usize,
+    pub input: ScenarioInput<'a>,
+}
+
+/// Where a [`ScenarioRun`] reads from.
+pub enum ScenarioInput<'a> {
+    /// Batches in memory, one list per source partition; a keyed scenario's are split by key
+    /// (see [`split_batches`]) and declared so.
+    Batches {
+        schema: &'a SchemaRef,
+        partitions: &'a [Vec<RecordBatch>],
+    },
+    /// A Parquet file.
+    Parquet(&'a Path),
+    /// The generator `spec`; DataFusion reads `batches`, the same records in memory.
+    Generator {
+        spec: &'a GeneratorSpec,
+        schema: &'a SchemaRef,
+        batches: &'a [Vec<RecordBatch>],
+    },
+}
+
+impl ScenarioInput<'_> {
+    fn source(&self) -> BenchSource {
+        match self {
+            Self::Batches { .. } => BenchSource::Memory,
+            Self::Parquet(_) => BenchSource::Parquet,
+            Self::Generator { .. } => BenchSource::Generator,
+        }
+    }
 }
 
 /// `batches` over `partitions` source partitions: whole batches round-robin, or, for a
@@ -141,13 +301,10 @@ pub fn split_batches(
     batches: &[RecordBatch],
     partitions: usize,
 ) -> Result<Vec<Vec<RecordBatch>>> {
-    let mut split = vec![Vec::new(); partitions];
     let Some(keys) = scenario.keyed_by.filter(|_| partitions > 1) else {
-        for (index, batch) in batches.iter().enumerate() {
-            split[index % partitions].push(batch.clone());
-        }
-        return Ok(split);
+        return Ok(round_robin(batches, partitions));
     };
+    let mut split = vec![Vec::new(); partitions];
     let Some(first) = batches.first() else {
         return Ok(split);
     };
@@ -188,42 +345,70 @@ pub fn split_batches(
 }
 
 impl ScenarioRun<'_> {
-    /// Freshet's streaming plan over a replay of the batches; the wall time and the result's
-    /// row count (and fingerprint, if asked).
+    /// Freshet's streaming plan over the input; the wall time and the result's row count (and
+    /// fingerprint, if asked).
     pub async fn run_freshet(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
-        let partitions = self.partitions.len();
-        let ctx = StreamingContext::with_partitions(partitions);
-        // Data split by key (see `split_batches`) is declared so: keyed operators over it
-        // need no shuffle.
-        let options = StreamOptions {
-            partitioned_by: match self.scenario.keyed_by {
-                Some(keys) if partitions > 1 => keys.iter().map(|k| k.to_string()).collect(),
-                _ => Vec::new(),
-            },
-            ..StreamOptions::default()
-        };
-        ctx.register_stream(
-            self.scenario.table(),
-            ReplaySource::Partitioned {
-                schema: Arc::clone(self.schema),
-                partitions: self.partitions.to_vec(),
-            },
-            options,
-        )?;
+        let ctx = StreamingContext::with_partitions(self.streams);
+        let table = self.scenario.table();
+        match &self.input {
+            ScenarioInput::Batches { schema, partitions } => {
+                // Data split by key (see `split_batches`) is declared so: keyed operators over
+                // it need no shuffle.
+                let options = StreamOptions {
+                    partitioned_by: match self.scenario.keyed_by {
+                        Some(keys) if self.streams > 1 => {
+                            keys.iter().map(|k| k.to_string()).collect()
+                        }
+                        _ => Vec::new(),
+                    },
+                    ..StreamOptions::default()
+                };
+                let source = ReplaySource::Partitioned {
+                    schema: Arc::clone(schema),
+                    partitions: partitions.to_vec(),
+                };
+                ctx.register_stream(table, source, options)?;
+            }
+            ScenarioInput::Parquet(path) => {
+                let options = StreamOptions {
+                    event_time: self.scenario.event_time().map(str::to_string),
+                    ..StreamOptions::default()
+                };
+                ctx.register_files(table, &path.to_string_lossy(), None, options)
+                    .await?;
+            }
+            ScenarioInput::Generator { spec, .. } => {
+                ctx.register_generator(table, (*spec).clone(), StreamOptions::default())?;
+            }
+        }
         let query = ctx.sql(self.scenario.streaming_sql).await?;
         let print = drain_all(query.execute_partitions()?, fingerprint).await?;
         Ok((start.elapsed(), print))
     }
 
-    /// DataFusion batch over a `MemTable` of the same batches.
+    /// DataFusion batch over the same records: a `MemTable` of the batches, or the file.
     pub async fn run_datafusion(&self, fingerprint: bool) -> Result<(Duration, Fingerprint)> {
         let start = Instant::now();
         let ctx = SessionContext::new_with_config(
-            SessionConfig::new().with_target_partitions(self.partitions.len()),
+            SessionConfig::new().with_target_partitions(self.streams),
         );
-        let table = MemTable::try_new(Arc::clone(self.schema), self.partitions.to_vec())?;
-        ctx.register_table(self.scenario.table(), Arc::new(table))?;
+        let table = self.scenario.table();
+        match &self.input {
+            ScenarioInput::Batches { schema, partitions }
+            | ScenarioInput::Generator {
+                schema,
+                batches: partitions,
+                ..
+            } => {
+                let memory = MemTable::try_new(Arc::clone(schema), partitions.to_vec())?;
+                ctx.register_table(table, Arc::new(memory))?;
+            }
+            ScenarioInput::Parquet(path) => {
+                ctx.register_parquet(table, path.to_string_lossy(), ParquetReadOptions::default())
+                    .await?;
+            }
+        }
         let frame = ctx.sql(self.scenario.batch_sql).await?;
         let task_ctx = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;

@@ -32,6 +32,11 @@ impl Scenario {
         }
     }
 
+    /// The event-time column of the table (the generator's own choice), if it has one.
+    pub fn event_time(&self) -> Option<&'static str> {
+        self.data_spec(0).event_time_column()
+    }
+
     /// The generator spec of this scenario's data with `records` records.
     pub fn data_spec(&self, records: u64) -> GeneratorSpec {
         let mut spec = GeneratorSpec::new(self.data, Some(records));

@@ -1,7 +1,7 @@
 //! What each subcommand does.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +12,9 @@ use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{latency_table, run_latency};
 use freshet_bench::scaling::{run_scaling, scaling_table};
-use freshet_bench::{BenchConfig, report, run_scenario, scenario, scenarios, variants};
+use freshet_bench::{
+    BenchConfig, BenchSource, report, run_scenario, scenario, scenarios, variants,
+};
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain, write_generated};
 use freshet_engine::{GeneratorKind, GeneratorSpec};
@@ -390,16 +392,19 @@ async fn bench_scaling(args: &BenchArgs) -> Result<()> {
     if partitions == 0 {
         return plan_err!("--partitions: stream counts must be at least 1");
     }
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("freshet-scaling"));
-    let results = run_scaling(&sizes, &dir, partitions).await?;
+    let results = run_scaling(&sizes, &bench_dir(args), partitions).await?;
     print!("{}", scaling_table(&results));
     if let Some(path) = &args.svg {
         write_file(path, &scaling_svg(&results))?;
     }
     Ok(())
+}
+
+/// Where the benchmarks' Parquet files are written and reused from.
+fn bench_dir(args: &BenchArgs) -> PathBuf {
+    args.dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("freshet-bench"))
 }
 
 fn output_kind(path: &Path) -> Option<&str> {
@@ -435,6 +440,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
         records,
         partitions: args.partitions.clone(),
         runs: if args.quick { 1 } else { args.runs.max(1) },
+        sources: args
+            .source
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<Vec<BenchSource>>>()?,
+        dir: bench_dir(&args),
     };
     let selected = if args.scenario.is_empty() {
         scenarios()

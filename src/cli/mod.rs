@@ -130,6 +130,12 @@ pub struct BenchArgs {
     /// A small, fast run (200k records, one timed run): a smoke test, not a measurement.
     #[arg(long)]
     pub quick: bool,
+    /// Where each scenario's records come from: memory (batches prepared in memory, split by
+    /// key where the scenario is keyed), parquet (a Parquet file written once per size into
+    /// --dir and read as `freshet query --table NAME=FILE` reads it, automatic strategy) or
+    /// generator (the `generator:` table); several separated by commas.
+    #[arg(long, value_delimiter = ',', default_value = "memory")]
+    pub source: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
@@ -151,7 +157,8 @@ pub struct BenchArgs {
     /// Scaling mode: the file sizes, in records.
     #[arg(long, value_delimiter = ',', default_value = "1M,10M,100M")]
     pub sizes: Vec<String>,
-    /// Scaling mode: where the Parquet files are written (and reused from).
+    /// Where the Parquet files of the parquet source and of the scaling mode are written (and
+    /// reused from); default: the system's temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
