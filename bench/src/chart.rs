@@ -200,6 +200,7 @@ mod tests {
     fn charts_have_a_bar_per_engine_and_result() {
         let result = ScenarioResult {
             scenario: "S1".to_string(),
+            source: crate::runner::BenchSource::Memory,
             records: 10_000_000,
             partitions: 1,
             freshet: Duration::from_millis(500),
