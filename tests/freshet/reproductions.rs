@@ -396,3 +396,72 @@ async fn nan_next_to_one_other_value_is_read_as_nan() {
         ["NaN|true", "1.5|false"]
     );
 }
+
+/// DataFusion lets an idle partition's reader take files queued for another: a source
+/// partition would then replay another's rows, its progress would run ahead, and rows
+/// would be dropped as late (one run in a few, on timing).
+#[tokio::test]
+async fn each_source_partition_reads_only_its_own_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    std::fs::create_dir_all(&root).unwrap();
+    let files: [&[(i64, i64, f64, i64)]; 3] = [
+        &[
+            (3, 8.25, 551),
+            (2, 41.625, 910),
+            (0, -96.125, 1442),
+            (3, 78.625, 1554),
+        ]
+        .map(|(g, v, t)| (0, g, v, t)),
+        &[
+            (3, -61.625, 1713),
+            (0, 1.25, 1732),
+            (3, -70.0, 2547),
+            (0, -8.125, 2712),
+        ]
+        .map(|(g, v, t)| (0, g, v, t)),
+        &[(2, 82.75, 2827), (0, 44.375, 2909)].map(|(g, v, t)| (0, g, v, t)),
+    ];
+    for (index, rows) in files.iter().enumerate() {
+        let column = |f: fn(&(i64, i64, f64, i64)) -> i64| rows.iter().map(f).collect::<Vec<_>>();
+        let batch = RecordBatch::try_from_iter(vec![
+            ("g", ints(&column(|r| r.1))),
+            (
+                "v",
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.2))) as ArrayRef,
+            ),
+            (
+                "ts",
+                Arc::new(TimestampMillisecondArray::from(column(|r| 60_000 + r.3))) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(3))
+            .build();
+        let file = std::fs::File::create(root.join(format!("part-{index}.parquet"))).unwrap();
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+    let options = StreamOptions {
+        partitions: Some(3),
+        ..StreamOptions::default()
+    };
+    let ctx = context(&root, 1, options).await;
+    let sql = "SELECT g, window_start, SUM(v) AS s FROM TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND) GROUP BY window_start, window_end, g";
+    for _ in 0..20 {
+        assert_eq!(
+            sorted(rows(&ctx, sql).await),
+            [
+                "0|1970-01-01T00:01:01|-94.875",
+                "0|1970-01-01T00:01:02|36.25",
+                "2|1970-01-01T00:01:00|41.625",
+                "2|1970-01-01T00:01:02|82.75",
+                "3|1970-01-01T00:01:00|8.25",
+                "3|1970-01-01T00:01:01|17.0",
+                "3|1970-01-01T00:01:02|-70.0",
+            ]
+        );
+    }
+}

@@ -27,18 +27,21 @@
 //! only; their order across partitions is then arrival order).
 //!
 //! Rows leave in the batches they came in when a batch is passed on whole (as sorted,
-//! non-overlapping partitions do); runs cut from batches are collected as slices and
-//! concatenated when one of them ends its batch, when the session's batch size is reached,
-//! before the merge waits for an input, and before a watermark.
+//! non-overlapping partitions do). Otherwise the runs passed on are noted as (batch, first
+//! row, length) — no slicing per run — and built into one batch when the session's batch
+//! size is reached, before the merge waits for an input, and
+//! before a watermark: long runs by concatenating their slices, short ones (partitions that
+//! advance together in event time interleave row by row) by one `interleave` over all
+//! their rows.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::compute::{concat_batches, interleave_record_batch};
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -119,6 +122,8 @@ enum Queued {
         /// Keys below the input's previous key count as that key.
         floor: i64,
         offset: usize,
+        /// The batch's place among the pending output's sources, and that output's number.
+        pending: Option<(u64, usize)>,
     },
     Progress(i64),
     Watermark {
@@ -173,6 +178,7 @@ impl MergeInput {
                     keys,
                     floor,
                     offset: 0,
+                    pending: None,
                 }
             }
             Routed::Progress(key) => {
@@ -213,9 +219,8 @@ pub struct OrderedMerge {
     inputs: Vec<MergeInput>,
     idle_timeout: Option<Duration>,
     batch_rows: usize,
-    /// Rows passed on but not yet sent, as slices of the inputs' batches.
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
+    /// Rows passed on but not yet sent.
+    pending: PendingOutput,
     ready: VecDeque<Result<StreamMessage>>,
     sent_watermark: i64,
     done: bool,
@@ -239,8 +244,7 @@ impl OrderedMerge {
                 .collect(),
             idle_timeout,
             batch_rows: batch_rows.max(1),
-            pending: Vec::new(),
-            pending_rows: 0,
+            pending: PendingOutput::default(),
             ready: VecDeque::new(),
             sent_watermark: i64::MIN,
             done: false,
@@ -265,7 +269,7 @@ impl OrderedMerge {
             }
             if let Err(error) = self.step().await {
                 self.done = true;
-                self.pending.clear();
+                self.pending = PendingOutput::default();
                 return Some(Err(error));
             }
         }
@@ -313,79 +317,118 @@ impl OrderedMerge {
             }
             return self.wait_for_any().await;
         };
-        let (mut smallest, mut second) = (first, None);
-        for head in heads {
-            if head < smallest {
-                second = Some(smallest);
-                smallest = head;
-            } else if second.is_none_or(|second| head < second) {
-                second = Some(head);
+        let smallest = heads.fold(first, std::cmp::min);
+        if let Some(floor) = floor
+            && floor < smallest
+        {
+            if self.flush()? {
+                return Ok(());
             }
+            return self.wait_for(floor.1).await;
         }
-        if let Some(floor) = floor {
-            if floor < smallest {
-                if self.flush()? {
-                    return Ok(());
-                }
-                return self.wait_for(floor.1).await;
-            }
-            second = Some(second.map_or(floor, |second| second.min(floor)));
+        let head_is_rows = matches!(
+            self.inputs[smallest.1].queue.front(),
+            Some(Queued::Rows { .. })
+        );
+        if !head_is_rows {
+            return self.take_from(smallest.1);
         }
-        self.take_from(smallest.1, second)
+        // Rows go on up to the smallest head that is not a row, or an input waited for.
+        let bound = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(index, input)| match input.queue.front() {
+                Some(Queued::Rows { .. }) => None,
+                Some(item) => Some((item.head_key(), index)),
+                None => input.waits_for_input().then_some((input.last_key, index)),
+            })
+            .min();
+        self.merge_rows(bound)
     }
 
-    /// Passes on the head of input `index` up to the next input's head `limit`.
-    fn take_from(&mut self, index: usize, limit: Option<(i64, usize)>) -> Result<()> {
+    /// Passes on the head item of input `index`, a progress or watermark item.
+    fn take_from(&mut self, index: usize) -> Result<()> {
         let input = &mut self.inputs[index];
-        let Some(head) = input.queue.front_mut() else {
-            return Ok(());
-        };
-        match head {
-            Queued::Progress(_) => {
-                input.queue.pop_front();
+        match input.queue.pop_front() {
+            Some(Queued::Watermark { watermark, .. }) if watermark > self.sent_watermark => {
+                self.sent_watermark = watermark;
+                self.flush()?;
+                self.ready
+                    .push_back(Ok(StreamMessage::Watermark(watermark)));
             }
-            Queued::Watermark { watermark, .. } => {
-                let watermark = *watermark;
-                input.queue.pop_front();
-                if watermark > self.sent_watermark {
-                    self.sent_watermark = watermark;
-                    self.flush()?;
-                    self.ready
-                        .push_back(Ok(StreamMessage::Watermark(watermark)));
+            Some(Queued::Rows { .. }) => {
+                return internal_err!("ordered merge: rows taken as a progress item");
+            }
+            Some(Queued::Progress(_) | Queued::Watermark { .. }) | None => {}
+        }
+        Ok(())
+    }
+
+    /// The merge's inner loop: passes on runs of rows while the smallest head is a queued
+    /// row, without looking at the channels. `bound` is the smallest head that is not a
+    /// queued row (an input waited for, a progress or watermark item); rows from there on
+    /// wait for the next step, as does everything once a batch ends (its input may have
+    /// sent more). Pending rows leave once there are a batch's worth, or before the merge
+    /// waits.
+    fn merge_rows(&mut self, bound: Option<(i64, usize)>) -> Result<()> {
+        loop {
+            let mut smallest: Option<(i64, usize)> = None;
+            let mut second = bound;
+            for (index, input) in self.inputs.iter().enumerate() {
+                let Some(Queued::Rows {
+                    keys,
+                    floor,
+                    offset,
+                    ..
+                }) = input.queue.front()
+                else {
+                    continue;
+                };
+                let head = (keys[*offset].max(*floor), index);
+                match smallest {
+                    Some(first) if head > first => {
+                        if second.is_none_or(|second| head < second) {
+                            second = Some(head);
+                        }
+                    }
+                    Some(first) => {
+                        second = Some(second.map_or(first, |second| second.min(first)));
+                        smallest = Some(head);
+                    }
+                    None => smallest = Some(head),
                 }
             }
-            Queued::Rows {
+            let Some((_, index)) = smallest.filter(|head| bound.is_none_or(|b| *head < b)) else {
+                return Ok(());
+            };
+            let input = &mut self.inputs[index];
+            let Some(Queued::Rows {
                 batch,
                 keys,
                 floor,
                 offset,
-            } => {
-                let start = *offset;
-                let end = match limit {
-                    None => keys.len(),
-                    Some(limit) => {
-                        start
-                            + keys[start..].partition_point(|&key| (key.max(*floor), index) < limit)
-                    }
-                };
-                let rows = if start == 0 && end == keys.len() {
-                    batch.clone()
-                } else {
-                    batch.slice(start, end - start)
-                };
-                *offset = end;
-                let piece_ends = end == keys.len();
-                if piece_ends {
-                    input.queue.pop_front();
-                }
-                self.pending_rows += rows.num_rows();
-                self.pending.push(rows);
-                if piece_ends || self.pending_rows >= self.batch_rows {
-                    self.flush()?;
-                }
+                pending,
+            }) = input.queue.front_mut()
+            else {
+                return internal_err!("ordered merge: the smallest head is not a row");
+            };
+            let start = *offset;
+            let end = run_end(keys, *floor, index, start, second);
+            let source = self.pending.source(batch, pending);
+            self.pending.push(source, start, end - start);
+            *offset = end;
+            let batch_ended = end == keys.len();
+            if batch_ended {
+                input.queue.pop_front();
+            }
+            if self.pending.rows >= self.batch_rows || self.pending.is_whole_batch() {
+                self.flush()?;
+            }
+            if batch_ended {
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// Waits for input `index` to send something; with an idle timeout, at most that long.
@@ -426,15 +469,117 @@ impl OrderedMerge {
 
     /// Sends the rows passed on so far as one batch; whether there were any.
     fn flush(&mut self) -> Result<bool> {
-        let batch = match self.pending.as_slice() {
-            [] => return Ok(false),
-            [batch] => batch.clone(),
-            [first, ..] => concat_batches(&first.schema(), &self.pending)?,
+        match self.pending.build()? {
+            Some(batch) => {
+                self.ready.push_back(Ok(StreamMessage::Batch(batch)));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// The end of the run of input `index`'s rows from `start` (the smallest head) that come
+/// before `limit`, the next head; runs are often a row or two long, so the first rows are
+/// looked at one by one before a binary search.
+fn run_end(
+    keys: &[i64],
+    floor: i64,
+    index: usize,
+    start: usize,
+    limit: Option<(i64, usize)>,
+) -> usize {
+    let Some(limit) = limit else {
+        return keys.len();
+    };
+    let before = |key: i64| (key.max(floor), index) < limit;
+    let scanned = (start + 8).min(keys.len());
+    match (start + 1..scanned).find(|&row| !before(keys[row])) {
+        Some(end) => end,
+        None => scanned + keys[scanned..].partition_point(|&key| before(key)),
+    }
+}
+
+/// Runs at least this long on average are concatenated as slices, shorter ones interleaved.
+const SLICED_RUN_ROWS: usize = 32;
+
+/// The runs of rows passed on since the last batch left, in output order.
+#[derive(Default)]
+struct PendingOutput {
+    /// The batches the runs are cut from.
+    sources: Vec<RecordBatch>,
+    /// `(source, first row, rows)`.
+    runs: Vec<(usize, usize, usize)>,
+    rows: usize,
+    /// Counts the batches built, so that a queued batch knows whether its place among
+    /// `sources` is still valid.
+    output: u64,
+}
+
+impl PendingOutput {
+    /// `batch`'s index among the sources, added if it is not there yet; `place` remembers it.
+    fn source(&mut self, batch: &RecordBatch, place: &mut Option<(u64, usize)>) -> usize {
+        match *place {
+            Some((output, index)) if output == self.output => index,
+            _ => {
+                let index = self.sources.len();
+                self.sources.push(batch.clone());
+                *place = Some((self.output, index));
+                index
+            }
+        }
+    }
+
+    fn push(&mut self, source: usize, start: usize, rows: usize) {
+        self.rows += rows;
+        match self.runs.last_mut() {
+            Some((last, first, length)) if *last == source && *first + *length == start => {
+                *length += rows;
+            }
+            _ => self.runs.push((source, start, rows)),
+        }
+    }
+
+    /// Whether the pending rows are one whole batch, which can leave as it came.
+    fn is_whole_batch(&self) -> bool {
+        matches!(self.runs.as_slice(), &[(source, 0, rows)] if rows == self.sources[source].num_rows())
+    }
+
+    /// The pending rows as one batch, if there are any; afterwards none are pending.
+    fn build(&mut self) -> Result<Option<RecordBatch>> {
+        let batch = match self.runs.as_slice() {
+            [] => return Ok(None),
+            &[(source, start, rows)] => {
+                let batch = &self.sources[source];
+                if start == 0 && rows == batch.num_rows() {
+                    batch.clone()
+                } else {
+                    batch.slice(start, rows)
+                }
+            }
+            runs if self.rows / runs.len() >= SLICED_RUN_ROWS => {
+                let slices: Vec<RecordBatch> = runs
+                    .iter()
+                    .map(|&(source, start, rows)| self.sources[source].slice(start, rows))
+                    .collect();
+                concat_batches(&self.sources[0].schema(), &slices)?
+            }
+            runs => {
+                let indices: Vec<(usize, usize)> = runs
+                    .iter()
+                    .flat_map(|&(source, start, rows)| {
+                        (start..start + rows).map(move |r| (source, r))
+                    })
+                    .collect();
+                let sources: Vec<&RecordBatch> = self.sources.iter().collect();
+                interleave_record_batch(&sources, &indices)?
+            }
         };
-        self.pending.clear();
-        self.pending_rows = 0;
-        self.ready.push_back(Ok(StreamMessage::Batch(batch)));
-        Ok(true)
+        self.sources.clear();
+        self.runs.clear();
+        self.rows = 0;
+        self.output += 1;
+        Ok(Some(batch))
     }
 }
 
@@ -456,6 +601,19 @@ mod tests {
 
     /// Merges what each input sends (then closes) into the values and watermarks seen.
     async fn merge(inputs: Vec<Vec<Routed>>, idle_timeout: Option<Duration>) -> Vec<String> {
+        merge_batches(inputs, idle_timeout, 1024)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Like [`merge`], one list per batch or watermark that left.
+    async fn merge_batches(
+        inputs: Vec<Vec<Routed>>,
+        idle_timeout: Option<Duration>,
+        batch_rows: usize,
+    ) -> Vec<Vec<String>> {
         let mut receivers = Vec::new();
         for items in inputs {
             let (sender, receiver) = mpsc::channel(items.len().max(1));
@@ -464,7 +622,7 @@ mod tests {
             }
             receivers.push(receiver);
         }
-        let messages: Vec<_> = OrderedMerge::new(receivers, idle_timeout, 1024)
+        let messages: Vec<_> = OrderedMerge::new(receivers, idle_timeout, batch_rows)
             .into_stream()
             .collect()
             .await;
@@ -473,12 +631,50 @@ mod tests {
             match message.unwrap() {
                 StreamMessage::Batch(batch) => {
                     let values = batch.column(0).as_primitive::<Int64Type>();
-                    seen.extend(values.values().iter().map(i64::to_string));
+                    seen.push(values.values().iter().map(i64::to_string).collect());
                 }
-                StreamMessage::Watermark(w) => seen.push(format!("w{w}")),
+                StreamMessage::Watermark(w) => seen.push(vec![format!("w{w}")]),
             }
         }
         seen
+    }
+
+    fn strings(values: impl IntoIterator<Item = i64>) -> Vec<String> {
+        values.into_iter().map(|v| v.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn interleaved_rows_leave_in_batches_of_the_session_size() {
+        let odd: Vec<i64> = (1..40).step_by(2).collect();
+        let even: Vec<i64> = (2..41).step_by(2).collect();
+        let seen = merge_batches(
+            vec![
+                vec![rows(&odd[..7]), rows(&odd[7..])],
+                vec![rows(&even[..12]), rows(&even[12..])],
+            ],
+            None,
+            16,
+        )
+        .await;
+        let sizes: Vec<usize> = seen.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [16, 16, 8]);
+        assert_eq!(seen.concat(), strings(1..=40));
+    }
+
+    #[tokio::test]
+    async fn long_runs_and_whole_batches_keep_their_order() {
+        let seen = merge_batches(
+            vec![
+                vec![rows(&[1, 2, 3, 4]), rows(&[20, 21, 22, 23, 24, 25, 26])],
+                vec![rows(&[10, 11, 12, 13, 14, 15, 16, 30, 31])],
+            ],
+            None,
+            1024,
+        )
+        .await;
+        assert_eq!(seen[0], strings(1..=4), "a whole batch leaves as it came");
+        let rest = strings((10..=16).chain(20..=26).chain(30..=31));
+        assert_eq!(seen[1..].concat(), rest);
     }
 
     #[tokio::test]

@@ -46,7 +46,7 @@ use super::packed_encoding::{
     PACKED_BYTES, Packed, build_fixed, build_string, fixed_bytes, has_bitwise_equality,
     longest_string, pack_fixed, pack_string, string_value,
 };
-use super::short_keys::{ShortKey, ShortKeyIndex, StringColumn};
+use super::short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
 
 /// An empty slot of the hash table.
 const EMPTY: u32 = u32::MAX;
@@ -210,35 +210,61 @@ impl PackedGroupValues {
         Ok(())
     }
 
-    /// Interns every row of one or two Utf8 columns without nulls whose strings are at most
-    /// 8 bytes long (`longest` per column) through the [`ShortKeyIndex`]; `None` (nothing
-    /// done) for other columns.
+    /// Interns every row of one or two Utf8 (or Utf8View) columns without nulls whose
+    /// strings are at most 8 bytes long (`longest` per column) through the
+    /// [`ShortKeyIndex`]; `None` (nothing done) for other columns.
     fn intern_short(
         &mut self,
         cols: &[ArrayRef],
         longest: &[usize],
         groups: &mut Vec<usize>,
     ) -> Option<Result<()>> {
-        if !(1..=2).contains(&cols.len()) {
+        if !(1..=2).contains(&cols.len())
+            || cols
+                .iter()
+                .zip(longest)
+                .any(|(array, longest)| array.null_count() > 0 || *longest > 8)
+        {
             return None;
         }
-        let strings = cols
-            .iter()
-            .zip(longest)
-            .map(|(array, longest)| {
-                let strings = array.as_string_opt::<i32>()?;
-                (strings.null_count() == 0 && *longest <= 8).then_some(strings)
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let rows = strings[0].len();
-        let columns = strings
-            .iter()
-            .map(|strings| StringColumn::new(strings.value_offsets(), strings.values(), rows))
-            .collect::<Option<Vec<_>>>()?;
-        Some(match columns.as_slice() {
-            [first] => self.intern_short_keys(cols, [*first], rows, groups),
-            [first, second] => self.intern_short_keys(cols, [*first, *second], rows, groups),
-            _ => return None,
+        let rows = cols[0].len();
+        let utf8 = || {
+            cols.iter()
+                .map(|array| {
+                    let strings = array.as_string_opt::<i32>()?;
+                    StringColumn::new(strings.value_offsets(), strings.values(), rows)
+                })
+                .collect::<Option<Vec<_>>>()
+        };
+        let views = || {
+            cols.iter()
+                .map(|array| Some(array.as_string_view_opt()?.views().as_ref()))
+                .collect::<Option<Vec<_>>>()
+        };
+        Some(if let Some(columns) = utf8() {
+            match columns.as_slice() {
+                [first] => self.intern_short_keys(cols, ShortColumns::Utf8([*first]), rows, groups),
+                [first, second] => self.intern_short_keys(
+                    cols,
+                    ShortColumns::Utf8([*first, *second]),
+                    rows,
+                    groups,
+                ),
+                _ => return None,
+            }
+        } else {
+            match views()?.as_slice() {
+                [first] => {
+                    self.intern_short_keys(cols, ShortColumns::Views([*first]), rows, groups)
+                }
+                [first, second] => self.intern_short_keys(
+                    cols,
+                    ShortColumns::Views([*first, *second]),
+                    rows,
+                    groups,
+                ),
+                _ => return None,
+            }
         })
     }
 
@@ -250,7 +276,7 @@ impl PackedGroupValues {
     fn intern_short_keys<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
-        columns: [StringColumn<'_>; COLUMNS],
+        columns: ShortColumns<'_, COLUMNS>,
         rows: usize,
         groups: &mut Vec<usize>,
     ) -> Result<()> {
@@ -263,7 +289,7 @@ impl PackedGroupValues {
         } else {
             0
         };
-        let rest = columns.map(|column| column.starting_at(learned));
+        let rest = columns.starting_at(learned);
         let misses = self
             .short
             .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);
@@ -278,7 +304,7 @@ impl PackedGroupValues {
     fn intern_missing<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
-        columns: &[StringColumn<'_>; COLUMNS],
+        columns: &ShortColumns<'_, COLUMNS>,
         first: usize,
         groups: &mut [usize],
     ) -> Result<()> {
@@ -287,7 +313,7 @@ impl PackedGroupValues {
                 continue;
             }
             // An earlier miss of this batch may have added the key.
-            let key = ShortKey::of_row(columns, row);
+            let key = columns.key(row);
             *group = match self.short.find(&key) {
                 Some(known) => known,
                 None => {
@@ -793,7 +819,10 @@ mod tests {
     /// Batch 3 comes after an emit, which empties the index.
     #[test]
     fn short_string_keys_match_datafusion_across_paths() {
-        for columns in [1usize, 2] {
+        for (columns, string_type) in [1usize, 2]
+            .into_iter()
+            .flat_map(|c| [(c, DataType::Utf8), (c, DataType::Utf8View)])
+        {
             let batch = |b: u64, rows: usize| -> Vec<ArrayRef> {
                 (0..columns as u64)
                     .map(|c| {
@@ -814,14 +843,19 @@ mod tests {
                                 }
                             })
                             .collect();
-                        Arc::new(StringArray::from(strings)) as ArrayRef
+                        cast(&StringArray::from(strings), &string_type).unwrap()
                     })
                     .collect()
             };
+            let as_utf8 = |columns: &[ArrayRef]| -> Vec<ArrayRef> {
+                columns
+                    .iter()
+                    .map(|c| cast(c, &DataType::Utf8).unwrap())
+                    .collect()
+            };
             let first = batch(0, 10);
-            let schema = schema(&first);
-            let mut packed = PackedGroupValues::try_new(&schema).unwrap();
-            let mut expected = reference(&schema);
+            let mut packed = PackedGroupValues::try_new(&schema(&first)).unwrap();
+            let mut expected = reference(&schema(&as_utf8(&first)));
             let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
             for b in 0..5u64 {
                 let columns: Vec<ArrayRef> = batch(b % 4, 2_600)
@@ -829,12 +863,12 @@ mod tests {
                     .map(|c| c.slice(5, 2_500))
                     .collect();
                 packed.intern(&columns, &mut got_ids).unwrap();
-                expected.intern(&columns, &mut want_ids).unwrap();
-                assert_eq!(got_ids, want_ids, "{columns:?} columns, batch {b}");
+                expected.intern(&as_utf8(&columns), &mut want_ids).unwrap();
+                assert_eq!(got_ids, want_ids, "{string_type} columns, batch {b}");
                 if b == 2 {
                     let got = packed.emit(EmitTo::First(3)).unwrap();
                     let want = expected.emit(EmitTo::First(3)).unwrap();
-                    assert_eq!(got, want, "emitted keys");
+                    assert_eq!(as_utf8(&got), want, "emitted keys");
                 }
             }
         }

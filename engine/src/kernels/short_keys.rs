@@ -90,6 +90,20 @@ impl ShortKey {
         key
     }
 
+    /// The key of one view per column of `COLUMNS` (1 or 2) Utf8View columns; strings are at
+    /// most 8 bytes long (longer ones are cut, so callers check lengths first).
+    #[inline(always)]
+    fn of_views<const COLUMNS: usize>(views: [u128; COLUMNS]) -> Self {
+        let mut key = ShortKey::default();
+        for (column, view) in views.into_iter().enumerate() {
+            // A view starts with the length, then (up to 12 bytes) the string itself.
+            let length = (view as u32).min(8) as usize;
+            key.words[column] = (view >> 32) as u64 & BYTE_MASKS[length];
+            key.lengths |= (length as u32 + 1) << (8 * column);
+        }
+        key
+    }
+
     /// `self == other`, computed in scalar registers: a derived comparison may load the
     /// key as one 16-byte vector, which stalls when the key was just written as words.
     #[inline(always)]
@@ -161,6 +175,37 @@ impl<'a> StringColumn<'a> {
     }
 }
 
+/// One or two string key columns of the same kind, as the index reads them.
+#[derive(Clone, Copy)]
+pub enum ShortColumns<'a, const COLUMNS: usize> {
+    Utf8([StringColumn<'a>; COLUMNS]),
+    /// Utf8View columns' views.
+    Views([&'a [u128]; COLUMNS]),
+}
+
+impl<const COLUMNS: usize> ShortColumns<'_, COLUMNS> {
+    /// The key of row `row`.
+    #[inline]
+    pub fn key(&self, row: usize) -> ShortKey {
+        match self {
+            Self::Utf8(columns) => ShortKey::of_row(columns, row),
+            Self::Views(columns) => {
+                ShortKey::of_views(columns.map(|views| views.get(row).copied().unwrap_or(0)))
+            }
+        }
+    }
+
+    /// The same columns from row `first` on.
+    pub fn starting_at(&self, first: usize) -> Self {
+        match self {
+            Self::Utf8(columns) => Self::Utf8(columns.map(|c| c.starting_at(first))),
+            Self::Views(columns) => {
+                Self::Views(columns.map(|views| views.get(first..).unwrap_or_default()))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     key: ShortKey,
@@ -211,10 +256,58 @@ impl ShortKeyIndex {
     }
 
     /// Writes the group of each of the `out.len()` rows of `columns` to `out`, or `missing`
-    /// for a key the index does not know; returns how many it did not know. The loop only
-    /// reads: the columns and the table stay in registers.
-    #[inline(never)]
+    /// for a key the index does not know; returns how many it did not know. The loops only
+    /// read: the columns and the table stay in registers.
     pub fn find_rows<const COLUMNS: usize>(
+        &self,
+        columns: &ShortColumns<'_, COLUMNS>,
+        out: &mut [usize],
+        missing: usize,
+    ) -> usize {
+        match columns {
+            ShortColumns::Utf8(columns) => self.find_string_rows(columns, out, missing),
+            ShortColumns::Views(columns) => self.find_view_rows(columns, out, missing),
+        }
+    }
+
+    #[inline(never)]
+    fn find_view_rows<const COLUMNS: usize>(
+        &self,
+        columns: &[&[u128]; COLUMNS],
+        out: &mut [usize],
+        missing: usize,
+    ) -> usize {
+        if columns.iter().any(|views| views.len() != out.len()) {
+            out.fill(missing);
+            return out.len();
+        }
+        let mut misses = 0;
+        let mask = self.entries.len() - 1;
+        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(mask)) {
+            Some(entry) if entry.key.same_as(&key) => entry.group as usize,
+            _ => self.find_further(key, &mut misses, missing),
+        };
+        match columns.as_slice() {
+            [first] => {
+                for (group, view) in out.iter_mut().zip(first.iter()) {
+                    *group = group_of(ShortKey::of_views([*view]));
+                }
+            }
+            [first, second] => {
+                for (group, (a, b)) in out.iter_mut().zip(first.iter().zip(second.iter())) {
+                    *group = group_of(ShortKey::of_views([*a, *b]));
+                }
+            }
+            _ => {
+                out.fill(missing);
+                return out.len();
+            }
+        }
+        misses
+    }
+
+    #[inline(never)]
+    fn find_string_rows<const COLUMNS: usize>(
         &self,
         columns: &[StringColumn<'_>; COLUMNS],
         out: &mut [usize],
@@ -355,5 +448,17 @@ mod tests {
             index.find(&ShortKey::of([b"K1".as_slice()], [(0, 2)])),
             None
         );
+    }
+
+    #[test]
+    fn a_view_gives_the_key_of_the_same_string() {
+        use datafusion::arrow::array::StringViewArray;
+        let texts = ["", "A", "SYM1", "TRADER19", "SYM10"];
+        let views = StringViewArray::from_iter_values(texts);
+        for (row, text) in texts.iter().enumerate() {
+            let from_bytes = ShortKey::of([text.as_bytes()], [(0, text.len())]);
+            let from_view = ShortColumns::Views([views.views().as_ref()]).key(row);
+            assert_eq!(from_view, from_bytes, "{text:?}");
+        }
     }
 }

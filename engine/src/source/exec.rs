@@ -37,6 +37,7 @@ use tokio::sync::watch;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::single_child;
 
+use super::file_split::keep_split;
 use super::key_check::PartitionKeyCheck;
 use super::progress::SourceProgress;
 use crate::watermark::{event_times, time_range};
@@ -241,12 +242,14 @@ impl ExecutionPlan for StreamSourceExec {
         let mut child = single_child("StreamSourceExec", children)?;
         let partitions =
             |plan: &Arc<dyn ExecutionPlan>| plan.output_partitioning().partition_count();
+        // The stream's source partitions are fixed when it is scanned. DataFusion's
+        // `repartition_file_scans` re-splits a scan below any node (an in-memory source by
+        // batch sizes, files by byte ranges), which would break each partition's event-time
+        // order and make its watermark run ahead: the split stays as it was.
         if partitions(&child) != partitions(&self.input) {
-            // The stream's source partitions are fixed when it is scanned. DataFusion's
-            // `repartition_file_scans` re-splits a scan below any node (an in-memory source by
-            // batch sizes, out of order), which would break each partition's event-time order
-            // and make its watermark run ahead: the scan stays as it was.
             child = Arc::clone(&self.input);
+        } else {
+            child = keep_split(child, &self.input)?;
         }
         Ok(Arc::new(Self::try_new(
             child,

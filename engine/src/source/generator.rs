@@ -2,8 +2,12 @@
 //! `scenarios.md`).
 //!
 //! Record `i` is a pure function of `i` and the spec, so any batch can be produced on its own:
-//! source partition `p` of `n` produces batches `p, p + n, p + 2n, …`, each partition in event
-//! time order, without coordination and without holding more than one batch. Bounded disorder
+//! the records are cut into blocks, and source partition `p` of `n` produces blocks `p, p + n,
+//! p + 2n, …`, each partition in event time order, without coordination and without holding
+//! more than one batch. A replay run as fast as it goes uses blocks of a whole batch, so that
+//! an exchange that merges the partitions in event time passes whole batches on; a paced
+//! stream uses blocks of one record, so that its partitions advance together in event time
+//! at every moment, as live sources do. Bounded disorder
 //! moves a record's event time back by a pseudo-random amount in `[0, disorder]`, so no record
 //! is ever more than `disorder` behind the largest event time before it.
 
@@ -253,10 +257,12 @@ impl GeneratorSpec {
             .collect()
     }
 
-    /// One lazy generator per source partition, for `LazyMemoryExec`.
+    /// One lazy generator per source partition, for `LazyMemoryExec`; the partitions take
+    /// turns by blocks of `block_records` records.
     pub fn partition_generators(
         self: &Arc<Self>,
         partitions: usize,
+        block_records: usize,
     ) -> Vec<Arc<RwLock<dyn LazyBatchGenerator>>> {
         (0..partitions)
             .map(|partition| {
@@ -264,6 +270,7 @@ impl GeneratorSpec {
                     spec: Arc::clone(self),
                     partitions: partitions as u64,
                     partition: partition as u64,
+                    block_records: block_records.max(1) as u64,
                     next_batch: 0,
                 })) as Arc<RwLock<dyn LazyBatchGenerator>>
             })
@@ -284,12 +291,13 @@ pub fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Partition `partition` of `partitions` of a spec: every `partitions`-th record.
+/// Partition `partition` of `partitions` of a spec: every `partitions`-th block of records.
 #[derive(Debug)]
 struct PartitionGenerator {
     spec: Arc<GeneratorSpec>,
     partitions: u64,
     partition: u64,
+    block_records: u64,
     /// The partition's batches generated so far.
     next_batch: u64,
 }
@@ -322,19 +330,23 @@ impl LazyBatchGenerator for PartitionGenerator {
         }
     }
 
-    /// Batch `k` of partition `p` of `n` holds records `(k * batch_size + j) * n + p`: every
+    /// Batch `k` of partition `p` of `n` holds the partition's records `k * batch_size + j`,
+    /// its `j`-th record being record `(j / b * n + p) * b + j % b` for blocks of `b`: every
     /// partition covers the whole stream's time range, in order, at `1/n` of its density, so
     /// that source partitions advance together in event time.
     fn generate_next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let spec = &self.spec;
-        let first = self.next_batch * spec.batch_size as u64 * self.partitions + self.partition;
-        let end = first + spec.batch_size as u64 * self.partitions;
-        let end = spec.records.map_or(end, |records| end.min(records));
-        if first >= end {
+        let (partitions, partition, block) = (self.partitions, self.partition, self.block_records);
+        let first = self.next_batch * spec.batch_size as u64;
+        let record = move |j: u64| (j / block * partitions + partition) * block + j % block;
+        let records = spec.records.unwrap_or(u64::MAX);
+        if record(first) >= records {
             return Ok(None);
         }
         self.next_batch += 1;
-        let ids = (first..end).step_by(self.partitions as usize);
+        let ids = (first..first + spec.batch_size as u64)
+            .map(record)
+            .take_while(move |&id| id < records);
         spec.records_batch(ids).map(Some)
     }
 
@@ -343,6 +355,7 @@ impl LazyBatchGenerator for PartitionGenerator {
             spec: Arc::clone(&self.spec),
             partitions: self.partitions,
             partition: self.partition,
+            block_records: self.block_records,
             next_batch: 0,
         }))
     }
@@ -373,19 +386,21 @@ mod tests {
         let mut spec = GeneratorSpec::new(GeneratorKind::Orders, Some(10_000));
         spec.batch_size = 999;
         let spec = Arc::new(spec);
-        let mut seen = vec![false; 10_000];
-        for generator in spec.partition_generators(3) {
-            while let Some(batch) = generator.write().generate_next_batch().unwrap() {
-                let ids = batch
-                    .column(0)
-                    .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
-                for id in ids.values() {
-                    assert!(!seen[*id as usize], "record {id} generated twice");
-                    seen[*id as usize] = true;
+        for block in [1, 64, 999] {
+            let mut seen = vec![false; 10_000];
+            for generator in spec.partition_generators(3, block) {
+                while let Some(batch) = generator.write().generate_next_batch().unwrap() {
+                    let ids = batch
+                        .column(0)
+                        .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+                    for id in ids.values() {
+                        assert!(!seen[*id as usize], "record {id} generated twice");
+                        seen[*id as usize] = true;
+                    }
                 }
             }
+            assert!(seen.iter().all(|s| *s), "blocks of {block}");
         }
-        assert!(seen.iter().all(|s| *s));
     }
 
     #[test]
@@ -393,18 +408,23 @@ mod tests {
         let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(1_000));
         spec.batch_size = 100;
         let spec = Arc::new(spec);
-        for (partition, generator) in spec.partition_generators(4).into_iter().enumerate() {
-            let mut times = Vec::new();
-            while let Some(batch) = generator.write().generate_next_batch().unwrap() {
-                let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
-                times.extend(
-                    time.values()
-                        .iter()
-                        .map(|t| (t - 1_700_000_000_000) / 1_000),
-                );
+        for block in [1, 10, 100] {
+            let generators = spec.partition_generators(4, block);
+            for (partition, generator) in generators.into_iter().enumerate() {
+                let mut times = Vec::new();
+                while let Some(batch) = generator.write().generate_next_batch().unwrap() {
+                    let time = batch.column(4).as_primitive::<TimestampMillisecondType>();
+                    times.extend(
+                        time.values()
+                            .iter()
+                            .map(|t| (t - 1_700_000_000_000) / 1_000),
+                    );
+                }
+                let expected: Vec<i64> = (0..1_000)
+                    .filter(|i| (i / block as i64) % 4 == partition as i64)
+                    .collect();
+                assert_eq!(times, expected, "partition {partition}, blocks of {block}");
             }
-            let expected: Vec<i64> = (partition as i64..1_000).step_by(4).collect();
-            assert_eq!(times, expected, "partition {partition}");
         }
     }
 

@@ -4,6 +4,7 @@
 //! properties: boundedness, source partitioning, event time and watermark, and pacing.
 
 mod exec;
+mod file_split;
 mod files;
 mod generator;
 mod key_check;

@@ -14,20 +14,18 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
-use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::exec::StreamSourceExec;
+use super::file_split::split_files;
 use super::generator::GeneratorSpec;
-use crate::options::StreamOptions;
+use crate::options::{Pacing, StreamOptions};
 
 /// Where a stream's records come from.
 #[derive(Clone)]
@@ -215,19 +213,9 @@ impl TableProvider for StreamTable {
         let input: Arc<dyn ExecutionPlan> = match &self.source {
             ReplaySource::Files { provider, .. } => {
                 let plan = provider.scan(state, projection, filters, limit).await?;
-                let count = plan.output_partitioning().partition_count();
-                if count == partitions {
-                    plan
-                } else if count > partitions {
-                    // DataFusion made a group per file (up to its target partitions).
-                    regroup_files(plan, partitions)?
-                } else {
-                    // DataFusion splits files by byte ranges; small files stay whole.
-                    match plan.repartitioned(partitions, state.config_options())? {
-                        Some(split) => split,
-                        None => plan,
-                    }
-                }
+                let whole_files = !self.options.partitioned_by.is_empty();
+                let event_time = self.options.event_time.as_deref();
+                split_files(plan, partitions, whole_files, event_time, state).await?
             }
             ReplaySource::Batches { schema, batches } => {
                 // Batch k goes to partition k mod n: each partition replays in order.
@@ -242,10 +230,18 @@ impl TableProvider for StreamTable {
                 Arc::clone(schema),
                 projection.cloned(),
             )?,
-            ReplaySource::Generator(spec) => Arc::new(
-                LazyMemoryExec::try_new(spec.schema(), spec.partition_generators(partitions))?
-                    .with_projection(projection.cloned()),
-            ),
+            ReplaySource::Generator(spec) => {
+                // Whole batches unless paced (see the generator's documentation).
+                let block_records = match self.options.pacing {
+                    Pacing::RecordsPerSecond(_) => 1,
+                    _ => spec.batch_size,
+                };
+                let generators = spec.partition_generators(partitions, block_records);
+                Arc::new(
+                    LazyMemoryExec::try_new(spec.schema(), generators)?
+                        .with_projection(projection.cloned()),
+                )
+            }
         };
         let input = self.retype_time(input)?;
         StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)
@@ -321,43 +317,6 @@ fn with_time_unit(
         fields,
         schema.metadata().clone(),
     )))
-}
-
-/// `plan`'s files in `partitions` groups of consecutive files in name order, so that each
-/// source partition replays its files in stored order.
-fn regroup_files(
-    plan: Arc<dyn ExecutionPlan>,
-    partitions: usize,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let Some(config) = plan
-        .downcast_ref::<DataSourceExec>()
-        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
-    else {
-        return Ok(plan);
-    };
-    let mut files: Vec<PartitionedFile> = config
-        .file_groups
-        .iter()
-        .flat_map(|group| group.files().iter().cloned())
-        .collect();
-    files.sort_by(|a, b| {
-        (
-            a.object_meta.location.as_ref(),
-            a.range.as_ref().map(|r| r.start),
-        )
-            .cmp(&(
-                b.object_meta.location.as_ref(),
-                b.range.as_ref().map(|r| r.start),
-            ))
-    });
-    let bound = |group: usize| group * files.len() / partitions;
-    let groups: Vec<FileGroup> = (0..partitions)
-        .map(|group| FileGroup::new(files[bound(group)..bound(group + 1)].to_vec()))
-        .collect();
-    let config = FileScanConfigBuilder::from(config.clone())
-        .with_file_groups(groups)
-        .build();
-    Ok(DataSourceExec::from_data_source(config))
 }
 
 fn check_event_time_column(table: &str, schema: &SchemaRef, column: &str) -> Result<()> {

@@ -1,0 +1,362 @@
+//! How a replay of files is split into source partitions.
+//!
+//! Source partitions must advance together in event time: an exchange that merges them in
+//! event-time order, and a watermark that is the minimum over them, take rows from a
+//! partition only as far as the others have come. A file cut into consecutive halves would
+//! give one partition that is entirely later than the other, and that partition would wait
+//! for the first to finish: one core idle.
+//!
+//! So the files (in name order) are cut into units in stored order, and unit `u` goes to
+//! source partition `u mod n`: every partition covers the whole time range, in order, and
+//! all of them read at once. The exchange's merge orders records of equal event time by
+//! source partition, so a Parquet unit that may share an event time with the unit before it
+//! (by the row groups' statistics) is never dealt to a lower-numbered partition than that
+//! unit: it stays on the same one instead of wrapping around, and ties keep stored order.
+//!
+//! - Parquet: a unit is a row group, or a range of at most [`UNIT_ROWS`] rows of a larger
+//!   one: a file entry with a `ParquetAccessPlan` that scans that row group or selects that
+//!   range and skips the rest (the reader skips whole pages with the page index).
+//! - CSV and Arrow: a unit is a byte range of DataFusion's split of a file (files too small
+//!   to split stay whole), or a whole file of a directory.
+//!
+//! A source declared `partitioned_by` keys has its files dealt whole: each file's keys
+//! stay in one source partition, as the declaration says of the files.
+//!
+//! Each partition's units come out in stored order, so a partition's rows are in stored
+//! order too, and a time-ordered replay is time-ordered in every partition. DataFusion lets
+//! an idle partition's reader take files queued for another (work stealing); the scan is
+//! marked order-preserving, which keeps every partition to its own units.
+
+use std::sync::Arc;
+
+use datafusion::catalog::Session;
+use datafusion::common::Result;
+use datafusion::config::ConfigOptions;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
+use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use datafusion::parquet::file::statistics::Statistics;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
+
+/// The most rows of a Parquet unit: row groups larger than this (arrow's default is a
+/// million rows) are cut into row ranges, so that the partitions take turns often enough to
+/// read at once through the exchange's short channels; the row groups DuckDB and Freshet
+/// write (about 128 Ki rows) stay whole, so that no partition decodes a page or dictionary
+/// it then skips.
+pub const UNIT_ROWS: usize = 128 * 1024;
+
+/// Byte ranges per source partition that a CSV or Arrow file is cut into.
+const RANGES_PER_PARTITION: usize = 16;
+
+/// `plan`, a scan of files, split into `partitions` source partitions as described above;
+/// with `whole_files`, the units are whole files. `event_time` names the event-time column,
+/// whose Parquet statistics show where records of one time may straddle two units.
+pub async fn split_files(
+    plan: Arc<dyn ExecutionPlan>,
+    partitions: usize,
+    whole_files: bool,
+    event_time: Option<&str>,
+    state: &dyn Session,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(config) = plan
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
+    else {
+        return Ok(plan);
+    };
+    let groups = if partitions == 1 {
+        vec![FileGroup::new(files_in_order(config))]
+    } else if whole_files {
+        let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
+        for (index, file) in files_in_order(config).into_iter().enumerate() {
+            groups[index % partitions].push(file);
+        }
+        groups.into_iter().map(FileGroup::new).collect()
+    } else if config.file_source().file_type() == "parquet" {
+        parquet_units(config, partitions, event_time, state).await?
+    } else {
+        byte_range_units(&plan, partitions, state.config_options())?
+    };
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_file_groups(groups)
+        .with_preserve_order(true)
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
+
+/// `new`, a scan that replaces `old` (a DataFusion rule pushed a projection or a filter into
+/// it), with `old`'s split into source partitions: DataFusion's `repartition_file_scans`
+/// may also have re-split the files by byte ranges, regardless of units and access plans.
+pub fn keep_split(
+    new: Arc<dyn ExecutionPlan>,
+    old: &Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let scan_config = |plan: &Arc<dyn ExecutionPlan>| {
+        plan.downcast_ref::<DataSourceExec>()
+            .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
+            .cloned()
+    };
+    if let (Some(new_config), Some(old_config)) = (scan_config(&new), scan_config(old)) {
+        let config = FileScanConfigBuilder::from(new_config)
+            .with_file_groups(old_config.file_groups)
+            .with_preserve_order(true)
+            .build();
+        return Ok(DataSourceExec::from_data_source(config));
+    }
+    // An integer event time is retyped by a projection over the scan.
+    match (new.children().as_slice(), old.children().as_slice()) {
+        ([new_child], [old_child]) if scan_config(old_child).is_some() => {
+            let child = keep_split(Arc::clone(new_child), old_child)?;
+            let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            new.replace_children(vec![child], options)
+        }
+        _ => Ok(new),
+    }
+}
+
+/// The files of `config` in name order, whole.
+fn files_in_order(config: &FileScanConfig) -> Vec<PartitionedFile> {
+    let mut files: Vec<PartitionedFile> = config
+        .file_groups
+        .iter()
+        .flat_map(|group| group.files().iter().cloned())
+        .filter(|file| file.range.as_ref().is_none_or(|range| range.start == 0))
+        .map(|mut file| {
+            file.range = None;
+            file
+        })
+        .collect();
+    files.sort_by(|a, b| a.object_meta.location.cmp(&b.object_meta.location));
+    files.dedup_by(|a, b| a.object_meta.location == b.object_meta.location);
+    files
+}
+
+/// Parquet files cut into row-group and row-range units, dealt round-robin.
+async fn parquet_units(
+    config: &FileScanConfig,
+    partitions: usize,
+    event_time: Option<&str>,
+    state: &dyn Session,
+) -> Result<Vec<FileGroup>> {
+    let store = state.runtime_env().object_store(&config.object_store_url)?;
+    let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
+    let mut dealer = Dealer::new(partitions);
+    for file in files_in_order(config) {
+        let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
+            .with_file_metadata_cache(Some(Arc::clone(&cache)))
+            .fetch_metadata()
+            .await?;
+        let time_column = event_time.and_then(|name| {
+            let schema = metadata.file_metadata().schema_descr();
+            (0..schema.num_columns()).find(|&c| schema.column(c).path().string() == name)
+        });
+        let row_groups: Vec<usize> = metadata
+            .row_groups()
+            .iter()
+            .map(|group| group.num_rows().max(0) as usize)
+            .collect();
+        let times: Vec<Option<(i64, i64)>> = metadata
+            .row_groups()
+            .iter()
+            .map(|group| time_column.and_then(|c| time_range(group.column(c).statistics()?)))
+            .collect();
+        for (access, group) in unit_plans(&row_groups) {
+            let partition = dealer.deal(times[group]);
+            groups[partition].push(file.clone().with_extension(access));
+        }
+    }
+    Ok(groups.into_iter().map(FileGroup::new).collect())
+}
+
+/// The smallest and largest value of an integer (or timestamp) column chunk, if stored.
+fn time_range(statistics: &Statistics) -> Option<(i64, i64)> {
+    match statistics {
+        Statistics::Int64(values) => Some((*values.min_opt()?, *values.max_opt()?)),
+        Statistics::Int32(values) => {
+            Some((i64::from(*values.min_opt()?), i64::from(*values.max_opt()?)))
+        }
+        _ => None,
+    }
+}
+
+/// Deals units round-robin, in stored order, but never to a lower-numbered partition than
+/// the unit before when the two may hold records of one event time: the exchange's merge
+/// orders records of equal time by source partition, which is then stored order.
+struct Dealer {
+    partitions: usize,
+    /// The last unit's partition and event-time range (`None`: unknown).
+    last: Option<(usize, Option<(i64, i64)>)>,
+}
+
+impl Dealer {
+    fn new(partitions: usize) -> Self {
+        Self {
+            partitions,
+            last: None,
+        }
+    }
+
+    /// The partition of the next unit, whose event times lie in `times`.
+    fn deal(&mut self, times: Option<(i64, i64)>) -> usize {
+        let partition = match self.last {
+            None => 0,
+            Some((last, last_times)) => {
+                let next = (last + 1) % self.partitions;
+                let may_tie = match (last_times, times) {
+                    (Some((_, last_max)), Some((min, _))) => min <= last_max,
+                    _ => true,
+                };
+                if next < last && may_tie { last } else { next }
+            }
+        };
+        self.last = Some((partition, times));
+        partition
+    }
+}
+
+/// One access plan per unit of a file whose row groups have `row_groups` rows, in stored
+/// order, with the unit's row group. Each unit is a file entry of its own, so that no batch of the reader spans two
+/// units: a merge without event times, which takes each partition's batches in turn, then
+/// takes units in turn.
+fn unit_plans(row_groups: &[usize]) -> Vec<(ParquetAccessPlan, usize)> {
+    let mut plans = Vec::new();
+    for (group, &rows) in row_groups.iter().enumerate() {
+        let units = rows.div_ceil(UNIT_ROWS).max(1);
+        for index in 0..units {
+            let (start, end) = (index * rows / units, (index + 1) * rows / units);
+            let mut plan = ParquetAccessPlan::new_none(row_groups.len());
+            if units == 1 {
+                plan.scan(group);
+            } else {
+                let selectors = vec![
+                    RowSelector::skip(start),
+                    RowSelector::select(end - start),
+                    RowSelector::skip(rows - end),
+                ];
+                plan.set(
+                    group,
+                    RowGroupAccess::Selection(RowSelection::from(selectors)),
+                );
+            }
+            plans.push((plan, group));
+        }
+    }
+    plans
+}
+
+/// CSV or Arrow files cut into byte ranges by DataFusion, dealt round-robin.
+fn byte_range_units(
+    plan: &Arc<dyn ExecutionPlan>,
+    partitions: usize,
+    options: &ConfigOptions,
+) -> Result<Vec<FileGroup>> {
+    let ranges = partitions * RANGES_PER_PARTITION;
+    let split = match plan.repartitioned(ranges, options)? {
+        Some(split) if split.output_partitioning().partition_count() > 1 => split,
+        _ => Arc::clone(plan),
+    };
+    let Some(config) = split
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
+    else {
+        return Ok(vec![FileGroup::default(); partitions]);
+    };
+    let mut units: Vec<PartitionedFile> = config
+        .file_groups
+        .iter()
+        .flat_map(|group| group.files().iter().cloned())
+        .collect();
+    units.sort_by(|a, b| {
+        let start = |file: &PartitionedFile| file.range.as_ref().map(|r| r.start);
+        (&a.object_meta.location, start(a)).cmp(&(&b.object_meta.location, start(b)))
+    });
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
+    for (index, unit) in units.into_iter().enumerate() {
+        groups[index % partitions].push(unit);
+    }
+    Ok(groups.into_iter().map(FileGroup::new).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each plan's rows, as `group:first+rows`.
+    fn selected(plans: &[(ParquetAccessPlan, usize)]) -> Vec<String> {
+        plans
+            .iter()
+            .map(|(plan, _)| {
+                let picked: Vec<String> = plan
+                    .inner()
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(group, access)| match access {
+                        RowGroupAccess::Skip => None,
+                        RowGroupAccess::Scan => Some(format!("{group}:all")),
+                        RowGroupAccess::Selection(selection) => {
+                            let mut start = 0;
+                            let mut picked = Vec::new();
+                            for selector in selection.iter() {
+                                if !selector.skip && selector.row_count > 0 {
+                                    picked.push(format!("{group}:{start}+{}", selector.row_count));
+                                }
+                                start += selector.row_count;
+                            }
+                            Some(picked.join(","))
+                        }
+                    })
+                    .collect();
+                picked.join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_row_group_is_a_unit() {
+        assert_eq!(
+            selected(&unit_plans(&[10, 3, 7])),
+            ["0:all", "1:all", "2:all"]
+        );
+    }
+
+    #[test]
+    fn units_take_turns_but_never_go_back_across_a_possible_tie() {
+        let mut dealer = Dealer::new(3);
+        let dealt: Vec<usize> = [
+            Some((0, 9)),
+            Some((9, 19)), // ties with the last: partition 0 < 1 keeps stored order
+            Some((20, 29)),
+            Some((29, 39)), // would wrap to 0 across a tie: stays on 2
+            Some((40, 49)), // no tie: wraps
+            None,           // unknown times count as a tie, but 1 > 0
+            None,
+            None, // a wrap after unknown times: stays
+        ]
+        .into_iter()
+        .map(|times| dealer.deal(times))
+        .collect();
+        assert_eq!(dealt, [0, 1, 2, 2, 0, 1, 2, 2]);
+    }
+
+    #[test]
+    fn a_large_row_group_is_cut_into_row_ranges() {
+        let rows = 2 * UNIT_ROWS + 3;
+        let plans = unit_plans(&[5, rows]);
+        let third = rows / 3;
+        assert_eq!(
+            selected(&plans),
+            [
+                "0:all".to_string(),
+                format!("1:0+{third}"),
+                format!("1:{third}+{}", 2 * rows / 3 - third),
+                format!("1:{}+{}", 2 * rows / 3, rows - 2 * rows / 3),
+            ]
+        );
+    }
+}
