@@ -1,6 +1,6 @@
 //! Freshet: a columnar, vectorized streaming SQL engine on Apache DataFusion and Arrow.
 //!
-//! Register streams (Parquet, CSV or Arrow files, in-memory batches, or the built-in
+//! Register streams (Parquet, CSV, JSON-lines or Arrow files, in-memory batches, or the built-in
 //! generators) on a [`StreamingContext`], run streaming SQL over them, and read the results
 //! as Arrow record batches, one stream per output partition:
 //!

@@ -110,7 +110,7 @@ impl StreamingContext {
         self.register_stream(name, ReplaySource::Generator(Arc::new(spec)), options)
     }
 
-    /// Registers a replay of a Parquet, CSV or Arrow IPC file or directory, in `format`, or in
+    /// Registers a replay of a Parquet, CSV, JSON-lines or Arrow IPC file or directory, in `format`, or in
     /// the format its extension names when `format` is `None`.
     pub async fn register_files(
         &self,
@@ -126,7 +126,7 @@ impl StreamingContext {
             }
             None => {
                 return plan_err!(
-                    "cannot tell the format of {path}: name files .parquet, .csv or .arrow"
+                    "cannot tell the format of {path}: name files .parquet, .csv, .arrow or .jsonl"
                 );
             }
         };

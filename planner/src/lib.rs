@@ -8,6 +8,7 @@
 mod aggregate_rule;
 mod context;
 mod dialect;
+mod execution_errors;
 mod functions;
 mod install;
 mod options;

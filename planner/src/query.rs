@@ -15,7 +15,10 @@ use datafusion::physical_plan::{
 use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
 use freshet_engine::over::OverWindowExec;
+use futures::StreamExt;
 use tokio::sync::mpsc;
+
+use crate::execution_errors::explain_execution_error;
 
 /// A planned streaming query.
 #[derive(Clone)]
@@ -47,8 +50,21 @@ impl StreamingQuery {
     /// One result stream per output partition; drive each from its own task.
     pub fn execute_partitions(&self) -> Result<Vec<SendableRecordBatchStream>> {
         (0..self.output_partitions())
-            .map(|partition| self.plan.execute(partition, Arc::clone(&self.task_ctx)))
+            .map(|partition| {
+                self.plan
+                    .execute(partition, Arc::clone(&self.task_ctx))
+                    .map(|stream| self.explaining_errors(stream))
+            })
             .collect()
+    }
+
+    /// `stream` with its errors put in the user's terms.
+    fn explaining_errors(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+        let plan = Arc::clone(&self.plan);
+        let schema = stream.schema();
+        let batches =
+            stream.map(move |batch| batch.map_err(|e| explain_execution_error(&plan, e)));
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 
     /// Stops every stream the query reads, as if their data had ended: the query flushes
@@ -65,6 +81,7 @@ impl StreamingQuery {
     /// All results as one stream (the partitions run in parallel tasks and are merged).
     pub fn execute_merged(&self) -> Result<SendableRecordBatchStream> {
         execute_stream(Arc::clone(&self.plan), Arc::clone(&self.task_ctx))
+            .map(|stream| self.explaining_errors(stream))
     }
 
     /// The records the query's window aggregations and window functions drop as late, as a

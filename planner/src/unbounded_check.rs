@@ -32,35 +32,39 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         let mut join = None;
         plan.apply(|node| {
             if let Some(streams) = unbounded_join_state(node) {
-                join = Some((node.name().to_string(), streams));
+                join = Some((join_clause(node.name()), streams));
                 return Ok(TreeNodeRecursion::Stop);
             }
-            let waits_for_end = node.pipeline_behavior() == EmissionType::Final
-                || matches!(
-                    node.boundedness(),
-                    Boundedness::Unbounded {
-                        requires_infinite_memory: true
-                    }
-                );
+            // The operator that waits, not the ones above it that wait because it does.
+            let waits = |plan: &Arc<dyn ExecutionPlan>| {
+                plan.pipeline_behavior() == EmissionType::Final
+                    || matches!(
+                        plan.boundedness(),
+                        Boundedness::Unbounded {
+                            requires_infinite_memory: true
+                        }
+                    )
+            };
+            let waits_for_end = waits(node) && !node.children().into_iter().any(waits);
             let endless_child = node
                 .children()
                 .into_iter()
                 .find(|child| child.boundedness().is_unbounded());
             if let (true, Some(child)) = (waits_for_end, endless_child) {
-                failure = Some((node.name().to_string(), stream_names(child)));
+                failure = Some((clause_of(node.name()), stream_names(child)));
                 return Ok(TreeNodeRecursion::Stop);
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        if let Some((operator, streams)) = join {
+        if let Some((join, streams)) = join {
             return plan_err!(
-                "{operator} over the unbounded stream {streams} would keep every row of it: Freshet cannot yet bound a join's state by watermarks. Join bounded replays (bounded=true, or a generator with records=N), or join an unbounded stream only as the probe side of a lookup into a bounded table"
+                "{join} would keep every row of the unbounded stream {streams}: Freshet cannot yet bound a join's state by watermarks. Join bounded replays (bounded=true, or a generator with records=N), or join an unbounded stream only as the probe side of a lookup into a bounded table"
             );
         }
         match failure {
             None => Ok(plan),
-            Some((operator, streams)) => plan_err!(
-                "this query never produces a result on the unbounded stream {streams}: {operator} waits for the end of its input. Aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), add EMIT CHANGES, or register the stream as bounded"
+            Some(((clause, advice), streams)) => plan_err!(
+                "this query never produces a result on the unbounded stream {streams}: {clause} waits for the end of its input. To fix it, {advice}, or register the stream as bounded (bounded=true, or a generator with records=N)"
             ),
         }
     }
@@ -71,6 +75,38 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
 
     fn schema_check(&self) -> bool {
         true
+    }
+}
+
+/// What the user wrote that `operator` runs, and what to write instead, in the words of an
+/// error message.
+fn clause_of(operator: &str) -> (&'static str, &'static str) {
+    match operator {
+        "WindowAggregateExec" | "AggregateExec" => (
+            "its GROUP BY without a window (or an aggregate over the whole stream)",
+            "aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), add EMIT CHANGES",
+        ),
+        "SortExec" | "SortPreservingMergeExec" | "PartialSortExec" => (
+            "its ORDER BY",
+            "drop the ORDER BY (rows leave as they come), order within a window function (OVER (PARTITION BY k ORDER BY ts))",
+        ),
+        window if window.contains("Window") => (
+            "its window function (OVER)",
+            "order the window by the event time with a frame that ends at most a bounded number of rows after the current one",
+        ),
+        _ => (
+            "an operator of the query",
+            "aggregate over a window, add EMIT CHANGES",
+        ),
+    }
+}
+
+/// The join `operator` runs, in the words of an error message.
+fn join_clause(operator: &str) -> &'static str {
+    if operator == "SymmetricHashJoinExec" {
+        "a join of two unbounded streams"
+    } else {
+        "a join (or an IN / EXISTS subquery)"
     }
 }
 

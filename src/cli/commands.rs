@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use datafusion::common::{Result, plan_err};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
-use freshet_bench::latency::{latency_table, run_latency};
+use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
 use freshet_bench::scaling::{run_scaling, scaling_table};
 use freshet_bench::{
     BenchConfig, BenchSource, report, run_scenario, scenario, scenarios, variants,
@@ -21,7 +21,7 @@ use freshet_engine::{GeneratorKind, GeneratorSpec};
 use freshet_planner::{StreamingContext, StreamingQuery};
 
 use super::tables::{TableSource, TableSpec, register_tables};
-use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs};
+use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs, SessionArgs};
 
 /// Runs one subcommand; the exit code of a run that ends without an error.
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -35,6 +35,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
         Command::Fuzz(args) => fuzz(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Shell(args) => super::shell::shell(args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -101,7 +104,7 @@ fn check_is_a_query(sql: &str) -> Result<()> {
 
 /// The statements of `script` (split at `;` outside quotes and comments), each from its
 /// first word (leading comments left out), without empty or comment-only ones.
-fn split_statements(script: &str) -> Vec<&str> {
+pub(super) fn split_statements(script: &str) -> Vec<&str> {
     let mut statements = Vec::new();
     let mut chars = script.char_indices().peekable();
     // Where the current statement's SQL starts, once it has any.
@@ -174,6 +177,15 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         return plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\"");
     };
     check_is_a_query(query_sql)?;
+    let ctx = session(&args.session).await?;
+    for statement in session_statements {
+        ctx.session().sql(statement).await?;
+    }
+    ctx.sql(query_sql).await
+}
+
+/// A session with the command line's stream count, strategy, settings and streams.
+pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
     let ctx = match args.partitions {
         Some(0) => return plan_err!("--partitions must be at least 1"),
         Some(partitions) if partitions > MAX_PARTITIONS => {
@@ -212,10 +224,7 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         args.watermark.as_deref(),
     )
     .await?;
-    for statement in session_statements {
-        ctx.session().sql(statement).await?;
-    }
-    ctx.sql(query_sql).await
+    Ok(ctx)
 }
 
 /// Refuses an output file that is one of the input files, or inside an input directory: the
@@ -257,19 +266,62 @@ fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -> Result<()
     Ok(())
 }
 
-/// Runs the query into its sink. SIGINT or SIGTERM stops its streams as if their data had
-/// ended, so that operators flush, the sink closes its file properly and the summary is
-/// printed (exit code 130); a second signal exits at once.
+/// Runs the query into its sink and prints the summary (exit code 130 when interrupted).
 async fn query(args: QueryArgs) -> Result<ExitCode> {
-    let mut sink: SinkSpec = args.output.parse()?;
+    let sink: SinkSpec = args.output.parse()?;
     let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
     for output in [Some(&sink), late_sink.as_ref()].into_iter().flatten() {
-        refuse_writing_onto_an_input(output, &args.plan.tables)?;
+        refuse_writing_onto_an_input(output, &args.plan.session.tables)?;
     }
     let query = plan(&args.plan).await?;
-    // On an endless stream the terminal table shows every row as it comes, unless a row
-    // budget was asked for.
-    if query.plan().boundedness().is_unbounded() && args.output == "table" {
+    let row_budget_asked = args.output != "table";
+    let run = run_query(query, sink, row_budget_asked, late_sink).await?;
+    eprintln!("\r{run}");
+    Ok(if run.interrupted {
+        ExitCode::from(INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What a query run did.
+pub(super) struct RunSummary {
+    pub rows: u64,
+    pub records: usize,
+    pub elapsed: Duration,
+    pub late_rows: u64,
+    /// SIGINT or SIGTERM stopped it.
+    pub interrupted: bool,
+}
+
+impl std::fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seconds = self.elapsed.as_secs_f64();
+        write!(
+            f,
+            "{} rows out; {} records read in {seconds:.2}s ({:.0} records/s); {} late records written",
+            self.rows,
+            self.records,
+            self.records as f64 / seconds,
+            self.late_rows
+        )
+    }
+}
+
+/// Runs `query` into `sink` (and its late records into `late_sink`). SIGINT or SIGTERM stops
+/// its streams as if their data had ended, so that operators flush and the sink closes its
+/// file properly; a second signal exits at once (code 130). On an endless stream the terminal
+/// table shows every row as it comes, unless `row_budget_asked`.
+pub(super) async fn run_query(
+    query: StreamingQuery,
+    mut sink: SinkSpec,
+    row_budget_asked: bool,
+    late_sink: Option<SinkSpec>,
+) -> Result<RunSummary> {
+    if query.plan().boundedness().is_unbounded()
+        && !row_budget_asked
+        && matches!(sink, SinkSpec::Table { .. })
+    {
         sink = SinkSpec::Table {
             max_rows: usize::MAX,
         };
@@ -283,9 +335,10 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let interactive = std::io::stdout().is_terminal();
+    // A progress line, where it cannot mix with the rows.
+    let show_progress = std::io::stdout().is_terminal() && !matches!(sink, SinkSpec::Table { .. });
     let started = Instant::now();
-    let progress = interactive.then(|| {
+    let progress = show_progress.then(|| {
         let query = query.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -331,16 +384,12 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
         },
         None => 0,
     };
-    let elapsed = started.elapsed().as_secs_f64();
-    eprintln!(
-        "\r{} rows out; {records} records read in {elapsed:.2}s ({:.0} records/s); {late_rows} late records written",
-        summary.rows,
-        records as f64 / elapsed
-    );
-    Ok(if interrupted.load(Ordering::Relaxed) {
-        ExitCode::from(INTERRUPTED)
-    } else {
-        ExitCode::SUCCESS
+    Ok(RunSummary {
+        rows: summary.rows,
+        records,
+        elapsed: started.elapsed(),
+        late_rows,
+        interrupted: interrupted.load(Ordering::Relaxed),
     })
 }
 
@@ -421,8 +470,17 @@ async fn bench(args: BenchArgs) -> Result<()> {
         if records == 0 {
             return plan_err!("--records must be at least 1");
         }
-        let result = run_latency(records, rate).await?;
-        print!("{}", latency_table(&result));
+        let selected: Vec<&str> = if args.scenario.is_empty() {
+            LATENCY_SCENARIOS.to_vec()
+        } else {
+            args.scenario.iter().map(String::as_str).collect()
+        };
+        let mut results = Vec::new();
+        for id in selected {
+            eprintln!("running {id} paced at {rate} records/s on {records} records …");
+            results.push(run_latency(id, records, rate).await?);
+        }
+        print!("{}", latency_table(&results));
         return Ok(());
     }
     let records = if args.quick {

@@ -1,8 +1,9 @@
-//! The `freshet` command line: `query`, `explain`, `gen`, `bench` and `fuzz`.
+//! The `freshet` command line: `query`, `explain`, `shell`, `gen`, `bench` and `fuzz`.
 //!
 //! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
 
 mod commands;
+mod shell;
 mod tables;
 
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run random streaming queries over random tables against DataFusion batch SQL.
     Fuzz(FuzzArgs),
+    /// An interactive session: queries, EXPLAIN, SET and CREATE VIEW statements ending with
+    /// `;`, and commands (\\d lists the streams, \\? the commands, \\q quits).
+    Shell(SessionArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,12 +62,19 @@ pub struct PlanArgs {
     /// but the last one a session statement (SET, CREATE VIEW …), the last one the query.
     #[arg(long, short = 'f', value_name = "PATH")]
     pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+/// The session a query runs in: its streams, stream count, strategy and settings.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
     /// A session setting, as `SET KEY = 'VALUE'` would make it, e.g. --set
     /// freshet.allowed_lateness=5s --set freshet.changes_per=batch (a key without a dot is a
     /// freshet.* setting).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
-    /// A stream: NAME=PATH (Parquet, CSV or Arrow file or directory) or
+    /// A stream: NAME=PATH (Parquet, CSV, JSON-lines or Arrow file or directory) or
     /// NAME=generator:market_data|orders, followed by ,key=value options: event_time, event_time_unit (s, ms, us or ns, for an integer event time),
     /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also
     /// records (a count or unbounded), batch_size, symbols, traders, step_ms, disorder_ms,
@@ -142,9 +153,10 @@ pub struct BenchArgs {
     /// Also draw the results as an SVG chart into this file.
     #[arg(long, value_name = "PATH")]
     pub svg: Option<PathBuf>,
-    /// Latency mode instead: S3b over a market_data replay paced at --rate on one stream,
-    /// with the p50 / p99 / max latency from a record entering the source to its changelog
-    /// row leaving the query (--records records).
+    /// Latency mode instead: S0 (1 % of the records pass its filter), S3a and S3b (or the
+    /// --scenario ones among them) over a generated replay paced at --rate on one stream,
+    /// with the p50 / p99 / max latency from the record that makes a row due entering the
+    /// source to the row leaving the query (--records records).
     #[arg(long)]
     pub latency: bool,
     /// Latency mode: the replay's rate in records per second (1M, 500k, …).
@@ -220,13 +232,16 @@ pub fn main() -> ExitCode {
         // The reader of the output went away (`freshet … | head`): nothing more to do.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
-                "error: {}",
-                readable(&one_line(&without_rule_names(e).to_string()))
-            );
+            eprintln!("error: {}", error_line(e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error as the one line the user reads: without planning rule names, on one line, with
+/// DataFusion's signature lists reduced to the type that was wrong.
+fn error_line(error: datafusion::common::DataFusionError) -> String {
+    readable(&one_line(&without_rule_names(error).to_string()))
 }
 
 /// `error` without the names of the planning rules that wrapped it ("FreshetUnboundedInputCheck

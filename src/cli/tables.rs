@@ -105,15 +105,7 @@ pub async fn register_tables(
         if !taken.insert(spec.name.clone()) {
             return plan_err!("table '{}' is given twice", spec.name);
         }
-        match spec.source {
-            TableSource::Files(path) => {
-                ctx.register_files(&spec.name, &path, None, spec.options)
-                    .await?
-            }
-            TableSource::Generator(generator) => {
-                ctx.register_generator(&spec.name, generator, spec.options)?
-            }
-        }
+        register_table(ctx, spec).await?;
     }
     for (name, kind) in [
         ("market_data", GeneratorKind::MarketData),
@@ -132,6 +124,19 @@ pub async fn register_tables(
         }
     }
     Ok(())
+}
+
+/// Registers one stream on `ctx` (replacing one of the same name).
+pub async fn register_table(ctx: &StreamingContext, spec: TableSpec) -> Result<()> {
+    match spec.source {
+        TableSource::Files(path) => {
+            ctx.register_files(&spec.name, &path, None, spec.options)
+                .await
+        }
+        TableSource::Generator(generator) => {
+            ctx.register_generator(&spec.name, generator, spec.options)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::support::{freshet_error, freshet_ok, gen_orders};
 
 #[test]
 fn every_subcommand_has_help() {
-    for command in ["query", "explain", "gen", "bench"] {
+    for command in ["query", "explain", "shell", "gen", "bench", "fuzz"] {
         let help = freshet_ok(&[command, "--help"]);
         assert!(help.contains("Usage: freshet"), "{command}: {help}");
     }
@@ -187,10 +187,14 @@ fn bench_scaling_runs_s3a_over_growing_parquet_files() {
 }
 
 #[test]
-fn bench_latency_reports_percentiles_of_a_paced_s3b() {
+fn bench_latency_reports_percentiles_of_s0_s3a_and_s3b() {
     let table = freshet_ok(&["bench", "--latency", "--records", "20000", "--rate", "400k"]);
     assert!(table.contains("| p50 | p99 | max |"), "{table}");
-    assert!(table.contains("| 20000 | 0.4 M/s |"), "{table}");
+    // S0 passes one record in a hundred; S3b gives a row per record; S3a a row per trader,
+    // symbol and minute (20 pairs, one record a second).
+    assert!(table.contains("| S0 | 20000 | 200 | 0.40 M/s |"), "{table}");
+    assert!(table.contains("| S3a | 20000 | 6680 | 0.40 M/s |"), "{table}");
+    assert!(table.contains("| S3b | 20000 | 20000 | 0.40 M/s |"), "{table}");
 }
 
 #[test]
@@ -302,4 +306,96 @@ fn json_lines_keep_nan_and_infinities_apart_from_null() {
         out.trim(),
         r#"{"a":"NaN","b":"-Infinity","d":1.5,"e":"Infinity"}"#
     );
+}
+
+/// A JSON-lines file is a stream like any other: `freshet gen … --out x.jsonl` reads back.
+#[test]
+fn json_lines_files_are_read_as_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orders.jsonl");
+    gen_orders(&file, "1000", &[]);
+    let table = format!("o={}", file.display());
+    let out = freshet_ok(&[
+        "query",
+        "SELECT COUNT(*) AS n, SUM(order_id) AS s FROM o",
+        "--table",
+        &table,
+        "--partitions",
+        "2",
+        "-o",
+        "csv",
+    ]);
+    assert_eq!(out, "n,s\n1000,499500\n");
+}
+
+/// Arrow's "Timestamp out of range" becomes an error that names the column and the sum.
+#[test]
+fn a_timestamp_out_of_range_names_its_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ns.csv");
+    std::fs::write(&file, "k,ts\nb,1700000000000000000\na,9223372036854000000\n").unwrap();
+    let table = format!("t={},event_time=ts,event_time_unit=ns", file.display());
+    let error = freshet_error(&[
+        "query",
+        "SELECT k, ts + INTERVAL '30' DAY AS later FROM t",
+        "--table",
+        &table,
+        "-o",
+        "csv=/dev/null",
+    ]);
+    assert!(
+        error.contains("column later = `ts + INTERVAL '30' DAY` (a timestamp in nanoseconds)"),
+        "{error}"
+    );
+    let error = freshet_error(&[
+        "query",
+        "SELECT k, window_end FROM t GROUP BY k, tumble(ts, INTERVAL '100' DAY)",
+        "--table",
+        &table,
+        "-o",
+        "null",
+    ]);
+    assert!(
+        error.contains("column window_end = `window_start + INTERVAL '100' DAY`"),
+        "{error}"
+    );
+}
+
+/// The shell runs statements in one session: SET holds for the next query, `\d` lists the
+/// streams, an error does not end the session, EXPLAIN prints the plan.
+#[test]
+fn the_shell_runs_statements_in_one_session() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut shell = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(["shell", "--table", "md=generator:market_data,records=1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"\\d\nSELECT nope FROM md;\nEXPLAIN SELECT symbol FROM md WHERE price > 1;\n\
+              SET freshet.emit = 'changes';\nSELECT symbol, COUNT(*) AS n\n  FROM md GROUP BY symbol;\n\
+              DESCRIBE md;\n\\q\nSELECT 1;\n",
+        )
+        .unwrap();
+    let output = shell.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stdout.contains("md          | generator MarketData | true    | trade_time"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("error: Schema error: No field named nope"), "{stderr}");
+    // A changelog: a row per record (the terminal table shows 40 of them).
+    assert!(stderr.contains("1000 rows out; 1000 records read"), "{stderr}");
+    assert!(stdout.contains("trade_time | Timestamp(ms) | false"), "{stdout}");
+    assert!(stdout.contains("StreamFilterExec"), "{stdout}");
+    assert!(!stdout.contains("Int64(1)"), "the statement after \\q ran: {stdout}");
 }

@@ -1,4 +1,4 @@
-//! Opening Parquet, CSV and Arrow IPC files (one file or a directory of them) as a
+//! Opening Parquet, CSV, JSON-lines and Arrow IPC files (one file or a directory of them) as a
 //! DataFusion `ListingTable`, which reads them batch by batch (Parquet row group by row
 //! group), never whole.
 //!
@@ -17,6 +17,7 @@ use datafusion::common::{Result, plan_err};
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::json::JsonFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -29,11 +30,14 @@ pub enum FileFormatKind {
     Parquet,
     Csv,
     Arrow,
+    /// Newline-delimited JSON: one object a line.
+    JsonLines,
 }
 
 impl FileFormatKind {
     /// The format a path's extension names (`.parquet`, `.csv`, `.arrow` / `.ipc` /
-    /// `.feather`); for a directory, the format of the files in it.
+    /// `.feather`, `.jsonl` / `.ndjson` / `.json`); for a directory, the format of the files in
+    /// it.
     pub fn detect(path: &Path) -> Option<Self> {
         if path.is_dir() {
             return std::fs::read_dir(path)
@@ -49,6 +53,7 @@ impl FileFormatKind {
             "parquet" => Some(Self::Parquet),
             "csv" => Some(Self::Csv),
             "arrow" | "ipc" | "feather" => Some(Self::Arrow),
+            "jsonl" | "ndjson" | "json" => Some(Self::JsonLines),
             _ => None,
         }
     }
@@ -58,6 +63,7 @@ impl FileFormatKind {
             Self::Parquet => ".parquet",
             Self::Csv => ".csv",
             Self::Arrow => ".arrow",
+            Self::JsonLines => ".jsonl",
         }
     }
 
@@ -66,11 +72,12 @@ impl FileFormatKind {
             Self::Parquet => Arc::new(ParquetFormat::default()),
             Self::Csv => Arc::new(CsvFormat::default().with_has_header(true)),
             Self::Arrow => Arc::new(ArrowFormat),
+            Self::JsonLines => Arc::new(JsonFormat::default()),
         }
     }
 
-    /// The schema stored in one file (Parquet footer or Arrow IPC header); `None` for CSV,
-    /// whose schema DataFusion infers from the data.
+    /// The schema stored in one file (Parquet footer or Arrow IPC header); `None` for CSV and
+    /// JSON lines, whose schema DataFusion infers from the data.
     fn file_schema(self, file: &Path) -> Result<Option<SchemaRef>> {
         let open = || match File::open(file) {
             Ok(handle) => Ok(handle),
@@ -85,7 +92,7 @@ impl FileFormatKind {
                 Ok(reader) => Ok(Some(reader.schema())),
                 Err(e) => plan_err!("{} is not a readable Arrow IPC file: {e}", file.display()),
             },
-            Self::Csv => Ok(None),
+            Self::Csv | Self::JsonLines => Ok(None),
         }
     }
 }
@@ -103,18 +110,17 @@ pub async fn open_file_source(
     let files = files_of(location, format)?;
     check_same_schema(&files, format, path)?;
 
+    // A directory's files are listed by the extension of its first one (`.json` and `.jsonl`
+    // are both JSON lines, but one directory holds one kind).
+    let extension = files[0]
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
     let (url, extension) = if location.is_dir() {
         let dir = location.canonicalize()?;
-        (
-            format!("{}/", dir.display()),
-            format.extension().to_string(),
-        )
+        (format!("{}/", dir.display()), extension)
     } else {
         let file = location.canonicalize()?;
-        let extension = file
-            .extension()
-            .map(|e| format!(".{}", e.to_string_lossy()))
-            .unwrap_or_default();
         (file.display().to_string(), extension)
     };
     let options = ListingOptions::new(format.listing_format()).with_file_extension(extension);
@@ -136,6 +142,9 @@ fn files_of(path: &Path, format: FileFormatKind) -> Result<Vec<PathBuf>> {
         .filter(|file| file.is_file() && FileFormatKind::from_extension(file) == Some(format))
         .collect();
     files.sort();
+    // DataFusion lists a directory by one extension: the first file's.
+    let first_extension = files.first().and_then(|file| file.extension()).map(ToOwned::to_owned);
+    files.retain(|file| file.extension().map(ToOwned::to_owned) == first_extension);
     if files.is_empty() {
         return plan_err!(
             "directory {} holds no {} files",

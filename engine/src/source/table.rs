@@ -162,6 +162,11 @@ impl StreamTable {
     pub fn is_bounded(&self) -> bool {
         self.bounded
     }
+
+    /// Where the records come from, e.g. `files data/md.parquet` or `generator MarketData`.
+    pub fn source_description(&self) -> String {
+        self.source.describe()
+    }
 }
 
 #[async_trait]

@@ -104,7 +104,21 @@ fn durations_text(durations: &[ScalarValue]) -> String {
 
 /// A duration literal as the user would write it (`INTERVAL '10' SECOND`), not as arrow
 /// prints its type.
-fn duration_text(value: &ScalarValue) -> String {
+pub fn duration_text(value: &ScalarValue) -> String {
+    let months = match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.days == 0 && v.nanoseconds == 0 => {
+            Some(v.months)
+        }
+        ScalarValue::IntervalYearMonth(Some(months)) => Some(*months),
+        _ => None,
+    };
+    match months {
+        Some(months) if months != 0 && months % 12 == 0 => {
+            return format!("INTERVAL '{}' YEAR", months / 12);
+        }
+        Some(months) if months != 0 => return format!("INTERVAL '{months}' MONTH"),
+        _ => {}
+    }
     let Ok(nanos) = interval_nanos(value) else {
         return value.to_string();
     };
