@@ -1,4 +1,4 @@
-//! The reference scenarios of the project's `scenarios.md`: their streaming SQL, the
+//! The reference scenarios of `docs/scenarios.md`: their streaming SQL, the
 //! DataFusion batch SQL that gives the same result on bounded data, and their data.
 
 use freshet_engine::{GeneratorKind, GeneratorSpec};
@@ -13,7 +13,7 @@ pub struct Scenario {
     pub data: GeneratorKind,
     /// `orders` only: `total_amount = amount_base + (i % 100)`.
     pub amount_base: f64,
-    /// Freshet's query, as in `scenarios.md`.
+    /// Freshet's query, as in `docs/scenarios.md`.
     pub streaming_sql: &'static str,
     /// The DataFusion batch query with the same result on bounded data.
     pub batch_sql: &'static str,
