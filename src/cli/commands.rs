@@ -289,7 +289,10 @@ pub(super) struct RunSummary {
     pub rows: u64,
     pub records: usize,
     pub elapsed: Duration,
-    pub late_rows: u64,
+    /// Records the window aggregations and window functions dropped as late.
+    pub late_dropped: usize,
+    /// Late records written to the late output, if one was asked for.
+    pub late_written: Option<u64>,
     /// SIGINT or SIGTERM stopped it.
     pub interrupted: bool,
 }
@@ -299,12 +302,16 @@ impl std::fmt::Display for RunSummary {
         let seconds = self.elapsed.as_secs_f64();
         write!(
             f,
-            "{} rows out; {} records read in {seconds:.2}s ({:.0} records/s); {} late records written",
+            "{} rows out; {} records read in {seconds:.2}s ({:.0} records/s); {} late records dropped",
             self.rows,
             self.records,
             self.records as f64 / seconds,
-            self.late_rows
-        )
+            self.late_dropped
+        )?;
+        match self.late_written {
+            Some(written) => write!(f, " ({written} written to the late output)"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -375,20 +382,22 @@ pub(super) async fn run_query(
     }
     let summary = summary?;
     let records = query.records_read();
+    let late_dropped = query.metric_total("late_records_dropped");
     // The late-record stream ends when the last operator holding its sender is gone.
     drop(query);
-    let late_rows = match late {
+    let late_written = match late {
         Some(task) => match task.await {
-            Ok(written) => written?.rows,
+            Ok(written) => Some(written?.rows),
             Err(e) => return plan_err!("writing late records failed: {e}"),
         },
-        None => 0,
+        None => None,
     };
     Ok(RunSummary {
         rows: summary.rows,
         records,
         elapsed: started.elapsed(),
-        late_rows,
+        late_dropped,
+        late_written,
         interrupted: interrupted.load(Ordering::Relaxed),
     })
 }
