@@ -7,7 +7,8 @@
 //! operator above it needs no shuffle), its event-time column and watermark delay, and its
 //! pacing. With a target rate, each partition releases its batches in slices of about 10 ms
 //! worth of records, each when it is due (`records sent / rate per partition` after the
-//! partition started). Records are counted in
+//! partition started). A partition that decodes a file or generates records does so in a
+//! task of its own, a couple of batches ahead of the query. Records are counted in
 //! the operator's `output_rows` metric, which the progress line reads. A declared key
 //! partitioning is checked as the records flow ([`PartitionKeyCheck`]): a key met in two
 //! source partitions fails the run.
@@ -26,7 +27,10 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::common::tree_node::TreeNode;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties, ReplaceChildrenOptions,
@@ -41,6 +45,44 @@ use super::file_split::keep_split;
 use super::key_check::PartitionKeyCheck;
 use super::progress::SourceProgress;
 use crate::watermark::{event_times, time_range};
+
+/// Batches a source partition decodes or generates ahead of the query: enough to keep its
+/// reader busy while the query works on the batch before.
+const READ_AHEAD_BATCHES: usize = 2;
+
+/// Whether producing `input`'s batches costs work (decoding files, generating records), as
+/// opposed to handing out batches already in memory.
+fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut in_memory = false;
+    let _ = input.apply(|node| {
+        if node
+            .downcast_ref::<DataSourceExec>()
+            .is_some_and(|source| source.data_source().downcast_ref::<MemorySourceConfig>().is_some())
+        {
+            in_memory = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    !in_memory
+}
+
+/// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
+/// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
+/// Dropping the stream stops the task.
+fn read_ahead(mut input: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
+    let sender = builder.tx();
+    builder.spawn(async move {
+        while let Some(batch) = input.next().await {
+            if sender.send(batch).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    builder.build()
+}
 
 /// The source operator of a stream; see the module documentation.
 #[derive(Debug)]
@@ -276,6 +318,11 @@ impl ExecutionPlan for StreamSourceExec {
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
         let input = self.input.execute(partition, context)?;
+        let input = if reads_or_generates(&self.input) {
+            read_ahead(input)
+        } else {
+            input
+        };
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let mut keys = match &self.key_check {
             Some(check) => Some(check.partition(partition)?),
