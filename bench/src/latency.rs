@@ -88,7 +88,8 @@ impl DueRecord {
                     .values()
                     .iter()
                     .map(|end| {
-                        let record = ((end - start_ms).max(0) as u64).div_ceil(step_ms.max(1) as u64);
+                        let record =
+                            ((end - start_ms).max(0) as u64).div_ceil(step_ms.max(1) as u64);
                         record.min(last)
                     })
                     .collect())

@@ -25,7 +25,10 @@ pub fn explain_execution_error(
     error: DataFusionError,
 ) -> DataFusionError {
     let message = error.to_string();
-    if !message.to_ascii_lowercase().contains("timestamp out of range") {
+    if !message
+        .to_ascii_lowercase()
+        .contains("timestamp out of range")
+    {
         return error;
     }
     let mut sums = Vec::new();

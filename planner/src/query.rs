@@ -62,8 +62,7 @@ impl StreamingQuery {
     fn explaining_errors(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
         let plan = Arc::clone(&self.plan);
         let schema = stream.schema();
-        let batches =
-            stream.map(move |batch| batch.map_err(|e| explain_execution_error(&plan, e)));
+        let batches = stream.map(move |batch| batch.map_err(|e| explain_execution_error(&plan, e)));
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 

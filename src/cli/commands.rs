@@ -35,9 +35,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
         Command::Fuzz(args) => fuzz(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Shell(args) => super::shell::shell(args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
+        Command::Shell(args) => super::shell::shell(args).await.map(|()| ExitCode::SUCCESS),
     }
 }
 

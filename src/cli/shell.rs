@@ -50,7 +50,14 @@ pub async fn shell(args: SessionArgs) -> Result<()> {
     let mut pending = String::new();
     loop {
         if interactive {
-            print!("{}", if pending.is_empty() { "freshet> " } else { "      -> " });
+            print!(
+                "{}",
+                if pending.is_empty() {
+                    "freshet> "
+                } else {
+                    "      -> "
+                }
+            );
             std::io::stdout().flush()?;
         }
         let line = tokio::select! {
@@ -168,8 +175,11 @@ async fn command(ctx: &StreamingContext, line: &str) -> Result<Flow> {
     match name {
         "\\q" | "\\quit" => return Ok(Flow::Quit),
         "\\?" | "\\h" | "\\help" => println!("{HELP}"),
-        "\\d" if argument.is_empty() => println!("{}", list_streams(ctx)?),
-        "\\d" => println!("{}", describe_stream(ctx, argument.trim_end_matches(';'))?),
+        "\\d" if argument.is_empty() => println!("{}", list_streams(ctx).await?),
+        "\\d" => println!(
+            "{}",
+            describe_stream(ctx, argument.trim_end_matches(';')).await?
+        ),
         "\\table" => {
             let spec: TableSpec = argument.parse()?;
             let name = spec.name.clone();
@@ -182,7 +192,7 @@ async fn command(ctx: &StreamingContext, line: &str) -> Result<Flow> {
 }
 
 /// The streams of the session as a table: name, source, boundedness, event time, watermark.
-fn list_streams(ctx: &StreamingContext) -> Result<String> {
+async fn list_streams(ctx: &StreamingContext) -> Result<String> {
     let mut rows = vec![[
         "stream".to_string(),
         "source".to_string(),
@@ -191,7 +201,7 @@ fn list_streams(ctx: &StreamingContext) -> Result<String> {
         "watermark".to_string(),
         "columns".to_string(),
     ]];
-    for (name, provider) in streams(ctx)? {
+    for (name, provider) in streams(ctx).await? {
         let Some(table) = provider.downcast_ref::<StreamTable>() else {
             continue;
         };
@@ -215,8 +225,8 @@ fn list_streams(ctx: &StreamingContext) -> Result<String> {
 }
 
 /// One stream's columns with their types, and its options.
-fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
-    let streams = streams(ctx)?;
+async fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
+    let streams = streams(ctx).await?;
     let Some((_, provider)) = streams.iter().find(|(stream, _)| stream == name) else {
         return plan_err!(
             "no stream named '{name}'; the streams are {}",
@@ -230,7 +240,11 @@ fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
     let Some(table) = provider.downcast_ref::<StreamTable>() else {
         return plan_err!("'{name}' is not a stream");
     };
-    let mut rows = vec![["column".to_string(), "type".to_string(), "nullable".to_string()]];
+    let mut rows = vec![[
+        "column".to_string(),
+        "type".to_string(),
+        "nullable".to_string(),
+    ]];
     for field in provider.schema().fields() {
         rows.push([
             field.name().clone(),
@@ -241,7 +255,12 @@ fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
     let options = table.options();
     let mut facts = vec![
         table.source_description(),
-        if table.is_bounded() { "bounded" } else { "endless" }.to_string(),
+        if table.is_bounded() {
+            "bounded"
+        } else {
+            "endless"
+        }
+        .to_string(),
     ];
     if let Some(column) = &options.event_time {
         facts.push(format!(
@@ -253,7 +272,10 @@ fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
         facts.push(format!("{partitions} source partitions"));
     }
     if !options.partitioned_by.is_empty() {
-        facts.push(format!("partitioned by {}", options.partitioned_by.join(", ")));
+        facts.push(format!(
+            "partitioned by {}",
+            options.partitioned_by.join(", ")
+        ));
     }
     if let Pacing::RecordsPerSecond(rate) = options.pacing {
         facts.push(format!("paced at {rate} records/s"));
@@ -265,7 +287,7 @@ fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
 }
 
 /// The session's streams by name, in name order.
-fn streams(ctx: &StreamingContext) -> Result<Vec<(String, Arc<dyn TableProvider>)>> {
+async fn streams(ctx: &StreamingContext) -> Result<Vec<(String, Arc<dyn TableProvider>)>> {
     let session = ctx.session();
     let options = session.state().config().options().catalog.clone();
     let Some(schema) = session
@@ -278,7 +300,7 @@ fn streams(ctx: &StreamingContext) -> Result<Vec<(String, Arc<dyn TableProvider>
     names.sort();
     let mut streams = Vec::new();
     for name in names {
-        if let Some(provider) = futures::executor::block_on(schema.table(&name))?
+        if let Some(provider) = schema.table(&name).await?
             && provider.downcast_ref::<StreamTable>().is_some()
         {
             streams.push((name, provider));
@@ -299,7 +321,12 @@ fn duration(duration: std::time::Duration) -> String {
 /// `rows` (the first one the header) as a plain text table.
 fn text_table<const N: usize>(rows: &[[String; N]]) -> String {
     let widths: Vec<usize> = (0..N)
-        .map(|column| rows.iter().map(|row| row[column].chars().count()).max().unwrap_or(0))
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for (index, row) in rows.iter().enumerate() {
@@ -340,7 +367,7 @@ async fn run_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
         }
         "DESCRIBE" | "DESC" => {
             let name = statement.split_whitespace().nth(1).unwrap_or_default();
-            println!("{}", describe_stream(ctx, name)?);
+            println!("{}", describe_stream(ctx, name).await?);
         }
         // DataFusion runs session statements (SET, CREATE VIEW, DROP VIEW …) as it plans
         // them; their empty result is not run through the streaming rules.

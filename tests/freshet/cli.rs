@@ -193,8 +193,14 @@ fn bench_latency_reports_percentiles_of_s0_s3a_and_s3b() {
     // S0 passes one record in a hundred; S3b gives a row per record; S3a a row per trader,
     // symbol and minute (20 pairs, one record a second).
     assert!(table.contains("| S0 | 20000 | 200 | 0.40 M/s |"), "{table}");
-    assert!(table.contains("| S3a | 20000 | 6680 | 0.40 M/s |"), "{table}");
-    assert!(table.contains("| S3b | 20000 | 20000 | 0.40 M/s |"), "{table}");
+    assert!(
+        table.contains("| S3a | 20000 | 6680 | 0.40 M/s |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| S3b | 20000 | 20000 | 0.40 M/s |"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -333,7 +339,11 @@ fn json_lines_files_are_read_as_streams() {
 fn a_timestamp_out_of_range_names_its_column() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ns.csv");
-    std::fs::write(&file, "k,ts\nb,1700000000000000000\na,9223372036854000000\n").unwrap();
+    std::fs::write(
+        &file,
+        "k,ts\nb,1700000000000000000\na,9223372036854000000\n",
+    )
+    .unwrap();
     let table = format!("t={},event_time=ts,event_time_unit=ns", file.display());
     let error = freshet_error(&[
         "query",
@@ -392,10 +402,22 @@ fn the_shell_runs_statements_in_one_session() {
         stdout.contains("md          | generator MarketData | true    | trade_time"),
         "{stdout}"
     );
-    assert!(stderr.contains("error: Schema error: No field named nope"), "{stderr}");
+    assert!(
+        stderr.contains("error: Schema error: No field named nope"),
+        "{stderr}"
+    );
     // A changelog: a row per record (the terminal table shows 40 of them).
-    assert!(stderr.contains("1000 rows out; 1000 records read"), "{stderr}");
-    assert!(stdout.contains("trade_time | Timestamp(ms) | false"), "{stdout}");
+    assert!(
+        stderr.contains("1000 rows out; 1000 records read"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("trade_time | Timestamp(ms) | false"),
+        "{stdout}"
+    );
     assert!(stdout.contains("StreamFilterExec"), "{stdout}");
-    assert!(!stdout.contains("Int64(1)"), "the statement after \\q ran: {stdout}");
+    assert!(
+        !stdout.contains("Int64(1)"),
+        "the statement after \\q ran: {stdout}"
+    );
 }

@@ -21,15 +21,15 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::common::tree_node::TreeNode;
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
@@ -55,10 +55,12 @@ const READ_AHEAD_BATCHES: usize = 2;
 fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
     let mut in_memory = false;
     let _ = input.apply(|node| {
-        if node
-            .downcast_ref::<DataSourceExec>()
-            .is_some_and(|source| source.data_source().downcast_ref::<MemorySourceConfig>().is_some())
-        {
+        if node.downcast_ref::<DataSourceExec>().is_some_and(|source| {
+            source
+                .data_source()
+                .downcast_ref::<MemorySourceConfig>()
+                .is_some()
+        }) {
             in_memory = true;
             return Ok(TreeNodeRecursion::Stop);
         }

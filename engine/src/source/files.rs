@@ -143,7 +143,10 @@ fn files_of(path: &Path, format: FileFormatKind) -> Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     // DataFusion lists a directory by one extension: the first file's.
-    let first_extension = files.first().and_then(|file| file.extension()).map(ToOwned::to_owned);
+    let first_extension = files
+        .first()
+        .and_then(|file| file.extension())
+        .map(ToOwned::to_owned);
     files.retain(|file| file.extension().map(ToOwned::to_owned) == first_extension);
     if files.is_empty() {
         return plan_err!(
