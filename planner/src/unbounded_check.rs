@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{JoinType, Result, plan_err};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::joins::SymmetricHashJoinExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::StreamSourceExec;
 
@@ -32,7 +33,7 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         let mut join = None;
         plan.apply(|node| {
             if let Some(streams) = unbounded_join_state(node) {
-                join = Some((join_clause(node.name()), streams));
+                join = Some((join_clause(node), streams));
                 return Ok(TreeNodeRecursion::Stop);
             }
             // The operator that waits, not the ones above it that wait because it does.
@@ -101,12 +102,21 @@ fn clause_of(operator: &str) -> (&'static str, &'static str) {
     }
 }
 
-/// The join `operator` runs, in the words of an error message.
-fn join_clause(operator: &str) -> &'static str {
-    if operator == "SymmetricHashJoinExec" {
-        "a join of two unbounded streams"
-    } else {
-        "a join (or an IN / EXISTS subquery)"
+/// The join `operator` runs, in the words of an error message: DataFusion plans an IN or
+/// EXISTS subquery as a semi or anti join.
+fn join_clause(operator: &Arc<dyn ExecutionPlan>) -> &'static str {
+    let symmetric = operator.downcast_ref::<SymmetricHashJoinExec>();
+    match symmetric.map(|join| join.join_type()) {
+        Some(
+            JoinType::LeftSemi
+            | JoinType::RightSemi
+            | JoinType::LeftAnti
+            | JoinType::RightAnti
+            | JoinType::LeftMark
+            | JoinType::RightMark,
+        ) => "an IN / EXISTS subquery over two unbounded streams",
+        Some(_) => "a join of two unbounded streams",
+        None => "a join (or an IN / EXISTS subquery)",
     }
 }
 

@@ -84,6 +84,7 @@ const MAX_PARTITIONS: usize = 4096;
 
 /// The command line runs one query: a statement that only changes the session (CREATE,
 /// DROP, SET, …) would have no effect beyond it, so it is refused rather than run for nothing.
+/// Anything else goes to the parser, which reports a misspelt query as a syntax error.
 fn check_is_a_query(sql: &str) -> Result<()> {
     let first = sql
         .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
@@ -92,11 +93,15 @@ fn check_is_a_query(sql: &str) -> Result<()> {
         .unwrap_or("")
         .to_ascii_uppercase();
     match first.as_str() {
-        "SELECT" | "WITH" | "VALUES" => Ok(()),
         "" => plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\""),
-        other => plan_err!(
-            "the command line runs one query (SELECT …, WITH …, VALUES …); a {other} statement would have no effect beyond it: register streams with --table"
+        "SET" | "RESET" => plan_err!(
+            "the command line runs one query, so a last statement {first} would have no effect: pass settings with --set KEY=VALUE, or put the SET before the query in -f FILE"
         ),
+        "CREATE" | "DROP" | "ALTER" | "INSERT" | "UPDATE" | "DELETE" | "COPY" | "TRUNCATE"
+        | "USE" | "BEGIN" | "COMMIT" | "ROLLBACK" => plan_err!(
+            "the command line runs one query (SELECT …, WITH …, VALUES …), so a last statement {first} would have no effect: register streams with --table, put session statements before the query in -f FILE, or use freshet shell"
+        ),
+        _ => Ok(()),
     }
 }
 

@@ -241,7 +241,38 @@ pub fn main() -> ExitCode {
 /// An error as the one line the user reads: without planning rule names, on one line, with
 /// DataFusion's signature lists reduced to the type that was wrong.
 fn error_line(error: datafusion::common::DataFusionError) -> String {
-    readable(&one_line(&without_rule_names(error).to_string()))
+    without_categories(&readable(&one_line(&without_rule_names(error).to_string())))
+}
+
+/// DataFusion's and arrow's category prefixes ("Error during planning: ", "Arrow error: Cast
+/// error: ", …) say where in the engine an error arose, which is nothing to the user; a
+/// parser error reads as a syntax error.
+fn without_categories(message: &str) -> String {
+    const CATEGORIES: [&str; 9] = [
+        "Error during planning: ",
+        "Execution error: ",
+        "Schema error: ",
+        "External error: ",
+        "Arrow error: ",
+        "Cast error: ",
+        "Compute error: ",
+        "Invalid argument error: ",
+        "Parser error: ",
+    ];
+    let mut message = message.trim_start();
+    while let Some(rest) = CATEGORIES
+        .iter()
+        .find_map(|category| message.strip_prefix(category))
+    {
+        message = rest;
+    }
+    if let Some(parser) = message
+        .strip_prefix("SQL error: ParserError(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+    {
+        return format!("syntax error: {}", parser.replace("\\\"", "\""));
+    }
+    message.to_string()
 }
 
 /// `error` without the names of the planning rules that wrapped it ("FreshetUnboundedInputCheck
@@ -275,7 +306,7 @@ fn readable(message: &str) -> String {
         .and_then(|rest| rest.split(" (").next());
     match (function, received) {
         (Some(function), Some(received)) => format!(
-            "Error during planning: {function}() does not take an argument of type {received}: cast it, or use another function"
+            "{function}() does not take an argument of type {received}: cast it, or use another function"
         ),
         _ => message.to_string(),
     }

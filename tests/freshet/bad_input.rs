@@ -561,15 +561,23 @@ fn a_deeply_nested_expression_does_not_overflow_the_stack() {
 #[tokio::test]
 async fn unbounded_state_is_refused_with_advice() {
     let ctx = endless_market_data();
-    for sql in [
-        "SELECT m.symbol, COUNT(*) AS n FROM market_data m JOIN market_data o \
-         ON m.symbol = o.symbol GROUP BY m.symbol EMIT CHANGES",
-        "SELECT symbol FROM market_data \
-         WHERE symbol IN (SELECT symbol FROM market_data WHERE quantity > 1000)",
+    for (sql, clause) in [
+        (
+            "SELECT m.symbol, COUNT(*) AS n FROM market_data m JOIN market_data o \
+             ON m.symbol = o.symbol GROUP BY m.symbol EMIT CHANGES",
+            "a join of two unbounded streams",
+        ),
+        (
+            "SELECT symbol FROM market_data \
+             WHERE symbol IN (SELECT symbol FROM market_data WHERE quantity > 1000)",
+            "an IN / EXISTS subquery",
+        ),
     ] {
         let error = planning_error(&ctx, sql).await;
         assert!(
-            error.contains("unbounded stream 'market_data'") && error.contains("bounded replays"),
+            error.contains(clause)
+                && error.contains("unbounded stream 'market_data'")
+                && error.contains("bounded replays"),
             "{sql}: {error}"
         );
     }
@@ -631,4 +639,22 @@ fn an_aggregate_over_the_wrong_type_says_so_in_one_line() {
         line.contains("sum() does not take an argument of type String") && line.len() < 200,
         "{line}"
     );
+}
+
+/// A last statement that is not a query is refused with the way to say it; a misspelt query is
+/// a syntax error with its position, without DataFusion's category prefixes.
+#[test]
+fn statements_that_are_not_queries_and_syntax_errors_are_told_apart() {
+    let table = "--table=md=generator:market_data,records=10";
+    let line = freshet_error(&["query", "SET freshet.emit = 'changes'", table]);
+    assert!(line.contains("--set KEY=VALUE"), "{line}");
+    let line = freshet_error(&["query", "CREATE TABLE t (a INT)", table]);
+    assert!(line.contains("--table"), "{line}");
+    let line = freshet_error(&["query", "SELEC symbol FROM md", table]);
+    assert!(
+        line.starts_with("error: syntax error: ") && line.contains("SELEC at Line: 1, Column: 1"),
+        "{line}"
+    );
+    let line = freshet_error(&["query", "SELECT colour FROM md", table]);
+    assert!(line.starts_with("error: No field named colour"), "{line}");
 }
