@@ -54,7 +54,6 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let options = FreshetOptions::of(config);
-        let mut replaced = false;
         let mut nullable_aggregates = false;
         let plan = plan
             .transform_up(|node| {
@@ -71,7 +70,6 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
                 }
                 match streaming_aggregate(&node, &options, config)? {
                     Some(aggregate) => {
-                        replaced = true;
                         nullable_aggregates |= aggregate
                             .downcast_ref::<WindowAggregateExec>()
                             .is_some_and(WindowAggregateExec::emits_deletions);
@@ -81,19 +79,6 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
                 }
             })?
             .data;
-        match options.emit {
-            EmitSetting::Changes if !replaced => {
-                return plan_err!(
-                    "EMIT CHANGES needs an aggregation: add GROUP BY or an aggregate function, or drop EMIT CHANGES (a query without aggregation already emits every row as it comes)"
-                );
-            }
-            EmitSetting::Final if !replaced => {
-                return plan_err!(
-                    "EMIT FINAL needs an aggregation over a stream: add GROUP BY or an aggregate function, or drop EMIT FINAL (a query without aggregation emits every row as it comes)"
-                );
-            }
-            _ => {}
-        }
         Ok(plan)
     }
 

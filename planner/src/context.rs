@@ -9,11 +9,14 @@ use parking_lot::RwLock;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::config::ExtensionOptions;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::{
     FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
 };
@@ -185,6 +188,9 @@ impl StreamingContext {
                 parser.recursion_limit.get(),
             )?
         };
+        // An emit mode the query itself asks for (its EMIT clause, or `emit` in its WITH) needs
+        // an aggregation to apply to; a session default applies only where there is one.
+        let mut query_emit = EmitSetting::Default;
         let per_query = streaming.emit != EmitMode::Default
             || !streaming.options.is_empty()
             || streaming.expire_after.is_some();
@@ -223,6 +229,14 @@ impl StreamingContext {
                     }
                     ExtensionOptions::set(options, name, value)?;
                 }
+                if streaming.emit != EmitMode::Default
+                    || streaming
+                        .options
+                        .iter()
+                        .any(|(key, _)| key.strip_prefix("freshet.").unwrap_or(key) == "emit")
+                {
+                    query_emit = options.emit;
+                }
             }
         }
         let context = if per_query {
@@ -242,6 +256,31 @@ impl StreamingContext {
         };
         let task_ctx = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
+        check_emit_applies(&plan, query_emit)?;
         Ok(StreamingQuery::new(plan, task_ctx))
+    }
+}
+
+/// Refuses an EMIT clause that no streaming aggregation of `plan` applies to, rather than
+/// ignoring it.
+fn check_emit_applies(plan: &Arc<dyn ExecutionPlan>, emit: EmitSetting) -> Result<()> {
+    let mut aggregates = false;
+    plan.apply(|node| {
+        aggregates |= node.downcast_ref::<WindowAggregateExec>().is_some();
+        Ok(if aggregates {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    match emit {
+        _ if aggregates => Ok(()),
+        EmitSetting::Changes => plan_err!(
+            "EMIT CHANGES needs an aggregation: add GROUP BY or an aggregate function, or drop EMIT CHANGES (a query without aggregation already emits every row as it comes)"
+        ),
+        EmitSetting::Final => plan_err!(
+            "EMIT FINAL needs an aggregation over a stream: add GROUP BY or an aggregate function, or drop EMIT FINAL (a query without aggregation emits every row as it comes)"
+        ),
+        EmitSetting::Default => Ok(()),
     }
 }

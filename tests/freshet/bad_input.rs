@@ -215,6 +215,11 @@ fn bad_command_line_arguments() {
 }
 
 async fn market_error(sql: &str) -> String {
+    planning_error(&market_context(), sql).await
+}
+
+/// A session with the bounded `market_data` generator of 1 000 records on two streams.
+fn market_context() -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
     ctx.register_generator(
         "market_data",
@@ -222,7 +227,7 @@ async fn market_error(sql: &str) -> String {
         StreamOptions::default(),
     )
     .unwrap();
-    planning_error(&ctx, sql).await
+    ctx
 }
 
 #[tokio::test]
@@ -264,6 +269,25 @@ async fn emit_changes_without_aggregation() {
         error.contains("EMIT CHANGES needs an aggregation"),
         "{error}"
     );
+}
+
+/// A session's emit mode is a default for its aggregations: a query without one runs, where
+/// the same mode asked for by the query's own EMIT clause is refused.
+#[tokio::test]
+async fn a_session_emit_mode_does_not_refuse_a_query_without_aggregation() {
+    let ctx = market_context();
+    ctx.session()
+        .sql("SET freshet.emit = 'changes'")
+        .await
+        .unwrap();
+    let query = ctx
+        .sql("SELECT symbol, price FROM market_data WHERE price > 1")
+        .await;
+    assert!(query.is_ok(), "{:?}", query.err());
+    let query = ctx
+        .sql("SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol")
+        .await;
+    assert!(query.is_ok(), "{:?}", query.err());
 }
 
 #[tokio::test]
