@@ -161,10 +161,18 @@ async fn parquet_units(
             .iter()
             .map(|group| group.num_rows().max(0) as usize)
             .collect();
-        let times: Vec<Option<(i64, i64)>> = metadata
+        let times: Vec<UnitTimes> = metadata
             .row_groups()
             .iter()
-            .map(|group| time_column.and_then(|c| time_range(group.column(c).statistics()?)))
+            .map(|group| match (event_time, time_column) {
+                (None, _) => UnitTimes::Untimed,
+                (Some(_), None) => UnitTimes::Unknown,
+                (Some(_), Some(c)) => group
+                    .column(c)
+                    .statistics()
+                    .and_then(time_range)
+                    .map_or(UnitTimes::Unknown, |(min, max)| UnitTimes::Range(min, max)),
+            })
             .collect();
         for (access, group) in unit_plans(&row_groups) {
             let partition = dealer.deal(times[group]);
@@ -185,13 +193,24 @@ fn time_range(statistics: &Statistics) -> Option<(i64, i64)> {
     }
 }
 
+/// What a unit's row-group statistics say of its event times.
+#[derive(Debug, Clone, Copy)]
+enum UnitTimes {
+    /// The stream has no event time: the merge takes the partitions' batches in turn.
+    Untimed,
+    /// No statistics: the unit may hold any event time.
+    Unknown,
+    /// The smallest and largest event time in the unit.
+    Range(i64, i64),
+}
+
 /// Deals units round-robin, in stored order, but never to a lower-numbered partition than
 /// the unit before when the two may hold records of one event time: the exchange's merge
 /// orders records of equal time by source partition, which is then stored order.
 struct Dealer {
     partitions: usize,
-    /// The last unit's partition and event-time range (`None`: unknown).
-    last: Option<(usize, Option<(i64, i64)>)>,
+    /// The last unit's partition and event times.
+    last: Option<(usize, UnitTimes)>,
 }
 
 impl Dealer {
@@ -203,13 +222,14 @@ impl Dealer {
     }
 
     /// The partition of the next unit, whose event times lie in `times`.
-    fn deal(&mut self, times: Option<(i64, i64)>) -> usize {
+    fn deal(&mut self, times: UnitTimes) -> usize {
         let partition = match self.last {
             None => 0,
             Some((last, last_times)) => {
                 let next = (last + 1) % self.partitions;
                 let may_tie = match (last_times, times) {
-                    (Some((_, last_max)), Some((min, _))) => min <= last_max,
+                    (UnitTimes::Untimed, _) | (_, UnitTimes::Untimed) => false,
+                    (UnitTimes::Range(_, last_max), UnitTimes::Range(min, _)) => min <= last_max,
                     _ => true,
                 };
                 if next < last && may_tie { last } else { next }
@@ -329,19 +349,26 @@ mod tests {
     fn units_take_turns_but_never_go_back_across_a_possible_tie() {
         let mut dealer = Dealer::new(3);
         let dealt: Vec<usize> = [
-            Some((0, 9)),
-            Some((9, 19)), // ties with the last: partition 0 < 1 keeps stored order
-            Some((20, 29)),
-            Some((29, 39)), // would wrap to 0 across a tie: stays on 2
-            Some((40, 49)), // no tie: wraps
-            None,           // unknown times count as a tie, but 1 > 0
-            None,
-            None, // a wrap after unknown times: stays
+            UnitTimes::Range(0, 9),
+            UnitTimes::Range(9, 19), // ties with the last: partition 0 < 1 keeps stored order
+            UnitTimes::Range(20, 29),
+            UnitTimes::Range(29, 39), // would wrap to 0 across a tie: stays on 2
+            UnitTimes::Range(40, 49), // no tie: wraps
+            UnitTimes::Unknown,       // unknown times count as a tie, but 1 > 0
+            UnitTimes::Unknown,
+            UnitTimes::Unknown, // a wrap after unknown times: stays
         ]
         .into_iter()
         .map(|times| dealer.deal(times))
         .collect();
         assert_eq!(dealt, [0, 1, 2, 2, 0, 1, 2, 2]);
+    }
+
+    #[test]
+    fn units_of_a_stream_without_event_time_take_plain_turns() {
+        let mut dealer = Dealer::new(2);
+        let dealt: Vec<usize> = (0..5).map(|_| dealer.deal(UnitTimes::Untimed)).collect();
+        assert_eq!(dealt, [0, 1, 0, 1, 0]);
     }
 
     #[test]
