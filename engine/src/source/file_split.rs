@@ -10,8 +10,10 @@
 //! source partition `u mod n`: every partition covers the whole time range, in order, and
 //! all of them read at once. The exchange's merge orders records of equal event time by
 //! source partition, so a Parquet unit that may share an event time with the unit before it
-//! (by the row groups' statistics) is never dealt to a lower-numbered partition than that
-//! unit: it stays on the same one instead of wrapping around, and ties keep stored order.
+//! (by the row groups' statistics, or for want of them) is never dealt to a lower-numbered
+//! partition than that unit: it stays on the same one instead of wrapping around, and ties
+//! keep stored order. A stream without an event time has no such ties: its merge takes the
+//! partitions' batches in turn, and its units are dealt plainly in turn.
 //!
 //! - Parquet: a unit is a row group, or a range of at most [`UNIT_ROWS`] rows of a larger
 //!   one: a file entry with a `ParquetAccessPlan` that scans that row group or selects that
