@@ -122,3 +122,33 @@ async fn window_changes_are_the_same_at_every_split() {
 async fn over_windows_with_ties_are_the_same_at_every_split() {
     assert_same_at_every_split(S1).await;
 }
+
+/// A Parquet file replayed without an event time is dealt to its source partitions in turn,
+/// unit by unit: each of two partitions reads half of the row groups (every unit after the
+/// first once went to the last partition, leaving one stream idle).
+#[test]
+fn a_parquet_replay_without_event_time_is_split_evenly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orders.parquet");
+    // Row groups of 128 Ki rows: six of them.
+    crate::support::gen_orders(&file, "700000", &[]);
+    let table = format!("orders={}", file.display());
+    let plan = crate::support::freshet_ok(&[
+        "explain",
+        "SELECT order_id FROM orders",
+        "--table",
+        &table,
+        "--partitions",
+        "2",
+    ]);
+    let groups = plan
+        .split("file_groups={2 groups: [")
+        .nth(1)
+        .and_then(|rest| rest.split("]]").next())
+        .unwrap_or_else(|| panic!("no two file groups in {plan}"));
+    let units: Vec<usize> = groups
+        .split("], [")
+        .map(|group| group.matches("orders.parquet").count())
+        .collect();
+    assert_eq!(units, [3, 3], "{plan}");
+}
