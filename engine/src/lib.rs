@@ -25,7 +25,7 @@ pub mod window;
 pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
 pub use filter::StreamFilterExec;
-pub use options::{Pacing, StreamOptions};
+pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
 pub use source::{
     FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource, SourceProgress,
     StreamSourceExec, StreamTable, open_file_source, splitmix64,

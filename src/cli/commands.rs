@@ -17,7 +17,7 @@ use freshet_bench::{
 };
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain, write_generated};
-use freshet_engine::{GeneratorKind, GeneratorSpec};
+use freshet_engine::{GeneratorKind, GeneratorSpec, MAX_PARTITIONS};
 use freshet_planner::{StreamingContext, StreamingQuery};
 
 use super::tables::{TableSource, TableSpec, register_tables};
@@ -78,9 +78,6 @@ async fn fuzz(args: FuzzArgs) -> Result<()> {
         )
     }
 }
-
-/// The most streams a query runs on (as for a stream's source partitions).
-const MAX_PARTITIONS: usize = 4096;
 
 /// The command line runs one query: a statement that only changes the session (CREATE,
 /// DROP, SET, …) would have no effect beyond it, so it is refused rather than run for nothing.
@@ -192,7 +189,9 @@ pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
     let ctx = match args.partitions {
         Some(0) => return plan_err!("--partitions must be at least 1"),
         Some(partitions) if partitions > MAX_PARTITIONS => {
-            return plan_err!("--partitions {partitions}: expected 1 to {MAX_PARTITIONS}");
+            return plan_err!(
+                "--partitions {partitions}: expected 1 to {MAX_PARTITIONS} streams (one per core is the most that helps; every exchange keeps a channel per pair of streams, so memory grows with the square)"
+            );
         }
         Some(partitions) => StreamingContext::with_partitions(partitions),
         None => StreamingContext::new(),

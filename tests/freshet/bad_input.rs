@@ -488,7 +488,9 @@ fn the_command_line_refuses_statements_that_would_have_no_effect() {
         assert!(line.contains("runs one query"), "{sql}: {line}");
     }
     let line = freshet_error(&["query", "SELECT 1", "--partitions", "30000"]);
-    assert!(line.contains("expected 1 to 4096"), "{line}");
+    assert!(line.contains("expected 1 to 256 streams"), "{line}");
+    let line = freshet_error(&["query", "SELECT 1", "--partitions", "257"]);
+    assert!(line.contains("expected 1 to 256 streams"), "{line}");
 }
 
 /// Integer event times in seconds: with `event_time_unit=s` windows fall in the right year;
