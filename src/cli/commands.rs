@@ -83,12 +83,7 @@ async fn fuzz(args: FuzzArgs) -> Result<()> {
 /// DROP, SET, …) would have no effect beyond it, so it is refused rather than run for nothing.
 /// Anything else goes to the parser, which reports a misspelt query as a syntax error.
 fn check_is_a_query(sql: &str) -> Result<()> {
-    let first = sql
-        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
-        .split(|c: char| !c.is_ascii_alphabetic())
-        .next()
-        .unwrap_or("")
-        .to_ascii_uppercase();
+    let first = first_keyword(sql);
     match first.as_str() {
         "" => plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\""),
         "SET" | "RESET" => plan_err!(
@@ -100,6 +95,17 @@ fn check_is_a_query(sql: &str) -> Result<()> {
         ),
         _ => Ok(()),
     }
+}
+
+/// The first word of `statement` in upper case (`SELECT`, `SET`, …), past any opening
+/// parentheses; empty when there is none.
+pub(super) fn first_keyword(statement: &str) -> String {
+    statement
+        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase()
 }
 
 /// The statements of `script` (split at `;` outside quotes and comments), each from its

@@ -24,7 +24,7 @@ use freshet_planner::StreamingContext;
 use tokio::sync::mpsc;
 
 use super::SessionArgs;
-use super::commands::{run_query, session, split_statements};
+use super::commands::{first_keyword, run_query, session, split_statements};
 use super::tables::{TableSpec, register_table};
 
 /// The shell's commands, as `\?` lists them.
@@ -348,12 +348,7 @@ fn text_table<const N: usize>(rows: &[[String; N]]) -> String {
 
 /// Runs one statement of the session.
 async fn run_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
-    let first_word = statement
-        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
-        .split(|c: char| !c.is_ascii_alphabetic())
-        .next()
-        .unwrap_or("")
-        .to_ascii_uppercase();
+    let first_word = first_keyword(statement);
     match first_word.as_str() {
         "SELECT" | "WITH" | "VALUES" => {
             let query = ctx.sql(statement).await?;
