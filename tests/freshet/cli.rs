@@ -70,6 +70,12 @@ fn explain_shows_the_idle_timeout_of_a_windowed_query() {
         "market_data=generator:market_data,records=unbounded,idle_timeout=30s",
     ]);
     assert!(plan.contains("idle_timeout=30s"), "{plan}");
+    // The window call as the user wrote it, not DataFusion's display of an interval literal.
+    assert!(
+        plan.contains("gby=[tumble(trade_time, INTERVAL '1' MINUTE), symbol]")
+            && !plan.contains("IntervalMonthDayNano"),
+        "{plan}"
+    );
     let error = freshet_error(&[
         "explain",
         "SELECT symbol FROM market_data",

@@ -29,6 +29,8 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::ScalarFunctionExpr;
+use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -44,6 +46,7 @@ use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
 use crate::message_loop::drive;
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+use crate::window::duration_text;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -160,11 +163,16 @@ impl WindowAggregateExec {
 
 impl DisplayAs for WindowAggregateExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let keys: Vec<&str> = self
+        let window_position = self.spec.window.as_ref().map(|window| window.position);
+        let keys: Vec<String> = self
             .spec
             .group_by
             .iter()
-            .map(|(_, name)| name.as_str())
+            .enumerate()
+            .map(|(position, (expr, name))| match window_position {
+                Some(window) if window == position => window_call_text(expr, name),
+                _ => name.clone(),
+            })
             .collect();
         let aggregates: Vec<&str> = self.spec.aggregates.iter().map(|a| a.name()).collect();
         write!(f, "WindowAggregateExec: ")?;
@@ -196,6 +204,28 @@ impl DisplayAs for WindowAggregateExec {
             aggregates.join(", ")
         )
     }
+}
+
+/// A window call of the GROUP BY as the user wrote it (`tumble(trade_time, INTERVAL '1'
+/// MINUTE)`), not with DataFusion's display of interval literals; `name` if it is no call.
+fn window_call_text(expr: &Arc<dyn PhysicalExpr>, name: &str) -> String {
+    let Some(call) = expr.downcast_ref::<ScalarFunctionExpr>() else {
+        return name.to_string();
+    };
+    let args: Vec<String> = call
+        .args()
+        .iter()
+        .map(|arg| {
+            if let Some(literal) = arg.downcast_ref::<Literal>() {
+                duration_text(literal.value())
+            } else if let Some(column) = arg.downcast_ref::<Column>() {
+                column.name().to_string()
+            } else {
+                arg.to_string()
+            }
+        })
+        .collect();
+    format!("{}({})", call.name(), args.join(", "))
 }
 
 impl ExecutionPlan for WindowAggregateExec {
