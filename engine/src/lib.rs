@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod duration;
 pub mod exchange;
 pub mod filter;
+pub mod join;
 pub mod kernels;
 pub mod late_records;
 mod message_loop;

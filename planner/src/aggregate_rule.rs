@@ -27,10 +27,8 @@ use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
@@ -41,7 +39,7 @@ use freshet_partitioner::RoutingStrategy;
 
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
-use crate::stream_inputs::{choose_strategy, event_time, reads_stream};
+use crate::stream_inputs::{below_exchanges, choose_strategy, event_time, reads_stream};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -337,21 +335,6 @@ fn two_phase(
             ),
         ))),
         _ => Ok(None),
-    }
-}
-
-/// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's
-/// exchange replaces them, and per-partition order must survive up to it.
-fn below_exchanges(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
-    let mut plan = plan;
-    loop {
-        if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
-            plan = repartition.input();
-        } else if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
-            plan = coalesce.input();
-        } else {
-            return plan;
-        }
     }
 }
 

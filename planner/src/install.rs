@@ -6,6 +6,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::aggregate_rule::StreamingAggregateRule;
 use crate::functions::window_functions;
+use crate::join_rule::StreamingJoinRule;
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::stateless_rule::StatelessExchangeRule;
@@ -37,6 +38,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
+    rules.insert(sanity_check, Arc::new(StreamingJoinRule));
     let config = builder
         .config()
         .get_or_insert_with(Default::default)

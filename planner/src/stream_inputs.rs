@@ -9,6 +9,9 @@ use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{EventTime, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
@@ -106,6 +109,13 @@ pub(crate) fn event_time(
     let Some(column) = time.downcast_ref::<Column>() else {
         return plan_err!("a window's time must be a column of the stream, got {time}");
     };
+    // Watermarks come from sources: a join's output is in no bounded disorder of any one
+    // event time, so a watermark computed from it would drop rows as late.
+    if input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))? {
+        return plan_err!(
+            "a window, OVER or join over the output of a stream join is not supported yet: the join's output carries no watermark of its own. Window or join each stream before joining, or aggregate the join's output without a window"
+        );
+    }
     let time_type = time.data_type(&input.schema())?;
     let mut delay = None;
     let mut idle_timeout = None;
@@ -140,4 +150,19 @@ pub(crate) fn event_time(
 /// Whether `plan` reads one of Freshet's streams.
 pub fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
+}
+
+/// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's
+/// exchange replaces them, and per-partition order must survive up to it.
+pub(crate) fn below_exchanges(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
+    let mut plan = plan;
+    loop {
+        if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
+            plan = repartition.input();
+        } else if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
+            plan = coalesce.input();
+        } else {
+            return plan;
+        }
+    }
 }

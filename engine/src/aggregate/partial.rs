@@ -130,7 +130,11 @@ impl PartialAggregate {
     fn aggregator_counting(self: &Arc<Self>, counters: Counters) -> Result<PartialAggregator> {
         Ok(PartialAggregator {
             spec: Arc::clone(self),
-            table: GroupTable::try_new(&self.table_schema, &self.aggregates)?,
+            table: match self.window {
+                // Keys interned once for all windows, as the final step does.
+                Some(_) => GroupTable::try_new_windowed(&self.table_schema, &self.aggregates)?,
+                None => GroupTable::try_new(&self.table_schema, &self.aggregates)?,
+            },
             records: Vec::new(),
             probed_rows: 0,
             probed_states: 0,

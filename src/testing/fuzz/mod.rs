@@ -196,9 +196,10 @@ impl FuzzCase {
                     };
                 }
             };
-            if records_in.is_some_and(|n| n != self.data.rows.len()) {
+            let reads = self.query.reads_of_table();
+            if records_in.is_some_and(|n| n != reads * self.data.rows.len()) {
                 return Outcome::Mismatch(format!(
-                    "at {streams} streams: {} records in, the table has {}",
+                    "at {streams} streams: {} records in, the table has {} (read {reads} times)",
                     records_in.unwrap_or(0),
                     self.data.rows.len()
                 ));

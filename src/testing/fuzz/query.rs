@@ -54,6 +54,47 @@ pub enum Form {
         emit: Emit,
     },
     Over,
+    /// A self-join of `t` (as `a` and `b`) on keys and an event-time bound.
+    Join {
+        kind: JoinKind,
+        /// `b.ts - a.ts` lies in `[lower_ms, upper_ms]`.
+        lower_ms: i64,
+        upper_ms: i64,
+        spelling: BoundSpelling,
+    },
+}
+
+/// The type of a join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl JoinKind {
+    pub(super) fn sql(self) -> &'static str {
+        match self {
+            Self::Inner => "JOIN",
+            Self::Left => "LEFT JOIN",
+            Self::Right => "RIGHT JOIN",
+            Self::Full => "FULL JOIN",
+        }
+    }
+}
+
+/// How a join's time bound is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundSpelling {
+    /// `b.ts BETWEEN a.ts + lower AND a.ts + upper`.
+    Between,
+    /// `b.ts >= a.ts + lower AND b.ts <= a.ts + upper`.
+    Inclusive,
+    /// `a.ts <= b.ts - lower AND a.ts >= b.ts - upper`, the other side first.
+    Reversed,
+    /// `b.ts > a.ts + (lower - 1) AND b.ts < a.ts + (upper + 1)` (millisecond times).
+    Strict,
 }
 
 /// One item of the select list, as Freshet SQL and as batch SQL.
@@ -78,6 +119,7 @@ pub struct FuzzQuery {
     pub keys: Vec<(String, String)>,
     pub items: Vec<Item>,
     pub filter: Option<String>,
+    /// The HAVING clause; for a join, an extra condition of its ON clause.
     pub having: Option<String>,
     /// `SET` statements for Freshet's session.
     pub settings: Vec<(String, String)>,
@@ -134,10 +176,11 @@ fn predicate(rng: &mut TestRng, data: &FuzzData) -> String {
 impl FuzzQuery {
     /// A random query for `data`.
     pub fn random(rng: &mut TestRng, data: &FuzzData) -> Self {
-        let mut query = match rng.below(10) {
+        let mut query = match rng.below(12) {
             0 | 1 => Self::stateless(rng, data),
             2..=7 => Self::aggregate(rng, data),
-            _ => Self::over(rng, data),
+            8 | 9 => Self::over(rng, data),
+            _ => Self::join(rng, data),
         };
         query.wrap = match rng.below(10) {
             0 => Wrap::Subquery,
@@ -356,6 +399,86 @@ impl FuzzQuery {
         query
     }
 
+    fn join(rng: &mut TestRng, data: &FuzzData) -> Self {
+        let kind = *rng.pick(&[
+            JoinKind::Inner,
+            JoinKind::Left,
+            JoinKind::Right,
+            JoinKind::Full,
+        ]);
+        let (lower_ms, upper_ms) = match rng.below(6) {
+            0 => (0, 0),
+            _ => (
+                *rng.pick(&[-3_000, -1_000, -500, -1, 0]),
+                *rng.pick(&[0, 1, 500, 1_000, 2_000]),
+            ),
+        };
+        let spelling = *rng.pick(&[
+            BoundSpelling::Between,
+            BoundSpelling::Inclusive,
+            BoundSpelling::Reversed,
+            BoundSpelling::Strict,
+        ]);
+        let mut query = Self::base(
+            Form::Join {
+                kind,
+                lower_ms,
+                upper_ms,
+                spelling,
+            },
+            data,
+        );
+        // Equality keys: none (one stream), k, g or both.
+        match rng.below(5) {
+            0 => {}
+            1 => query.keys.push(("g".into(), "g".into())),
+            2 => {
+                query.keys.push(("k".into(), "k".into()));
+                query.keys.push(("g".into(), "g".into()));
+            }
+            _ => query.keys.push(("k".into(), "k".into())),
+        }
+        // The row ids make every output row tell which pair (or unmatched row) it is.
+        query.items.push(plain_item("a.id AS aid"));
+        query.items.push(plain_item("b.id AS bid"));
+        let choices = [
+            "a.k AS ak",
+            "b.k AS bk",
+            "a.v AS av",
+            "b.i AS bi",
+            "a.ts AS ats",
+            "b.ts AS bts",
+            "b.g AS bg",
+            "a.i + b.i AS isum",
+        ];
+        for _ in 0..rng.below(3) {
+            let text = rng.pick(&choices).to_string();
+            if !query.items.iter().any(|item| item.streaming == text) {
+                query.items.push(plain_item(&text));
+            }
+        }
+        if rng.chance(0.3) {
+            query.filter = Some(
+                rng.pick(&[
+                    "a.i % 3 <> 0",
+                    "b.v > 0 OR b.v IS NULL",
+                    "a.i <= b.i",
+                    "coalesce(a.k, b.k) <> 'b'",
+                ])
+                .to_string(),
+            );
+        }
+        if rng.chance(0.2) {
+            query.having = Some("a.i <> b.i".to_string());
+        }
+        if rng.chance(0.15) {
+            query
+                .settings
+                .push(("freshet.allowed_lateness_ms".into(), "1000".into()));
+        }
+        query
+    }
+
     fn over(rng: &mut TestRng, data: &FuzzData) -> Self {
         let mut query = Self::base(Form::Over, data);
         if rng.chance(0.7) {
@@ -528,6 +651,14 @@ impl FuzzQuery {
     /// Whether a changelog's deletions (all aggregates NULL) can occur: session changes.
     pub fn has_deletions(&self) -> bool {
         self.is_changelog() && matches!(self.window(), Some(Window::Session { .. }))
+    }
+
+    /// How many times the query reads `t` (a self-join reads it twice).
+    pub fn reads_of_table(&self) -> usize {
+        match self.form {
+            Form::Join { .. } => 2,
+            _ => 1,
+        }
     }
 
     /// Smaller variants of the query, for shrinking: one item, the filter or the HAVING

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::data::TimeType;
-use super::query::{Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
+use super::query::{BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
 
 pub(super) fn interval(ms: i64) -> String {
     if ms % 1_000 == 0 {
@@ -58,7 +58,70 @@ impl FuzzQuery {
         self.running_block().map(|sql| self.wrap.apply(sql))
     }
 
+    /// `time` plus `ms` milliseconds, in the event time's type.
+    fn time_plus(&self, time: &str, ms: i64) -> String {
+        let (sign, magnitude) = if ms < 0 { ("-", -ms) } else { ("+", ms) };
+        match (ms, self.time_type) {
+            (0, _) => time.to_string(),
+            (_, TimeType::EpochMillis) => format!("{time} {sign} {magnitude}"),
+            (_, TimeType::Timestamp) => format!("{time} {sign} {}", interval(magnitude)),
+        }
+    }
+
+    /// A self-join of `t`, the same SQL for Freshet and for batch.
+    fn join_block(&self) -> Option<String> {
+        let Form::Join {
+            kind,
+            lower_ms,
+            upper_ms,
+            spelling,
+        } = self.form
+        else {
+            return None;
+        };
+        let select = self.select_list(|item| item.streaming.clone());
+        let mut on: Vec<String> = self
+            .keys
+            .iter()
+            .map(|(key, _)| format!("a.{key} = b.{key}"))
+            .collect();
+        on.push(match spelling {
+            BoundSpelling::Between => format!(
+                "b.ts BETWEEN {} AND {}",
+                self.time_plus("a.ts", lower_ms),
+                self.time_plus("a.ts", upper_ms)
+            ),
+            BoundSpelling::Inclusive => format!(
+                "b.ts >= {} AND b.ts <= {}",
+                self.time_plus("a.ts", lower_ms),
+                self.time_plus("a.ts", upper_ms)
+            ),
+            BoundSpelling::Reversed => format!(
+                "a.ts <= {} AND a.ts >= {}",
+                self.time_plus("b.ts", -lower_ms),
+                self.time_plus("b.ts", -upper_ms)
+            ),
+            BoundSpelling::Strict => format!(
+                "b.ts > {} AND b.ts < {}",
+                self.time_plus("a.ts", lower_ms - 1),
+                self.time_plus("a.ts", upper_ms + 1)
+            ),
+        });
+        if let Some(extra) = &self.having {
+            on.push(extra.clone());
+        }
+        Some(format!(
+            "SELECT {select} FROM t a {} t b ON {}{}",
+            kind.sql(),
+            on.join(" AND "),
+            self.where_clause()
+        ))
+    }
+
     fn streaming_block(&self) -> String {
+        if let Some(join) = self.join_block() {
+            return join;
+        }
         let select = self.select_list(|item| item.streaming.clone());
         let filter = self.where_clause();
         let Form::Aggregate {
@@ -219,6 +282,9 @@ impl FuzzQuery {
     }
 
     fn batch_block(&self) -> String {
+        if let Some(join) = self.join_block() {
+            return join;
+        }
         let select = self.select_list(|item| item.batch.clone());
         let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
         let having = self
@@ -227,7 +293,7 @@ impl FuzzQuery {
             .map(|h| format!(" HAVING {h}"))
             .unwrap_or_default();
         match self.form {
-            Form::Stateless | Form::Over => {
+            Form::Stateless | Form::Over | Form::Join { .. } => {
                 format!("SELECT {select} FROM t{}", self.where_clause())
             }
             Form::Aggregate { window: None, .. } => {

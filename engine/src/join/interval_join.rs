@@ -1,0 +1,784 @@
+//! [`IntervalJoinExec`]: an equi-join of two streams whose rows match only within a bound
+//! on their event times, with state bounded by the watermarks.
+//!
+//! Both inputs come through a [`StreamExchangeExec`] hashed on their join keys (both to the
+//! same number of streams, so that equal keys meet in one stream; without keys, both go to
+//! one stream), which also brings each side's watermarks. A pair of rows `(l, r)` matches
+//! when their keys are equal (nulls never match), `r.time - l.time` lies in `[lower, upper]`
+//! (the bound read from the join's ON clause) and the join's filter, which holds the bound
+//! and any other condition, is true.
+//!
+//! Each stream keeps, per side, the rows that may still match a row of the other side
+//! ([`SideState`]). A batch of one side is first probed against the other side's rows —
+//! hash of the keys, then equal keys, the time bound and the filter — and the pairs found go
+//! out at once; then its rows are kept for the other side's rows to come. A left row at time
+//! `t` can match right rows up to `t + upper`; once the right side's watermark minus the
+//! allowed lateness has passed that, no right row that is not late can match it, and it is
+//! freed (a right row likewise with `t - lower` and the left watermark). A row the outer
+//! side of a LEFT, RIGHT or FULL join preserves and that never matched goes out with nulls
+//! for the other side when it is freed: as soon as the watermark proves no match can come.
+//! Rows without a key or an event time never match and go out (outer side) or are dropped
+//! (inner side) at once.
+//!
+//! A row older than its own side's watermark minus the allowed lateness is late: its
+//! partners may already be freed, so it is dropped and counted. At the end of one input its
+//! watermark is +infinity: the other side keeps nothing more, and at the end of both every
+//! unmatched row has gone out.
+//!
+//! The output has the schema of DataFusion's join of the same type (left columns, then
+//! right), projected as DataFusion's `HashJoinExec` projects it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
+use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::hash_utils::{RandomState, create_hashes};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
+use datafusion::physical_plan::execution_plan::Boundedness;
+use datafusion::physical_plan::joins::utils::{JoinFilter, build_join_schema};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+
+use super::side_state::{Chunk, Position, SideState};
+use crate::exchange::StreamExchangeExec;
+use crate::operator_metrics::StatefulMetrics;
+use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
+use crate::watermark::{StreamMessage, event_times};
+
+/// The time bound of an interval join: `right.time - left.time` in `[lower, upper]`, in the
+/// event-time columns' unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeBound {
+    /// The event-time column of each input.
+    pub left_time: usize,
+    pub right_time: usize,
+    pub lower: i64,
+    pub upper: i64,
+}
+
+impl TimeBound {
+    /// How far past a row's own time the other side's times it can match reach.
+    fn reach(&self, side: JoinSide) -> i64 {
+        match side {
+            JoinSide::Left => self.upper,
+            _ => self.lower.saturating_neg(),
+        }
+    }
+}
+
+/// What an interval join is: everything but its inputs.
+#[derive(Debug, Clone)]
+pub struct IntervalJoinSpec {
+    pub on: Vec<(PhysicalExprRef, PhysicalExprRef)>,
+    pub filter: Option<JoinFilter>,
+    pub join_type: JoinType,
+    pub bound: TimeBound,
+    /// Allowed lateness, in the event-time unit.
+    pub allowed_lateness: i64,
+    /// Columns of the join's output kept, as `HashJoinExec` projects them.
+    pub projection: Option<Vec<usize>>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct IntervalJoinExec {
+    left: Arc<dyn ExecutionPlan>,
+    right: Arc<dyn ExecutionPlan>,
+    left_exchange: Arc<StreamExchangeExec>,
+    right_exchange: Arc<StreamExchangeExec>,
+    spec: IntervalJoinSpec,
+    join_schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl IntervalJoinExec {
+    pub fn try_new(
+        left: Arc<StreamExchangeExec>,
+        right: Arc<StreamExchangeExec>,
+        spec: IntervalJoinSpec,
+    ) -> Result<Self> {
+        if !matches!(
+            spec.join_type,
+            JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
+        ) {
+            return plan_err!(
+                "an interval join supports INNER, LEFT, RIGHT and FULL joins, not {}",
+                spec.join_type
+            );
+        }
+        let partitions = left.properties().partitioning.partition_count();
+        if right.properties().partitioning.partition_count() != partitions {
+            return internal_err!("IntervalJoinExec: both inputs need as many partitions");
+        }
+        if spec.bound.lower > spec.bound.upper {
+            return plan_err!(
+                "the join's time bound is empty: the right time minus the left time would have to lie between {} and {}",
+                spec.bound.lower,
+                spec.bound.upper
+            );
+        }
+        let (join_schema, _) = build_join_schema(&left.schema(), &right.schema(), &spec.join_type);
+        let join_schema = Arc::new(join_schema);
+        let schema = match &spec.projection {
+            Some(columns) => Arc::new(join_schema.project(columns)?),
+            None => Arc::clone(&join_schema),
+        };
+        let left_plan: Arc<dyn ExecutionPlan> = Arc::clone(&left) as _;
+        let right_plan: Arc<dyn ExecutionPlan> = Arc::clone(&right) as _;
+        let mut properties = stateful_properties(&left_plan, &schema);
+        if right_plan.boundedness().is_unbounded() {
+            properties.boundedness = Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            };
+        }
+        Ok(Self {
+            left: left_plan,
+            right: right_plan,
+            left_exchange: left,
+            right_exchange: right,
+            spec,
+            join_schema,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    pub fn spec(&self) -> &IntervalJoinSpec {
+        &self.spec
+    }
+}
+
+impl DisplayAs for IntervalJoinExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let on: Vec<String> = self
+            .spec
+            .on
+            .iter()
+            .map(|(l, r)| format!("({l}, {r})"))
+            .collect();
+        let bound = self.spec.bound;
+        let lateness = self.spec.allowed_lateness;
+        let left_time = self.left.schema().field(bound.left_time).name().clone();
+        let right_time = self.right.schema().field(bound.right_time).name().clone();
+        write!(
+            f,
+            "IntervalJoinExec: join_type={}, on=[{}], time=right.{right_time} - left.{left_time} in [{}, {}]",
+            self.spec.join_type,
+            on.join(", "),
+            bound.lower,
+            bound.upper
+        )?;
+        if let Some(filter) = &self.spec.filter {
+            write!(f, ", filter={}", filter.expression())?;
+        }
+        write!(
+            f,
+            ", state: left rows kept while the right watermark <= {left_time} + {}, right rows while the left watermark <= {right_time} + {}",
+            bound.reach(JoinSide::Left).saturating_add(lateness),
+            bound.reach(JoinSide::Right).saturating_add(lateness),
+        )?;
+        if self.spec.on.is_empty() {
+            write!(f, " (no equality keys: one stream)")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for IntervalJoinExec {
+    fn name(&self) -> &str {
+        "IntervalJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.left, &self.right]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false, false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let expressions: Vec<Arc<dyn PhysicalExpr>> = self
+            .spec
+            .on
+            .iter()
+            .flat_map(|(l, r)| [Arc::clone(l), Arc::clone(r)])
+            .chain(self.spec.filter.iter().map(|f| Arc::clone(f.expression())))
+            .collect();
+        visit_expressions(&expressions, f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 2 {
+            return internal_err!("IntervalJoinExec takes two children");
+        }
+        let right = StreamExchangeExec::from_plan(children.pop().unwrap(), "IntervalJoinExec")?;
+        let left = StreamExchangeExec::from_plan(children.pop().unwrap(), "IntervalJoinExec")?;
+        Ok(Arc::new(Self::try_new(left, right, self.spec.clone())?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let reservation = MemoryConsumer::new(format!("IntervalJoinExec[{partition}]"))
+            .register(context.memory_pool());
+        let tagged = |messages: BoxStream<'static, Result<StreamMessage>>, side: JoinSide| {
+            messages
+                .map(move |message| (side, Some(message)))
+                .chain(futures::stream::once(async move { (side, None) }))
+        };
+        let left = tagged(
+            self.left_exchange
+                .execute_messages(partition, Arc::clone(&context))?,
+            JoinSide::Left,
+        );
+        let right = tagged(
+            self.right_exchange.execute_messages(partition, context)?,
+            JoinSide::Right,
+        );
+        let messages = futures::stream::select(left, right).boxed();
+        let join = JoinStream::try_new(self, partition, reservation)?;
+        let outputs = futures::stream::unfold(Some((messages, join)), |running| async move {
+            let (mut messages, mut join) = running?;
+            loop {
+                let (side, message) = messages.next().await?;
+                let output = match message {
+                    Some(Ok(StreamMessage::Batch(batch))) => join.on_batch(side, &batch),
+                    Some(Ok(StreamMessage::Watermark(w))) => join.on_watermark(side, w),
+                    Some(Err(e)) => Err(e),
+                    None => join.on_watermark(side, i64::MAX),
+                };
+                match output {
+                    Ok(Some(batch)) => return Some((Ok(batch), Some((messages, join)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            outputs,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// One side of a running join.
+struct Side {
+    state: SideState,
+    watermark: i64,
+    keys: Vec<PhysicalExprRef>,
+    /// The left side's key types, which this side's keys are cast to.
+    key_types: Vec<DataType>,
+    time_column: usize,
+    /// Whether rows that never matched go out with nulls (the outer side of the join).
+    emits_unmatched: bool,
+}
+
+/// The state of one output partition of the join.
+struct JoinStream {
+    left: Side,
+    right: Side,
+    common: Common,
+    reservation: MemoryReservation,
+}
+
+/// What both sides of a running join read.
+struct Common {
+    bound: TimeBound,
+    allowed_lateness: i64,
+    filter: Option<JoinFilter>,
+    join_schema: SchemaRef,
+    left_schema: SchemaRef,
+    right_schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    converter: RowConverter,
+    random_state: RandomState,
+    metrics: StatefulMetrics,
+    name: String,
+}
+
+/// The pairs one probe found: rows of the probing batch and positions in the other side.
+#[derive(Default)]
+struct Pairs {
+    probe: Vec<u32>,
+    kept: Vec<Position>,
+}
+
+impl JoinStream {
+    fn try_new(
+        exec: &IntervalJoinExec,
+        partition: usize,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        let spec = &exec.spec;
+        let left_schema = exec.left.schema();
+        let right_schema = exec.right.schema();
+        let key_types = spec
+            .on
+            .iter()
+            .map(|(l, _)| l.data_type(&left_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let converter = RowConverter::new(
+            key_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect(),
+        )?;
+        let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
+            state: SideState::default(),
+            watermark: i64::MIN,
+            keys,
+            key_types: key_types.clone(),
+            time_column,
+            emits_unmatched: match which {
+                JoinSide::Left => matches!(spec.join_type, JoinType::Left | JoinType::Full),
+                _ => matches!(spec.join_type, JoinType::Right | JoinType::Full),
+            },
+        };
+        Ok(Self {
+            left: side(
+                JoinSide::Left,
+                spec.on.iter().map(|(l, _)| Arc::clone(l)).collect(),
+                spec.bound.left_time,
+            ),
+            right: side(
+                JoinSide::Right,
+                spec.on.iter().map(|(_, r)| Arc::clone(r)).collect(),
+                spec.bound.right_time,
+            ),
+            common: Common {
+                bound: spec.bound,
+                allowed_lateness: spec.allowed_lateness,
+                filter: spec.filter.clone(),
+                join_schema: Arc::clone(&exec.join_schema),
+                left_schema,
+                right_schema,
+                projection: spec.projection.clone(),
+                converter,
+                random_state: RandomState::with_seed(0x10_1e),
+                metrics: StatefulMetrics::new(&exec.metrics, partition),
+                name: format!("IntervalJoinExec[{partition}]"),
+            },
+            reservation,
+        })
+    }
+
+    /// The side `which` and the other one.
+    fn sides(&mut self, which: JoinSide) -> (&mut Side, &mut Side, &Common) {
+        match which {
+            JoinSide::Left => (&mut self.left, &mut self.right, &self.common),
+            _ => (&mut self.right, &mut self.left, &self.common),
+        }
+    }
+
+    fn on_batch(&mut self, which: JoinSide, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let rows = batch.num_rows();
+        self.common.metrics.records_in.add(rows);
+        if rows == 0 {
+            return Ok(None);
+        }
+        let (side, other, common) = self.sides(which);
+        let times_array = event_times(batch.column(side.time_column))?;
+        let times = times_array.as_primitive::<Int64Type>().clone();
+        let mut keys = evaluate(&side.keys, batch)?;
+        for (key, key_type) in keys.iter_mut().zip(&side.key_types) {
+            if key.data_type() != key_type {
+                *key = cast(key, key_type)?;
+            }
+        }
+        let own_limit = if side.watermark == i64::MIN {
+            i64::MIN
+        } else {
+            side.watermark.saturating_sub(common.allowed_lateness)
+        };
+        let keep_through = common.freed_through(which, other.watermark);
+        let mut hashes = vec![0; rows];
+        create_hashes(&keys, &common.random_state, &mut hashes)?;
+        // Without equality keys every pair within the bound is a candidate.
+        let key_rows = match keys.is_empty() {
+            true => None,
+            false => Some(common.converter.convert_columns(&keys)?),
+        };
+        // Rows that can match, and the rows that are late.
+        let mut late = 0;
+        let mut matchable = Vec::with_capacity(rows);
+        let mut unmatchable = Vec::new();
+        for row in 0..rows {
+            if times.is_null(row) || keys.iter().any(|k| k.is_null(row)) {
+                unmatchable.push(row as u32);
+            } else if times.value(row) < own_limit {
+                late += 1;
+            } else {
+                matchable.push(row as u32);
+            }
+        }
+        common.metrics.late_dropped.add(late);
+        // Probe the other side's rows.
+        let mut pairs = Pairs::default();
+        for &row in &matchable {
+            let row_index = row as usize;
+            let time = times.value(row_index);
+            let key = key_rows.as_ref().map(|rows| rows.row(row_index));
+            // The other side's times this row can match.
+            let (from, to) = match which {
+                JoinSide::Left => (
+                    time.saturating_add(common.bound.lower),
+                    time.saturating_add(common.bound.upper),
+                ),
+                _ => (
+                    time.saturating_sub(common.bound.upper),
+                    time.saturating_sub(common.bound.lower),
+                ),
+            };
+            other.state.trim(hashes[row_index]);
+            for (position, chunk) in other.state.candidates(hashes[row_index], from, to) {
+                let same_key = match (&chunk.keys, key) {
+                    (Some(kept), Some(key)) => kept.row(position.row as usize) == key,
+                    _ => true,
+                };
+                if same_key {
+                    pairs.probe.push(row);
+                    pairs.kept.push(position);
+                }
+            }
+        }
+        let pairs = match &common.filter {
+            Some(filter) if !pairs.probe.is_empty() => {
+                apply_filter(filter, which, batch, &other.state, pairs)?
+            }
+            _ => pairs,
+        };
+        let mut outputs = Vec::new();
+        // The probing rows that matched, for the outer side.
+        let mut probe_matched = vec![false; rows];
+        for &row in &pairs.probe {
+            probe_matched[row as usize] = true;
+        }
+        if other.emits_unmatched {
+            for position in &pairs.kept {
+                if let Some(chunk) = other.state.chunk_mut(position.chunk)
+                    && let Some(matched) = chunk.matched.as_mut()
+                {
+                    matched.set_bit(position.row as usize, true);
+                }
+            }
+        }
+        if !pairs.probe.is_empty() {
+            let probe_rows = UInt32Array::from(pairs.probe.clone());
+            let probe_columns = take_columns(batch, &probe_rows)?;
+            let kept_columns = gather(&other.state, &pairs.kept)?.columns().to_vec();
+            let columns = match which {
+                JoinSide::Left => [probe_columns, kept_columns].concat(),
+                _ => [kept_columns, probe_columns].concat(),
+            };
+            outputs.push(RecordBatch::try_new(
+                Arc::clone(&common.join_schema),
+                columns,
+            )?);
+        }
+        // Keep the rows a later row of the other side may still match; the outer side's
+        // others go out unmatched now.
+        let mut kept = Vec::new();
+        let mut unmatched = unmatchable;
+        for &row in &matchable {
+            if times.value(row as usize) > keep_through {
+                kept.push(row);
+            } else if !probe_matched[row as usize] {
+                unmatched.push(row);
+            }
+        }
+        if !kept.is_empty() {
+            let rows = UInt32Array::from(kept);
+            let chunk_batch = take_record(batch, &rows)?;
+            let chunk_times = take(&times, &rows, None)?
+                .as_primitive::<Int64Type>()
+                .clone();
+            let chunk_keys: Vec<ArrayRef> = keys
+                .iter()
+                .map(|k| take(k.as_ref(), &rows, None))
+                .collect::<std::result::Result<_, _>>()?;
+            let chunk_hashes: Vec<u64> =
+                rows.values().iter().map(|&r| hashes[r as usize]).collect();
+            let matched = side.emits_unmatched.then(|| {
+                let mut matched = BooleanBufferBuilder::new(rows.len());
+                for &r in rows.values() {
+                    matched.append(probe_matched[r as usize]);
+                }
+                matched
+            });
+            let (min_time, max_time) = chunk_times
+                .values()
+                .iter()
+                .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+            let chunk = Chunk {
+                batch: chunk_batch,
+                times: chunk_times,
+                keys: match chunk_keys.is_empty() {
+                    true => None,
+                    false => Some(common.converter.convert_columns(&chunk_keys)?),
+                },
+                matched,
+                max_time,
+                min_time,
+            };
+            side.state.insert(chunk, &chunk_hashes);
+        }
+        if side.emits_unmatched && !unmatched.is_empty() {
+            unmatched.sort_unstable();
+            let rows = UInt32Array::from(unmatched);
+            let own = take_record(batch, &rows)?;
+            outputs.push(common.null_padded(which, own)?);
+        }
+        self.account()?;
+        self.common.output(outputs)
+    }
+
+    fn on_watermark(&mut self, which: JoinSide, watermark: i64) -> Result<Option<RecordBatch>> {
+        let other_side = match which {
+            JoinSide::Left => JoinSide::Right,
+            _ => JoinSide::Left,
+        };
+        let (side, _, _) = self.sides(which);
+        if watermark <= side.watermark {
+            return Ok(None);
+        }
+        side.watermark = watermark;
+        let freed_through = self.common.freed_through(other_side, watermark);
+        let (other, _, _) = self.sides(other_side);
+        let mut outputs = Vec::new();
+        if other.emits_unmatched {
+            let mut positions = Vec::new();
+            for (sequence, chunk) in other.state.live_chunks() {
+                if chunk.min_time > freed_through {
+                    continue;
+                }
+                let Some(matched) = chunk.matched.as_mut() else {
+                    continue;
+                };
+                for row in 0..chunk.times.len() {
+                    if !matched.get_bit(row) && chunk.times.value(row) <= freed_through {
+                        matched.set_bit(row, true);
+                        positions.push(Position {
+                            chunk: sequence,
+                            row: row as u32,
+                        });
+                    }
+                }
+            }
+            if !positions.is_empty() {
+                let rows = gather(&other.state, &positions)?;
+                outputs.push(rows);
+            }
+        }
+        let (other, _, _) = self.sides(other_side);
+        other.state.free_through(freed_through);
+        let outputs = outputs
+            .into_iter()
+            .map(|rows| self.common.null_padded(other_side, rows))
+            .collect::<Result<Vec<_>>>()?;
+        self.account()?;
+        self.common.output(outputs)
+    }
+
+    /// Accounts both sides' state in the memory pool.
+    fn account(&mut self) -> Result<()> {
+        let bytes = self.left.state.size() + self.right.state.size();
+        self.common.metrics.state_bytes.set(bytes);
+        if let Err(e) = self.reservation.try_resize(bytes) {
+            return plan_err!(
+                "{} keeps more rows than the memory limit allows ({bytes} bytes of join state): narrow the join's time bound or raise the limit ({e})",
+                self.common.name
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Common {
+    /// The last event time of a row of `side` the other side's watermark `watermark` no
+    /// longer keeps: later rows of the other side, not late, are all beyond its reach.
+    fn freed_through(&self, side: JoinSide, watermark: i64) -> i64 {
+        if watermark == i64::MAX {
+            return i64::MAX;
+        }
+        watermark
+            .saturating_sub(self.allowed_lateness)
+            .saturating_sub(self.bound.reach(side))
+            .saturating_sub(1)
+    }
+
+    /// Rows of side `which` with nulls for the other side's columns.
+    fn null_padded(&self, which: JoinSide, rows: RecordBatch) -> Result<RecordBatch> {
+        let count = rows.num_rows();
+        let nulls = |schema: &Schema| -> Vec<ArrayRef> {
+            schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), count))
+                .collect()
+        };
+        let columns = match which {
+            JoinSide::Left => [rows.columns().to_vec(), nulls(&self.right_schema)].concat(),
+            _ => [nulls(&self.left_schema), rows.columns().to_vec()].concat(),
+        };
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.join_schema),
+            columns,
+        )?)
+    }
+
+    /// One output batch of `pieces`, projected, if any row.
+    fn output(&self, pieces: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
+        let pieces: Vec<RecordBatch> = pieces.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let batch = match pieces.len() {
+            0 => return Ok(None),
+            1 => pieces.into_iter().next().expect("one piece"),
+            _ => concat_batches(&self.join_schema, &pieces)?,
+        };
+        self.metrics.baseline.record_output(batch.num_rows());
+        Ok(Some(match &self.projection {
+            Some(columns) => batch.project(columns)?,
+            None => batch,
+        }))
+    }
+}
+
+/// `batch`'s columns at `rows`.
+fn take_columns(batch: &RecordBatch, rows: &UInt32Array) -> Result<Vec<ArrayRef>> {
+    Ok(batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), rows, None))
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+fn take_record(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        batch.schema(),
+        take_columns(batch, rows)?,
+    )?)
+}
+
+/// The kept rows at `positions`, in that order.
+fn gather(state: &SideState, positions: &[Position]) -> Result<RecordBatch> {
+    let (batches, indices) = chunk_indices(state, positions)?;
+    Ok(interleave_record_batch(&batches, &indices)?)
+}
+
+/// The chunks `positions` name, and each position as `(chunk in that list, row)`.
+#[allow(clippy::type_complexity)]
+fn chunk_indices<'a>(
+    state: &'a SideState,
+    positions: &[Position],
+) -> Result<(Vec<&'a RecordBatch>, Vec<(usize, usize)>)> {
+    let mut slots: HashMap<u64, usize> = HashMap::new();
+    let mut batches = Vec::new();
+    let mut indices = Vec::with_capacity(positions.len());
+    for position in positions {
+        let slot = match slots.get(&position.chunk) {
+            Some(&slot) => slot,
+            None => {
+                let Some(chunk) = state.chunk(position.chunk) else {
+                    return internal_err!("interval join: a freed chunk was referenced");
+                };
+                batches.push(&chunk.batch);
+                slots.insert(position.chunk, batches.len() - 1);
+                batches.len() - 1
+            }
+        };
+        indices.push((slot, position.row as usize));
+    }
+    Ok((batches, indices))
+}
+
+/// The pairs for which the join's filter is true. The filter reads columns of both sides,
+/// gathered per pair into its own schema.
+fn apply_filter(
+    filter: &JoinFilter,
+    probing: JoinSide,
+    batch: &RecordBatch,
+    state: &SideState,
+    pairs: Pairs,
+) -> Result<Pairs> {
+    let probe_rows = UInt32Array::from(pairs.probe.clone());
+    let (batches, indices) = chunk_indices(state, &pairs.kept)?;
+    let columns = filter
+        .column_indices()
+        .iter()
+        .map(|column| {
+            if column.side == probing {
+                Ok(take(
+                    batch.column(column.index).as_ref(),
+                    &probe_rows,
+                    None,
+                )?)
+            } else {
+                let arrays: Vec<&dyn Array> = batches
+                    .iter()
+                    .map(|b| b.column(column.index).as_ref())
+                    .collect();
+                Ok(interleave(&arrays, &indices)?)
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    let intermediate = RecordBatch::try_new(Arc::clone(filter.schema()), columns)?;
+    let verdict = filter
+        .expression()
+        .evaluate(&intermediate)?
+        .into_array(intermediate.num_rows())?;
+    let Some(verdict) = verdict.as_any().downcast_ref::<BooleanArray>() else {
+        return internal_err!("a join filter gave {}", verdict.data_type());
+    };
+    let mut kept = Pairs::default();
+    for (index, pass) in verdict.iter().enumerate() {
+        if pass == Some(true) {
+            kept.probe.push(pairs.probe[index]);
+            kept.kept.push(pairs.kept[index]);
+        }
+    }
+    Ok(kept)
+}

@@ -1,0 +1,7 @@
+//! Stream joins: [`IntervalJoinExec`], an equi-join of two streams within a bound on their
+//! event times, whose state the watermarks bound.
+
+mod interval_join;
+mod side_state;
+
+pub use interval_join::{IntervalJoinExec, IntervalJoinSpec, TimeBound};

@@ -1,0 +1,186 @@
+//! [`SideState`]: the rows one side of an interval join keeps for the other side to match.
+//!
+//! Rows are kept as the batches they came in ("chunks", each with its event times, its keys
+//! in arrow's row format and, for a side whose unmatched rows are emitted, a matched flag per
+//! row) in arrival order. A hash index maps each key's hash to its rows as `(chunk, row)`
+//! positions. A watermark of the other side frees rows whose time bound it has passed: whole
+//! chunks go once every row of theirs is free.
+//!
+//! Each key's index entries are kept in event-time order (arrival order, with the few rows
+//! that arrive out of order moved into place), so that a probe reads only the entries within
+//! its time bound: a binary search for the first, then a scan to the last. Keys with few
+//! distinct values and many rows per key (ten symbols of a market feed) would otherwise
+//! compare every kept row of the key. Freed rows' entries are cut from the front of a key's
+//! entries when the key is probed, and from every key when they outnumber the live rows.
+
+use std::collections::VecDeque;
+
+use datafusion::arrow::array::{BooleanBufferBuilder, Int64Array};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::Rows;
+use datafusion::common::HashMap;
+
+/// One batch of kept rows.
+pub(super) struct Chunk {
+    pub batch: RecordBatch,
+    pub times: Int64Array,
+    /// The join keys in arrow's row format; `None` without keys.
+    pub keys: Option<Rows>,
+    /// Whether each row has found a match (or was emitted unmatched already); only for a
+    /// side whose unmatched rows are emitted.
+    pub matched: Option<BooleanBufferBuilder>,
+    /// The largest event time of the chunk: once it is free, the whole chunk is.
+    pub max_time: i64,
+    pub min_time: i64,
+}
+
+/// A row of the state: chunk sequence number and row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    pub chunk: u64,
+    pub row: u32,
+}
+
+/// An index entry: a kept row and its event time.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    time: i64,
+    position: Position,
+}
+
+/// See the module documentation.
+pub(super) struct SideState {
+    /// Chunk `first + i` is `chunks[i]`; `None` once freed.
+    chunks: VecDeque<Option<Chunk>>,
+    first: u64,
+    /// Per key hash, the entries in event-time order.
+    index: HashMap<u64, Vec<Entry>>,
+    /// Rows at or before this event time are freed.
+    freed_through: i64,
+    /// Index entries, live or not; rows held by live chunks.
+    entries: usize,
+    live_rows: usize,
+    bytes: usize,
+}
+
+impl Default for SideState {
+    fn default() -> Self {
+        Self {
+            chunks: VecDeque::new(),
+            first: 0,
+            index: HashMap::new(),
+            freed_through: i64::MIN,
+            entries: 0,
+            live_rows: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl SideState {
+    /// Keeps `chunk`, whose rows have key hashes `hashes`.
+    pub fn insert(&mut self, chunk: Chunk, hashes: &[u64]) {
+        let sequence = self.first + self.chunks.len() as u64;
+        for (row, (&hash, &time)) in hashes.iter().zip(chunk.times.values()).enumerate() {
+            let entries = self.index.entry(hash).or_default();
+            let entry = Entry {
+                time,
+                position: Position {
+                    chunk: sequence,
+                    row: row as u32,
+                },
+            };
+            // Rows come nearly in time order: an entry moves back past the few later ones.
+            let at = entries.len() - entries.iter().rev().take_while(|e| e.time > time).count();
+            entries.insert(at, entry);
+        }
+        self.entries += hashes.len();
+        self.live_rows += chunk.batch.num_rows();
+        self.bytes +=
+            chunk.batch.get_array_memory_size() + chunk.keys.as_ref().map_or(0, Rows::size);
+        self.chunks.push_back(Some(chunk));
+    }
+
+    /// Cuts the freed rows' entries from the front of `hash`'s.
+    pub fn trim(&mut self, hash: u64) {
+        if let Some(entries) = self.index.get_mut(&hash) {
+            let freed = entries.partition_point(|e| e.time <= self.freed_through);
+            if freed > 0 {
+                entries.drain(..freed);
+                self.entries -= freed;
+            }
+        }
+    }
+
+    /// The kept rows whose key hashes to `hash` (possibly of another key) with an event time
+    /// in `[from, to]`, with their chunks.
+    pub fn candidates(
+        &self,
+        hash: u64,
+        from: i64,
+        to: i64,
+    ) -> impl Iterator<Item = (Position, &Chunk)> + '_ {
+        let entries = self.index.get(&hash).map_or(&[][..], Vec::as_slice);
+        let start = entries.partition_point(|e| e.time < from);
+        let end = start + entries[start..].partition_point(|e| e.time <= to);
+        entries[start..end]
+            .iter()
+            .filter_map(|e| Some((e.position, self.chunk(e.position.chunk)?)))
+    }
+
+    pub fn chunk(&self, sequence: u64) -> Option<&Chunk> {
+        let slot = sequence.checked_sub(self.first)?;
+        self.chunks.get(slot as usize)?.as_ref()
+    }
+
+    pub fn chunk_mut(&mut self, sequence: u64) -> Option<&mut Chunk> {
+        let slot = sequence.checked_sub(self.first)?;
+        self.chunks.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// The live chunks with their sequence numbers.
+    pub fn live_chunks(&mut self) -> impl Iterator<Item = (u64, &mut Chunk)> {
+        let first = self.first;
+        self.chunks
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(slot, chunk)| Some((first + slot as u64, chunk.as_mut()?)))
+    }
+
+    /// Frees the rows at or below `free_through` in event time: whole chunks once all their
+    /// rows are.
+    pub fn free_through(&mut self, free_through: i64) {
+        self.freed_through = self.freed_through.max(free_through);
+        for slot in self.chunks.iter_mut() {
+            if slot.as_ref().is_some_and(|c| c.max_time <= free_through) {
+                let chunk = slot.take().expect("checked above");
+                self.live_rows -= chunk.batch.num_rows();
+                self.bytes -=
+                    chunk.batch.get_array_memory_size() + chunk.keys.as_ref().map_or(0, Rows::size);
+            }
+        }
+        while matches!(self.chunks.front(), Some(None)) {
+            self.chunks.pop_front();
+            self.first += 1;
+        }
+        if self.entries > 1024 && self.entries > 2 * self.live_rows {
+            self.sweep_index();
+        }
+    }
+
+    /// Drops the entries of freed rows from every key.
+    fn sweep_index(&mut self) {
+        let freed_through = self.freed_through;
+        self.index.retain(|_, entries| {
+            let freed = entries.partition_point(|e| e.time <= freed_through);
+            entries.drain(..freed);
+            !entries.is_empty()
+        });
+        self.entries = self.index.values().map(Vec::len).sum();
+    }
+
+    /// Bytes held (batches and keys; the index is counted by entry).
+    pub fn size(&self) -> usize {
+        self.bytes + self.entries * std::mem::size_of::<Entry>()
+    }
+}
