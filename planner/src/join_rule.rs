@@ -25,8 +25,10 @@ use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
+use datafusion::physical_plan::projection::ProjectionExec;
 use freshet_engine::join::{IntervalJoinExec, IntervalJoinSpec, TimeBound};
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
@@ -125,14 +127,11 @@ fn interval_join(
     ) {
         return Ok(None);
     }
-    let left = below_exchanges(parts.left);
-    let right = below_exchanges(parts.right);
+    let left = &unmerged(parts.left)?;
+    let right = &unmerged(parts.right)?;
     if !reads_stream(left)? || !reads_stream(right)? {
         return Ok(None);
     }
-    let Some(filter) = parts.filter else {
-        return Ok(None);
-    };
     let time_columns = |plan: &Arc<dyn ExecutionPlan>| -> Vec<usize> {
         let declared = declared_event_times(plan);
         let schema = plan.schema();
@@ -141,7 +140,8 @@ fn interval_join(
             .collect()
     };
     let Some(bound) = read_bound(
-        filter,
+        &parts.on,
+        parts.filter,
         &time_columns(left),
         &time_columns(right),
         left,
@@ -189,7 +189,7 @@ fn interval_join(
     let right_keys = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
     let spec = IntervalJoinSpec {
         on: parts.on.clone(),
-        filter: Some(filter.clone()),
+        filter: parts.filter.cloned(),
         join_type: parts.join_type,
         bound,
         allowed_lateness,
@@ -201,6 +201,23 @@ fn interval_join(
         spec,
     )?;
     Ok(Some(Arc::new(join)))
+}
+
+/// `plan` without the repartitions and merges DataFusion put above the streams for its own
+/// join, also under projections and filters: Freshet's exchange takes their place, and each
+/// source partition's order must reach it (a merge would interleave partitions out of
+/// event-time order).
+fn unmerged(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = below_exchanges(plan);
+    let passes_partitions = plan.downcast_ref::<ProjectionExec>().is_some()
+        || plan.downcast_ref::<FilterExec>().is_some();
+    if passes_partitions && let [input] = plan.children().as_slice() {
+        let below = unmerged(input)?;
+        if !Arc::ptr_eq(&below, input) {
+            return Arc::clone(plan).with_new_children(vec![below]);
+        }
+    }
+    Ok(Arc::clone(plan))
 }
 
 /// The event-time columns the streams under `plan` declare.
@@ -218,47 +235,136 @@ fn declared_event_times(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
 }
 
 /// One side of a comparison: an event-time column plus a constant offset.
+#[derive(Clone, Copy)]
 struct TimeTerm {
     side: JoinSide,
     column: usize,
     offset: i64,
 }
 
-/// The bound on `right.time - left.time` the filter's conjuncts set, if they set a lower and
-/// an upper one between an event-time column of each side.
+/// The two inputs of a join, and their event-time columns.
+struct Inputs<'a> {
+    left: &'a Arc<dyn ExecutionPlan>,
+    right: &'a Arc<dyn ExecutionPlan>,
+    left_times: &'a [usize],
+    right_times: &'a [usize],
+}
+
+impl Inputs<'_> {
+    fn plan(&self, side: JoinSide) -> &Arc<dyn ExecutionPlan> {
+        match side {
+            JoinSide::Left => self.left,
+            _ => self.right,
+        }
+    }
+
+    fn is_time(&self, side: JoinSide, column: usize) -> bool {
+        match side {
+            JoinSide::Left => self.left_times.contains(&column),
+            JoinSide::Right => self.right_times.contains(&column),
+            JoinSide::None => false,
+        }
+    }
+
+    /// `term` on an event-time column of its side: as it is, or through a projection right
+    /// below the join that computes `time ± constant` into a column of its own (DataFusion
+    /// pushes such join-filter terms down).
+    fn on_time_column(&self, term: TimeTerm) -> Option<TimeTerm> {
+        if self.is_time(term.side, term.column) {
+            return Some(term);
+        }
+        let projection = self.plan(term.side).downcast_ref::<ProjectionExec>()?;
+        let input = projection.input();
+        let expr = &projection.expr().get(term.column)?.expr;
+        let resolve = |column: &Column| Some((term.side, column.index()));
+        let time_type = |_: JoinSide, column: usize| {
+            input
+                .schema()
+                .fields()
+                .get(column)
+                .map(|f| f.data_type().clone())
+        };
+        let inner = linear_term(expr, &resolve, &time_type)?;
+        // The projection's output column that passes the input time column through.
+        let passed = projection.expr().iter().position(|e| {
+            e.expr
+                .downcast_ref::<Column>()
+                .is_some_and(|c| c.index() == inner.column)
+        })?;
+        self.is_time(term.side, passed).then_some(TimeTerm {
+            side: term.side,
+            column: passed,
+            offset: term.offset.saturating_add(inner.offset),
+        })
+    }
+
+    fn time_type(&self, side: JoinSide, column: usize) -> Option<DataType> {
+        let schema = self.plan(side).schema();
+        schema.fields().get(column).map(|f| f.data_type().clone())
+    }
+}
+
+/// The bound on `right.time - left.time` that the equality keys and the filter's conjuncts
+/// set, if they set a lower and an upper one between an event-time column of each side.
 fn read_bound(
-    filter: &JoinFilter,
+    on: &[(PhysicalExprRef, PhysicalExprRef)],
+    filter: Option<&JoinFilter>,
     left_times: &[usize],
     right_times: &[usize],
     left: &Arc<dyn ExecutionPlan>,
     right: &Arc<dyn ExecutionPlan>,
 ) -> Result<Option<TimeBound>> {
-    let is_time = |side: JoinSide, column: usize| match side {
-        JoinSide::Left => left_times.contains(&column),
-        JoinSide::Right => right_times.contains(&column),
-        JoinSide::None => false,
+    let inputs = Inputs {
+        left,
+        right,
+        left_times,
+        right_times,
     };
+    let time_type = |side: JoinSide, column: usize| inputs.time_type(side, column);
+    // Every comparison `a op b` of two time terms.
+    let mut comparisons: Vec<(TimeTerm, Operator, TimeTerm)> = Vec::new();
+    for (l, r) in on {
+        let left_column = |c: &Column| Some((JoinSide::Left, c.index()));
+        let right_column = |c: &Column| Some((JoinSide::Right, c.index()));
+        if let (Some(a), Some(b)) = (
+            linear_term(l, &left_column, &time_type),
+            linear_term(r, &right_column, &time_type),
+        ) {
+            comparisons.push((a, Operator::Eq, b));
+        }
+    }
+    if let Some(filter) = filter {
+        let resolve = |c: &Column| {
+            let index = filter.column_indices().get(c.index())?;
+            Some((index.side, index.index))
+        };
+        for conjunct in split_conjunction(filter.expression()) {
+            let Some(binary) = conjunct.downcast_ref::<BinaryExpr>() else {
+                continue;
+            };
+            if let (Some(a), Some(b)) = (
+                linear_term(binary.left(), &resolve, &time_type),
+                linear_term(binary.right(), &resolve, &time_type),
+            ) {
+                comparisons.push((a, *binary.op(), b));
+            }
+        }
+    }
     let mut columns: Option<(usize, usize)> = None;
     let mut lower = i64::MIN;
     let mut upper = i64::MAX;
-    for conjunct in split_conjunction(filter.expression()) {
-        let Some(binary) = conjunct.downcast_ref::<BinaryExpr>() else {
+    for (a, op, b) in comparisons {
+        let (Some(a), Some(b)) = (inputs.on_time_column(a), inputs.on_time_column(b)) else {
             continue;
         };
-        let (Some(a), Some(b)) = (
-            time_term(binary.left(), filter, left, right)?,
-            time_term(binary.right(), filter, left, right)?,
-        ) else {
-            continue;
-        };
-        if a.side == b.side || !is_time(a.side, a.column) || !is_time(b.side, b.column) {
+        if a.side == b.side {
             continue;
         }
         // `a op b` as `right - left op' constant`.
         let (op, constant, l, r) = match a.side {
-            JoinSide::Right => (*binary.op(), b.offset.saturating_sub(a.offset), &b, &a),
-            _ => match binary.op().swap() {
-                Some(op) => (op, a.offset.saturating_sub(b.offset), &a, &b),
+            JoinSide::Right => (op, b.offset.saturating_sub(a.offset), b, a),
+            _ => match op.swap() {
+                Some(op) => (op, a.offset.saturating_sub(b.offset), a, b),
                 None => continue,
             },
         };
@@ -299,22 +405,21 @@ fn read_bound(
     }))
 }
 
-/// `expr` (over the filter's schema) as an event-time column of one side plus a constant.
-fn time_term(
+/// `expr` as a column plus a constant (`ts`, `ts - INTERVAL '5' SECOND`, `1000 + ts`):
+/// `resolve` names the side and column of a column reference, `time_type` the type a
+/// constant is converted into.
+fn linear_term(
     expr: &Arc<dyn PhysicalExpr>,
-    filter: &JoinFilter,
-    left: &Arc<dyn ExecutionPlan>,
-    right: &Arc<dyn ExecutionPlan>,
-) -> Result<Option<TimeTerm>> {
+    resolve: &dyn Fn(&Column) -> Option<(JoinSide, usize)>,
+    time_type: &dyn Fn(JoinSide, usize) -> Option<DataType>,
+) -> Option<TimeTerm> {
     if let Some(column) = expr.downcast_ref::<Column>() {
-        let Some(index) = filter.column_indices().get(column.index()) else {
-            return Ok(None);
-        };
-        return Ok(Some(TimeTerm {
-            side: index.side,
-            column: index.index,
+        let (side, column) = resolve(column)?;
+        return Some(TimeTerm {
+            side,
+            column,
             offset: 0,
-        }));
+        });
     }
     if let Some(cast) = expr.downcast_ref::<CastExpr>() {
         // A cast between time types of one unit keeps the values.
@@ -322,53 +427,37 @@ fn time_term(
             cast.cast_type(),
             DataType::Timestamp(_, _) | DataType::Int64
         ) {
-            return time_term(cast.expr(), filter, left, right);
+            return linear_term(cast.expr(), resolve, time_type);
         }
-        return Ok(None);
+        return None;
     }
-    let Some(binary) = expr.downcast_ref::<BinaryExpr>() else {
-        return Ok(None);
-    };
+    let binary = expr.downcast_ref::<BinaryExpr>()?;
     let sign = match binary.op() {
         Operator::Plus => 1,
         Operator::Minus => -1,
-        _ => return Ok(None),
+        _ => return None,
     };
-    let Some(mut term) = time_term(binary.left(), filter, left, right)? else {
-        // `constant + time`.
-        if sign == 1
-            && let Some(constant) = binary.left().downcast_ref::<Literal>()
-            && let Some(mut term) = time_term(binary.right(), filter, left, right)?
-            && let Some(offset) = offset_of(constant.value(), &term, left, right)
-        {
-            term.offset = term.offset.saturating_add(offset);
-            return Ok(Some(term));
-        }
-        return Ok(None);
+    let offset_in = |term: &TimeTerm, constant: &Arc<dyn PhysicalExpr>| {
+        let literal = constant.downcast_ref::<Literal>()?;
+        offset_of(literal.value(), &time_type(term.side, term.column)?)
     };
-    let Some(constant) = binary.right().downcast_ref::<Literal>() else {
-        return Ok(None);
-    };
-    let Some(offset) = offset_of(constant.value(), &term, left, right) else {
-        return Ok(None);
-    };
-    term.offset = term.offset.saturating_add(offset.saturating_mul(sign));
-    Ok(Some(term))
+    if let Some(mut term) = linear_term(binary.left(), resolve, time_type) {
+        let offset = offset_in(&term, binary.right())?;
+        term.offset = term.offset.saturating_add(offset.saturating_mul(sign));
+        return Some(term);
+    }
+    // `constant + time`.
+    if sign == 1 {
+        let mut term = linear_term(binary.right(), resolve, time_type)?;
+        term.offset = term.offset.saturating_add(offset_in(&term, binary.left())?);
+        return Some(term);
+    }
+    None
 }
 
-/// A constant added to `term`'s column, in the column's unit.
-fn offset_of(
-    value: &ScalarValue,
-    term: &TimeTerm,
-    left: &Arc<dyn ExecutionPlan>,
-    right: &Arc<dyn ExecutionPlan>,
-) -> Option<i64> {
-    let schema = match term.side {
-        JoinSide::Left => left.schema(),
-        _ => right.schema(),
-    };
-    let time_type = schema.field(term.column).data_type().clone();
-    // Not a constant duration (a month, a fraction of the unit): no bound is read from it.
+/// A constant added to a time column of type `time_type`, in the column's unit; `None` when
+/// it is not a constant duration (a month, a fraction of the unit).
+fn offset_of(value: &ScalarValue, time_type: &DataType) -> Option<i64> {
     match value {
         ScalarValue::Int64(Some(v)) => Some(*v),
         ScalarValue::Int32(Some(v)) => Some(i64::from(*v)),
@@ -377,6 +466,6 @@ fn offset_of(
         ScalarValue::UInt32(Some(v)) => Some(i64::from(*v)),
         ScalarValue::UInt16(Some(v)) => Some(i64::from(*v)),
         ScalarValue::UInt8(Some(v)) => Some(i64::from(*v)),
-        other => duration_in_unit(other, &time_type).ok(),
+        other => duration_in_unit(other, time_type).ok(),
     }
 }

@@ -59,7 +59,7 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         })?;
         if let Some((join, streams)) = join {
             return plan_err!(
-                "{join} would keep every row of the unbounded stream {streams}: Freshet cannot yet bound a join's state by watermarks. Join bounded replays (bounded=true, or a generator with records=N), or join an unbounded stream only as the probe side of a lookup into a bounded table"
+                "{join} would keep every row of the unbounded stream {streams}: a join of two streams needs a bound on their event times, e.g. ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL '5' SECOND AND a.ts + INTERVAL '1' SECOND (each side's declared event_time column), so that the watermarks can free its state. Otherwise join bounded replays (bounded=true, or a generator with records=N), or look an unbounded stream up in a bounded table"
             );
         }
         match failure {
@@ -121,10 +121,11 @@ fn join_clause(operator: &Arc<dyn ExecutionPlan>) -> &'static str {
 }
 
 /// The streams a join would keep without bound: a symmetric hash join keeps both sides, and
-/// every other join keeps (builds from or buffers) its first child; only a probe side may be
+/// every other DataFusion join keeps (builds from or buffers) its first child; only a probe side may be
 /// endless. An IN or EXISTS subquery is planned as such a join.
 fn unbounded_join_state(node: &Arc<dyn ExecutionPlan>) -> Option<String> {
-    if !node.name().ends_with("JoinExec") {
+    // Freshet's interval join frees its state as the watermarks pass.
+    if !node.name().ends_with("JoinExec") || node.name() == "IntervalJoinExec" {
         return None;
     }
     let children = node.children();

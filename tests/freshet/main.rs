@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod filters;
 mod fuzz;
+mod joins;
 mod live;
 mod oracle;
 mod over;
