@@ -21,10 +21,10 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
-use datafusion::physical_expr::utils::split_conjunction;
+use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
@@ -139,7 +139,7 @@ fn interval_join(
             .filter(|&i| declared.contains(schema.field(i).name()))
             .collect()
     };
-    let Some(bound) = read_bound(
+    let Some((bound, filter)) = read_bound(
         &parts.on,
         parts.filter,
         &time_columns(left),
@@ -189,7 +189,7 @@ fn interval_join(
     let right_keys = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
     let spec = IntervalJoinSpec {
         on: parts.on.clone(),
-        filter: parts.filter.cloned(),
+        filter,
         join_type: parts.join_type,
         bound,
         allowed_lateness,
@@ -214,7 +214,8 @@ fn unmerged(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     if passes_partitions && let [input] = plan.children().as_slice() {
         let below = unmerged(input)?;
         if !Arc::ptr_eq(&below, input) {
-            return Arc::clone(plan).with_new_children(vec![below]);
+            let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            return Arc::clone(plan).replace_children(vec![below], options);
         }
     }
     Ok(Arc::clone(plan))
@@ -305,7 +306,8 @@ impl Inputs<'_> {
 }
 
 /// The bound on `right.time - left.time` that the equality keys and the filter's conjuncts
-/// set, if they set a lower and an upper one between an event-time column of each side.
+/// set, if they set a lower and an upper one between an event-time column of each side, and
+/// the filter without the conjuncts the bound stands for (the join checks the bound itself).
 fn read_bound(
     on: &[(PhysicalExprRef, PhysicalExprRef)],
     filter: Option<&JoinFilter>,
@@ -313,7 +315,7 @@ fn read_bound(
     right_times: &[usize],
     left: &Arc<dyn ExecutionPlan>,
     right: &Arc<dyn ExecutionPlan>,
-) -> Result<Option<TimeBound>> {
+) -> Result<Option<(TimeBound, Option<JoinFilter>)>> {
     let inputs = Inputs {
         left,
         right,
@@ -321,8 +323,8 @@ fn read_bound(
         right_times,
     };
     let time_type = |side: JoinSide, column: usize| inputs.time_type(side, column);
-    // Every comparison `a op b` of two time terms.
-    let mut comparisons: Vec<(TimeTerm, Operator, TimeTerm)> = Vec::new();
+    // Every comparison `a op b` of two time terms, with the filter conjunct it is.
+    let mut comparisons: Vec<(TimeTerm, Operator, TimeTerm, Option<usize>)> = Vec::new();
     for (l, r) in on {
         let left_column = |c: &Column| Some((JoinSide::Left, c.index()));
         let right_column = |c: &Column| Some((JoinSide::Right, c.index()));
@@ -330,7 +332,7 @@ fn read_bound(
             linear_term(l, &left_column, &time_type),
             linear_term(r, &right_column, &time_type),
         ) {
-            comparisons.push((a, Operator::Eq, b));
+            comparisons.push((a, Operator::Eq, b, None));
         }
     }
     if let Some(filter) = filter {
@@ -338,7 +340,7 @@ fn read_bound(
             let index = filter.column_indices().get(c.index())?;
             Some((index.side, index.index))
         };
-        for conjunct in split_conjunction(filter.expression()) {
+        for (index, conjunct) in split_conjunction(filter.expression()).iter().enumerate() {
             let Some(binary) = conjunct.downcast_ref::<BinaryExpr>() else {
                 continue;
             };
@@ -346,14 +348,16 @@ fn read_bound(
                 linear_term(binary.left(), &resolve, &time_type),
                 linear_term(binary.right(), &resolve, &time_type),
             ) {
-                comparisons.push((a, *binary.op(), b));
+                comparisons.push((a, *binary.op(), b, Some(index)));
             }
         }
     }
     let mut columns: Option<(usize, usize)> = None;
     let mut lower = i64::MIN;
     let mut upper = i64::MAX;
-    for (a, op, b) in comparisons {
+    // The conjuncts the bound stands for exactly.
+    let mut in_bound = Vec::new();
+    for (a, op, b, conjunct) in comparisons {
         let (Some(a), Some(b)) = (inputs.on_time_column(a), inputs.on_time_column(b)) else {
             continue;
         };
@@ -383,6 +387,7 @@ fn read_bound(
             _ => continue,
         }
         columns = Some((l.column, r.column));
+        in_bound.extend(conjunct);
     }
     let Some((left_time, right_time)) = columns else {
         return Ok(None);
@@ -397,12 +402,29 @@ fn read_bound(
             "the join's time bound compares event times of different types ({left_type} and {right_type}); cast one to the other's type in the stream's definition"
         );
     }
-    Ok(Some(TimeBound {
+    // The filter without the conjuncts the bound checks already.
+    let rest = filter.and_then(|filter| {
+        let kept: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(filter.expression())
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !in_bound.contains(index))
+            .map(|(_, conjunct)| Arc::clone(conjunct))
+            .collect();
+        conjunction_opt(kept).map(|expression| {
+            JoinFilter::new(
+                expression,
+                filter.column_indices().to_vec(),
+                Arc::clone(filter.schema()),
+            )
+        })
+    });
+    let bound = TimeBound {
         left_time,
         right_time,
         lower,
         upper,
-    }))
+    };
+    Ok(Some((bound, rest)))
 }
 
 /// `expr` as a column plus a constant (`ts`, `ts - INTERVAL '5' SECOND`, `1000 + ts`):

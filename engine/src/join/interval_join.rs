@@ -459,6 +459,7 @@ impl JoinStream {
         common.metrics.late_dropped.add(late);
         // Probe the other side's rows.
         let mut pairs = Pairs::default();
+        let mut candidates = Vec::new();
         for &row in &matchable {
             let row_index = row as usize;
             let time = times.value(row_index);
@@ -474,8 +475,14 @@ impl JoinStream {
                     time.saturating_sub(common.bound.lower),
                 ),
             };
-            other.state.trim(hashes[row_index]);
-            for (position, chunk) in other.state.candidates(hashes[row_index], from, to) {
+            candidates.clear();
+            other
+                .state
+                .probe(hashes[row_index], from, to, &mut candidates);
+            for &position in &candidates {
+                let Some(chunk) = other.state.chunk(position.chunk) else {
+                    continue;
+                };
                 let same_key = match (&chunk.keys, key) {
                     (Some(kept), Some(key)) => kept.row(position.row as usize) == key,
                     _ => true,

@@ -54,7 +54,7 @@ pub(super) struct SideState {
     chunks: VecDeque<Option<Chunk>>,
     first: u64,
     /// Per key hash, the entries in event-time order.
-    index: HashMap<u64, Vec<Entry>>,
+    index: HashMap<u64, VecDeque<Entry>>,
     /// Rows at or before this event time are freed.
     freed_through: i64,
     /// Index entries, live or not; rows held by live chunks.
@@ -101,31 +101,25 @@ impl SideState {
         self.chunks.push_back(Some(chunk));
     }
 
-    /// Cuts the freed rows' entries from the front of `hash`'s.
-    pub fn trim(&mut self, hash: u64) {
-        if let Some(entries) = self.index.get_mut(&hash) {
-            let freed = entries.partition_point(|e| e.time <= self.freed_through);
-            if freed > 0 {
-                entries.drain(..freed);
-                self.entries -= freed;
-            }
+    /// Appends to `out` the kept rows whose key hashes to `hash` (possibly another key's)
+    /// with an event time in `[from, to]`; first cuts the freed rows' entries from the front
+    /// of the key's.
+    pub fn probe(&mut self, hash: u64, from: i64, to: i64, out: &mut Vec<Position>) {
+        let Some(entries) = self.index.get_mut(&hash) else {
+            return;
+        };
+        let freed = entries.partition_point(|e| e.time <= self.freed_through);
+        if freed > 0 {
+            entries.drain(..freed);
+            self.entries -= freed;
         }
-    }
-
-    /// The kept rows whose key hashes to `hash` (possibly of another key) with an event time
-    /// in `[from, to]`, with their chunks.
-    pub fn candidates(
-        &self,
-        hash: u64,
-        from: i64,
-        to: i64,
-    ) -> impl Iterator<Item = (Position, &Chunk)> + '_ {
-        let entries = self.index.get(&hash).map_or(&[][..], Vec::as_slice);
         let start = entries.partition_point(|e| e.time < from);
-        let end = start + entries[start..].partition_point(|e| e.time <= to);
-        entries[start..end]
-            .iter()
-            .filter_map(|e| Some((e.position, self.chunk(e.position.chunk)?)))
+        out.extend(
+            entries
+                .range(start..)
+                .take_while(|e| e.time <= to)
+                .map(|e| e.position),
+        );
     }
 
     pub fn chunk(&self, sequence: u64) -> Option<&Chunk> {
@@ -176,7 +170,7 @@ impl SideState {
             entries.drain(..freed);
             !entries.is_empty()
         });
-        self.entries = self.index.values().map(Vec::len).sum();
+        self.entries = self.index.values().map(VecDeque::len).sum();
     }
 
     /// Bytes held (batches and keys; the index is counted by entry).
