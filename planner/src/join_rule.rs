@@ -24,11 +24,11 @@ use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Liter
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use freshet_engine::join::{IntervalJoinExec, IntervalJoinSpec, TimeBound};
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};

@@ -108,8 +108,11 @@ impl SideState {
         let Some(entries) = self.index.get_mut(&hash) else {
             return;
         };
-        let freed = entries.partition_point(|e| e.time <= self.freed_through);
-        if freed > 0 {
+        if entries
+            .front()
+            .is_some_and(|e| e.time <= self.freed_through)
+        {
+            let freed = entries.partition_point(|e| e.time <= self.freed_through);
             entries.drain(..freed);
             self.entries -= freed;
         }
