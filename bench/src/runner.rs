@@ -211,7 +211,7 @@ async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<Scenario
     Ok(ScenarioResult {
         scenario: run.scenario.id.to_string(),
         source: run.input.source(),
-        records: config.records,
+        records: config.records * run.scenario.reads,
         partitions: run.streams,
         paired_ratio: median_ratio(&freshet_times, &datafusion_times),
         freshet: median(freshet_times),
@@ -362,6 +362,7 @@ impl ScenarioRun<'_> {
                         }
                         _ => Vec::new(),
                     },
+                    event_time: self.scenario.event_time().map(str::to_string),
                     ..StreamOptions::default()
                 };
                 let source = ReplaySource::Partitioned {
@@ -379,7 +380,11 @@ impl ScenarioRun<'_> {
                     .await?;
             }
             ScenarioInput::Generator { spec, .. } => {
-                ctx.register_generator(table, (*spec).clone(), StreamOptions::default())?;
+                let options = StreamOptions {
+                    event_time: self.scenario.event_time().map(str::to_string),
+                    ..StreamOptions::default()
+                };
+                ctx.register_generator(table, (*spec).clone(), options)?;
             }
         }
         let query = ctx.sql(self.scenario.streaming_sql).await?;

@@ -21,6 +21,9 @@ pub struct Scenario {
     /// over several: results that depend on arrival order per key (running values) are then
     /// the same on every run. `None` splits whole batches round-robin.
     pub keyed_by: Option<&'static [&'static str]>,
+    /// How many times the query reads the table (a self-join reads it twice): the input
+    /// records counted are the table's times this.
+    pub reads: u64,
 }
 
 impl Scenario {
@@ -85,6 +88,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S0_SQL,
             batch_sql: S0_SQL,
             keyed_by: None,
+            reads: 1,
         },
         Scenario {
             id: "S0-half",
@@ -94,6 +98,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S0_SQL,
             batch_sql: S0_SQL,
             keyed_by: None,
+            reads: 1,
         },
         Scenario {
             id: "S1",
@@ -103,6 +108,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S1_SQL,
             batch_sql: S1_SQL,
             keyed_by: Some(&["symbol"]),
+            reads: 1,
         },
         Scenario {
             id: "S2",
@@ -112,6 +118,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S2_SQL,
             batch_sql: S2_SQL,
             keyed_by: None,
+            reads: 1,
         },
         Scenario {
             id: "S3a",
@@ -121,6 +128,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S3A_SQL,
             batch_sql: S3A_BATCH_SQL,
             keyed_by: Some(&["trader_id", "symbol"]),
+            reads: 1,
         },
         Scenario {
             id: "S3b",
@@ -130,6 +138,7 @@ pub fn scenarios() -> Vec<Scenario> {
             streaming_sql: S3B_SQL,
             batch_sql: S3B_BATCH_SQL,
             keyed_by: Some(&["trader_id", "symbol"]),
+            reads: 1,
         },
     ]
 }
@@ -144,8 +153,14 @@ AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9999 PRECE
 MAX(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 9999 PRECEDING AND CURRENT ROW) AS max_10k \
 FROM market_data";
 
+const J1_SQL: &str = "SELECT a.symbol, a.trade_time, a.price, b.price AS prior_price \
+FROM market_data a JOIN market_data b ON a.symbol = b.symbol \
+AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' SECOND AND a.trade_time";
+
 /// Variants run only when named (`--scenario`): S1's moving AVG and MAX over frames of 10
-/// and of 10 000 rows, to show that a row's cost does not depend on the frame length.
+/// and of 10 000 rows, to show that a row's cost does not depend on the frame length; J1,
+/// an interval join (DataFusion batch compares every pair of rows of a symbol: run it at a
+/// size DataFusion finishes).
 pub fn variants() -> Vec<Scenario> {
     let frame = |id, description, sql| Scenario {
         id,
@@ -155,6 +170,7 @@ pub fn variants() -> Vec<Scenario> {
         streaming_sql: sql,
         batch_sql: sql,
         keyed_by: Some(&["symbol"]),
+        reads: 1,
     };
     vec![
         frame(
@@ -167,6 +183,16 @@ pub fn variants() -> Vec<Scenario> {
             "moving AVG and MAX over 10 000 rows",
             S1_FRAME_10K_SQL,
         ),
+        Scenario {
+            id: "J1",
+            description: "interval join of market_data with itself: same symbol, 1-second bound",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: J1_SQL,
+            batch_sql: J1_SQL,
+            keyed_by: None,
+            reads: 2,
+        },
     ]
 }
 
