@@ -7,6 +7,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use crate::aggregate_rule::StreamingAggregateRule;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
+use crate::lookup_join_rule::LookupJoinRule;
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::stateless_rule::StatelessExchangeRule;
@@ -17,9 +18,11 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
 /// it holds.
 ///
-/// [`StreamingAggregateRule`], [`StreamingOverRule`], [`StatelessExchangeRule`],
-/// [`StreamFilterRule`] and then [`UnboundedInputCheck`] go right before DataFusion's own
-/// `SanityCheckPlan`: windowed and changelog aggregations and window functions over streams
+/// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
+/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`] and then
+/// [`UnboundedInputCheck`] go right before DataFusion's own `SanityCheckPlan`: a stream
+/// joined to a table probes the table, joins of two streams bounded in event time become
+/// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, the remaining round-robin repartitions of streams become
 /// Freshet's exchange, filters over streams pass each batch on at once,
 /// and a query an endless stream still cannot answer fails with Freshet's explanation of
@@ -39,6 +42,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
     rules.insert(sanity_check, Arc::new(StreamingJoinRule));
+    rules.insert(sanity_check, Arc::new(LookupJoinRule));
     let config = builder
         .config()
         .get_or_insert_with(Default::default)

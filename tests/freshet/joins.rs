@@ -179,7 +179,8 @@ async fn joins_freshet_cannot_bound_are_refused_with_advice() {
 }
 
 /// A lookup of a stream into a bounded table is DataFusion's hash join with the table as
-/// its build side: every stream probes the one table.
+/// its build side, whichever side the query names first: every stream probes the one table,
+/// and no record of the stream is kept.
 #[tokio::test]
 async fn a_stream_looks_up_a_bounded_table() {
     let ctx = StreamingContext::with_partitions(2);
@@ -193,17 +194,31 @@ async fn a_stream_looks_up_a_bounded_table() {
         .sql("CREATE TABLE symbols AS VALUES ('SYM1', 'one'), ('SYM2', 'two')")
         .await
         .unwrap();
-    let cells = crate::support::result_cells(
-        &ctx,
-        "SELECT s.column2 AS name, COUNT(*) AS n FROM market_data m \
-         JOIN symbols s ON m.symbol = s.column1 GROUP BY s.column2 ORDER BY name",
-    )
-    .await;
-    assert_eq!(
-        cells,
-        vec![
-            vec!["one".to_string(), "1000".into()],
-            vec!["two".into(), "1000".into()]
-        ]
-    );
+    for (sql, expected) in [
+        (
+            "SELECT s.column2 AS name, COUNT(*) AS n FROM market_data m \
+             JOIN symbols s ON m.symbol = s.column1 GROUP BY s.column2 ORDER BY name",
+            vec![
+                vec!["one".to_string(), "1000".into()],
+                vec!["two".into(), "1000".into()],
+            ],
+        ),
+        (
+            "SELECT s.column2 AS name, COUNT(*) AS n FROM market_data m \
+             LEFT JOIN symbols s ON m.symbol = s.column1 GROUP BY s.column2 ORDER BY name",
+            vec![
+                vec!["one".to_string(), "1000".into()],
+                vec!["two".into(), "1000".into()],
+                vec!["NULL".into(), "8000".into()],
+            ],
+        ),
+    ] {
+        let plan = ctx.sql(sql).await.unwrap().explain();
+        assert!(
+            plan.contains("HashJoinExec: mode=CollectLeft") && plan.contains("MemoryExec"),
+            "the table is the build side: {plan}"
+        );
+        let cells = crate::support::result_cells(&ctx, sql).await;
+        assert_eq!(cells, expected, "{sql}");
+    }
 }

@@ -54,6 +54,8 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::stream::PollNext;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use super::side_state::{Chunk, Position, SideState};
 use crate::exchange::StreamExchangeExec;
@@ -276,8 +278,23 @@ impl ExecutionPlan for IntervalJoinExec {
             self.right_exchange.execute_messages(partition, context)?,
             JoinSide::Right,
         );
-        let messages = futures::stream::select(left, right).boxed();
+        // Read the side whose watermark is behind first: the side ahead waits in its
+        // exchange's channels, so neither side's state grows with the other's lag. A side
+        // with nothing ready never holds the other back.
         let join = JoinStream::try_new(self, partition, reservation)?;
+        let progress = Arc::clone(&join.progress);
+        let messages =
+            futures::stream::select_with_strategy(left, right, move |turn: &mut bool| {
+                let (left, right) = progress.watermarks();
+                *turn = !*turn;
+                match left.cmp(&right) {
+                    std::cmp::Ordering::Less => PollNext::Left,
+                    std::cmp::Ordering::Greater => PollNext::Right,
+                    std::cmp::Ordering::Equal if *turn => PollNext::Left,
+                    std::cmp::Ordering::Equal => PollNext::Right,
+                }
+            })
+            .boxed();
         let outputs = futures::stream::unfold(Some((messages, join)), |running| async move {
             let (mut messages, mut join) = running?;
             loop {
@@ -318,10 +335,35 @@ struct Side {
     emits_unmatched: bool,
 }
 
+/// Both sides' watermarks, read by the choice of which side to read next.
+#[derive(Default)]
+struct Progress {
+    left: AtomicI64,
+    right: AtomicI64,
+}
+
+impl Progress {
+    fn watermarks(&self) -> (i64, i64) {
+        (
+            self.left.load(AtomicOrdering::Relaxed),
+            self.right.load(AtomicOrdering::Relaxed),
+        )
+    }
+
+    fn set(&self, side: JoinSide, watermark: i64) {
+        let slot = match side {
+            JoinSide::Left => &self.left,
+            _ => &self.right,
+        };
+        slot.store(watermark, AtomicOrdering::Relaxed);
+    }
+}
+
 /// The state of one output partition of the join.
 struct JoinStream {
     left: Side,
     right: Side,
+    progress: Arc<Progress>,
     common: Common,
     reservation: MemoryReservation,
 }
@@ -390,6 +432,10 @@ impl JoinStream {
                 spec.on.iter().map(|(_, r)| Arc::clone(r)).collect(),
                 spec.bound.right_time,
             ),
+            progress: Arc::new(Progress {
+                left: AtomicI64::new(i64::MIN),
+                right: AtomicI64::new(i64::MIN),
+            }),
             common: Common {
                 bound: spec.bound,
                 allowed_lateness: spec.allowed_lateness,
@@ -594,6 +640,7 @@ impl JoinStream {
             return Ok(None);
         }
         side.watermark = watermark;
+        self.progress.set(which, watermark);
         let freed_through = self.common.freed_through(other_side, watermark);
         let (other, _, _) = self.sides(other_side);
         let mut outputs = Vec::new();
