@@ -493,8 +493,10 @@ impl JoinStream {
         let mut late = 0;
         let mut matchable = Vec::with_capacity(rows);
         let mut unmatchable = Vec::new();
+        let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
+        let time_nulls = times.null_count() > 0;
         for row in 0..rows {
-            if times.is_null(row) || keys.iter().any(|k| k.is_null(row)) {
+            if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
                 unmatchable.push(row as u32);
             } else if times.value(row) < own_limit {
                 late += 1;
@@ -590,10 +592,14 @@ impl JoinStream {
             let chunk_times = take(&times, &rows, None)?
                 .as_primitive::<Int64Type>()
                 .clone();
-            let chunk_keys: Vec<ArrayRef> = keys
-                .iter()
-                .map(|k| take(k.as_ref(), &rows, None))
-                .collect::<std::result::Result<_, _>>()?;
+            // The kept rows' keys, copied from the batch's encoded keys, not encoded again.
+            let chunk_keys = key_rows.as_ref().map(|encoded| {
+                let mut kept = common.converter.empty_rows(rows.len(), 0);
+                for &row in rows.values() {
+                    kept.push(encoded.row(row as usize));
+                }
+                kept
+            });
             let chunk_hashes: Vec<u64> =
                 rows.values().iter().map(|&r| hashes[r as usize]).collect();
             let matched = side.emits_unmatched.then(|| {
@@ -610,10 +616,7 @@ impl JoinStream {
             let chunk = Chunk {
                 batch: chunk_batch,
                 times: chunk_times,
-                keys: match chunk_keys.is_empty() {
-                    true => None,
-                    false => Some(common.converter.convert_columns(&chunk_keys)?),
-                },
+                keys: chunk_keys,
                 matched,
                 max_time,
                 min_time,

@@ -48,13 +48,46 @@ struct Entry {
     position: Position,
 }
 
+/// One key's entries in time order; those before `head` are freed.
+#[derive(Default)]
+struct KeyEntries {
+    entries: Vec<Entry>,
+    head: usize,
+}
+
+impl KeyEntries {
+    fn live(&self) -> &[Entry] {
+        &self.entries[self.head..]
+    }
+
+    /// Marks the entries at or before `freed_through` freed; how many.
+    fn free_through(&mut self, freed_through: i64) -> usize {
+        let live = self.live();
+        if live.first().is_none_or(|e| e.time > freed_through) {
+            return 0;
+        }
+        let freed = live.partition_point(|e| e.time <= freed_through);
+        self.head += freed;
+        // Moves the live entries down once the freed ones are as many.
+        if self.head * 2 >= self.entries.len() {
+            self.compact();
+        }
+        freed
+    }
+
+    fn compact(&mut self) {
+        self.entries.drain(..self.head);
+        self.head = 0;
+    }
+}
+
 /// See the module documentation.
 pub(super) struct SideState {
     /// Chunk `first + i` is `chunks[i]`; `None` once freed.
     chunks: VecDeque<Option<Chunk>>,
     first: u64,
     /// Per key hash, the entries in event-time order.
-    index: HashMap<u64, VecDeque<Entry>>,
+    index: HashMap<u64, KeyEntries>,
     /// Rows at or before this event time are freed.
     freed_through: i64,
     /// Index entries, live or not; rows held by live chunks.
@@ -82,7 +115,7 @@ impl SideState {
     pub fn insert(&mut self, chunk: Chunk, hashes: &[u64]) {
         let sequence = self.first + self.chunks.len() as u64;
         for (row, (&hash, &time)) in hashes.iter().zip(chunk.times.values()).enumerate() {
-            let entries = self.index.entry(hash).or_default();
+            let entries = &mut self.index.entry(hash).or_default().entries;
             let entry = Entry {
                 time,
                 position: Position {
@@ -105,21 +138,15 @@ impl SideState {
     /// with an event time in `[from, to]`; first cuts the freed rows' entries from the front
     /// of the key's.
     pub fn probe(&mut self, hash: u64, from: i64, to: i64, out: &mut Vec<Position>) {
-        let Some(entries) = self.index.get_mut(&hash) else {
+        let Some(key) = self.index.get_mut(&hash) else {
             return;
         };
-        if entries
-            .front()
-            .is_some_and(|e| e.time <= self.freed_through)
-        {
-            let freed = entries.partition_point(|e| e.time <= self.freed_through);
-            entries.drain(..freed);
-            self.entries -= freed;
-        }
+        self.entries -= key.free_through(self.freed_through);
+        let entries = key.live();
         let start = entries.partition_point(|e| e.time < from);
         out.extend(
-            entries
-                .range(start..)
+            entries[start..]
+                .iter()
                 .take_while(|e| e.time <= to)
                 .map(|e| e.position),
         );
@@ -168,12 +195,12 @@ impl SideState {
     /// Drops the entries of freed rows from every key.
     fn sweep_index(&mut self) {
         let freed_through = self.freed_through;
-        self.index.retain(|_, entries| {
-            let freed = entries.partition_point(|e| e.time <= freed_through);
-            entries.drain(..freed);
-            !entries.is_empty()
+        self.index.retain(|_, key| {
+            key.free_through(freed_through);
+            key.compact();
+            !key.live().is_empty()
         });
-        self.entries = self.index.values().map(VecDeque::len).sum();
+        self.entries = self.index.values().map(|key| key.live().len()).sum();
     }
 
     /// Bytes held (batches and keys; the index is counted by entry).

@@ -81,6 +81,9 @@ pub enum Outcome {
     Mismatch(String),
     /// An error that is not a documented refusal.
     Error(String),
+    /// DataFusion batch failed with an internal error of its own on the batch SQL: there is
+    /// no answer to compare with (reported, not a failure of Freshet).
+    OracleFailed(String),
 }
 
 impl Outcome {
@@ -169,6 +172,9 @@ impl FuzzCase {
         let batch_sql = self.query.batch_sql();
         let expected = match self.batch(&path, &batch_sql).await {
             Ok(batches) => batches,
+            Err(e) if e.to_string().contains("Internal error") => {
+                return Outcome::OracleFailed(format!("{e}\n{batch_sql}"));
+            }
             Err(e) => return Outcome::Error(format!("the batch oracle failed: {e}\n{batch_sql}")),
         };
         let running = match self.query.running_sql() {
@@ -448,6 +454,8 @@ pub struct FuzzSummary {
     pub cases: usize,
     pub matches: usize,
     pub refused: usize,
+    /// Cases whose batch oracle failed with an internal error of DataFusion's.
+    pub oracle_failed: usize,
     pub mismatches: usize,
     pub errors: usize,
     /// Each failure's shrunk reproduction and what went wrong.
@@ -460,7 +468,15 @@ impl fmt::Display for FuzzSummary {
             f,
             "fuzz: {} cases, {} matches, {} documented refusals, {} mismatches, {} errors",
             self.cases, self.matches, self.refused, self.mismatches, self.errors
-        )
+        )?;
+        if self.oracle_failed > 0 {
+            write!(
+                f,
+                " ({} cases DataFusion batch could not answer: internal errors of its own)",
+                self.oracle_failed
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -482,6 +498,13 @@ pub async fn fuzz(
             Outcome::Refused(_) => summary.refused += 1,
             Outcome::Mismatch(_) => summary.mismatches += 1,
             Outcome::Error(_) => summary.errors += 1,
+            Outcome::OracleFailed(message) => {
+                summary.oracle_failed += 1;
+                report(&format!(
+                    "{}\n  => DataFusion batch failed: {message}",
+                    case.reproduction()
+                ));
+            }
         }
         if outcome.is_failure() {
             let (small, small_outcome) = case.shrink(outcome, shrink_budget).await;
