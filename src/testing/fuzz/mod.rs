@@ -10,7 +10,8 @@
 //! - A changelog (EMIT CHANGES) must end in the batch result: its last row per key (keys and
 //!   window start), deletions removed. A per-record changelog read from one source partition
 //!   must also be, row for row, the batch's running aggregates in stored order.
-//! - Every record is accounted for: the query's `records_in` is the table's row count.
+//! - Every record is accounted for: the query's `records_in` is the table's row count (twice
+//!   it for a self-join).
 //!
 //! A refusal is a failure unless its message is one of the documented refusals
 //! ([`DOCUMENTED_REFUSALS`]). A failing case is shrunk: rows and query parts are removed while

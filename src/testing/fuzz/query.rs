@@ -5,7 +5,10 @@
 //! Forms: a stateless filter and projection; an aggregation without a window (final at the
 //! end of input, or a changelog); a windowed aggregation (tumbling, hopping or session, in
 //! each accepted syntax, EMIT FINAL or EMIT CHANGES per record or per batch, window bounds in
-//! expressions, HAVING, DISTINCT and FILTER); window functions (OVER) with ROWS frames.
+//! expressions, HAVING, DISTINCT and FILTER); window functions (OVER) with ROWS frames; a
+//! self-join of `t` (INNER, LEFT, RIGHT or FULL) on no key, `k`, `g` or both and a bound on
+//! the two sides' event times in each accepted spelling, with or without another ON
+//! condition and a WHERE.
 //!
 //! Batch equivalents: a window becomes a per-row `window_start` column of a CTE (`date_bin`
 //! for tumbling windows, one shifted copy of the rows per window a row is in for hopping
@@ -13,6 +16,7 @@
 //! per-record rows are the batch's running aggregates (`OVER (… ORDER BY id ROWS UNBOUNDED
 //! PRECEDING)`: stored order is arrival order from one source partition). Window functions
 //! order ties by `id`, the stored order, which is the arrival order Freshet promises for ties.
+//! A join is the same SQL on both sides.
 
 use super::data::{FuzzData, TimeType};
 use crate::testing::TestRng;
