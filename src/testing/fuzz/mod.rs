@@ -63,6 +63,8 @@ const STREAMING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20
 pub struct FuzzCase {
     pub seed: u64,
     pub data: FuzzData,
+    /// The join's other table `u` (in-memory batches), when it is not `t` itself.
+    pub other: Option<FuzzData>,
     pub query: FuzzQuery,
     /// Stream counts Freshet runs the query at.
     pub streams: Vec<usize>,
@@ -130,9 +132,23 @@ impl FuzzCase {
             data.separate_ties();
         }
         let declared_key = if rng.chance(0.1) { "g" } else { "k" }.to_string();
+        // Half the joins join `t` with a table of their own: other keys, times and sizes
+        // (an empty side among them).
+        let mut query = query;
+        let other = match &mut query.form {
+            Form::Join { other_table, .. } if rng.chance(0.5) => {
+                *other_table = true;
+                let mut other = FuzzData::random(&mut rng, true);
+                other.time_type = data.time_type;
+                other.storage = Storage::Batches(1 + rng.below(20) as usize);
+                Some(other)
+            }
+            _ => None,
+        };
         Self {
             seed,
             data,
+            other,
             query,
             streams: vec![1, 2, 4],
             source_partitions,
@@ -204,7 +220,8 @@ impl FuzzCase {
                 }
             };
             let reads = self.query.reads_of_table();
-            if records_in.is_some_and(|n| n != reads * self.data.rows.len()) {
+            let other_rows = self.other.as_ref().map_or(0, |other| other.rows.len());
+            if records_in.is_some_and(|n| n != reads * self.data.rows.len() + other_rows) {
                 return Outcome::Mismatch(format!(
                     "at {streams} streams: {} records in, the table has {} (read {reads} times)",
                     records_in.unwrap_or(0),
@@ -275,6 +292,10 @@ impl FuzzCase {
                     .await?
             }
         }
+        if let Some(other) = &self.other {
+            let table = MemTable::try_new(other.schema(), vec![other.batches()?])?;
+            ctx.register_table("u", Arc::new(table))?;
+        }
         ctx.sql(sql).await?.collect().await
     }
 
@@ -304,6 +325,16 @@ impl FuzzCase {
                 ctx.register_files("t", &path.to_string_lossy(), None, options)
                     .await?
             }
+        }
+        if let Some(other) = &self.other {
+            let options = StreamOptions {
+                event_time: Some("ts".to_string()),
+                out_of_orderness: std::time::Duration::from_millis(other.disorder_ms as u64),
+                partitions: Some(self.source_partitions.unwrap_or(streams)),
+                bounded: Some(true),
+                ..StreamOptions::default()
+            };
+            ctx.register_batches("u", other.schema(), other.batches()?, options)?;
         }
         let query = ctx.sql(&self.query.streaming_sql()).await?;
         let batches: Vec<RecordBatch> = match query.execute_merged()?.try_collect().await {
@@ -338,7 +369,17 @@ impl FuzzCase {
             storage = self.data.storage,
             rows = self.data.describe_rows(),
             batch = self.query.batch_sql(),
-        )
+        ) + &self
+            .other
+            .as_ref()
+            .map(|other| {
+                format!(
+                    "\n  table u (watermark {} ms) rows: {}",
+                    other.disorder_ms,
+                    other.describe_rows()
+                )
+            })
+            .unwrap_or_default()
     }
 
     /// Smaller cases that might fail the same way: fewer rows, simpler queries, fewer

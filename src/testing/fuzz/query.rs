@@ -58,13 +58,16 @@ pub enum Form {
         emit: Emit,
     },
     Over,
-    /// A self-join of `t` (as `a` and `b`) on keys and an event-time bound.
+    /// A join of `t` (as `a`) with itself or with `u` (as `b`) on keys and an event-time
+    /// bound.
     Join {
         kind: JoinKind,
         /// `b.ts - a.ts` lies in `[lower_ms, upper_ms]`.
         lower_ms: i64,
         upper_ms: i64,
         spelling: BoundSpelling,
+        /// Whether the right side is the table `u` rather than `t` again.
+        other_table: bool,
     },
 }
 
@@ -429,6 +432,7 @@ impl FuzzQuery {
                 lower_ms,
                 upper_ms,
                 spelling,
+                other_table: false,
             },
             data,
         );
@@ -660,7 +664,9 @@ impl FuzzQuery {
     /// How many times the query reads `t` (a self-join reads it twice).
     pub fn reads_of_table(&self) -> usize {
         match self.form {
-            Form::Join { .. } => 2,
+            Form::Join {
+                other_table: false, ..
+            } => 2,
             _ => 1,
         }
     }

@@ -68,13 +68,14 @@ impl FuzzQuery {
         }
     }
 
-    /// A self-join of `t`, the same SQL for Freshet and for batch.
+    /// A join of `t` with itself or with `u`, the same SQL for Freshet and for batch.
     fn join_block(&self) -> Option<String> {
         let Form::Join {
             kind,
             lower_ms,
             upper_ms,
             spelling,
+            other_table,
         } = self.form
         else {
             return None;
@@ -111,8 +112,9 @@ impl FuzzQuery {
             on.push(extra.clone());
         }
         Some(format!(
-            "SELECT {select} FROM t a {} t b ON {}{}",
+            "SELECT {select} FROM t a {} {} b ON {}{}",
             kind.sql(),
+            if other_table { "u" } else { "t" },
             on.join(" AND "),
             self.where_clause()
         ))
