@@ -5,6 +5,7 @@ use std::sync::Arc;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::aggregate_rule::StreamingAggregateRule;
+use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
 use crate::lookup_join_rule::LookupJoinRule;
@@ -19,14 +20,15 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// it holds.
 ///
 /// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
-/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`] and then
-/// [`UnboundedInputCheck`] go right before DataFusion's own `SanityCheckPlan`: a stream
+/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
+/// [`UnboundedInputCheck`] and then [`DistributionRepair`] go right before DataFusion's own
+/// `SanityCheckPlan`: a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, the remaining round-robin repartitions of streams become
 /// Freshet's exchange, filters over streams pass each batch on at once,
-/// and a query an endless stream still cannot answer fails with Freshet's explanation of
-/// what to change. The window functions and the `freshet.*` session options are added too,
+/// a query an endless stream still cannot answer fails with Freshet's explanation of
+/// what to change, and DataFusion's operators above Freshet's get the partitioning they need. The window functions and the `freshet.*` session options are added too,
 /// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
 /// ([`crate::stream_distinct`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
@@ -36,6 +38,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
+    rules.insert(sanity_check, Arc::new(DistributionRepair));
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));

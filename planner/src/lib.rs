@@ -8,6 +8,7 @@
 mod aggregate_rule;
 mod context;
 mod dialect;
+mod distribution_repair;
 mod execution_errors;
 mod functions;
 mod install;
@@ -27,6 +28,7 @@ mod unbounded_check;
 pub use aggregate_rule::StreamingAggregateRule;
 pub use context::StreamingContext;
 pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite, rewrite_with};
+pub use distribution_repair::DistributionRepair;
 pub use functions::window_functions;
 pub use install::install;
 pub use join_rule::StreamingJoinRule;

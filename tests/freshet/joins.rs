@@ -222,3 +222,52 @@ async fn a_stream_looks_up_a_bounded_table() {
         assert_eq!(cells, expected, "{sql}");
     }
 }
+
+/// Two windowed aggregations of bounded replays joined on their keys and windows (a window
+/// join) run as DataFusion's hash join over Freshet's aggregations, which are repartitioned
+/// on the join keys for it.
+#[tokio::test]
+async fn a_window_join_of_bounded_replays_equals_batch() {
+    let windowed = |table: &str| {
+        format!(
+            "SELECT symbol, window_start, COUNT(*) AS n FROM {table} \
+             GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)"
+        )
+    };
+    let batch = |table: &str| {
+        format!(
+            "SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, \
+             COUNT(*) AS n FROM {table} GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)"
+        )
+    };
+    let join = |left: String, right: String| {
+        format!(
+            "SELECT x.symbol, x.window_start, x.n, y.n AS other FROM ({left}) x \
+             JOIN ({right}) y ON x.symbol = y.symbol AND x.window_start = y.window_start"
+        )
+    };
+    Differential::new(
+        &join(windowed("bids"), windowed("asks")),
+        &join(batch("bids"), batch("asks")),
+    )
+    .table(market_data(
+        "bids",
+        3_000,
+        1_700_000_000_000,
+        1_000,
+        7,
+        4_000,
+    ))
+    .table(market_data(
+        "asks",
+        2_000,
+        1_700_000_000_500,
+        1_500,
+        5,
+        2_500,
+    ))
+    .with_plan_text("WindowAggregateExec")
+    .run()
+    .await
+    .unwrap();
+}
