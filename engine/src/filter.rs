@@ -6,7 +6,7 @@
 //! passing rows on at once, as one batch per input batch, empty ones included: an operator
 //! downstream (the exchange) then learns that the source moved on even when no row passed,
 //! and can advance its watermark from the source's progress (see
-//! [`crate::source::SourceProgress`]).
+//! [`crate::progress::PartitionProgress`]).
 
 use std::fmt;
 use std::sync::Arc;

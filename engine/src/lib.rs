@@ -18,6 +18,7 @@ mod operator_metrics;
 pub mod options;
 pub mod over;
 mod plan_util;
+pub mod progress;
 pub mod sink;
 pub mod source;
 pub mod watermark;
@@ -27,8 +28,9 @@ pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
 pub use filter::StreamFilterExec;
 pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
+pub use progress::PartitionProgress;
 pub use source::{
-    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource, SourceProgress,
+    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource,
     StreamSourceExec, StreamTable, open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};

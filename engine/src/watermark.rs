@@ -9,11 +9,18 @@
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, make_array};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::common::Result;
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+
+use crate::window::duration_in_unit;
 
 /// A batch or a watermark, in stream order: after `Watermark(w)`, no record with an event
 /// time below `w` is expected (one that comes anyway is late).
@@ -82,6 +89,41 @@ pub fn event_times(column: &ArrayRef) -> Result<ArrayRef> {
         }
         _ => cast(column, &DataType::Int64)?,
     })
+}
+
+/// `expr`, an event-time column of a projection's output, as a column of the projection's
+/// input plus a constant in the column's unit (`ts`, `window_start + INTERVAL '10' SECOND`,
+/// `ts - 5`), if it is one.
+pub fn time_plus_constant(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> Option<(usize, i64)> {
+    if let Some(column) = expr.downcast_ref::<Column>() {
+        return Some((column.index(), 0));
+    }
+    let binary = expr.downcast_ref::<BinaryExpr>()?;
+    let sign = match binary.op() {
+        Operator::Plus => 1,
+        Operator::Minus => -1,
+        _ => return None,
+    };
+    let constant = |column: usize, literal: &Arc<dyn PhysicalExpr>| -> Option<i64> {
+        let value = literal.downcast_ref::<Literal>()?.value();
+        let time_type = input.fields().get(column)?.data_type();
+        match value {
+            ScalarValue::Int64(Some(v)) => Some(*v),
+            other => duration_in_unit(other, time_type).ok(),
+        }
+    };
+    if let Some((column, offset)) = time_plus_constant(binary.left(), input) {
+        let added = constant(column, binary.right())?.checked_mul(sign)?;
+        return Some((column, offset.checked_add(added)?));
+    }
+    if sign == 1 {
+        let (column, offset) = time_plus_constant(binary.right(), input)?;
+        return Some((
+            column,
+            offset.checked_add(constant(column, binary.left())?)?,
+        ));
+    }
+    None
 }
 
 /// The combined watermark of several inputs: the minimum over the inputs still running. With

@@ -43,6 +43,9 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
+    // Again, for joins of windowed aggregations: their window start has a watermark once
+    // they are Freshet's.
+    rules.insert(sanity_check, Arc::new(StreamingJoinRule));
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
     rules.insert(sanity_check, Arc::new(StreamingJoinRule));
     rules.insert(sanity_check, Arc::new(LookupJoinRule));

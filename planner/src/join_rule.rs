@@ -29,13 +29,13 @@ use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
-use freshet_engine::join::{IntervalJoinExec, IntervalJoinSpec, TimeBound};
+use freshet_engine::join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
-use crate::stream_inputs::{below_exchanges, event_time, reads_stream};
+use crate::stream_inputs::{below_exchanges, event_time, event_time_columns, reads_stream};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -121,10 +121,7 @@ fn interval_join(
     let Some(parts) = JoinParts::of(node) else {
         return Ok(None);
     };
-    if !matches!(
-        parts.join_type,
-        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
-    ) {
+    if !INTERVAL_JOIN_TYPES.contains(&parts.join_type) {
         return Ok(None);
     }
     let left = &unmerged(parts.left)?;
@@ -135,9 +132,13 @@ fn interval_join(
     let time_columns = |plan: &Arc<dyn ExecutionPlan>| -> Vec<usize> {
         let declared = declared_event_times(plan);
         let schema = plan.schema();
-        (0..schema.fields().len())
-            .filter(|&i| declared.contains(schema.field(i).name()))
-            .collect()
+        let mut columns: Vec<usize> = event_time_columns(plan).iter().map(|(c, _)| *c).collect();
+        columns.extend(
+            (0..schema.fields().len()).filter(|&i| declared.contains(schema.field(i).name())),
+        );
+        columns.sort_unstable();
+        columns.dedup();
+        columns
     };
     let Some((bound, filter)) = read_bound(
         &parts.on,

@@ -10,10 +10,14 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::join::IntervalJoinExec;
+use freshet_engine::watermark::time_plus_constant;
 use freshet_engine::window::duration_in_unit;
-use freshet_engine::{EventTime, StreamSourceExec};
+use freshet_engine::{EventTime, StreamExchangeExec, StreamFilterExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
 /// The exchange strategy feeding a keyed operator (`role` names its keys: "GROUP BY" or
@@ -111,12 +115,42 @@ pub(crate) fn event_time(
     };
     // Watermarks come from sources: a join's output is in no bounded disorder of any one
     // event time, so a watermark computed from it would drop rows as late.
-    if input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))? {
+    refuse_time_over_join(input)?;
+    let time_type = time.data_type(&input.schema())?;
+    if !matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
         return plan_err!(
-            "a window, OVER or join over the output of a stream join is not supported yet: the join's output carries no watermark of its own. Window or join each stream before joining, or aggregate the join's output without a window"
+            "a window's time column must be a timestamp or Int64, '{}' is {time_type}",
+            column.name()
         );
     }
-    let time_type = time.data_type(&input.schema())?;
+    let origin = event_time_columns(input)
+        .into_iter()
+        .find(|(c, _)| *c == column.index());
+    match origin {
+        Some((_, TimeOrigin::Window)) => {
+            return Ok(EventTime {
+                column: column.index(),
+                delay: 0,
+                idle_timeout: None,
+            });
+        }
+        Some((
+            _,
+            TimeOrigin::Source {
+                delay,
+                idle_timeout,
+            },
+        )) => {
+            let nanos = delay.as_nanos() as i64;
+            return Ok(EventTime {
+                column: column.index(),
+                delay: duration_in_unit(&ScalarValue::DurationNanosecond(Some(nanos)), &time_type)?,
+                idle_timeout,
+            });
+        }
+        None => {}
+    }
+    // Not traced to its origin: the stream that declares a column of this name.
     let mut delay = None;
     let mut idle_timeout = None;
     input.apply(|node| {
@@ -134,17 +168,101 @@ pub(crate) fn event_time(
         Ok(TreeNodeRecursion::Continue)
     })?;
     let delay = delay.transpose()?.unwrap_or(0);
-    if !matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
-        return plan_err!(
-            "a window's time column must be a timestamp or Int64, '{}' is {time_type}",
-            column.name()
-        );
-    }
     Ok(EventTime {
         column: column.index(),
         delay,
         idle_timeout,
     })
+}
+
+/// Where an event-time column's watermark comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum TimeOrigin {
+    /// A stream's declared event time: out of order by up to the declared delay.
+    Source {
+        delay: std::time::Duration,
+        idle_timeout: Option<std::time::Duration>,
+    },
+    /// The window start of a windowed aggregation that emits final rows (plus a constant:
+    /// `window_end`), whose watermark the aggregation publishes.
+    Window,
+}
+
+/// The columns of `plan`'s output that carry an event time with a watermark: a source's
+/// declared event time and the window start of a windowed aggregation that emits final
+/// rows, passed on by projections (a window start also plus a constant, as `window_end`),
+/// filters and exchanges.
+pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, TimeOrigin)> {
+    if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
+        let options = source.options();
+        let origin = TimeOrigin::Source {
+            delay: options.out_of_orderness,
+            idle_timeout: options.idle_timeout,
+        };
+        return options
+            .event_time
+            .as_deref()
+            .and_then(|name| plan.schema().index_of(name).ok())
+            .map(|column| (column, origin))
+            .into_iter()
+            .collect();
+    }
+    if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
+        return aggregate
+            .progress()
+            .map(|(_, column)| (column, TimeOrigin::Window))
+            .into_iter()
+            .collect();
+    }
+    if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
+        let below = event_time_columns(projection.input());
+        let input_schema = projection.input().schema();
+        return projection
+            .expr()
+            .iter()
+            .enumerate()
+            .filter_map(|(position, e)| {
+                let (column, offset) = time_plus_constant(&e.expr, &input_schema)?;
+                let (_, origin) = below.iter().find(|(c, _)| *c == column)?;
+                // A shifted source time would need the shift in its delay's accounting too.
+                (offset == 0 || *origin == TimeOrigin::Window).then_some((position, *origin))
+            })
+            .collect();
+    }
+    if let Some(filter) = plan.downcast_ref::<FilterExec>() {
+        let below = event_time_columns(filter.input());
+        return match filter.projection() {
+            Some(projection) => projection
+                .iter()
+                .enumerate()
+                .filter_map(|(position, column)| {
+                    let (_, origin) = below.iter().find(|(c, _)| c == column)?;
+                    Some((position, *origin))
+                })
+                .collect(),
+            None => below,
+        };
+    }
+    let passes_columns = plan.downcast_ref::<StreamFilterExec>().is_some()
+        || plan.downcast_ref::<StreamExchangeExec>().is_some()
+        || plan.downcast_ref::<RepartitionExec>().is_some()
+        || plan.downcast_ref::<CoalescePartitionsExec>().is_some();
+    match plan.children().as_slice() {
+        [input] if passes_columns => event_time_columns(input),
+        _ => Vec::new(),
+    }
+}
+
+/// Refuses event time read from `input` when it holds a stream join: a join's output is in
+/// no bounded disorder of any one event time, so a watermark computed from it would drop
+/// rows as late.
+pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    if input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))? {
+        return plan_err!(
+            "a window, OVER or join over the output of a stream join is not supported yet: the join's output carries no watermark of its own. Window or join each stream before joining, or aggregate the join's output without a window"
+        );
+    }
+    Ok(())
 }
 
 /// Whether `plan` reads one of Freshet's streams.

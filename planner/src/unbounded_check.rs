@@ -6,7 +6,8 @@
 //! answer over an unbounded stream. DataFusion's sanity check rejects such plans in its own
 //! words; this rule runs first and says which stream and operator are at fault and how to
 //! rewrite the query. A join that would keep an endless stream's rows without bound (both
-//! sides of a symmetric hash join, or the build side of any other) is refused too.
+//! sides of a symmetric hash join, or the build side of any other) is refused too, and so is
+//! event time read from a stream join's output, which has no watermark yet.
 
 use std::sync::Arc;
 
@@ -17,7 +18,9 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::joins::SymmetricHashJoinExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use freshet_engine::StreamSourceExec;
+use freshet_engine::{StreamExchangeExec, StreamSourceExec};
+
+use crate::stream_inputs::refuse_time_over_join;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -31,6 +34,16 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut failure = None;
         let mut join = None;
+        // Event time over a join's output (a window over a window join, planned before the
+        // join became Freshet's).
+        plan.apply(|node| {
+            if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>()
+                && exchange.event_time().is_some()
+            {
+                refuse_time_over_join(exchange.input())?;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
         plan.apply(|node| {
             if let Some(streams) = unbounded_join_state(node) {
                 join = Some((join_clause(node), streams));

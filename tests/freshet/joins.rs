@@ -69,6 +69,26 @@ async fn every_join_type_equals_batch() {
     }
 }
 
+/// EXISTS and NOT EXISTS with a time bound are semi and anti interval joins: a row goes out
+/// once, at its first match, or, never matched, once the other side's watermark passes its
+/// reach. Both ways round, since DataFusion picks the side it keeps.
+#[tokio::test]
+async fn exists_and_not_exists_are_semi_and_anti_joins() {
+    for (outer, inner) in [("bids", "asks"), ("asks", "bids")] {
+        for exists in ["EXISTS", "NOT EXISTS"] {
+            let sql = format!(
+                "SELECT b.symbol, b.trade_time, b.price FROM {outer} b WHERE {exists} \
+                 (SELECT 1 FROM {inner} a WHERE a.symbol = b.symbol \
+                 AND a.trade_time BETWEEN b.trade_time - INTERVAL '3' SECOND AND b.trade_time)"
+            );
+            two_streams(Differential::same_sql(&sql))
+                .run()
+                .await
+                .unwrap_or_else(|e| panic!("{exists}: {e}"));
+        }
+    }
+}
+
 #[tokio::test]
 async fn every_spelling_of_the_bound_equals_batch() {
     for bound in [
@@ -266,8 +286,108 @@ async fn a_window_join_of_bounded_replays_equals_batch() {
         5,
         2_500,
     ))
-    .with_plan_text("WindowAggregateExec")
+    .with_plan_text("IntervalJoinExec")
     .run()
     .await
     .unwrap();
+}
+
+/// Each record joined with the largest price of its 10-second window (the Nexmark q7 form):
+/// the windowed aggregation's `window_end` has a watermark, so the join is an interval join
+/// between the stream's event time and the window's end.
+#[tokio::test]
+async fn a_windowed_aggregate_joined_back_to_its_stream_equals_batch() {
+    let sql = |window_end: &str, group_by: &str| {
+        format!(
+            "SELECT b.symbol, b.price, b.trade_time, w.window_end FROM bids b \
+             JOIN (SELECT symbol, MAX(price) AS top, {window_end} AS window_end FROM bids {group_by}) w \
+             ON b.symbol = w.symbol AND b.price = w.top \
+             AND b.trade_time BETWEEN w.window_end - INTERVAL '10' SECOND AND w.window_end"
+        )
+    };
+    Differential::new(
+        &sql(
+            "window_end",
+            "GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)",
+        ),
+        &sql(
+            "date_bin(INTERVAL '10 seconds', trade_time) + INTERVAL '10 seconds'",
+            "GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)",
+        ),
+    )
+    .table(market_data(
+        "bids",
+        3_000,
+        1_700_000_000_000,
+        1_000,
+        7,
+        4_000,
+    ))
+    .with_plan_text("IntervalJoinExec")
+    .run()
+    .await
+    .unwrap();
+}
+
+/// Over endless streams a window join answers window by window: each windowed aggregation
+/// publishes how far its windows have closed, so the join's watermarks move with them and
+/// its state stays small.
+#[tokio::test]
+async fn a_window_join_of_endless_streams_answers_as_windows_close() {
+    let ctx = endless_two_streams();
+    let query = ctx
+        .sql(
+            "SELECT x.symbol, x.window_start, x.n, y.n AS other \
+             FROM (SELECT symbol, window_start, COUNT(*) AS n FROM bids \
+                   GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) x \
+             JOIN (SELECT symbol, window_start, COUNT(*) AS n FROM asks \
+                   GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) y \
+             ON x.symbol = y.symbol AND x.window_start = y.window_start",
+        )
+        .await
+        .unwrap();
+    let plan = query.explain();
+    assert!(plan.contains("IntervalJoinExec"), "{plan}");
+    let mut stream = query.execute_merged().unwrap();
+    let mut rows = 0;
+    while rows < 20_000 {
+        let batch = stream.next().await.expect("an endless join").unwrap();
+        rows += batch.num_rows();
+    }
+    let state = query.metric_total("state_bytes");
+    assert!(state < 64 << 20, "join state grew to {state} bytes");
+}
+
+/// `bids` and `asks`, endless generated streams with event time `trade_time`, at two streams.
+fn endless_two_streams() -> StreamingContext {
+    let ctx = StreamingContext::with_partitions(2);
+    for (name, seed) in [("bids", 1), ("asks", 2)] {
+        let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, None);
+        spec.seed = seed;
+        spec.symbols = 50;
+        let options = StreamOptions {
+            event_time: Some("trade_time".to_string()),
+            ..StreamOptions::default()
+        };
+        ctx.register_generator(name, spec, options).unwrap();
+    }
+    ctx
+}
+
+/// A window over a window join's output would read a watermark the join does not have.
+#[tokio::test]
+async fn a_window_over_a_window_join_is_refused() {
+    let ctx = endless_two_streams();
+    let error = planning_error(
+        &ctx,
+        "SELECT COUNT(*) AS n FROM \
+         (SELECT symbol, window_start, COUNT(*) AS n FROM bids \
+          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) x \
+         JOIN (SELECT symbol, window_start, COUNT(*) AS n FROM asks \
+          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) y \
+         ON x.symbol = y.symbol AND x.window_start = y.window_start \
+         WINDOW TUMBLING (x.window_start, INTERVAL '1' MINUTE)",
+    )
+    .await;
+    assert!(error.contains("not supported yet"), "{error}");
 }

@@ -20,6 +20,14 @@
 //! The output has the schema of DataFusion's single-phase `AggregateExec` for the same
 //! GROUP BY: the group columns in order (the window key holding the window start), then the
 //! aggregates.
+//!
+//! Under EMIT FINAL over tumbling or hopping windows the output has an event time of its
+//! own, the window start: windows close in event-time order, so once the watermark `w`
+//! closed every window starting at or before `w - size - allowed_lateness`, no later row
+//! starts there. Each output partition records that point as its [`PartitionProgress`] (and
+//! passes on an empty batch when only it moved), so an exchange above computes watermarks
+//! on the window start — a join of two windowed aggregations, or a window over one — even
+//! while no window closes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -44,9 +52,13 @@ use super::partial::PartialAggregate;
 use super::spec::{AggregateEmit, AggregateSpec, WindowKey, with_nullable_aggregates};
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
-use crate::message_loop::drive;
+use crate::message_loop::{MessageHandler, drive};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+use crate::progress::PartitionProgress;
 use crate::window::duration_text;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::StreamExt;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -64,6 +76,9 @@ pub struct WindowAggregateExec {
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     late_records: LateRecords,
+    /// Under EMIT FINAL over tumbling or hopping windows: per output partition, the
+    /// smallest window start it may still emit.
+    progress: Option<Arc<PartitionProgress>>,
 }
 
 impl WindowAggregateExec {
@@ -111,6 +126,12 @@ impl WindowAggregateExec {
         let late_records = partial
             .as_ref()
             .map_or_else(LateRecords::default, |p| p.late_records().clone());
+        let progress = (spec.emit == AggregateEmit::Final
+            && spec.window.as_ref().is_some_and(|w| !w.is_session()))
+        .then(|| {
+            let partitions = properties.output_partitioning().partition_count();
+            Arc::new(PartitionProgress::new(partitions))
+        });
         Ok(Self {
             input,
             exchange,
@@ -120,6 +141,7 @@ impl WindowAggregateExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records,
+            progress,
         })
     }
 
@@ -158,6 +180,52 @@ impl WindowAggregateExec {
     /// The exchange this operator reads.
     pub fn exchange(&self) -> &Arc<StreamExchangeExec> {
         &self.exchange
+    }
+
+    /// When the output has an event time (EMIT FINAL over tumbling or hopping windows): the
+    /// smallest window start each output partition may still emit, and the output column
+    /// that holds the window start.
+    pub fn progress(&self) -> Option<(&Arc<PartitionProgress>, usize)> {
+        let window = self.spec.window.as_ref()?;
+        Some((self.progress.as_ref()?, window.position))
+    }
+}
+
+/// Records, after each watermark, the smallest window start `inner` may still emit, and
+/// hands out an empty batch when only that moved: the exchange above reads the progress
+/// when a batch reaches it.
+struct ReportProgress<H> {
+    inner: H,
+    progress: Arc<PartitionProgress>,
+    partition: usize,
+    window: WindowKey,
+    allowed_lateness: i64,
+    schema: SchemaRef,
+    recorded: i64,
+}
+
+impl<H: MessageHandler> MessageHandler for ReportProgress<H> {
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.inner.on_batch(batch)
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        let output = self.inner.on_watermark(watermark)?;
+        let next_start = match watermark {
+            i64::MAX => i64::MAX,
+            _ => self
+                .window
+                .closed_through(self.allowed_lateness, watermark)
+                .saturating_add(1),
+        };
+        if next_start <= self.recorded {
+            return Ok(output);
+        }
+        self.recorded = next_start;
+        self.progress.record(self.partition, next_start);
+        Ok(Some(output.unwrap_or_else(|| {
+            RecordBatch::new_empty(Arc::clone(&self.schema))
+        })))
     }
 }
 
@@ -300,7 +368,22 @@ impl ExecutionPlan for WindowAggregateExec {
             reservation,
         })?;
         let schema = Arc::clone(&self.spec.schema);
-        let outputs = drive(messages, mode);
+        let outputs = match (&self.progress, &self.spec.window) {
+            (Some(progress), Some(window)) => drive(
+                messages,
+                ReportProgress {
+                    inner: mode,
+                    progress: Arc::clone(progress),
+                    partition,
+                    window: window.clone(),
+                    allowed_lateness: self.spec.allowed_lateness,
+                    schema: Arc::clone(&schema),
+                    recorded: i64::MIN,
+                },
+            )
+            .boxed(),
+            _ => drive(messages, mode).boxed(),
+        };
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, outputs)))
     }
 

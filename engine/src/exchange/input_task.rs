@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::input_step::{InputStepState, StepOutput};
 use super::ordered_merge::{MergeKeys, Routed, RoutedMessage};
-use crate::source::SourceProgress;
+use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, WatermarkTracker};
 
 /// The combined watermark, the last one sent, and how far in event time an input may run
@@ -53,9 +53,10 @@ pub(super) struct InputTask {
     pub watermark_senders: Vec<mpsc::Sender<RoutedMessage>>,
     /// When the outputs merge their inputs: the keys of this input's rows.
     pub merge_keys: Option<MergeKeys>,
-    /// The source's progress before any filter, which moves the watermark also when no row
-    /// passes.
-    pub source_progress: Option<Arc<SourceProgress>>,
+    /// The progress of the operator below (a source before any filter, a window
+    /// aggregation), plus the constant between it and the event-time column: it moves the
+    /// watermark also when no row arrives (see [`PartitionProgress`]).
+    pub input_progress: Option<(Arc<PartitionProgress>, i64)>,
     pub watermarks: Arc<Mutex<Progress>>,
     /// Woken whenever the combined watermark rises or an input ends.
     pub advanced: Arc<Notify>,
@@ -130,11 +131,10 @@ impl InputTask {
                 },
                 None => (None, 0),
             };
-            let source_newest = self
-                .source_progress
-                .as_ref()
-                .and_then(|progress| progress.newest(self.input));
-            let newest = newest.max(source_newest);
+            let progress_newest = self.input_progress.as_ref().and_then(|(progress, offset)| {
+                Some(progress.newest(self.input)?.saturating_add(*offset))
+            });
+            let newest = newest.max(progress_newest);
             let (pieces, turn) = match &mut self.step {
                 None => (self.router.route(batch)?, None),
                 Some(step) => {

@@ -56,10 +56,12 @@ use futures::{StreamExt, future};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
+use crate::aggregate::WindowAggregateExec;
 use crate::filter::StreamFilterExec;
 use crate::plan_util::single_child;
-use crate::source::{SourceProgress, StreamSourceExec};
-use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
+use crate::progress::PartitionProgress;
+use crate::source::StreamSourceExec;
+use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, time_plus_constant};
 
 mod input_step;
 mod input_task;
@@ -253,22 +255,35 @@ impl StreamExchangeExec {
             && self.reads_source_partitions()?)
     }
 
-    /// The progress of the source right below, through filters and projections only (which
-    /// hold no rows back), when the exchange computes watermarks: its partitions are the
-    /// exchange's inputs.
-    fn source_progress(&self, inputs: usize) -> Option<Arc<SourceProgress>> {
-        self.event_time?;
+    /// The progress of the operator right below, through filters and projections only (which
+    /// hold no rows back), when the exchange computes watermarks: a source's when the
+    /// event-time column is the source's, or a window aggregation's when it is the window
+    /// start, with the constant a projection added to it (`window_end` is the start plus the
+    /// size). Its partitions are the exchange's inputs.
+    fn input_progress(&self, inputs: usize) -> Option<(Arc<PartitionProgress>, i64)> {
+        let mut column = self.event_time?.column;
+        let mut offset = 0i64;
         let mut node = &self.input;
         loop {
             if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-                return source
-                    .progress()
-                    .filter(|progress| progress.partitions() == inputs)
-                    .cloned();
+                let (progress, time_column) = source.progress()?;
+                return (time_column == column && progress.partitions() == inputs)
+                    .then(|| (Arc::clone(progress), offset));
+            }
+            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+                let (progress, start_column) = aggregate.progress()?;
+                return (start_column == column && progress.partitions() == inputs)
+                    .then(|| (Arc::clone(progress), offset));
             }
             node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
                 filter.input()
             } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+                let (below, added) = time_plus_constant(
+                    &projection.expr().get(column)?.expr,
+                    &projection.input().schema(),
+                )?;
+                column = below;
+                offset = offset.checked_add(added)?;
                 projection.input()
             } else {
                 return None;
@@ -331,7 +346,7 @@ impl StreamExchangeExec {
         // could hold back the very rows the other waits for. Only independent source
         // partitions are aligned.
         let aligned = self.reads_source_partitions()?;
-        let source_progress = self.source_progress(inputs);
+        let input_progress = self.input_progress(inputs);
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {
             let watermarks = Arc::new(Mutex::new(Progress {
@@ -366,7 +381,7 @@ impl StreamExchangeExec {
                     senders: senders[input].clone(),
                     watermark_senders: domain_senders(input),
                     merge_keys: merged.then(|| MergeKeys::new(self.event_time)),
-                    source_progress: source_progress.clone(),
+                    input_progress: input_progress.clone(),
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,

@@ -20,6 +20,11 @@
 //! Rows without a key or an event time never match and go out (outer side) or are dropped
 //! (inner side) at once.
 //!
+//! A semi join (`IN`, `EXISTS`, or DataFusion's rewrite of a join whose other side only
+//! filters) emits a row of its side, alone, the first time it matches; an anti join (`NOT
+//! EXISTS`) emits a row of its side, alone, when it is freed without having matched — as the
+//! outer side of an outer join does, without the nulls.
+//!
 //! A row older than its own side's watermark minus the allowed lateness is late: its
 //! partners may already be freed, so it is dropped and counted. At the end of one input its
 //! watermark is +infinity: the other side keeps nothing more, and at the end of both every
@@ -84,6 +89,18 @@ impl TimeBound {
     }
 }
 
+/// The join types an interval join runs.
+pub const INTERVAL_JOIN_TYPES: [JoinType; 8] = [
+    JoinType::Inner,
+    JoinType::Left,
+    JoinType::Right,
+    JoinType::Full,
+    JoinType::LeftSemi,
+    JoinType::RightSemi,
+    JoinType::LeftAnti,
+    JoinType::RightAnti,
+];
+
 /// What an interval join is: everything but its inputs.
 #[derive(Debug, Clone)]
 pub struct IntervalJoinSpec {
@@ -116,12 +133,9 @@ impl IntervalJoinExec {
         right: Arc<StreamExchangeExec>,
         spec: IntervalJoinSpec,
     ) -> Result<Self> {
-        if !matches!(
-            spec.join_type,
-            JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
-        ) {
+        if !INTERVAL_JOIN_TYPES.contains(&spec.join_type) {
             return plan_err!(
-                "an interval join supports INNER, LEFT, RIGHT and FULL joins, not {}",
+                "an interval join supports INNER, LEFT, RIGHT, FULL, semi and anti joins, not {}",
                 spec.join_type
             );
         }
@@ -331,8 +345,58 @@ struct Side {
     /// The left side's key types, which this side's keys are cast to.
     key_types: Vec<DataType>,
     time_column: usize,
-    /// Whether rows that never matched go out with nulls (the outer side of the join).
-    emits_unmatched: bool,
+    role: SideRole,
+}
+
+/// What a side's rows become in the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SideRole {
+    /// Pairs only (an inner join, the inner side of an outer join).
+    Paired,
+    /// Pairs, and rows that never matched with nulls for the other side (the outer side).
+    Outer,
+    /// A row alone, the first time it matches (the kept side of a semi join).
+    Semi,
+    /// A row alone, when it is freed without having matched (the kept side of an anti join).
+    Anti,
+    /// Nothing: only filters the other side's rows (the other side of a semi or anti join).
+    Filter,
+}
+
+impl SideRole {
+    fn of(join_type: JoinType, side: JoinSide) -> Self {
+        let left = side == JoinSide::Left;
+        match join_type {
+            JoinType::Inner => Self::Paired,
+            JoinType::Left | JoinType::Right | JoinType::Full
+                if join_type == JoinType::Full || (join_type == JoinType::Left) == left =>
+            {
+                Self::Outer
+            }
+            JoinType::Left | JoinType::Right => Self::Paired,
+            JoinType::LeftSemi | JoinType::RightSemi
+                if (join_type == JoinType::LeftSemi) == left =>
+            {
+                Self::Semi
+            }
+            JoinType::LeftAnti | JoinType::RightAnti
+                if (join_type == JoinType::LeftAnti) == left =>
+            {
+                Self::Anti
+            }
+            _ => Self::Filter,
+        }
+    }
+
+    /// Whether its kept rows remember if they matched.
+    fn tracks_matches(self) -> bool {
+        matches!(self, Self::Outer | Self::Semi | Self::Anti)
+    }
+
+    /// Whether rows that never matched go out when freed.
+    fn emits_unmatched(self) -> bool {
+        matches!(self, Self::Outer | Self::Anti)
+    }
 }
 
 /// Both sides' watermarks, read by the choice of which side to read next.
@@ -416,10 +480,7 @@ impl JoinStream {
             keys,
             key_types: key_types.clone(),
             time_column,
-            emits_unmatched: match which {
-                JoinSide::Left => matches!(spec.join_type, JoinType::Left | JoinType::Full),
-                _ => matches!(spec.join_type, JoinType::Right | JoinType::Full),
-            },
+            role: SideRole::of(spec.join_type, which),
         };
         Ok(Self {
             left: side(
@@ -553,16 +614,36 @@ impl JoinStream {
         for &row in &pairs.probe {
             probe_matched[row as usize] = true;
         }
-        if other.emits_unmatched {
+        if other.role.tracks_matches() {
+            // The kept rows matching for the first time: a semi join's output.
+            let mut first_matches = Vec::new();
             for position in &pairs.kept {
                 if let Some(chunk) = other.state.chunk_mut(position.chunk)
                     && let Some(matched) = chunk.matched.as_mut()
+                    && !matched.get_bit(position.row as usize)
                 {
                     matched.set_bit(position.row as usize, true);
+                    first_matches.push(*position);
                 }
             }
+            if other.role == SideRole::Semi && !first_matches.is_empty() {
+                let rows = gather(&other.state, &first_matches)?;
+                outputs.push(rows.with_schema(Arc::clone(&common.join_schema))?);
+            }
         }
-        if !pairs.probe.is_empty() {
+        if side.role == SideRole::Semi {
+            let matched: Vec<u32> = (0..rows as u32)
+                .filter(|&row| probe_matched[row as usize])
+                .collect();
+            if !matched.is_empty() {
+                let rows = take_record(batch, &UInt32Array::from(matched))?;
+                outputs.push(rows.with_schema(Arc::clone(&common.join_schema))?);
+            }
+        }
+        let emits_pairs = side.role != SideRole::Semi
+            && side.role != SideRole::Anti
+            && side.role != SideRole::Filter;
+        if emits_pairs && !pairs.probe.is_empty() {
             let probe_rows = UInt32Array::from(pairs.probe.clone());
             let probe_columns = take_columns(batch, &probe_rows)?;
             let kept_columns = gather(&other.state, &pairs.kept)?.columns().to_vec();
@@ -602,7 +683,7 @@ impl JoinStream {
             });
             let chunk_hashes: Vec<u64> =
                 rows.values().iter().map(|&r| hashes[r as usize]).collect();
-            let matched = side.emits_unmatched.then(|| {
+            let matched = side.role.tracks_matches().then(|| {
                 let mut matched = BooleanBufferBuilder::new(rows.len());
                 for &r in rows.values() {
                     matched.append(probe_matched[r as usize]);
@@ -623,11 +704,11 @@ impl JoinStream {
             };
             side.state.insert(chunk, &chunk_hashes);
         }
-        if side.emits_unmatched && !unmatched.is_empty() {
+        if side.role.emits_unmatched() && !unmatched.is_empty() {
             unmatched.sort_unstable();
             let rows = UInt32Array::from(unmatched);
             let own = take_record(batch, &rows)?;
-            outputs.push(common.null_padded(which, own)?);
+            outputs.push(common.unmatched(which, side.role, own)?);
         }
         self.account()?;
         self.common.output(outputs)
@@ -647,7 +728,8 @@ impl JoinStream {
         let freed_through = self.common.freed_through(other_side, watermark);
         let (other, _, _) = self.sides(other_side);
         let mut outputs = Vec::new();
-        if other.emits_unmatched {
+        let other_role = other.role;
+        if other_role.emits_unmatched() {
             let mut positions = Vec::new();
             for (sequence, chunk) in other.state.live_chunks() {
                 if chunk.min_time > freed_through {
@@ -675,7 +757,7 @@ impl JoinStream {
         other.state.free_through(freed_through);
         let outputs = outputs
             .into_iter()
-            .map(|rows| self.common.null_padded(other_side, rows))
+            .map(|rows| self.common.unmatched(other_side, other_role, rows))
             .collect::<Result<Vec<_>>>()?;
         self.account()?;
         self.common.output(outputs)
@@ -706,6 +788,15 @@ impl Common {
             .saturating_sub(self.allowed_lateness)
             .saturating_sub(self.bound.reach(side))
             .saturating_sub(1)
+    }
+
+    /// Rows of side `which` (in `role`) that never matched, as output rows: alone in an anti
+    /// join, with nulls for the other side's columns in an outer one.
+    fn unmatched(&self, which: JoinSide, role: SideRole, rows: RecordBatch) -> Result<RecordBatch> {
+        match role {
+            SideRole::Anti => Ok(rows.with_schema(Arc::clone(&self.join_schema))?),
+            _ => self.null_padded(which, rows),
+        }
     }
 
     /// Rows of side `which` with nulls for the other side's columns.

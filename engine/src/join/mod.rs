@@ -4,4 +4,4 @@
 mod interval_join;
 mod side_state;
 
-pub use interval_join::{IntervalJoinExec, IntervalJoinSpec, TimeBound};
+pub use interval_join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};

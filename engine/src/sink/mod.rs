@@ -130,6 +130,10 @@ pub async fn drain(
     let mut summary = SinkSummary::default();
     while let Some(batch) = stream.next().await {
         let batch = batch?;
+        // Operators pass on empty batches as progress; they are nothing to write.
+        if batch.num_rows() == 0 {
+            continue;
+        }
         summary.rows += batch.num_rows() as u64;
         summary.batches += 1;
         writer.write(&batch)?;

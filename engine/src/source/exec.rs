@@ -43,7 +43,7 @@ use crate::plan_util::single_child;
 
 use super::file_split::keep_split;
 use super::key_check::PartitionKeyCheck;
-use super::progress::SourceProgress;
+use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, time_range};
 
 /// Batches a source partition decodes or generates ahead of the query: enough to keep its
@@ -98,7 +98,7 @@ pub struct StreamSourceExec {
     /// The check of a declared key partitioning, when something may rely on it.
     key_check: Option<Arc<PartitionKeyCheck>>,
     /// Each partition's largest event time handed out, and the event-time column.
-    progress: Option<(Arc<SourceProgress>, usize)>,
+    progress: Option<(Arc<PartitionProgress>, usize)>,
     /// Set to stop: every partition then ends as if its data had ended.
     stop: Arc<watch::Sender<bool>>,
 }
@@ -124,7 +124,7 @@ impl StreamSourceExec {
             .and_then(|column| input.schema().index_of(column).ok())
             .map(|column| {
                 let partitions = properties.output_partitioning().partition_count();
-                (Arc::new(SourceProgress::new(partitions)), column)
+                (Arc::new(PartitionProgress::new(partitions)), column)
             });
         Ok(Self {
             input,
@@ -189,10 +189,12 @@ impl StreamSourceExec {
         &self.options
     }
 
-    /// The largest event time each partition has handed out, when the event-time column is
-    /// read.
-    pub fn progress(&self) -> Option<&Arc<SourceProgress>> {
-        self.progress.as_ref().map(|(progress, _)| progress)
+    /// The largest event time each partition has handed out, and the event-time column's
+    /// index, when that column is read.
+    pub fn progress(&self) -> Option<(&Arc<PartitionProgress>, usize)> {
+        self.progress
+            .as_ref()
+            .map(|(progress, column)| (progress, *column))
     }
 
     /// Ends every partition of the stream after the batch it is handing out, as if the data

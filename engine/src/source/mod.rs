@@ -8,12 +8,10 @@ mod file_split;
 mod files;
 mod generator;
 mod key_check;
-mod progress;
 mod table;
 
 pub use exec::StreamSourceExec;
 pub use files::{FileFormatKind, open_file_source};
 pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
 pub use key_check::{PartitionKeyCheck, PartitionKeys};
-pub use progress::SourceProgress;
 pub use table::{ReplaySource, StreamTable};

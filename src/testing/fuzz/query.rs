@@ -78,6 +78,10 @@ pub enum JoinKind {
     Left,
     Right,
     Full,
+    /// `WHERE EXISTS (SELECT 1 FROM … b WHERE <the ON conditions>)`: a semi join.
+    Exists,
+    /// `WHERE NOT EXISTS (…)`: an anti join.
+    NotExists,
 }
 
 impl JoinKind {
@@ -87,7 +91,14 @@ impl JoinKind {
             Self::Left => "LEFT JOIN",
             Self::Right => "RIGHT JOIN",
             Self::Full => "FULL JOIN",
+            Self::Exists => "EXISTS",
+            Self::NotExists => "NOT EXISTS",
         }
+    }
+
+    /// Whether the output has the left side's columns only.
+    pub(super) fn is_subquery(self) -> bool {
+        matches!(self, Self::Exists | Self::NotExists)
     }
 }
 
@@ -412,6 +423,8 @@ impl FuzzQuery {
             JoinKind::Left,
             JoinKind::Right,
             JoinKind::Full,
+            JoinKind::Exists,
+            JoinKind::NotExists,
         ]);
         let (lower_ms, upper_ms) = match rng.below(6) {
             0 => (0, 0),
@@ -448,7 +461,9 @@ impl FuzzQuery {
         }
         // The row ids make every output row tell which pair (or unmatched row) it is.
         query.items.push(plain_item("a.id AS aid"));
-        query.items.push(plain_item("b.id AS bid"));
+        if !kind.is_subquery() {
+            query.items.push(plain_item("b.id AS bid"));
+        }
         let choices = [
             "a.k AS ak",
             "b.k AS bk",
@@ -461,7 +476,9 @@ impl FuzzQuery {
         ];
         for _ in 0..rng.below(3) {
             let text = rng.pick(&choices).to_string();
-            if !query.items.iter().any(|item| item.streaming == text) {
+            // An EXISTS subquery's columns are not in the output.
+            let subquery_column = kind.is_subquery() && text.contains("b.");
+            if !subquery_column && !query.items.iter().any(|item| item.streaming == text) {
                 query.items.push(plain_item(&text));
             }
         }

@@ -111,10 +111,29 @@ impl FuzzQuery {
         if let Some(extra) = &self.having {
             on.push(extra.clone());
         }
+        let other = if other_table { "u" } else { "t" };
+        if kind.is_subquery() {
+            // A condition on `b` belongs in the subquery, one on `a` alone outside it.
+            let mut outside = Vec::new();
+            match &self.filter {
+                Some(filter) if filter.contains("b.") => on.push(filter.clone()),
+                Some(filter) => outside.push(filter.clone()),
+                None => {}
+            }
+            outside.push(format!(
+                "{} (SELECT 1 FROM {other} b WHERE {})",
+                kind.sql(),
+                on.join(" AND ")
+            ));
+            return Some(format!(
+                "SELECT {select} FROM t a WHERE {}",
+                outside.join(" AND ")
+            ));
+        }
         Some(format!(
             "SELECT {select} FROM t a {} {} b ON {}{}",
             kind.sql(),
-            if other_table { "u" } else { "t" },
+            other,
             on.join(" AND "),
             self.where_clause()
         ))
