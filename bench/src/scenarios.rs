@@ -157,10 +157,24 @@ const J1_SQL: &str = "SELECT a.symbol, a.trade_time, a.price, b.price AS prior_p
 FROM market_data a JOIN market_data b ON a.symbol = b.symbol \
 AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' SECOND AND a.trade_time";
 
+const J3_SQL: &str = "SELECT x.symbol, x.window_start, x.trades, y.quantity \
+FROM (SELECT symbol, window_start, COUNT(*) AS trades FROM market_data \
+GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) x \
+JOIN (SELECT symbol, window_start, SUM(quantity) AS quantity FROM market_data \
+GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) y \
+ON x.symbol = y.symbol AND x.window_start = y.window_start";
+
+const J3_BATCH_SQL: &str = "SELECT x.symbol, x.window_start, x.trades, y.quantity \
+FROM (SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, COUNT(*) AS trades \
+FROM market_data GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)) x \
+JOIN (SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, SUM(quantity) AS quantity \
+FROM market_data GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)) y \
+ON x.symbol = y.symbol AND x.window_start = y.window_start";
+
 /// Variants run only when named (`--scenario`): S1's moving AVG and MAX over frames of 10
 /// and of 10 000 rows, to show that a row's cost does not depend on the frame length; J1,
 /// an interval join (DataFusion batch compares every pair of rows of a symbol: run it at a
-/// size DataFusion finishes).
+/// size DataFusion finishes); J3, a window join of two per-symbol 10-second aggregations.
 pub fn variants() -> Vec<Scenario> {
     let frame = |id, description, sql| Scenario {
         id,
@@ -191,6 +205,16 @@ pub fn variants() -> Vec<Scenario> {
             streaming_sql: J1_SQL,
             batch_sql: J1_SQL,
             keyed_by: None,
+            reads: 2,
+        },
+        Scenario {
+            id: "J3",
+            description: "window join of two per-symbol 10-second aggregations of market_data",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: J3_SQL,
+            batch_sql: J3_BATCH_SQL,
+            keyed_by: Some(&["symbol"]),
             reads: 2,
         },
     ]

@@ -20,6 +20,7 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// it holds.
 ///
 /// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
+/// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`UnboundedInputCheck`] and then [`DistributionRepair`] go right before DataFusion's own
 /// `SanityCheckPlan`: a stream

@@ -272,9 +272,15 @@ impl Inputs<'_> {
     /// below the join that computes `time ± constant` into a column of its own (DataFusion
     /// pushes such join-filter terms down).
     fn on_time_column(&self, term: TimeTerm) -> Option<TimeTerm> {
-        if self.is_time(term.side, term.column) {
-            return Some(term);
-        }
+        // Through the projection first: a shifted time column (`window_end - 5 s`) is a time
+        // column too, but every term must end on the same one.
+        self.through_projection(term)
+            .or_else(|| self.is_time(term.side, term.column).then_some(term))
+    }
+
+    /// `term` on the time column a projection right below the join passes on, when the
+    /// projection computes the term's column from it plus a constant.
+    fn through_projection(&self, term: TimeTerm) -> Option<TimeTerm> {
         let projection = self.plan(term.side).downcast_ref::<ProjectionExec>()?;
         let input = projection.input();
         let expr = &projection.expr().get(term.column)?.expr;

@@ -65,3 +65,18 @@ async fn cases_that_once_hung_finish() {
         );
     }
 }
+
+#[tokio::test]
+async fn joins_of_windowed_aggregations_lose_no_window() {
+    // A window created after a later one (disorder, or partial states arriving out of order)
+    // is emitted after it: the aggregation's progress must not pass the older window, nor may
+    // the exchange above take the later window's rows for progress, or the join above drops
+    // the older window as late.
+    for seed in [67, 23_000_624, 23_000_731] {
+        let outcome = FuzzCase::generate(seed).run().await;
+        assert!(
+            matches!(outcome, Outcome::Match),
+            "seed {seed}: {outcome:?}"
+        );
+    }
+}

@@ -191,11 +191,12 @@ impl WindowAggregateExec {
     }
 }
 
-/// Records, after each watermark, the smallest window start `inner` may still emit, and
-/// hands out an empty batch when only that moved: the exchange above reads the progress
-/// when a batch reaches it.
-struct ReportProgress<H> {
-    inner: H,
+/// Records, after each watermark, the smallest window start `inner` may still emit — that of
+/// the oldest window it holds, or the first the watermark has not closed — and hands out an
+/// empty batch when only that moved: the exchange above reads the progress when a batch
+/// reaches it.
+struct ReportProgress {
+    inner: AggregateMode,
     progress: Arc<PartitionProgress>,
     partition: usize,
     window: WindowKey,
@@ -204,19 +205,23 @@ struct ReportProgress<H> {
     recorded: i64,
 }
 
-impl<H: MessageHandler> MessageHandler for ReportProgress<H> {
+impl MessageHandler for ReportProgress {
     fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         self.inner.on_batch(batch)
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         let output = self.inner.on_watermark(watermark)?;
-        let next_start = match watermark {
+        let unclosed = match watermark {
             i64::MAX => i64::MAX,
             _ => self
                 .window
                 .closed_through(self.allowed_lateness, watermark)
                 .saturating_add(1),
+        };
+        let next_start = match self.inner.oldest_held_window() {
+            Some(held) => unclosed.min(held),
+            None => unclosed,
         };
         if next_start <= self.recorded {
             return Ok(output);

@@ -131,10 +131,15 @@ impl InputTask {
                 },
                 None => (None, 0),
             };
-            let progress_newest = self.input_progress.as_ref().and_then(|(progress, offset)| {
-                Some(progress.newest(self.input)?.saturating_add(*offset))
-            });
-            let newest = newest.max(progress_newest);
+            // The operator's progress, where it publishes one, says how far it has got; the
+            // rows alone may say too little (a filter dropped them) or too much (a windowed
+            // aggregation emits a window created late after later ones).
+            let newest = match &self.input_progress {
+                Some((progress, offset)) => progress
+                    .newest(self.input)
+                    .map(|newest| newest.saturating_add(*offset)),
+                None => newest,
+            };
             let (pieces, turn) = match &mut self.step {
                 None => (self.router.route(batch)?, None),
                 Some(step) => {

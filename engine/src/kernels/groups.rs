@@ -311,6 +311,15 @@ impl GroupTable {
         }
     }
 
+    /// With windowed keys: the smallest start among the windows that still hold groups
+    /// (`Some(None)` when none does); `None` for other keys.
+    pub fn oldest_open_window(&self) -> Option<Option<i64>> {
+        match &self.keys {
+            Some(Keys::Windowed(values)) => Some(values.oldest_open_window()),
+            _ => None,
+        }
+    }
+
     /// With windowed keys: the windows opened so far; `None` for other keys.
     pub fn windows_opened(&self) -> Option<usize> {
         match &self.keys {

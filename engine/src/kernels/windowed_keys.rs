@@ -95,6 +95,11 @@ impl WindowedGroupValues {
         (closing, windows)
     }
 
+    /// The smallest start among the windows that still hold groups.
+    pub fn oldest_open_window(&self) -> Option<i64> {
+        self.windows.iter().map(|window| window.start).min()
+    }
+
     /// Windows opened so far.
     pub fn windows_opened(&self) -> usize {
         self.windows_opened

@@ -68,7 +68,22 @@ pub enum Form {
         spelling: BoundSpelling,
         /// Whether the right side is the table `u` rather than `t` again.
         other_table: bool,
+        /// Which sides are windowed aggregations rather than rows.
+        windowed: Windowed,
     },
+}
+
+/// The sides of a join that are tumbling-window aggregations (`k`, `g`, `window_start`,
+/// `window_end`, `COUNT(*) AS n`, `SUM(i) AS s`, `MAX(i) AS top` per key and window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Windowed {
+    /// Rows joined with rows within the time bound.
+    No,
+    /// A window join: both sides windowed, joined on their keys and `window_start`.
+    Both { size_ms: i64 },
+    /// Each row of `a` joined with `b`'s window ending within `size_ms` after it (the
+    /// Nexmark q7 form: `a.ts BETWEEN b.window_end - size AND b.window_end`).
+    Right { size_ms: i64 },
 }
 
 /// The type of a join.
@@ -439,6 +454,17 @@ impl FuzzQuery {
             BoundSpelling::Reversed,
             BoundSpelling::Strict,
         ]);
+        let size_ms = *rng.pick(&[1_000, 2_000, 5_000]);
+        let windowed = match rng.below(10) {
+            0 | 1 => Windowed::Both { size_ms },
+            // `a.ts` against `b.window_end`: both timestamps.
+            2 | 3 if data.time_type == TimeType::Timestamp => Windowed::Right { size_ms },
+            _ => Windowed::No,
+        };
+        let kind = match (windowed, kind.is_subquery()) {
+            (Windowed::No, _) | (_, false) => kind,
+            (_, true) => JoinKind::Inner,
+        };
         let mut query = Self::base(
             Form::Join {
                 kind,
@@ -446,6 +472,7 @@ impl FuzzQuery {
                 upper_ms,
                 spelling,
                 other_table: false,
+                windowed,
             },
             data,
         );
@@ -458,6 +485,45 @@ impl FuzzQuery {
                 query.keys.push(("g".into(), "g".into()));
             }
             _ => query.keys.push(("k".into(), "k".into())),
+        }
+        if windowed != Windowed::No {
+            let items: &[&str] = match windowed {
+                Windowed::Both { .. } => &[
+                    "a.window_start AS aws",
+                    "b.window_start AS bws",
+                    "a.n AS an",
+                    "b.n AS bn",
+                    "b.s AS bs",
+                    "a.k AS ak",
+                    "b.g AS bg",
+                ],
+                _ => &[
+                    "a.id AS aid",
+                    "a.ts AS ats",
+                    "b.window_end AS bwe",
+                    "b.top AS btop",
+                    "b.k AS bk",
+                ],
+            };
+            // Key columns only where the aggregation keeps them.
+            let has_key = |key: &str| query.keys.iter().any(|(k, _)| k == key);
+            let items: Vec<&str> = items
+                .iter()
+                .copied()
+                .filter(|text| {
+                    !(text.contains(".k ") && !has_key("k")
+                        || text.contains(".g ") && !has_key("g"))
+                })
+                .collect();
+            let count = 3 + rng.below(items.len() as u64 - 2) as usize;
+            query.items = items[..count].iter().map(|text| plain_item(text)).collect();
+            if rng.chance(0.3) {
+                query.having = Some(match windowed {
+                    Windowed::Both { .. } => "a.n <> b.n".to_string(),
+                    _ => "a.i = b.top".to_string(),
+                });
+            }
+            return query;
         }
         // The row ids make every output row tell which pair (or unmatched row) it is.
         query.items.push(plain_item("a.id AS aid"));

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::data::TimeType;
+use super::query::Windowed;
 use super::query::{BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
 
 pub(super) fn interval(ms: i64) -> String {
@@ -68,18 +69,88 @@ impl FuzzQuery {
         }
     }
 
-    /// A join of `t` with itself or with `u`, the same SQL for Freshet and for batch.
-    fn join_block(&self) -> Option<String> {
+    /// Table `table` aggregated per key and tumbling window of `size_ms`, as Freshet SQL or
+    /// batch SQL: the columns [`Windowed`] names.
+    fn windowed_table(&self, table: &str, size_ms: i64, batch: bool) -> String {
+        let keys: Vec<&str> = self.keys.iter().map(|(key, _)| key.as_str()).collect();
+        let mut columns: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let aggregates = "COUNT(*) AS n, SUM(i) AS s, MAX(i) AS top";
+        if !batch {
+            columns.extend(["window_start".to_string(), "window_end".to_string()]);
+            let group = match keys.is_empty() {
+                true => String::new(),
+                false => format!(" GROUP BY {}", keys.join(", ")),
+            };
+            return format!(
+                "(SELECT {}, {aggregates} FROM {table}{group} WINDOW TUMBLING (ts, {}))",
+                columns.join(", "),
+                interval(size_ms)
+            );
+        }
+        let start = match self.time_type {
+            TimeType::Timestamp => format!(
+                "date_bin(INTERVAL '{size_ms} milliseconds', ts, TIMESTAMP '1970-01-01 00:00:00')"
+            ),
+            TimeType::EpochMillis => format!("to_timestamp_millis(ts - ts % {size_ms})"),
+        };
+        columns.push(format!("{start} AS window_start"));
+        columns.push(format!(
+            "{start} + INTERVAL '{size_ms} milliseconds' AS window_end"
+        ));
+        let mut group: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        group.push(start);
+        format!(
+            "(SELECT {}, {aggregates} FROM {table} GROUP BY {})",
+            columns.join(", "),
+            group.join(", ")
+        )
+    }
+
+    /// A join of `t` with itself or with `u`, as Freshet SQL or batch SQL (the same but for
+    /// windowed sides).
+    fn join_block(&self, batch: bool) -> Option<String> {
         let Form::Join {
             kind,
             lower_ms,
             upper_ms,
             spelling,
             other_table,
+            windowed,
         } = self.form
         else {
             return None;
         };
+        if let Windowed::Both { size_ms } | Windowed::Right { size_ms } = windowed {
+            let other = if other_table { "u" } else { "t" };
+            let select = self.select_list(|item| item.streaming.clone());
+            let mut on: Vec<String> = self
+                .keys
+                .iter()
+                .map(|(key, _)| format!("a.{key} = b.{key}"))
+                .collect();
+            let left = match windowed {
+                Windowed::Both { .. } => {
+                    on.push("a.window_start = b.window_start".to_string());
+                    self.windowed_table("t", size_ms, batch)
+                }
+                _ => {
+                    on.push(format!(
+                        "a.ts BETWEEN b.window_end - {} AND b.window_end",
+                        interval(size_ms)
+                    ));
+                    "t".to_string()
+                }
+            };
+            if let Some(extra) = &self.having {
+                on.push(extra.clone());
+            }
+            return Some(format!(
+                "SELECT {select} FROM {left} a {} {} b ON {}",
+                kind.sql(),
+                self.windowed_table(other, size_ms, batch),
+                on.join(" AND ")
+            ));
+        }
         let select = self.select_list(|item| item.streaming.clone());
         let mut on: Vec<String> = self
             .keys
@@ -116,7 +187,7 @@ impl FuzzQuery {
             // A condition on `b` belongs in the subquery, one on `a` alone outside it.
             let mut outside = Vec::new();
             match &self.filter {
-                Some(filter) if filter.contains("b.") => on.push(filter.clone()),
+                Some(filter) if filter.contains("b.") => on.push(format!("({filter})")),
                 Some(filter) => outside.push(filter.clone()),
                 None => {}
             }
@@ -140,7 +211,7 @@ impl FuzzQuery {
     }
 
     fn streaming_block(&self) -> String {
-        if let Some(join) = self.join_block() {
+        if let Some(join) = self.join_block(false) {
             return join;
         }
         let select = self.select_list(|item| item.streaming.clone());
@@ -303,7 +374,7 @@ impl FuzzQuery {
     }
 
     fn batch_block(&self) -> String {
-        if let Some(join) = self.join_block() {
+        if let Some(join) = self.join_block(true) {
             return join;
         }
         let select = self.select_list(|item| item.batch.clone());

@@ -65,6 +65,21 @@ impl AggregateMode {
     }
 }
 
+impl AggregateMode {
+    /// The smallest window start among the groups held, not emitted yet (tumbling and
+    /// hopping windows; `None` when no group is held or the mode has no such windows).
+    /// Windows usually close in order of their start, but in two-phase aggregation a
+    /// window's first states may arrive after a later window's, and the group table emits
+    /// its groups in order of creation.
+    pub fn oldest_held_window(&self) -> Option<i64> {
+        match self {
+            Self::Windows(mode) => mode.oldest_held_window(),
+            Self::MergePartials(mode) => mode.groups.oldest_held_window(),
+            Self::SessionRows(_) | Self::SessionChangelog(_) => None,
+        }
+    }
+}
+
 impl MessageHandler for AggregateMode {
     fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         if batch.num_rows() == 0 {

@@ -277,6 +277,14 @@ impl WindowGroups {
         self.context.combine(output)
     }
 
+    /// The smallest window start among the groups not emitted yet.
+    pub fn oldest_held_window(&self) -> Option<i64> {
+        match self.table.oldest_open_window() {
+            Some(oldest) => oldest,
+            None => self.group_windows.iter().copied().min(),
+        }
+    }
+
     /// How many leading groups the watermark closes, and how many windows they span; the
     /// closing groups' windows are forgotten from `group_windows`.
     fn closing_groups(&mut self) -> (usize, usize) {
