@@ -511,8 +511,8 @@ impl FuzzQuery {
                 .iter()
                 .copied()
                 .filter(|text| {
-                    !(text.contains(".k ") && !has_key("k")
-                        || text.contains(".g ") && !has_key("g"))
+                    (has_key("k") || !text.contains(".k "))
+                        && (has_key("g") || !text.contains(".g "))
                 })
                 .collect();
             let count = 3 + rng.below(items.len() as u64 - 2) as usize;
