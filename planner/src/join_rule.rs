@@ -140,7 +140,11 @@ fn interval_join(
         columns.dedup();
         columns
     };
-    let Some((bound, filter)) = read_bound(
+    let Some(BoundRead {
+        bound,
+        filter,
+        keys_in_bound,
+    }) = read_bound(
         &parts.on,
         parts.filter,
         &time_columns(left),
@@ -186,10 +190,19 @@ fn interval_join(
                 .with_reason(reason),
         ))
     };
+    // Every key routes (equal keys meet in one stream); the keys the bound stands for are
+    // checked as the bound.
     let left_keys = parts.on.iter().map(|(l, _)| Arc::clone(l)).collect();
     let right_keys = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
+    let state_keys = parts
+        .on
+        .iter()
+        .enumerate()
+        .filter(|(key, _)| !keys_in_bound.contains(key))
+        .map(|(_, pair)| pair.clone())
+        .collect();
     let spec = IntervalJoinSpec {
-        on: parts.on.clone(),
+        on: state_keys,
         filter,
         join_type: parts.join_type,
         bound,
@@ -322,7 +335,7 @@ fn read_bound(
     right_times: &[usize],
     left: &Arc<dyn ExecutionPlan>,
     right: &Arc<dyn ExecutionPlan>,
-) -> Result<Option<(TimeBound, Option<JoinFilter>)>> {
+) -> Result<Option<BoundRead>> {
     let inputs = Inputs {
         left,
         right,
@@ -330,16 +343,17 @@ fn read_bound(
         right_times,
     };
     let time_type = |side: JoinSide, column: usize| inputs.time_type(side, column);
-    // Every comparison `a op b` of two time terms, with the filter conjunct it is.
-    let mut comparisons: Vec<(TimeTerm, Operator, TimeTerm, Option<usize>)> = Vec::new();
-    for (l, r) in on {
+    // Every comparison `a op b` of two time terms, with the filter conjunct or the equality
+    // key it is.
+    let mut comparisons: Vec<(TimeTerm, Operator, TimeTerm, Source)> = Vec::new();
+    for (key, (l, r)) in on.iter().enumerate() {
         let left_column = |c: &Column| Some((JoinSide::Left, c.index()));
         let right_column = |c: &Column| Some((JoinSide::Right, c.index()));
         if let (Some(a), Some(b)) = (
             linear_term(l, &left_column, &time_type),
             linear_term(r, &right_column, &time_type),
         ) {
-            comparisons.push((a, Operator::Eq, b, None));
+            comparisons.push((a, Operator::Eq, b, Source::Key(key)));
         }
     }
     if let Some(filter) = filter {
@@ -355,16 +369,17 @@ fn read_bound(
                 linear_term(binary.left(), &resolve, &time_type),
                 linear_term(binary.right(), &resolve, &time_type),
             ) {
-                comparisons.push((a, *binary.op(), b, Some(index)));
+                comparisons.push((a, *binary.op(), b, Source::Conjunct(index)));
             }
         }
     }
     let mut columns: Option<(usize, usize)> = None;
     let mut lower = i64::MIN;
     let mut upper = i64::MAX;
-    // The conjuncts the bound stands for exactly.
+    // The conjuncts and keys the bound stands for exactly.
     let mut in_bound = Vec::new();
-    for (a, op, b, conjunct) in comparisons {
+    let mut keys_in_bound = Vec::new();
+    for (a, op, b, source) in comparisons {
         let (Some(a), Some(b)) = (inputs.on_time_column(a), inputs.on_time_column(b)) else {
             continue;
         };
@@ -394,7 +409,10 @@ fn read_bound(
             _ => continue,
         }
         columns = Some((l.column, r.column));
-        in_bound.extend(conjunct);
+        match source {
+            Source::Conjunct(index) => in_bound.push(index),
+            Source::Key(key) => keys_in_bound.push(key),
+        }
     }
     let Some((left_time, right_time)) = columns else {
         return Ok(None);
@@ -431,7 +449,31 @@ fn read_bound(
         lower,
         upper,
     };
-    Ok(Some((bound, rest)))
+    Ok(Some(BoundRead {
+        bound,
+        filter: rest,
+        keys_in_bound,
+    }))
+}
+
+/// Where a comparison of two time terms was found.
+#[derive(Clone, Copy)]
+enum Source {
+    /// The equality key at this position of the join's ON keys.
+    Key(usize),
+    /// The conjunct at this position of the join's filter.
+    Conjunct(usize),
+}
+
+/// The time bound a join's ON clause sets, and what of the clause it stands for.
+struct BoundRead {
+    bound: TimeBound,
+    /// The filter without the conjuncts the bound checks.
+    filter: Option<JoinFilter>,
+    /// The equality keys that are the bound (`a.window_start = b.window_start`): the join
+    /// checks them as the bound, by time within the other keys, rather than as keys of
+    /// their own (a key per window would give every row a key of its own).
+    keys_in_bound: Vec<usize>,
 }
 
 /// `expr` as a column plus a constant (`ts`, `ts - INTERVAL '5' SECOND`, `1000 + ts`):

@@ -67,6 +67,7 @@ use crate::exchange::StreamExchangeExec;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
 use crate::watermark::{StreamMessage, event_times};
+use freshet_partitioner::RoutingStrategy;
 
 /// The time bound of an interval join: `right.time - left.time` in `[lower, upper]`, in the
 /// event-time columns' unit.
@@ -210,7 +211,7 @@ impl DisplayAs for IntervalJoinExec {
             bound.reach(JoinSide::Left).saturating_add(lateness),
             bound.reach(JoinSide::Right).saturating_add(lateness),
         )?;
-        if self.spec.on.is_empty() {
+        if matches!(self.left_exchange.strategy(), RoutingStrategy::FanIn) {
             write!(f, " (no equality keys: one stream)")?;
         }
         Ok(())
