@@ -33,24 +33,20 @@ fn market_data(
     TestTable::new(name, TestSource::Generator(spec)).with_options(options)
 }
 
+/// 3 000 bids over 50 minutes, 7 symbols, out of order by up to 4 seconds.
+fn bids() -> TestTable {
+    market_data("bids", 3_000, 1_700_000_000_000, 1_000, 7, 4_000)
+}
+
+/// 2 000 asks over the same time, 5 symbols, out of order by up to 2.5 seconds.
+fn asks() -> TestTable {
+    market_data("asks", 2_000, 1_700_000_000_500, 1_500, 5, 2_500)
+}
+
 fn two_streams(differential: Differential) -> Differential {
     differential
-        .table(market_data(
-            "bids",
-            3_000,
-            1_700_000_000_000,
-            1_000,
-            7,
-            4_000,
-        ))
-        .table(market_data(
-            "asks",
-            2_000,
-            1_700_000_000_500,
-            1_500,
-            5,
-            2_500,
-        ))
+        .table(bids())
+        .table(asks())
         .with_plan_text("IntervalJoinExec")
 }
 
@@ -144,16 +140,19 @@ async fn an_interval_join_of_endless_streams_keeps_bounded_state() {
         )
         .await
         .unwrap();
-    assert!(
-        query.explain().contains("IntervalJoinExec"),
-        "{}",
-        query.explain()
-    );
+    answers_in_bounded_state(query, 2_000_000).await;
+}
+
+/// Reads `rows` rows of `query`, an interval join of endless streams, and checks that its
+/// state stayed under 64 MiB.
+async fn answers_in_bounded_state(query: freshet::StreamingQuery, rows: usize) {
+    let plan = query.explain();
+    assert!(plan.contains("IntervalJoinExec"), "{plan}");
     let mut stream = query.execute_merged().unwrap();
-    let mut rows = 0;
-    while rows < 2_000_000 {
+    let mut read = 0;
+    while read < rows {
         let batch = stream.next().await.expect("an endless join").unwrap();
-        rows += batch.num_rows();
+        read += batch.num_rows();
     }
     let state = query.metric_total("state_bytes");
     assert!(state < 64 << 20, "join state grew to {state} bytes");
@@ -270,22 +269,8 @@ async fn a_window_join_of_bounded_replays_equals_batch() {
         &join(windowed("bids"), windowed("asks")),
         &join(batch("bids"), batch("asks")),
     )
-    .table(market_data(
-        "bids",
-        3_000,
-        1_700_000_000_000,
-        1_000,
-        7,
-        4_000,
-    ))
-    .table(market_data(
-        "asks",
-        2_000,
-        1_700_000_000_500,
-        1_500,
-        5,
-        2_500,
-    ))
+    .table(bids())
+    .table(asks())
     .with_plan_text("IntervalJoinExec")
     .run()
     .await
@@ -315,14 +300,7 @@ async fn a_windowed_aggregate_joined_back_to_its_stream_equals_batch() {
             "GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)",
         ),
     )
-    .table(market_data(
-        "bids",
-        3_000,
-        1_700_000_000_000,
-        1_000,
-        7,
-        4_000,
-    ))
+    .table(bids())
     .with_plan_text("IntervalJoinExec")
     .run()
     .await
@@ -346,16 +324,7 @@ async fn a_window_join_of_endless_streams_answers_as_windows_close() {
         )
         .await
         .unwrap();
-    let plan = query.explain();
-    assert!(plan.contains("IntervalJoinExec"), "{plan}");
-    let mut stream = query.execute_merged().unwrap();
-    let mut rows = 0;
-    while rows < 20_000 {
-        let batch = stream.next().await.expect("an endless join").unwrap();
-        rows += batch.num_rows();
-    }
-    let state = query.metric_total("state_bytes");
-    assert!(state < 64 << 20, "join state grew to {state} bytes");
+    answers_in_bounded_state(query, 20_000).await;
 }
 
 /// `bids` and `asks`, endless generated streams with event time `trade_time`, at two streams.

@@ -120,14 +120,14 @@ impl FuzzQuery {
         else {
             return None;
         };
+        let other = if other_table { "u" } else { "t" };
+        let select = self.select_list(|item| item.streaming.clone());
+        let mut on: Vec<String> = self
+            .keys
+            .iter()
+            .map(|(key, _)| format!("a.{key} = b.{key}"))
+            .collect();
         if let Windowed::Both { size_ms } | Windowed::Right { size_ms } = windowed {
-            let other = if other_table { "u" } else { "t" };
-            let select = self.select_list(|item| item.streaming.clone());
-            let mut on: Vec<String> = self
-                .keys
-                .iter()
-                .map(|(key, _)| format!("a.{key} = b.{key}"))
-                .collect();
             let left = match windowed {
                 Windowed::Both { .. } => {
                     on.push("a.window_start = b.window_start".to_string());
@@ -151,12 +151,6 @@ impl FuzzQuery {
                 on.join(" AND ")
             ));
         }
-        let select = self.select_list(|item| item.streaming.clone());
-        let mut on: Vec<String> = self
-            .keys
-            .iter()
-            .map(|(key, _)| format!("a.{key} = b.{key}"))
-            .collect();
         on.push(match spelling {
             BoundSpelling::Between => format!(
                 "b.ts BETWEEN {} AND {}",
@@ -182,7 +176,6 @@ impl FuzzQuery {
         if let Some(extra) = &self.having {
             on.push(extra.clone());
         }
-        let other = if other_table { "u" } else { "t" };
         if kind.is_subquery() {
             // A condition on `b` belongs in the subquery, one on `a` alone outside it.
             let mut outside = Vec::new();
