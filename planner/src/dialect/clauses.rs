@@ -216,8 +216,11 @@ fn rewrite_window_clause(
     });
     match group_by.and_then(|g| next_solid(tokens, g + 1)) {
         Some(by) => {
+            // `GROUP BY WINDOW …` (no other key) takes the window key alone.
+            let only_key = next_solid(tokens, by + 1) == Some(window);
             tokens.drain(window..=close);
-            let key = generated(&format!(" {call},"), at)?;
+            let separator = if only_key { "" } else { "," };
+            let key = generated(&format!(" {call}{separator}"), at)?;
             tokens.splice(by + 1..by + 1, key);
         }
         None => {
