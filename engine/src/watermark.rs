@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
 
 use crate::window::duration_in_unit;
 
@@ -95,8 +95,31 @@ pub fn event_times(column: &ArrayRef) -> Result<ArrayRef> {
 /// input plus a constant in the column's unit (`ts`, `window_start + INTERVAL '10' SECOND`,
 /// `ts - 5`), if it is one.
 pub fn time_plus_constant(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> Option<(usize, i64)> {
+    let resolve = |column: &Column| Some(column.index());
+    let time_type = |column: &usize| Some(input.fields().get(*column)?.data_type().clone());
+    linear_time_term(expr, &resolve, &time_type)
+}
+
+/// `expr` as a column plus a constant (`ts`, `ts - INTERVAL '5' SECOND`, `1000 + ts`, through
+/// casts that keep the values: between `Int64` and a timestamp, or timestamps of one unit): `resolve` names the column a
+/// reference stands for, `time_type` the type a constant is converted into.
+pub fn linear_time_term<C>(
+    expr: &Arc<dyn PhysicalExpr>,
+    resolve: &dyn Fn(&Column) -> Option<C>,
+    time_type: &dyn Fn(&C) -> Option<DataType>,
+) -> Option<(C, i64)> {
     if let Some(column) = expr.downcast_ref::<Column>() {
-        return Some((column.index(), 0));
+        return Some((resolve(column)?, 0));
+    }
+    if let Some(cast) = expr.downcast_ref::<CastExpr>() {
+        let (column, offset) = linear_time_term(cast.expr(), resolve, time_type)?;
+        let keeps_values = match (cast.cast_type(), time_type(&column)?) {
+            (DataType::Int64, DataType::Timestamp(_, _) | DataType::Int64) => true,
+            (DataType::Timestamp(to, _), DataType::Timestamp(from, _)) => to == &from,
+            (DataType::Timestamp(_, _), DataType::Int64) => true,
+            _ => false,
+        };
+        return keeps_values.then_some((column, offset));
     }
     let binary = expr.downcast_ref::<BinaryExpr>()?;
     let sign = match binary.op() {
@@ -104,26 +127,38 @@ pub fn time_plus_constant(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> Optio
         Operator::Minus => -1,
         _ => return None,
     };
-    let constant = |column: usize, literal: &Arc<dyn PhysicalExpr>| -> Option<i64> {
-        let value = literal.downcast_ref::<Literal>()?.value();
-        let time_type = input.fields().get(column)?.data_type();
-        match value {
-            ScalarValue::Int64(Some(v)) => Some(*v),
-            other => duration_in_unit(other, time_type).ok(),
-        }
+    let constant = |column: &C, literal: &Arc<dyn PhysicalExpr>| {
+        constant_in_unit(
+            literal.downcast_ref::<Literal>()?.value(),
+            &time_type(column)?,
+        )
     };
-    if let Some((column, offset)) = time_plus_constant(binary.left(), input) {
-        let added = constant(column, binary.right())?.checked_mul(sign)?;
+    if let Some((column, offset)) = linear_time_term(binary.left(), resolve, time_type) {
+        let added = constant(&column, binary.right())?.checked_mul(sign)?;
         return Some((column, offset.checked_add(added)?));
     }
+    // `constant + time`.
     if sign == 1 {
-        let (column, offset) = time_plus_constant(binary.right(), input)?;
-        return Some((
-            column,
-            offset.checked_add(constant(column, binary.left())?)?,
-        ));
+        let (column, offset) = linear_time_term(binary.right(), resolve, time_type)?;
+        let added = constant(&column, binary.left())?;
+        return Some((column, offset.checked_add(added)?));
     }
     None
+}
+
+/// A constant added to a time column of type `time_type`, in the column's unit; `None` when
+/// it is not a constant duration (a month, a fraction of the unit).
+pub fn constant_in_unit(value: &ScalarValue, time_type: &DataType) -> Option<i64> {
+    match value {
+        ScalarValue::Int64(Some(v)) => Some(*v),
+        ScalarValue::Int32(Some(v)) => Some(i64::from(*v)),
+        ScalarValue::Int16(Some(v)) => Some(i64::from(*v)),
+        ScalarValue::Int8(Some(v)) => Some(i64::from(*v)),
+        ScalarValue::UInt32(Some(v)) => Some(i64::from(*v)),
+        ScalarValue::UInt16(Some(v)) => Some(i64::from(*v)),
+        ScalarValue::UInt8(Some(v)) => Some(i64::from(*v)),
+        other => duration_in_unit(other, time_type).ok(),
+    }
 }
 
 /// The combined watermark of several inputs: the minimum over the inputs still running. With

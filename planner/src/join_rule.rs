@@ -20,7 +20,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Operator;
-use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, Column};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -30,6 +30,7 @@ use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, Symmetr
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use freshet_engine::join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};
+use freshet_engine::watermark::linear_time_term;
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
@@ -476,67 +477,18 @@ struct BoundRead {
     keys_in_bound: Vec<usize>,
 }
 
-/// `expr` as a column plus a constant (`ts`, `ts - INTERVAL '5' SECOND`, `1000 + ts`):
-/// `resolve` names the side and column of a column reference, `time_type` the type a
-/// constant is converted into.
+/// `expr` as a time column of a side plus a constant: `resolve` names the side and column of
+/// a column reference, `time_type` the type a constant is converted into.
 fn linear_term(
     expr: &Arc<dyn PhysicalExpr>,
     resolve: &dyn Fn(&Column) -> Option<(JoinSide, usize)>,
     time_type: &dyn Fn(JoinSide, usize) -> Option<DataType>,
 ) -> Option<TimeTerm> {
-    if let Some(column) = expr.downcast_ref::<Column>() {
-        let (side, column) = resolve(column)?;
-        return Some(TimeTerm {
-            side,
-            column,
-            offset: 0,
-        });
-    }
-    if let Some(cast) = expr.downcast_ref::<CastExpr>() {
-        // A cast between time types of one unit keeps the values.
-        if matches!(
-            cast.cast_type(),
-            DataType::Timestamp(_, _) | DataType::Int64
-        ) {
-            return linear_term(cast.expr(), resolve, time_type);
-        }
-        return None;
-    }
-    let binary = expr.downcast_ref::<BinaryExpr>()?;
-    let sign = match binary.op() {
-        Operator::Plus => 1,
-        Operator::Minus => -1,
-        _ => return None,
-    };
-    let offset_in = |term: &TimeTerm, constant: &Arc<dyn PhysicalExpr>| {
-        let literal = constant.downcast_ref::<Literal>()?;
-        offset_of(literal.value(), &time_type(term.side, term.column)?)
-    };
-    if let Some(mut term) = linear_term(binary.left(), resolve, time_type) {
-        let offset = offset_in(&term, binary.right())?;
-        term.offset = term.offset.saturating_add(offset.saturating_mul(sign));
-        return Some(term);
-    }
-    // `constant + time`.
-    if sign == 1 {
-        let mut term = linear_term(binary.right(), resolve, time_type)?;
-        term.offset = term.offset.saturating_add(offset_in(&term, binary.left())?);
-        return Some(term);
-    }
-    None
-}
-
-/// A constant added to a time column of type `time_type`, in the column's unit; `None` when
-/// it is not a constant duration (a month, a fraction of the unit).
-fn offset_of(value: &ScalarValue, time_type: &DataType) -> Option<i64> {
-    match value {
-        ScalarValue::Int64(Some(v)) => Some(*v),
-        ScalarValue::Int32(Some(v)) => Some(i64::from(*v)),
-        ScalarValue::Int16(Some(v)) => Some(i64::from(*v)),
-        ScalarValue::Int8(Some(v)) => Some(i64::from(*v)),
-        ScalarValue::UInt32(Some(v)) => Some(i64::from(*v)),
-        ScalarValue::UInt16(Some(v)) => Some(i64::from(*v)),
-        ScalarValue::UInt8(Some(v)) => Some(i64::from(*v)),
-        other => duration_in_unit(other, time_type).ok(),
-    }
+    let time_type = |(side, column): &(JoinSide, usize)| time_type(*side, *column);
+    let ((side, column), offset) = linear_time_term(expr, resolve, &time_type)?;
+    Some(TimeTerm {
+        side,
+        column,
+        offset,
+    })
 }

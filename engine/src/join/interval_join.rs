@@ -251,14 +251,14 @@ impl ExecutionPlan for IntervalJoinExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != 2 {
+        let Ok([left, right]) = <[_; 2]>::try_from(children) else {
             return internal_err!("IntervalJoinExec takes two children");
-        }
-        let right = StreamExchangeExec::from_plan(children.pop().unwrap(), "IntervalJoinExec")?;
-        let left = StreamExchangeExec::from_plan(children.pop().unwrap(), "IntervalJoinExec")?;
+        };
+        let left = StreamExchangeExec::from_plan(left, "IntervalJoinExec")?;
+        let right = StreamExchangeExec::from_plan(right, "IntervalJoinExec")?;
         Ok(Arc::new(Self::try_new(left, right, self.spec.clone())?))
     }
 
@@ -387,6 +387,11 @@ impl SideRole {
             }
             _ => Self::Filter,
         }
+    }
+
+    /// Whether the pairs its rows find go out (inner and outer joins).
+    fn emits_pairs(self) -> bool {
+        matches!(self, Self::Paired | Self::Outer)
     }
 
     /// Whether its kept rows remember if they matched.
@@ -641,10 +646,7 @@ impl JoinStream {
                 outputs.push(rows.with_schema(Arc::clone(&common.join_schema))?);
             }
         }
-        let emits_pairs = side.role != SideRole::Semi
-            && side.role != SideRole::Anti
-            && side.role != SideRole::Filter;
-        if emits_pairs && !pairs.probe.is_empty() {
+        if side.role.emits_pairs() && !pairs.probe.is_empty() {
             let probe_rows = UInt32Array::from(pairs.probe.clone());
             let probe_columns = take_columns(batch, &probe_rows)?;
             let kept_columns = gather(&other.state, &pairs.kept)?.columns().to_vec();
@@ -822,11 +824,15 @@ impl Common {
 
     /// One output batch of `pieces`, projected, if any row.
     fn output(&self, pieces: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
-        let pieces: Vec<RecordBatch> = pieces.into_iter().filter(|b| b.num_rows() > 0).collect();
-        let batch = match pieces.len() {
-            0 => return Ok(None),
-            1 => pieces.into_iter().next().expect("one piece"),
-            _ => concat_batches(&self.join_schema, &pieces)?,
+        let mut pieces: Vec<RecordBatch> =
+            pieces.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let batch = match (pieces.pop(), pieces.is_empty()) {
+            (None, _) => return Ok(None),
+            (Some(only), true) => only,
+            (Some(last), false) => {
+                pieces.push(last);
+                concat_batches(&self.join_schema, &pieces)?
+            }
         };
         self.metrics.baseline.record_output(batch.num_rows());
         Ok(Some(match &self.projection {

@@ -176,8 +176,7 @@ impl SideState {
     pub fn free_through(&mut self, free_through: i64) {
         self.freed_through = self.freed_through.max(free_through);
         for slot in self.chunks.iter_mut() {
-            if slot.as_ref().is_some_and(|c| c.max_time <= free_through) {
-                let chunk = slot.take().expect("checked above");
+            if let Some(chunk) = slot.take_if(|c| c.max_time <= free_through) {
                 self.live_rows -= chunk.batch.num_rows();
                 self.bytes -=
                     chunk.batch.get_array_memory_size() + chunk.keys.as_ref().map_or(0, Rows::size);
