@@ -1,7 +1,10 @@
 //! Endless, paced streams behave as a user watching them expects: rows leave as they come,
 //! through filters too, and windows close as the source's event time passes them, even when
-//! a filter empties a source partition. Latency is judged by arrival times against each
-//! record's due time, relative to the first row, not by the machine's speed.
+//! a filter empties a source partition. Rows are judged by arrival times against each
+//! record's due time, relative to the first row: 90% within half a second tells a stream that
+//! passes rows on from one that holds them back (for seconds, or until a batch fills), with
+//! room for a loaded machine. How low the latency is, is measured by `freshet bench
+//! --latency`, not here.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +12,9 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::TimestampMillisecondType;
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::StreamExt;
+
+/// How late 90% of the rows may leave: far below the seconds a held-back row waits.
+const MAX_P90_LATENESS: Duration = Duration::from_millis(500);
 
 /// The generator's first event time (`trade_time` of record 0).
 const START_MS: i64 = 1_700_000_000_000;
@@ -79,8 +85,8 @@ async fn rows_that_pass_a_selective_filter_leave_when_they_are_due() {
     let late = lateness(&rows, |time| Duration::from_millis(record(time) as u64));
     let p90 = late[late.len() * 9 / 10];
     assert!(
-        p90 < Duration::from_millis(100),
-        "90% of rows should leave within 100 ms of being due: {late:?}"
+        p90 < MAX_P90_LATENESS,
+        "90% of rows should leave within half a second of being due: {late:?}"
     );
 }
 
@@ -109,8 +115,8 @@ async fn windows_close_when_a_filter_empties_a_source_partition() {
     });
     let p90 = late[late.len() * 9 / 10];
     assert!(
-        p90 < Duration::from_millis(100),
-        "90% of windows should leave within 100 ms of being due: {late:?}"
+        p90 < MAX_P90_LATENESS,
+        "90% of windows should leave within half a second of being due: {late:?}"
     );
 }
 
@@ -126,8 +132,8 @@ async fn a_paced_stream_on_two_partitions_keeps_its_rate() {
     });
     let p90 = late[late.len() * 9 / 10];
     assert!(
-        p90 < Duration::from_millis(100),
-        "90% of rows should leave within 100 ms of being due: {:?}",
+        p90 < MAX_P90_LATENESS,
+        "90% of rows should leave within half a second of being due: {:?}",
         &late[late.len() * 9 / 10..]
     );
 }
