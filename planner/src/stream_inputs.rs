@@ -15,6 +15,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::join::IntervalJoinExec;
+use freshet_engine::over::OverWindowExec;
 use freshet_engine::watermark::time_plus_constant;
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{EventTime, StreamExchangeExec, StreamFilterExec, StreamSourceExec};
@@ -33,27 +34,18 @@ pub(crate) fn choose_strategy(
         .iter()
         .filter_map(|k| k.downcast_ref::<Column>().map(|c| c.name()))
         .collect();
-    let mut sources: Vec<(String, Vec<String>)> = Vec::new();
-    input.apply(|node| {
-        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-            sources.push((
-                source.table().to_string(),
-                source.options().partitioned_by.clone(),
-            ));
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    // Sticky keeps each source partition whole: right only when every source is already
-    // partitioned by (a subset of) the keys.
-    let unpartitioned: Vec<&str> = sources
+    let key_columns: Vec<usize> = keys
         .iter()
-        .filter(|(_, by)| by.is_empty() || !by.iter().all(|c| key_names.contains(&c.as_str())))
-        .map(|(table, _)| table.as_str())
+        .filter_map(|k| k.downcast_ref::<Column>().map(Column::index))
         .collect();
-    let sticky_valid = !keys.is_empty()
-        && key_names.len() == keys.len()
-        && !sources.is_empty()
-        && unpartitioned.is_empty();
+    // Sticky keeps each input partition whole: right only when every row of a key is
+    // already in one partition of the input.
+    let keyed = if keys.is_empty() || key_columns.len() != keys.len() {
+        Err("the keys are not all columns".to_string())
+    } else {
+        partitioned_by_columns(input, &key_columns)
+    };
+    let sticky_valid = keyed.is_ok();
     let keys_text = key_names.join(", ");
     Ok(match setting {
         "" if sticky_valid => (
@@ -80,10 +72,8 @@ pub(crate) fn choose_strategy(
         "sticky" if sticky_valid => (RoutingStrategy::Sticky, "user".to_string()),
         "sticky" => {
             return plan_err!(
-                "partitioning_strategy 'sticky' would give wrong results: stream {} is not declared partitioned by the {role} keys ({keys_text}); register it with partitioned_by=<keys> or use 'hash'",
-                unpartitioned
-                    .first()
-                    .map_or("input".to_string(), |t| format!("'{t}'"))
+                "partitioning_strategy 'sticky' would give wrong results: the input is not partitioned by the {role} keys ({keys_text}): {}; register the stream with partitioned_by=<keys> or use 'hash'",
+                keyed.err().unwrap_or_default()
             );
         }
         "two_phase" => {
@@ -102,6 +92,80 @@ pub(crate) fn choose_strategy(
             );
         }
     })
+}
+
+/// Whether every row with the same values in the columns `keys` of `plan`'s output is in
+/// the same output partition, traced structurally down to a source declared partitioned by
+/// (a subset of) those columns, or to an exchange that hashes on a subset of them. The
+/// error says why not, naming the stream or the node that breaks it.
+fn partitioned_by_columns(
+    plan: &Arc<dyn ExecutionPlan>,
+    keys: &[usize],
+) -> std::result::Result<(), String> {
+    if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
+        let schema = plan.schema();
+        let by = &source.options().partitioned_by;
+        let covered = by.iter().all(|name| {
+            schema
+                .index_of(name)
+                .is_ok_and(|column| keys.contains(&column))
+        });
+        return if !by.is_empty() && covered {
+            Ok(())
+        } else {
+            Err(format!(
+                "stream '{}' is not declared partitioned by them",
+                source.table()
+            ))
+        };
+    }
+    if let Some(exchange) = plan.downcast_ref::<StreamExchangeExec>() {
+        return match exchange.strategy() {
+            RoutingStrategy::Sticky => partitioned_by_columns(exchange.input(), keys),
+            RoutingStrategy::Hash(by)
+                if by.iter().all(|e| {
+                    e.downcast_ref::<Column>()
+                        .is_some_and(|c| keys.contains(&c.index()))
+                }) =>
+            {
+                Ok(())
+            }
+            other => Err(format!(
+                "an exchange below routes its rows by {}",
+                other.name()
+            )),
+        };
+    }
+    if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
+        let below: Vec<usize> = keys
+            .iter()
+            .filter_map(|&key| {
+                projection.expr()[key]
+                    .expr
+                    .downcast_ref::<Column>()
+                    .map(Column::index)
+            })
+            .collect();
+        return partitioned_by_columns(projection.input(), &below);
+    }
+    if let Some(filter) = plan.downcast_ref::<FilterExec>() {
+        let below: Vec<usize> = match filter.projection() {
+            Some(projection) => keys.iter().map(|&key| projection[key]).collect(),
+            None => keys.to_vec(),
+        };
+        return partitioned_by_columns(filter.input(), &below);
+    }
+    // Operators that keep their input's partitions and columns (adding columns after them).
+    let keeps_partitions = plan.downcast_ref::<StreamFilterExec>().is_some()
+        || plan.downcast_ref::<OverWindowExec>().is_some();
+    match plan.children().as_slice() {
+        [input] if keeps_partitions => {
+            let width = input.schema().fields().len();
+            let below: Vec<usize> = keys.iter().copied().filter(|&k| k < width).collect();
+            partitioned_by_columns(input, &below)
+        }
+        _ => Err(format!("{} below may regroup the rows", plan.name())),
+    }
 }
 
 /// Where the exchange reads event times from, and the declared out-of-orderness (0 if none

@@ -116,6 +116,44 @@ async fn automatic_choice_keeps_a_source_partitioned_by_the_keys_sticky() {
 }
 
 #[tokio::test]
+async fn sticky_is_chosen_only_while_the_rows_stay_partitioned_by_the_keys() {
+    // The source is partitioned by k1. An OVER by k2 re-hashes the rows on k2, so an OVER
+    // by k1 above it must hash again; an OVER by (k2, k1) above it may keep the partitions.
+    let over = |outer: &str, inner: &str| {
+        format!(
+            "SELECT k1, k2, q, ts, s, COUNT(*) OVER (PARTITION BY {outer} ORDER BY ts) AS n FROM \
+             (SELECT k1, k2, q, ts, SUM(q) OVER (PARTITION BY {inner} ORDER BY ts) AS s FROM t)"
+        )
+    };
+    for (outer, inner, strategy) in [
+        ("k1", "k2", "strategy=hash([k1@0]), partitions=2->2"),
+        ("k2, k1", "k2", "strategy=sticky, partitions=2->2"),
+        ("k2", "k1", "strategy=hash([k2@1]), partitions=2->2"),
+    ] {
+        let sql = over(outer, inner);
+        let (ctx, batches) = context(2, &["k1"]);
+        let query = ctx.sql(&sql).await.unwrap();
+        let plan = query.explain();
+        let top = plan
+            .lines()
+            .find(|line| line.contains("StreamExchangeExec"))
+            .unwrap_or_default();
+        assert!(top.contains(strategy), "{sql}\n{plan}");
+        let actual: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        let batch = SessionContext::new();
+        batch
+            .register_batch(
+                "t",
+                datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches)
+                    .unwrap(),
+            )
+            .unwrap();
+        let expected = batch.sql(&sql).await.unwrap().collect().await.unwrap();
+        compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+#[tokio::test]
 async fn sticky_maps_more_source_partitions_than_streams_onto_the_streams() {
     for (sources, streams) in [(4, 2), (3, 2), (5, 1)] {
         for setting in ["", " WITH ('partitioning_strategy' = 'sticky')"] {
