@@ -39,11 +39,25 @@ use freshet_partitioner::RoutingStrategy;
 
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
-use crate::stream_inputs::{below_exchanges, choose_strategy, event_time, reads_stream};
+use crate::stream_inputs::{
+    below_exchanges, choose_strategy, event_time, holds_stream_join, reads_stream,
+};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub struct StreamingAggregateRule;
+pub struct StreamingAggregateRule {
+    /// Whether the join rule has run for the last time: before it, a windowed aggregation
+    /// over a join of two streams waits for the join to become Freshet's, whose output has
+    /// event times.
+    after_joins: bool,
+}
+
+impl StreamingAggregateRule {
+    /// The rule as it runs after the last join rule (see `after_joins`).
+    pub fn after_joins() -> Self {
+        Self { after_joins: true }
+    }
+}
 
 impl PhysicalOptimizerRule for StreamingAggregateRule {
     fn optimize(
@@ -66,7 +80,7 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
                     )?;
                     return Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>));
                 }
-                match streaming_aggregate(&node, &options, config)? {
+                match streaming_aggregate(&node, &options, config, self.after_joins)? {
                     Some(aggregate) => {
                         nullable_aggregates |= aggregate
                             .downcast_ref::<WindowAggregateExec>()
@@ -96,6 +110,7 @@ fn streaming_aggregate(
     node: &Arc<dyn ExecutionPlan>,
     options: &FreshetOptions,
     config: &ConfigOptions,
+    after_joins: bool,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(aggregate) = node.downcast_ref::<AggregateExec>() else {
         return Ok(None);
@@ -123,6 +138,9 @@ fn streaming_aggregate(
     // input it gives the batch result at the end; on unbounded input the unbounded-input
     // check has already refused it); over plain tables DataFusion's stays.
     if windows.is_empty() && !changes && !reads_stream(raw.input())? {
+        return Ok(None);
+    }
+    if !windows.is_empty() && !after_joins && holds_stream_join(raw.input())? {
         return Ok(None);
     }
     if group_by.has_grouping_set() {

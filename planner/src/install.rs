@@ -21,7 +21,7 @@ use crate::unbounded_check::UnboundedInputCheck;
 ///
 /// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
-/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
+/// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`UnboundedInputCheck`] and then [`DistributionRepair`] go right before DataFusion's own
 /// `SanityCheckPlan`: a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
@@ -44,10 +44,15 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
+    // Again, for windows over joins planned in the pass before.
+    rules.insert(
+        sanity_check,
+        Arc::new(StreamingAggregateRule::after_joins()),
+    );
     // Again, for joins of windowed aggregations: their window start has a watermark once
     // they are Freshet's.
     rules.insert(sanity_check, Arc::new(StreamingJoinRule));
-    rules.insert(sanity_check, Arc::new(StreamingAggregateRule));
+    rules.insert(sanity_check, Arc::new(StreamingAggregateRule::default()));
     rules.insert(sanity_check, Arc::new(StreamingJoinRule));
     rules.insert(sanity_check, Arc::new(LookupJoinRule));
     let config = builder

@@ -11,6 +11,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use freshet_engine::aggregate::WindowAggregateExec;
@@ -177,9 +178,7 @@ pub(crate) fn event_time(
     let Some(column) = time.downcast_ref::<Column>() else {
         return plan_err!("a window's time must be a column of the stream, got {time}");
     };
-    // Watermarks come from sources: a join's output is in no bounded disorder of any one
-    // event time, so a watermark computed from it would drop rows as late.
-    refuse_time_over_join(input)?;
+    refuse_time_over_join(input, column.index())?;
     let time_type = time.data_type(&input.schema())?;
     if !matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
         return plan_err!(
@@ -191,7 +190,7 @@ pub(crate) fn event_time(
         .into_iter()
         .find(|(c, _)| *c == column.index());
     match origin {
-        Some((_, TimeOrigin::Window)) => {
+        Some((_, TimeOrigin::Published)) => {
             return Ok(EventTime {
                 column: column.index(),
                 delay: 0,
@@ -247,9 +246,10 @@ pub(crate) enum TimeOrigin {
         delay: std::time::Duration,
         idle_timeout: Option<std::time::Duration>,
     },
-    /// The window start of a windowed aggregation that emits final rows (plus a constant:
-    /// `window_end`), whose watermark the aggregation publishes.
-    Window,
+    /// A time an operator computes and publishes its progress in: the window start of a
+    /// windowed aggregation that emits final rows (plus a constant: `window_end`), or an
+    /// event time of a stream join's output.
+    Published,
 }
 
 /// The columns of `plan`'s output that carry an event time with a watermark: a source's
@@ -274,8 +274,14 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
     if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
         return aggregate
             .progress()
-            .map(|(_, column)| (column, TimeOrigin::Window))
+            .map(|(_, column)| (column, TimeOrigin::Published))
             .into_iter()
+            .collect();
+    }
+    if let Some(join) = plan.downcast_ref::<IntervalJoinExec>() {
+        return join
+            .progress()
+            .map(|(_, column)| (column, TimeOrigin::Published))
             .collect();
     }
     if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
@@ -289,7 +295,7 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
                 let (column, offset) = time_plus_constant(&e.expr, &input_schema)?;
                 let (_, origin) = below.iter().find(|(c, _)| *c == column)?;
                 // A shifted source time would need the shift in its delay's accounting too.
-                (offset == 0 || *origin == TimeOrigin::Window).then_some((position, *origin))
+                (offset == 0 || *origin == TimeOrigin::Published).then_some((position, *origin))
             })
             .collect();
     }
@@ -317,16 +323,42 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
     }
 }
 
-/// Refuses event time read from `input` when it holds a stream join: a join's output is in
-/// no bounded disorder of any one event time, so a watermark computed from it would drop
-/// rows as late.
-pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>) -> Result<()> {
-    if input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))? {
+/// Refuses event time read from column `time` of `input` when `input` holds a join and
+/// the column is not one of the join output's event times: a join's output is in no bounded
+/// disorder of an input's event time, so only the join's own progress gives it a watermark.
+pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize) -> Result<()> {
+    let over_join = input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))?
+        || holds_stream_join(input)?;
+    let published = event_time_columns(input)
+        .iter()
+        .any(|&(column, origin)| column == time && origin == TimeOrigin::Published);
+    if over_join && !published {
+        let name = input.schema().field(time).name().clone();
         return plan_err!(
-            "a window, OVER or join over the output of a stream join is not supported yet: the join's output carries no watermark of its own. Window or join each stream before joining, or aggregate the join's output without a window"
+            "'{name}' is not an event time of the join's output, so a window, OVER or join over it has no watermark: use the time column of either side of an inner interval join, of the preserved side of a LEFT or RIGHT join, or of the kept side of a semi or anti join (a FULL join's output has none, nor has a join without a time bound)"
         );
     }
     Ok(())
+}
+
+/// Whether `plan` holds one of DataFusion's joins of two streams (not yet Freshet's interval
+/// join). A lookup (a stream probing a bounded table) is not one: it passes its stream's rows
+/// on in order.
+pub(crate) fn holds_stream_join(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| {
+        let join = node.downcast_ref::<HashJoinExec>().is_some()
+            || node.downcast_ref::<SymmetricHashJoinExec>().is_some()
+            || node.downcast_ref::<NestedLoopJoinExec>().is_some();
+        if !join {
+            return Ok(false);
+        }
+        for child in node.children() {
+            if !reads_stream(child)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
 }
 
 /// Whether `plan` reads one of Freshet's streams.

@@ -7,7 +7,7 @@
 //! words; this rule runs first and says which stream and operator are at fault and how to
 //! rewrite the query. A join that would keep an endless stream's rows without bound (both
 //! sides of a symmetric hash join, or the build side of any other) is refused too, and so is
-//! event time read from a stream join's output, which has no watermark yet.
+//! event time read from a join's output where it is not one of the output's event times.
 
 use std::sync::Arc;
 
@@ -38,9 +38,9 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         // join became Freshet's).
         plan.apply(|node| {
             if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>()
-                && exchange.event_time().is_some()
+                && let Some(time) = exchange.event_time()
             {
-                refuse_time_over_join(exchange.input())?;
+                refuse_time_over_join(exchange.input(), time.column)?;
             }
             Ok(TreeNodeRecursion::Continue)
         })?;

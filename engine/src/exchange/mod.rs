@@ -58,6 +58,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::WindowAggregateExec;
 use crate::filter::StreamFilterExec;
+use crate::join::IntervalJoinExec;
 use crate::plan_util::single_child;
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
@@ -257,8 +258,8 @@ impl StreamExchangeExec {
 
     /// The progress of the operator right below, through filters and projections only (which
     /// hold no rows back), when the exchange computes watermarks: a source's when the
-    /// event-time column is the source's, or a window aggregation's when it is the window
-    /// start, with the constant a projection added to it (`window_end` is the start plus the
+    /// event-time column is the source's, a window aggregation's when it is the window
+    /// start, or a join's when it is an event time of the join's output, with the constant a projection added to it (`window_end` is the start plus the
     /// size). Its partitions are the exchange's inputs.
     fn input_progress(&self, inputs: usize) -> Option<(Arc<PartitionProgress>, i64)> {
         let mut column = self.event_time?.column;
@@ -274,6 +275,10 @@ impl StreamExchangeExec {
                 let (progress, start_column) = aggregate.progress()?;
                 return (start_column == column && progress.partitions() == inputs)
                     .then(|| (Arc::clone(progress), offset));
+            }
+            if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
+                let (progress, _) = join.progress().find(|(_, time)| *time == column)?;
+                return (progress.partitions() == inputs).then(|| (Arc::clone(progress), offset));
             }
             node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
                 filter.input()

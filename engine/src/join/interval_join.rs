@@ -32,6 +32,16 @@
 //!
 //! The output has the schema of DataFusion's join of the same type (left columns, then
 //! right), projected as DataFusion's `HashJoinExec` projects it.
+//!
+//! The output's event times are the input rows' own: a side's time column is an event time
+//! of the output wherever every output row carries it (both sides of an inner join, the
+//! preserved side of a LEFT or RIGHT join, the kept side of a semi or anti join; a FULL
+//! join's output has none). After each watermark, each output partition records in a
+//! [`PartitionProgress`] the smallest time of that column it may still emit: a row of the
+//! left side still to come is not late (time ≥ left watermark − lateness), and one it keeps
+//! is not yet freed (time ≥ right watermark − lateness − upper); for the right side,
+//! likewise with `− lower`. The exchange above takes that progress as its watermark, so
+//! windows, OVER windows and joins compose over a join's output.
 
 use std::fmt;
 use std::sync::Arc;
@@ -66,6 +76,7 @@ use super::side_state::{Chunk, Position, SideState};
 use crate::exchange::StreamExchangeExec;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
+use crate::progress::PartitionProgress;
 use crate::watermark::{StreamMessage, event_times};
 use freshet_partitioner::RoutingStrategy;
 
@@ -126,6 +137,17 @@ pub struct IntervalJoinExec {
     join_schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// Per side whose time column is an event time of the output: the column's position in
+    /// the output and each output partition's progress in it.
+    output_times: Vec<OutputTime>,
+}
+
+/// An event-time column of the join's output: the time column of `side`.
+#[derive(Debug, Clone)]
+struct OutputTime {
+    side: JoinSide,
+    column: usize,
+    progress: Arc<PartitionProgress>,
 }
 
 impl IntervalJoinExec {
@@ -165,6 +187,26 @@ impl IntervalJoinExec {
                 requires_infinite_memory: false,
             };
         }
+        let left_width = left_plan.schema().fields().len();
+        let output_times = timed_sides(spec.join_type)
+            .into_iter()
+            .filter_map(|side| {
+                let in_join = match (side, spec.join_type) {
+                    (JoinSide::Left, _) => spec.bound.left_time,
+                    (_, JoinType::RightSemi | JoinType::RightAnti) => spec.bound.right_time,
+                    _ => left_width + spec.bound.right_time,
+                };
+                let column = match &spec.projection {
+                    Some(columns) => columns.iter().position(|&c| c == in_join)?,
+                    None => in_join,
+                };
+                Some(OutputTime {
+                    side,
+                    column,
+                    progress: Arc::new(PartitionProgress::new(partitions)),
+                })
+            })
+            .collect();
         Ok(Self {
             left: left_plan,
             right: right_plan,
@@ -174,11 +216,28 @@ impl IntervalJoinExec {
             join_schema,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
+            output_times,
         })
     }
 
     pub fn spec(&self) -> &IntervalJoinSpec {
         &self.spec
+    }
+
+    /// The output's event-time columns (see the module documentation), each with the
+    /// smallest time each output partition may still emit in it.
+    pub fn progress(&self) -> impl Iterator<Item = (&Arc<PartitionProgress>, usize)> {
+        self.output_times.iter().map(|t| (&t.progress, t.column))
+    }
+}
+
+/// The sides whose time column every output row of a `join_type` join carries (not null).
+fn timed_sides(join_type: JoinType) -> Vec<JoinSide> {
+    match join_type {
+        JoinType::Inner => vec![JoinSide::Left, JoinSide::Right],
+        JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti => vec![JoinSide::Left],
+        JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => vec![JoinSide::Right],
+        _ => Vec::new(),
     }
 }
 
@@ -436,6 +495,9 @@ struct JoinStream {
     progress: Arc<Progress>,
     common: Common,
     reservation: MemoryReservation,
+    partition: usize,
+    /// The output's event-time columns, and the progress last recorded in each.
+    output_times: Vec<(OutputTime, i64)>,
 }
 
 /// What both sides of a running join read.
@@ -451,6 +513,7 @@ struct Common {
     random_state: RandomState,
     metrics: StatefulMetrics,
     name: String,
+    output_schema: SchemaRef,
 }
 
 /// The pairs one probe found: rows of the probing batch and positions in the other side.
@@ -515,8 +578,15 @@ impl JoinStream {
                 random_state: RandomState::with_seed(0x10_1e),
                 metrics: StatefulMetrics::new(&exec.metrics, partition),
                 name: format!("IntervalJoinExec[{partition}]"),
+                output_schema: exec.schema(),
             },
             reservation,
+            partition,
+            output_times: exec
+                .output_times
+                .iter()
+                .map(|t| (t.clone(), i64::MIN))
+                .collect(),
         })
     }
 
@@ -763,7 +833,40 @@ impl JoinStream {
             .map(|rows| self.common.unmatched(other_side, other_role, rows))
             .collect::<Result<Vec<_>>>()?;
         self.account()?;
-        self.common.output(outputs)
+        let output = self.common.output(outputs)?;
+        // Only progress moved: an empty batch wakes the exchange above to read it.
+        match (output, self.record_progress()) {
+            (None, true) => Ok(Some(RecordBatch::new_empty(Arc::clone(
+                &self.common.output_schema,
+            )))),
+            (output, _) => Ok(output),
+        }
+    }
+
+    /// Records, per event-time column of the output, the smallest time this partition may
+    /// still emit in it (see the module documentation); whether any moved.
+    fn record_progress(&mut self) -> bool {
+        let lateness = self.common.allowed_lateness;
+        let bound = self.common.bound;
+        // `watermark - lateness + shift`, where a finished input (+infinity) stays finished.
+        let at = |watermark: i64, shift: i64| match watermark {
+            i64::MAX => i64::MAX,
+            _ => watermark.saturating_sub(lateness).saturating_add(shift),
+        };
+        let (left, right) = (self.left.watermark, self.right.watermark);
+        let mut moved = false;
+        for (time, recorded) in &mut self.output_times {
+            let next = match time.side {
+                JoinSide::Left => at(left, 0).min(at(right, bound.upper.saturating_neg())),
+                _ => at(right, 0).min(at(left, bound.lower)),
+            };
+            if next > *recorded {
+                *recorded = next;
+                time.progress.record(self.partition, next);
+                moved = true;
+            }
+        }
+        moved
     }
 
     /// Accounts both sides' state in the memory pool.
