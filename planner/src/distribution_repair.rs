@@ -7,17 +7,21 @@
 //! input columns, not its output), and the join would read unmatched partitions. This rule,
 //! after Freshet's and before DataFusion's sanity check, gives each operator whose child no
 //! longer satisfies the distribution it requires a hash repartition of that child (or a merge,
-//! where it needs a single partition). Freshet's own operators require nothing of the kind.
+//! where it needs a single partition; a sorted child is merged in order), and a sort where it
+//! requires an order its child no longer has. Freshet's own operators require nothing of the
+//! kind.
 
 use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::physical_expr::PartitioningSatisfaction;
+use datafusion::physical_expr::{LexOrdering, PartitioningSatisfaction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, Distribution, ExecutionPlan, ExecutionPlanProperties,
     ReplaceChildrenOptions,
@@ -37,30 +41,53 @@ impl PhysicalOptimizerRule for DistributionRepair {
         Ok(plan
             .transform_up(|node| {
                 let mut repaired = false;
+                let orderings = node.required_input_ordering();
                 let children = node
                     .children()
                     .into_iter()
                     .zip(node.input_distribution_requirements().into_per_child())
-                    .map(|(child, required)| {
+                    .zip(orderings)
+                    .map(|((child, required), ordering)| {
                         let satisfaction = child.output_partitioning().satisfaction(
                             &required,
                             child.equivalence_properties(),
                             false,
                         );
-                        if satisfaction == PartitioningSatisfaction::Exact {
-                            return Ok(Arc::clone(child));
-                        }
                         let fixed: Arc<dyn ExecutionPlan> = match required {
-                            Distribution::UnspecifiedDistribution => return Ok(Arc::clone(child)),
-                            Distribution::SinglePartition => {
-                                Arc::new(CoalescePartitionsExec::new(Arc::clone(child)))
+                            _ if satisfaction == PartitioningSatisfaction::Exact => {
+                                Arc::clone(child)
                             }
+                            Distribution::UnspecifiedDistribution => Arc::clone(child),
+                            Distribution::SinglePartition => match child.output_ordering() {
+                                Some(order) => Arc::new(SortPreservingMergeExec::new(
+                                    order.clone(),
+                                    Arc::clone(child),
+                                )),
+                                None => Arc::new(CoalescePartitionsExec::new(Arc::clone(child))),
+                            },
                             keyed => Arc::new(RepartitionExec::try_new(
                                 Arc::clone(child),
                                 keyed.create_partitioning(partitions),
                             )?),
                         };
-                        repaired = true;
+                        // The order the operator requires, which a repartition, or Freshet's
+                        // operator in place of an order-keeping one, lost: sort again.
+                        let ordering = ordering.and_then(|required| {
+                            LexOrdering::new(required.into_single().into_iter().map(Into::into))
+                        });
+                        let fixed: Arc<dyn ExecutionPlan> = match ordering {
+                            Some(ordering)
+                                if !fixed
+                                    .equivalence_properties()
+                                    .ordering_satisfy(ordering.clone())? =>
+                            {
+                                Arc::new(
+                                    SortExec::new(ordering, fixed).with_preserve_partitioning(true),
+                                )
+                            }
+                            _ => fixed,
+                        };
+                        repaired |= !Arc::ptr_eq(&fixed, child);
                         Ok(fixed)
                     })
                     .collect::<Result<Vec<_>>>()?;

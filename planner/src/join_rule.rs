@@ -28,6 +28,7 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use freshet_engine::join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};
 use freshet_engine::watermark::linear_time_term;
@@ -223,7 +224,13 @@ fn interval_join(
 /// source partition's order must reach it (a merge would interleave partitions out of
 /// event-time order).
 fn unmerged(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let plan = below_exchanges(plan);
+    let mut plan = below_exchanges(plan);
+    // A sort for an order the join's output was to keep: the interval join keeps none.
+    while let Some(sort) = plan.downcast_ref::<SortExec>()
+        && sort.fetch().is_none()
+    {
+        plan = below_exchanges(sort.input());
+    }
     let passes_partitions = plan.downcast_ref::<ProjectionExec>().is_some()
         || plan.downcast_ref::<FilterExec>().is_some();
     if passes_partitions && let [input] = plan.children().as_slice() {

@@ -80,3 +80,18 @@ async fn joins_of_windowed_aggregations_lose_no_window() {
         );
     }
 }
+
+#[tokio::test]
+async fn windows_and_over_windows_over_joins_plan_and_answer() {
+    // A LEFT join DataFusion removes (the other side unique on the keys) reads `t` once; an
+    // OVER left to DataFusion over an interval join gets its order back after the repartition
+    // (29000203); a sort DataFusion pushed under a join for the OVER above does not keep the
+    // join from becoming an interval join (29000536).
+    for seed in [29_000_044, 29_000_203, 29_000_536] {
+        let outcome = FuzzCase::generate(seed).run().await;
+        assert!(
+            matches!(outcome, Outcome::Match),
+            "seed {seed}: {outcome:?}"
+        );
+    }
+}

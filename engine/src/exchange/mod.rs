@@ -261,7 +261,8 @@ impl StreamExchangeExec {
     /// event-time column is the source's, a window aggregation's when it is the window
     /// start, or a join's when it is an event time of the join's output, with the constant a projection added to it (`window_end` is the start plus the
     /// size). Its partitions are the exchange's inputs.
-    fn input_progress(&self, inputs: usize) -> Option<(Arc<PartitionProgress>, i64)> {
+    /// Also names the operator.
+    fn input_progress(&self, inputs: usize) -> Option<(Arc<PartitionProgress>, i64, &str)> {
         let mut column = self.event_time?.column;
         let mut offset = 0i64;
         let mut node = &self.input;
@@ -269,16 +270,17 @@ impl StreamExchangeExec {
             if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
                 let (progress, time_column) = source.progress()?;
                 return (time_column == column && progress.partitions() == inputs)
-                    .then(|| (Arc::clone(progress), offset));
+                    .then(|| (Arc::clone(progress), offset, node.name()));
             }
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
                 let (progress, start_column) = aggregate.progress()?;
                 return (start_column == column && progress.partitions() == inputs)
-                    .then(|| (Arc::clone(progress), offset));
+                    .then(|| (Arc::clone(progress), offset, node.name()));
             }
             if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
                 let (progress, _) = join.progress().find(|(_, time)| *time == column)?;
-                return (progress.partitions() == inputs).then(|| (Arc::clone(progress), offset));
+                return (progress.partitions() == inputs)
+                    .then(|| (Arc::clone(progress), offset, node.name()));
             }
             node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
                 filter.input()
@@ -351,7 +353,9 @@ impl StreamExchangeExec {
         // could hold back the very rows the other waits for. Only independent source
         // partitions are aligned.
         let aligned = self.reads_source_partitions()?;
-        let input_progress = self.input_progress(inputs);
+        let input_progress = self
+            .input_progress(inputs)
+            .map(|(progress, offset, _)| (progress, offset));
         let mut tasks = Vec::with_capacity(inputs);
         for domain in self.watermark_domains(inputs) {
             let watermarks = Arc::new(Mutex::new(Progress {
@@ -444,11 +448,25 @@ impl DisplayAs for StreamExchangeExec {
             step.fmt_as(f)?;
         }
         if let Some(event_time) = &self.event_time {
-            write!(
-                f,
-                ", watermark=max(column {}) - {}",
-                event_time.column, event_time.delay
-            )?;
+            let inputs = self.input.output_partitioning().partition_count();
+            match self.input_progress(inputs) {
+                // An operator's own progress: the smallest time it may still emit.
+                Some((_, offset, operator)) if operator != "StreamSourceExec" => write!(
+                    f,
+                    ", watermark=progress of {operator} (column {}{}) - {}",
+                    event_time.column,
+                    match offset {
+                        0 => String::new(),
+                        offset => format!(" {offset:+}"),
+                    },
+                    event_time.delay
+                )?,
+                _ => write!(
+                    f,
+                    ", watermark=max(column {}) - {}",
+                    event_time.column, event_time.delay
+                )?,
+            }
             if let Some(timeout) = event_time.idle_timeout {
                 write!(f, ", idle_timeout={timeout:?}")?;
             }

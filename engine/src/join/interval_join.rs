@@ -54,7 +54,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::hash_utils::{RandomState, create_hashes};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -77,6 +77,7 @@ use crate::exchange::StreamExchangeExec;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
+use crate::source::StreamSourceExec;
 use crate::watermark::{StreamMessage, event_times};
 use freshet_partitioner::RoutingStrategy;
 
@@ -231,6 +232,21 @@ impl IntervalJoinExec {
     }
 }
 
+/// The streams `plan` reads, as EXPLAIN names a join's side: `bids`, or `(bids, asks)`.
+fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
+    let mut names = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+            names.push(format!("`{}`", source.table()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    match names.len() {
+        1 => names.remove(0),
+        _ => format!("({})", names.join(", ")),
+    }
+}
+
 /// The sides whose time column every output row of a `join_type` join carries (not null).
 fn timed_sides(join_type: JoinType) -> Vec<JoinSide> {
     match join_type {
@@ -264,9 +280,10 @@ impl DisplayAs for IntervalJoinExec {
         if let Some(filter) = &self.spec.filter {
             write!(f, ", filter={}", filter.expression())?;
         }
+        let (left_name, right_name) = (stream_names(&self.left), stream_names(&self.right));
         write!(
             f,
-            ", state: left rows kept while the right watermark <= {left_time} + {}, right rows while the left watermark <= {right_time} + {}",
+            ", state: rows of {left_name} kept while {right_name}'s watermark <= {left_time} + {}, rows of {right_name} while {left_name}'s watermark <= {right_time} + {}",
             bound.reach(JoinSide::Left).saturating_add(lateness),
             bound.reach(JoinSide::Right).saturating_add(lateness),
         )?;

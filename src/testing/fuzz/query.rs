@@ -70,7 +70,42 @@ pub enum Form {
         other_table: bool,
         /// Which sides are windowed aggregations rather than rows.
         windowed: Windowed,
+        /// What reads the join's output.
+        above: Above,
     },
+}
+
+/// What reads a join's output: its rows, or a window or an OVER window over one of the
+/// output's time columns (an event time of the output, or, drawn sometimes, one that can be
+/// null, which must be refused).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Above {
+    Rows,
+    /// `COUNT(*)` and the latest time per tumbling window of `size_ms` over `time` (and per
+    /// `key`).
+    Window {
+        time: JoinColumn,
+        size_ms: i64,
+        key: Option<JoinColumn>,
+    },
+    /// A running `COUNT(*)` over `time` (per `key`).
+    Over {
+        time: JoinColumn,
+        key: Option<JoinColumn>,
+    },
+}
+
+/// A column of a join's output: the select item that makes it and its alias.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinColumn {
+    pub item: &'static str,
+    pub alias: &'static str,
+}
+
+impl JoinColumn {
+    const fn new(item: &'static str, alias: &'static str) -> Self {
+        Self { item, alias }
+    }
 }
 
 /// The sides of a join that are tumbling-window aggregations (`k`, `g`, `window_start`,
@@ -465,6 +500,7 @@ impl FuzzQuery {
             (Windowed::No, _) | (_, false) => kind,
             (_, true) => JoinKind::Inner,
         };
+        let above = Self::above_join(rng, kind, windowed);
         let mut query = Self::base(
             Form::Join {
                 kind,
@@ -473,6 +509,7 @@ impl FuzzQuery {
                 spelling,
                 other_table: false,
                 windowed,
+                above,
             },
             data,
         );
@@ -568,6 +605,52 @@ impl FuzzQuery {
                 .push(("freshet.allowed_lateness_ms".into(), "1000".into()));
         }
         query
+    }
+
+    /// What reads a join's output: mostly its rows; else a window or OVER window over a
+    /// time column every output row carries, or (one time in eight) any time column.
+    fn above_join(rng: &mut TestRng, kind: JoinKind, windowed: Windowed) -> Above {
+        let (left, right) = match windowed {
+            Windowed::No => (
+                JoinColumn::new("a.ts AS ats", "ats"),
+                JoinColumn::new("b.ts AS bts", "bts"),
+            ),
+            Windowed::Both { .. } => (
+                JoinColumn::new("a.window_start AS aws", "aws"),
+                JoinColumn::new("b.window_start AS bws", "bws"),
+            ),
+            Windowed::Right { .. } => (
+                JoinColumn::new("a.ts AS ats", "ats"),
+                JoinColumn::new("b.window_end AS bwe", "bwe"),
+            ),
+        };
+        let mut times = match kind {
+            JoinKind::Inner => vec![left.clone(), right.clone()],
+            JoinKind::Left | JoinKind::Exists | JoinKind::NotExists => vec![left.clone()],
+            JoinKind::Right => vec![right.clone()],
+            JoinKind::Full => Vec::new(),
+        };
+        if times.is_empty() || rng.chance(0.125) {
+            times = match kind.is_subquery() {
+                true => vec![left],
+                false => vec![left, right],
+            };
+        }
+        let time = rng.pick(&times).clone();
+        let key = match (windowed, rng.below(3)) {
+            (_, 0) => None,
+            (Windowed::Both { .. }, _) => Some(JoinColumn::new("a.n AS an", "an")),
+            _ => Some(JoinColumn::new("a.g AS ag", "ag")),
+        };
+        match rng.below(4) {
+            0 => Above::Window {
+                time,
+                size_ms: *rng.pick(&[2_000, 5_000, 10_000]),
+                key,
+            },
+            1 => Above::Over { time, key },
+            _ => Above::Rows,
+        }
     }
 
     fn over(rng: &mut TestRng, data: &FuzzData) -> Self {
@@ -742,16 +825,6 @@ impl FuzzQuery {
     /// Whether a changelog's deletions (all aggregates NULL) can occur: session changes.
     pub fn has_deletions(&self) -> bool {
         self.is_changelog() && matches!(self.window(), Some(Window::Session { .. }))
-    }
-
-    /// How many times the query reads `t` (a self-join reads it twice).
-    pub fn reads_of_table(&self) -> usize {
-        match self.form {
-            Form::Join {
-                other_table: false, ..
-            } => 2,
-            _ => 1,
-        }
     }
 
     /// Smaller variants of the query, for shrinking: one item, the filter or the HAVING

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::data::TimeType;
 use super::query::Windowed;
-use super::query::{BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
+use super::query::{Above, BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
 
 pub(super) fn interval(ms: i64) -> String {
     if ms % 1_000 == 0 {
@@ -106,9 +106,66 @@ impl FuzzQuery {
         )
     }
 
-    /// A join of `t` with itself or with `u`, as Freshet SQL or batch SQL (the same but for
-    /// windowed sides).
+    /// A join of `t` with itself or with `u`, and what reads its output, as Freshet SQL or
+    /// batch SQL.
     fn join_block(&self, batch: bool) -> Option<String> {
+        let Form::Join { above, .. } = &self.form else {
+            return None;
+        };
+        let rows = self.join_rows(batch)?;
+        let (time, key) = match above {
+            Above::Rows => return Some(rows),
+            Above::Window { time, key, .. } | Above::Over { time, key } => (time, key),
+        };
+        let keys: Vec<&str> = key.iter().map(|k| k.alias).collect();
+        Some(match above {
+            Above::Window { size_ms, .. } if batch => {
+                let integer =
+                    self.time_type == TimeType::EpochMillis && matches!(time.alias, "ats" | "bts");
+                let start = match integer {
+                    true => format!("to_timestamp_millis({0} - {0} % {size_ms})", time.alias),
+                    false => format!(
+                        "date_bin(INTERVAL '{size_ms} milliseconds', {}, TIMESTAMP '1970-01-01 00:00:00')",
+                        time.alias
+                    ),
+                };
+                let group = [keys.clone(), vec![start.as_str()]].concat().join(", ");
+                let select = [keys, vec![&format!("{start} AS window_start")]]
+                    .concat()
+                    .join(", ");
+                format!(
+                    "SELECT {select}, COUNT(*) AS c, MAX({}) AS latest FROM ({rows}) AS j GROUP BY {group}",
+                    time.alias
+                )
+            }
+            Above::Window { size_ms, .. } => {
+                let select = [keys.clone(), vec!["window_start"]].concat().join(", ");
+                let group = match keys.is_empty() {
+                    true => String::new(),
+                    false => format!(" GROUP BY {}", keys.join(", ")),
+                };
+                format!(
+                    "SELECT {select}, COUNT(*) AS c, MAX({0}) AS latest FROM ({rows}) AS j{group} WINDOW TUMBLING ({0}, {1})",
+                    time.alias,
+                    interval(*size_ms)
+                )
+            }
+            _ => {
+                let partition = match keys.is_empty() {
+                    true => String::new(),
+                    false => format!("PARTITION BY {} ", keys.join(", ")),
+                };
+                format!(
+                    "SELECT *, COUNT(*) OVER ({partition}ORDER BY {}) AS c FROM ({rows}) AS j",
+                    time.alias
+                )
+            }
+        })
+    }
+
+    /// The join's rows, as Freshet SQL or batch SQL (the same but for windowed sides), with
+    /// the columns what reads them needs.
+    fn join_rows(&self, batch: bool) -> Option<String> {
         let Form::Join {
             kind,
             lower_ms,
@@ -116,12 +173,24 @@ impl FuzzQuery {
             spelling,
             other_table,
             windowed,
+            ref above,
         } = self.form
         else {
             return None;
         };
         let other = if other_table { "u" } else { "t" };
-        let select = self.select_list(|item| item.streaming.clone());
+        let mut select: Vec<String> = self.items.iter().map(|i| i.streaming.clone()).collect();
+        if let Above::Window { time, key, .. } | Above::Over { time, key } = above {
+            for needed in std::iter::once(time).chain(key) {
+                if !select
+                    .iter()
+                    .any(|item| item.ends_with(&format!(" AS {}", needed.alias)))
+                {
+                    select.push(needed.item.to_string());
+                }
+            }
+        }
+        let select = select.join(", ");
         let mut on: Vec<String> = self
             .keys
             .iter()
