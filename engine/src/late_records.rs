@@ -1,13 +1,17 @@
-//! [`LateRecords`]: the side output of records that arrived after their windows closed.
+//! [`LateRecords`]: the side output of records that arrived after their windows closed (or,
+//! in a join, after their partners may have been freed).
 //!
-//! Late records are always dropped from the aggregation and counted; when a consumer asks
-//! for them (`StreamingQuery::late_records`), the operators also send them, as batches of the
-//! aggregation's input, into a channel the consumer reads. Nobody asking costs nothing.
+//! Late records are always dropped and counted; when a consumer asks for them
+//! (`StreamingQuery::late_records`), the operators also send them into a channel the consumer
+//! reads, as batches of one schema the consumer chooses: each operator's input columns are
+//! placed by name, and columns its input lacks are null (the two sides of a join, or two
+//! windows over different inputs, share one side output). Nobody asking costs nothing.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::BooleanArray;
+use datafusion::arrow::array::{BooleanArray, new_null_array};
 use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use parking_lot::Mutex;
@@ -16,13 +20,21 @@ use tokio::sync::mpsc;
 /// Where an operator sends its late records, once a consumer has subscribed.
 #[derive(Debug, Clone, Default)]
 pub struct LateRecords {
-    sender: Arc<Mutex<Option<mpsc::UnboundedSender<RecordBatch>>>>,
+    sender: Arc<Mutex<Option<Subscriber>>>,
+}
+
+/// A consumer of late records, and the schema it reads them in.
+#[derive(Debug)]
+struct Subscriber {
+    sender: mpsc::UnboundedSender<RecordBatch>,
+    schema: SchemaRef,
 }
 
 impl LateRecords {
-    /// Routes late records to `sender` from now on.
-    pub fn subscribe(&self, sender: mpsc::UnboundedSender<RecordBatch>) {
-        *self.sender.lock() = Some(sender);
+    /// Routes late records to `sender` from now on, in `schema` (see the module
+    /// documentation).
+    pub fn subscribe(&self, sender: mpsc::UnboundedSender<RecordBatch>, schema: SchemaRef) {
+        *self.sender.lock() = Some(Subscriber { sender, schema });
     }
 
     /// Whether somebody reads late records.
@@ -33,12 +45,46 @@ impl LateRecords {
     /// Sends the rows of `batch` selected by `late`.
     pub fn send(&self, batch: &RecordBatch, late: &BooleanArray) -> Result<()> {
         let guard = self.sender.lock();
-        let Some(sender) = guard.as_ref() else {
+        let Some(subscriber) = guard.as_ref() else {
             return Ok(());
         };
         let rows = filter_record_batch(batch, late)?;
+        let rows = match rows.schema() == subscriber.schema {
+            true => rows,
+            false => conform(&rows, &subscriber.schema)?,
+        };
         // A reader that went away no longer wants them.
-        let _ = sender.send(rows);
+        let _ = subscriber.sender.send(rows);
         Ok(())
     }
+}
+
+/// `rows` in `schema`: its columns by name (where the type matches), nulls for the others.
+fn conform(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match rows.schema().column_with_name(field.name()) {
+            Some((index, own)) if own.data_type() == field.data_type() => {
+                Arc::clone(rows.column(index))
+            }
+            _ => new_null_array(field.data_type(), rows.num_rows()),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// The schema one side output of records of `inputs` takes: every column of each, once per
+/// name, all nullable. (A column whose name an earlier input took with another type stays
+/// null: the side output keeps the first.)
+pub fn side_output_schema(inputs: &[SchemaRef]) -> SchemaRef {
+    let mut fields: Vec<Field> = Vec::new();
+    for schema in inputs {
+        for field in schema.fields() {
+            if !fields.iter().any(|f| f.name() == field.name()) {
+                fields.push(field.as_ref().clone().with_nullable(true));
+            }
+        }
+    }
+    Arc::new(Schema::new(fields))
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -14,6 +14,8 @@ use datafusion::physical_plan::{
 };
 use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
+use freshet_engine::join::IntervalJoinExec;
+use freshet_engine::late_records::{LateRecords, side_output_schema};
 use freshet_engine::over::OverWindowExec;
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -83,26 +85,38 @@ impl StreamingQuery {
             .map(|stream| self.explaining_errors(stream))
     }
 
-    /// The records the query's window aggregations and window functions drop as late, as a
-    /// stream of batches of the operator's input. Ask before executing the query; read it while the query runs
-    /// (it ends when the query's operators are gone).
+    /// The records the query's window aggregations, window functions and joins drop as
+    /// late, as a stream of batches of the operators' input rows: one schema with every
+    /// column of their inputs by name, null where a row's operator does not have it. Ask
+    /// before executing the query; read it while the query runs (it ends when the query's
+    /// operators are gone).
     pub fn late_records(&self) -> SendableRecordBatchStream {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut schema = None;
+        let mut outputs: Vec<(LateRecords, SchemaRef)> = Vec::new();
         let _ = self.plan.apply(|node| {
-            let late_records = if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
-                Some(aggregate.late_records())
-            } else {
-                node.downcast_ref::<OverWindowExec>()
-                    .map(|over| over.late_records())
-            };
-            if let Some(late_records) = late_records {
-                late_records.subscribe(sender.clone());
-                schema.get_or_insert_with(|| node.children()[0].schema());
+            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+                outputs.push((
+                    aggregate.late_records().clone(),
+                    node.children()[0].schema(),
+                ));
+            } else if let Some(over) = node.downcast_ref::<OverWindowExec>() {
+                outputs.push((over.late_records().clone(), node.children()[0].schema()));
+            } else if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
+                for (late_records, schema) in join.late_records() {
+                    outputs.push((late_records.clone(), schema));
+                }
             }
             Ok(TreeNodeRecursion::Continue)
         });
-        let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+        let inputs: Vec<SchemaRef> = outputs
+            .iter()
+            .map(|(_, schema)| Arc::clone(schema))
+            .collect();
+        let schema = side_output_schema(&inputs);
+        for (late_records, _) in &outputs {
+            late_records.subscribe(sender.clone(), Arc::clone(&schema));
+        }
+        drop(sender);
         let batches = futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|batch| (Ok(batch), receiver))
         });

@@ -475,3 +475,98 @@ async fn a_window_over_a_join_time_that_can_be_null_is_refused() {
         );
     }
 }
+
+/// A row later than its side's watermark may have lost its partners: the join drops it,
+/// counts it and sends it to the side output of late records, in one schema with the other
+/// side's columns (null).
+#[tokio::test]
+async fn late_join_rows_are_dropped_counted_and_sent_to_the_side_output() {
+    use datafusion::arrow::array::{Array, AsArray, Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use futures::TryStreamExt;
+    use std::sync::Arc;
+
+    let ctx = StreamingContext::with_partitions(1);
+    let stream = |name: &str, id: &str, ts: &str, batches: Vec<(Vec<i64>, Vec<i64>)>| {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(id, DataType::Int64, false),
+            Field::new(ts, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        ]));
+        let batches = batches
+            .into_iter()
+            .map(|(ids, times)| {
+                RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        Arc::new(Int64Array::from(ids)),
+                        Arc::new(TimestampMillisecondArray::from(times)),
+                    ],
+                )
+                .unwrap()
+            })
+            .collect();
+        let options = StreamOptions {
+            event_time: Some(ts.to_string()),
+            partitions: Some(1),
+            ..StreamOptions::default()
+        };
+        ctx.register_batches(name, schema, batches, options)
+            .unwrap();
+    };
+    // `l`'s watermark is at 65 s when 3 (at 2 s) comes: it is late.
+    stream(
+        "l",
+        "lid",
+        "lts",
+        vec![(vec![1, 2], vec![1_000, 65_000]), (vec![3], vec![2_000])],
+    );
+    stream(
+        "r",
+        "rid",
+        "rts",
+        vec![(vec![10, 11, 12], vec![1_500, 2_500, 64_500])],
+    );
+    let query = ctx
+        .sql(
+            "SELECT l.lid, r.rid FROM l JOIN r \
+             ON r.rts BETWEEN l.lts - INTERVAL '1' SECOND AND l.lts + INTERVAL '1' SECOND",
+        )
+        .await
+        .unwrap();
+    let late_stream = query.late_records();
+    let rows: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let mut pairs: Vec<(i64, i64)> = rows
+        .iter()
+        .flat_map(|b| {
+            let l = b.column(0).as_primitive::<Int64Type>().clone();
+            let r = b.column(1).as_primitive::<Int64Type>().clone();
+            (0..b.num_rows())
+                .map(|i| (l.value(i), r.value(i)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    pairs.sort_unstable();
+    assert_eq!(
+        pairs,
+        vec![(1, 10), (2, 12)],
+        "3 would have matched 10 and 11"
+    );
+    assert_eq!(query.metric_total("late_records_dropped"), 1);
+    drop(query);
+    let late: Vec<RecordBatch> = late_stream.try_collect().await.unwrap();
+    let late = datafusion::arrow::compute::concat_batches(&late[0].schema(), &late).unwrap();
+    let names: Vec<String> = late
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["lid", "lts", "rid", "rts"]);
+    assert_eq!(late.num_rows(), 1);
+    assert_eq!(late.column(0).as_primitive::<Int64Type>().value(0), 3);
+    assert!(
+        late.column(2).is_null(0),
+        "the other side's columns are null"
+    );
+}

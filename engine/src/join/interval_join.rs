@@ -26,7 +26,8 @@
 //! outer side of an outer join does, without the nulls.
 //!
 //! A row older than its own side's watermark minus the allowed lateness is late: its
-//! partners may already be freed, so it is dropped and counted. At the end of one input its
+//! partners may already be freed, so it is dropped, counted and sent to the side output of
+//! late records. At the end of one input its
 //! watermark is +infinity: the other side keeps nothing more, and at the end of both every
 //! unmatched row has gone out.
 //!
@@ -74,6 +75,7 @@ use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use super::side_state::{Chunk, Position, SideState};
 use crate::exchange::StreamExchangeExec;
+use crate::late_records::LateRecords;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
@@ -141,6 +143,8 @@ pub struct IntervalJoinExec {
     /// Per side whose time column is an event time of the output: the column's position in
     /// the output and each output partition's progress in it.
     output_times: Vec<OutputTime>,
+    /// The side outputs of each side's late rows.
+    late_records: [LateRecords; 2],
 }
 
 /// An event-time column of the join's output: the time column of `side`.
@@ -218,7 +222,28 @@ impl IntervalJoinExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             output_times,
+            late_records: Default::default(),
         })
+    }
+
+    /// The side outputs of the late rows of each side (left, then right), with the schema of
+    /// that side's rows (without the columns DataFusion computes below a join for its ON
+    /// clause).
+    pub fn late_records(&self) -> [(&LateRecords, SchemaRef); 2] {
+        let rows = |input: &Arc<dyn ExecutionPlan>| {
+            let schema = input.schema();
+            let fields: Vec<_> = schema
+                .fields()
+                .iter()
+                .filter(|f| !f.name().starts_with("join_proj_push_down_"))
+                .cloned()
+                .collect();
+            Arc::new(Schema::new(fields))
+        };
+        [
+            (&self.late_records[0], rows(&self.left)),
+            (&self.late_records[1], rows(&self.right)),
+        ]
     }
 
     pub fn spec(&self) -> &IntervalJoinSpec {
@@ -423,6 +448,7 @@ struct Side {
     key_types: Vec<DataType>,
     time_column: usize,
     role: SideRole,
+    late_records: LateRecords,
 }
 
 /// What a side's rows become in the output.
@@ -567,6 +593,7 @@ impl JoinStream {
             key_types: key_types.clone(),
             time_column,
             role: SideRole::of(spec.join_type, which),
+            late_records: exec.late_records[usize::from(which == JoinSide::Right)].clone(),
         };
         Ok(Self {
             left: side(
@@ -644,7 +671,7 @@ impl JoinStream {
             false => Some(common.converter.convert_columns(&keys)?),
         };
         // Rows that can match, and the rows that are late.
-        let mut late = 0;
+        let mut late = Vec::new();
         let mut matchable = Vec::with_capacity(rows);
         let mut unmatchable = Vec::new();
         let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
@@ -653,12 +680,20 @@ impl JoinStream {
             if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
                 unmatchable.push(row as u32);
             } else if times.value(row) < own_limit {
-                late += 1;
+                late.push(row);
             } else {
                 matchable.push(row as u32);
             }
         }
-        common.metrics.late_dropped.add(late);
+        common.metrics.late_dropped.add(late.len());
+        if !late.is_empty() && side.late_records.wanted() {
+            let mut selected = vec![false; rows];
+            for &row in &late {
+                selected[row] = true;
+            }
+            side.late_records
+                .send(batch, &BooleanArray::from(selected))?;
+        }
         // Probe the other side's rows.
         let mut pairs = Pairs::default();
         let mut candidates = Vec::new();
