@@ -37,7 +37,9 @@ use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
-use crate::stream_inputs::{below_exchanges, event_time, event_time_columns, reads_stream};
+use crate::stream_inputs::{
+    below_exchanges, event_time, event_time_columns, partitioned_alike, reads_stream,
+};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -171,6 +173,11 @@ fn interval_join(
         &time_type,
     )?;
     let streams = config.execution.target_partitions;
+    // Every key routes (equal keys meet in one stream); the keys the bound stands for are
+    // checked as the bound.
+    let left_keys: Vec<PhysicalExprRef> = parts.on.iter().map(|(l, _)| Arc::clone(l)).collect();
+    let right_keys: Vec<PhysicalExprRef> = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
+    let alike = !left_keys.is_empty() && partitioned_alike(left, &left_keys, right, &right_keys);
     let exchange = |input: &Arc<dyn ExecutionPlan>,
                     keys: Vec<PhysicalExprRef>,
                     time: &Arc<dyn PhysicalExpr>|
@@ -179,6 +186,11 @@ fn interval_join(
             (
                 RoutingStrategy::FanIn,
                 "auto: no equality keys, one stream".to_string(),
+            )
+        } else if alike {
+            (
+                RoutingStrategy::Sticky,
+                "auto: both sides are already partitioned alike by the join keys".to_string(),
             )
         } else {
             (
@@ -192,10 +204,6 @@ fn interval_join(
                 .with_reason(reason),
         ))
     };
-    // Every key routes (equal keys meet in one stream); the keys the bound stands for are
-    // checked as the bound.
-    let left_keys = parts.on.iter().map(|(l, _)| Arc::clone(l)).collect();
-    let right_keys = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
     let state_keys = parts
         .on
         .iter()

@@ -97,7 +97,7 @@ impl StreamingQuery {
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
                 outputs.push((
                     aggregate.late_records().clone(),
-                    node.children()[0].schema(),
+                    aggregate.late_records_schema(),
                 ));
             } else if let Some(over) = node.downcast_ref::<OverWindowExec>() {
                 outputs.push((over.late_records().clone(), node.children()[0].schema()));

@@ -8,12 +8,12 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::over::OverWindowExec;
@@ -166,6 +166,146 @@ fn partitioned_by_columns(
             partitioned_by_columns(input, &below)
         }
         _ => Err(format!("{} below may regroup the rows", plan.name())),
+    }
+}
+
+/// How the rows of a plan's output lie over its partitions, in terms of a list of key
+/// columns: every row with equal values in the keys at `positions` is in one partition.
+#[derive(Debug, PartialEq)]
+enum KeyedPartitions {
+    /// Hashed by Freshet's exchange on the keys at `positions` (of these types) into
+    /// `partitions` outputs.
+    Hashed {
+        positions: Vec<usize>,
+        types: Vec<DataType>,
+        partitions: usize,
+    },
+    /// The partitions of stream `table`, declared partitioned by its columns that the keys
+    /// (at the same positions) are.
+    Declared {
+        table: String,
+        columns: Vec<Option<usize>>,
+        partitions: usize,
+    },
+}
+
+/// How `plan`'s rows lie over its partitions in terms of `keys` (output columns, per
+/// position; `None` where a key is not a plain column), traced through projections,
+/// filters, sticky exchanges and windowed aggregations to the hash exchange or the declared
+/// source that placed them; `None` if nothing keyed them.
+fn keyed_partitions(
+    plan: &Arc<dyn ExecutionPlan>,
+    keys: &[Option<usize>],
+) -> Option<KeyedPartitions> {
+    if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
+        let schema = plan.schema();
+        let by = &source.options().partitioned_by;
+        let covered = by.iter().all(|name| {
+            schema
+                .index_of(name)
+                .is_ok_and(|column| keys.contains(&Some(column)))
+        });
+        return (!by.is_empty() && covered).then(|| KeyedPartitions::Declared {
+            table: source.table().to_string(),
+            columns: keys.to_vec(),
+            partitions: plan.output_partitioning().partition_count(),
+        });
+    }
+    if let Some(exchange) = plan.downcast_ref::<StreamExchangeExec>() {
+        return match exchange.strategy() {
+            RoutingStrategy::Sticky => keyed_partitions(exchange.input(), keys),
+            RoutingStrategy::Hash(by) => {
+                let schema = exchange.input().schema();
+                let mut positions = Vec::new();
+                let mut types = Vec::new();
+                for expr in by {
+                    let column = expr.downcast_ref::<Column>()?.index();
+                    positions.push(keys.iter().position(|k| *k == Some(column))?);
+                    types.push(schema.field(column).data_type().clone());
+                }
+                Some(KeyedPartitions::Hashed {
+                    positions,
+                    types,
+                    partitions: plan.output_partitioning().partition_count(),
+                })
+            }
+            _ => None,
+        };
+    }
+    if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
+        if aggregate.is_two_phase() {
+            return None;
+        }
+        // A group's rows all went to the partition its keys hashed to.
+        let below: Vec<Option<usize>> = keys
+            .iter()
+            .map(|key| {
+                let (expr, _) = aggregate.group_by().get((*key)?)?;
+                expr.downcast_ref::<Column>().map(Column::index)
+            })
+            .collect();
+        let exchange: Arc<dyn ExecutionPlan> = Arc::clone(aggregate.exchange()) as _;
+        return keyed_partitions(&exchange, &below);
+    }
+    let below: Vec<Option<usize>> = if let Some(projection) = plan.downcast_ref::<ProjectionExec>()
+    {
+        keys.iter()
+            .map(|key| {
+                projection.expr()[(*key)?]
+                    .expr
+                    .downcast_ref::<Column>()
+                    .map(Column::index)
+            })
+            .collect()
+    } else if let Some(filter) = plan.downcast_ref::<FilterExec>() {
+        match filter.projection() {
+            Some(projection) => keys.iter().map(|key| Some(projection[(*key)?])).collect(),
+            None => keys.to_vec(),
+        }
+    } else if plan.downcast_ref::<StreamFilterExec>().is_some() {
+        keys.to_vec()
+    } else {
+        return None;
+    };
+    keyed_partitions(plan.children().first()?, &below)
+}
+
+/// Whether the rows of `left` and `right` already lie alike over their partitions by the
+/// join keys (`left_keys[i]` against `right_keys[i]`): equal keys are in partitions of the
+/// same number on both sides, so a sticky exchange keeps them together. That holds for two
+/// sides hashed by Freshet's exchange on the same keys (of the same types, into as many
+/// partitions), as windowed aggregations are, and for two reads of one stream declared
+/// partitioned by the keys (a self-join). Two different streams declared partitioned by
+/// their keys are not known to split them alike, and are hashed.
+pub(crate) fn partitioned_alike(
+    left: &Arc<dyn ExecutionPlan>,
+    left_keys: &[Arc<dyn PhysicalExpr>],
+    right: &Arc<dyn ExecutionPlan>,
+    right_keys: &[Arc<dyn PhysicalExpr>],
+) -> bool {
+    let columns = |keys: &[Arc<dyn PhysicalExpr>]| -> Vec<Option<usize>> {
+        keys.iter()
+            .map(|k| k.downcast_ref::<Column>().map(Column::index))
+            .collect()
+    };
+    match (
+        keyed_partitions(left, &columns(left_keys)),
+        keyed_partitions(right, &columns(right_keys)),
+    ) {
+        (Some(l @ KeyedPartitions::Hashed { .. }), Some(r)) => l == r,
+        (
+            Some(KeyedPartitions::Declared {
+                table,
+                columns,
+                partitions,
+            }),
+            Some(KeyedPartitions::Declared {
+                table: other_table,
+                columns: other_columns,
+                partitions: other_partitions,
+            }),
+        ) => table == other_table && partitions == other_partitions && columns == other_columns,
+        _ => false,
     }
 }
 

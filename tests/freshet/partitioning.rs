@@ -154,6 +154,42 @@ async fn sticky_is_chosen_only_while_the_rows_stay_partitioned_by_the_keys() {
 }
 
 #[tokio::test]
+async fn a_self_join_of_a_stream_partitioned_by_the_join_keys_keeps_its_partitions() {
+    // Both reads of `t` hold each k1 in the source partition of the same number: no shuffle.
+    // Joined on another key, the partitions would not line up: both sides hash.
+    let join = |key: &str| {
+        format!(
+            "SELECT a.k1, a.q, b.q AS other FROM t a JOIN t b ON a.{key} = b.{key} \
+             AND b.ts BETWEEN a.ts - INTERVAL '1' SECOND AND a.ts"
+        )
+    };
+    for (key, strategy) in [
+        (
+            "k1",
+            "strategy=sticky, partitions=2->2 (auto: both sides are already partitioned alike by the join keys)",
+        ),
+        ("k2", "strategy=hash([k2@"),
+    ] {
+        let sql = join(key);
+        let (ctx, batches) = context(2, &["k1"]);
+        let query = ctx.sql(&sql).await.unwrap();
+        let plan = query.explain();
+        assert!(plan.contains(strategy), "{sql}\n{plan}");
+        let actual: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        let batch = SessionContext::new();
+        batch
+            .register_batch(
+                "t",
+                datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches)
+                    .unwrap(),
+            )
+            .unwrap();
+        let expected = batch.sql(&sql).await.unwrap().collect().await.unwrap();
+        compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+#[tokio::test]
 async fn sticky_maps_more_source_partitions_than_streams_onto_the_streams() {
     for (sources, streams) in [(4, 2), (3, 2), (5, 1)] {
         for setting in ["", " WITH ('partitioning_strategy' = 'sticky')"] {

@@ -49,7 +49,7 @@ use datafusion::physical_plan::{
 
 use super::mode::{AggregateMode, ModeInputs};
 use super::partial::PartialAggregate;
-use super::spec::{AggregateEmit, AggregateSpec, WindowKey, with_nullable_aggregates};
+use super::spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey, with_nullable_aggregates};
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, drive};
@@ -162,6 +162,15 @@ impl WindowAggregateExec {
         &self.late_records
     }
 
+    /// The schema of the late records: the input rows' (below the exchange, which routes
+    /// partial states in two phases).
+    pub fn late_records_schema(&self) -> SchemaRef {
+        match self.partial {
+            Some(_) => self.exchange.input().schema(),
+            None => self.input.schema(),
+        }
+    }
+
     /// The emit mode in effect (per-record changes fall back to per batch without kernels).
     pub fn emit(&self) -> AggregateEmit {
         self.spec.emit
@@ -180,6 +189,17 @@ impl WindowAggregateExec {
     /// The exchange this operator reads.
     pub fn exchange(&self) -> &Arc<StreamExchangeExec> {
         &self.exchange
+    }
+
+    /// The GROUP BY expressions over the input: output column `i` holds the value of the
+    /// `i`-th.
+    pub fn group_by(&self) -> &[GroupExpr] {
+        &self.spec.group_by
+    }
+
+    /// Whether the exchange routes partial states rather than input rows.
+    pub fn is_two_phase(&self) -> bool {
+        self.partial.is_some()
     }
 
     /// When the output has an event time (EMIT FINAL over tumbling or hopping windows): the
