@@ -96,77 +96,13 @@ pub(crate) fn choose_strategy(
 }
 
 /// Whether every row with the same values in the columns `keys` of `plan`'s output is in
-/// the same output partition, traced structurally down to a source declared partitioned by
-/// (a subset of) those columns, or to an exchange that hashes on a subset of them. The
-/// error says why not, naming the stream or the node that breaks it.
+/// the same output partition (see [`keyed_partitions`]); the error says why not.
 fn partitioned_by_columns(
     plan: &Arc<dyn ExecutionPlan>,
     keys: &[usize],
 ) -> std::result::Result<(), String> {
-    if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
-        let schema = plan.schema();
-        let by = &source.options().partitioned_by;
-        let covered = by.iter().all(|name| {
-            schema
-                .index_of(name)
-                .is_ok_and(|column| keys.contains(&column))
-        });
-        return if !by.is_empty() && covered {
-            Ok(())
-        } else {
-            Err(format!(
-                "stream '{}' is not declared partitioned by them",
-                source.table()
-            ))
-        };
-    }
-    if let Some(exchange) = plan.downcast_ref::<StreamExchangeExec>() {
-        return match exchange.strategy() {
-            RoutingStrategy::Sticky => partitioned_by_columns(exchange.input(), keys),
-            RoutingStrategy::Hash(by)
-                if by.iter().all(|e| {
-                    e.downcast_ref::<Column>()
-                        .is_some_and(|c| keys.contains(&c.index()))
-                }) =>
-            {
-                Ok(())
-            }
-            other => Err(format!(
-                "an exchange below routes its rows by {}",
-                other.name()
-            )),
-        };
-    }
-    if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
-        let below: Vec<usize> = keys
-            .iter()
-            .filter_map(|&key| {
-                projection.expr()[key]
-                    .expr
-                    .downcast_ref::<Column>()
-                    .map(Column::index)
-            })
-            .collect();
-        return partitioned_by_columns(projection.input(), &below);
-    }
-    if let Some(filter) = plan.downcast_ref::<FilterExec>() {
-        let below: Vec<usize> = match filter.projection() {
-            Some(projection) => keys.iter().map(|&key| projection[key]).collect(),
-            None => keys.to_vec(),
-        };
-        return partitioned_by_columns(filter.input(), &below);
-    }
-    // Operators that keep their input's partitions and columns (adding columns after them).
-    let keeps_partitions = plan.downcast_ref::<StreamFilterExec>().is_some()
-        || plan.downcast_ref::<OverWindowExec>().is_some();
-    match plan.children().as_slice() {
-        [input] if keeps_partitions => {
-            let width = input.schema().fields().len();
-            let below: Vec<usize> = keys.iter().copied().filter(|&k| k < width).collect();
-            partitioned_by_columns(input, &below)
-        }
-        _ => Err(format!("{} below may regroup the rows", plan.name())),
-    }
+    let keys: Vec<Option<usize>> = keys.iter().copied().map(Some).collect();
+    keyed_partitions(plan, &keys).map(|_| ())
 }
 
 /// How the rows of a plan's output lie over its partitions, in terms of a list of key
@@ -190,13 +126,14 @@ enum KeyedPartitions {
 }
 
 /// How `plan`'s rows lie over its partitions in terms of `keys` (output columns, per
-/// position; `None` where a key is not a plain column), traced through projections,
-/// filters, sticky exchanges and windowed aggregations to the hash exchange or the declared
-/// source that placed them; `None` if nothing keyed them.
+/// position; `None` where a key is not a plain column), traced structurally through
+/// projections, filters, sticky exchanges, window functions and windowed aggregations to the
+/// hash exchange or the declared source that placed them. The error says why nothing did,
+/// naming the stream or the node that regroups the rows.
 fn keyed_partitions(
     plan: &Arc<dyn ExecutionPlan>,
     keys: &[Option<usize>],
-) -> Option<KeyedPartitions> {
+) -> std::result::Result<KeyedPartitions, String> {
     if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
         let schema = plan.schema();
         let by = &source.options().partitioned_by;
@@ -205,36 +142,45 @@ fn keyed_partitions(
                 .index_of(name)
                 .is_ok_and(|column| keys.contains(&Some(column)))
         });
-        return (!by.is_empty() && covered).then(|| KeyedPartitions::Declared {
-            table: source.table().to_string(),
-            columns: keys.to_vec(),
-            partitions: plan.output_partitioning().partition_count(),
-        });
+        return match !by.is_empty() && covered {
+            true => Ok(KeyedPartitions::Declared {
+                table: source.table().to_string(),
+                columns: keys.to_vec(),
+                partitions: plan.output_partitioning().partition_count(),
+            }),
+            false => Err(format!(
+                "stream '{}' is not declared partitioned by them",
+                source.table()
+            )),
+        };
     }
     if let Some(exchange) = plan.downcast_ref::<StreamExchangeExec>() {
-        return match exchange.strategy() {
-            RoutingStrategy::Sticky => keyed_partitions(exchange.input(), keys),
-            RoutingStrategy::Hash(by) => {
-                let schema = exchange.input().schema();
-                let mut positions = Vec::new();
-                let mut types = Vec::new();
-                for expr in by {
-                    let column = expr.downcast_ref::<Column>()?.index();
-                    positions.push(keys.iter().position(|k| *k == Some(column))?);
-                    types.push(schema.field(column).data_type().clone());
-                }
-                Some(KeyedPartitions::Hashed {
-                    positions,
-                    types,
-                    partitions: plan.output_partitioning().partition_count(),
-                })
+        let routing = exchange.strategy();
+        let hashed = |by: &[Arc<dyn PhysicalExpr>]| -> Option<KeyedPartitions> {
+            let schema = exchange.input().schema();
+            let mut positions = Vec::new();
+            let mut types = Vec::new();
+            for expr in by {
+                let column = expr.downcast_ref::<Column>()?.index();
+                positions.push(keys.iter().position(|k| *k == Some(column))?);
+                types.push(schema.field(column).data_type().clone());
             }
-            _ => None,
+            Some(KeyedPartitions::Hashed {
+                positions,
+                types,
+                partitions: plan.output_partitioning().partition_count(),
+            })
+        };
+        let other = || format!("an exchange below routes its rows by {routing}");
+        return match routing {
+            RoutingStrategy::Sticky => keyed_partitions(exchange.input(), keys),
+            RoutingStrategy::Hash(by) => hashed(by).ok_or_else(other),
+            _ => Err(other()),
         };
     }
     if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
         if aggregate.is_two_phase() {
-            return None;
+            return Err("a two-phase aggregation below routes partial states".to_string());
         }
         // A group's rows all went to the partition its keys hashed to.
         let below: Vec<Option<usize>> = keys
@@ -262,12 +208,25 @@ fn keyed_partitions(
             Some(projection) => keys.iter().map(|key| Some(projection[(*key)?])).collect(),
             None => keys.to_vec(),
         }
-    } else if plan.downcast_ref::<StreamFilterExec>().is_some() {
+    } else if plan.downcast_ref::<StreamFilterExec>().is_some()
+        || plan.downcast_ref::<OverWindowExec>().is_some()
+    {
+        // The input's columns come first, in their partitions.
         keys.to_vec()
     } else {
-        return None;
+        return Err(format!("{} below may regroup the rows", plan.name()));
     };
-    keyed_partitions(plan.children().first()?, &below)
+    match plan.children().as_slice() {
+        [input] => {
+            let width = input.schema().fields().len();
+            let below: Vec<Option<usize>> = below
+                .into_iter()
+                .map(|k| k.filter(|&k| k < width))
+                .collect();
+            keyed_partitions(input, &below)
+        }
+        _ => Err(format!("{} below may regroup the rows", plan.name())),
+    }
 }
 
 /// Whether the rows of `left` and `right` already lie alike over their partitions by the
@@ -292,19 +251,7 @@ pub(crate) fn partitioned_alike(
         keyed_partitions(left, &columns(left_keys)),
         keyed_partitions(right, &columns(right_keys)),
     ) {
-        (Some(l @ KeyedPartitions::Hashed { .. }), Some(r)) => l == r,
-        (
-            Some(KeyedPartitions::Declared {
-                table,
-                columns,
-                partitions,
-            }),
-            Some(KeyedPartitions::Declared {
-                table: other_table,
-                columns: other_columns,
-                partitions: other_partitions,
-            }),
-        ) => table == other_table && partitions == other_partitions && columns == other_columns,
+        (Ok(left), Ok(right)) => left == right,
         _ => false,
     }
 }

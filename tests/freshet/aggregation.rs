@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::Schema;
 use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
@@ -335,24 +335,7 @@ async fn changes_per_batch_end_at_the_final_aggregates() {
 
 /// Batches of `(id, ts)` rows: one batch per element of `batches`, times in milliseconds.
 fn id_time_batches(batches: Vec<(Vec<i64>, Vec<Option<i64>>)>) -> (Arc<Schema>, Vec<RecordBatch>) {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
-    ]));
-    let batches = batches
-        .into_iter()
-        .map(|(ids, times)| {
-            RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int64Array::from(ids)),
-                    Arc::new(TimestampMillisecondArray::from(times)),
-                ],
-            )
-            .unwrap()
-        })
-        .collect();
-    (schema, batches)
+    crate::support::id_time_batches_named("id", "ts", batches)
 }
 
 /// One stream over `(schema, batches)` as table `t`, one source partition, event time `ts`

@@ -57,13 +57,7 @@ async fn the_fuzzer_finds_a_wrong_answer() {
 async fn cases_that_once_hung_finish() {
     // Source partitions merged in event-time order while also aligned in the exchange's input
     // tasks: a partition ahead waited for one blocked on a merge that waited for it.
-    for seed in [7_006_471, 7_007_885] {
-        let outcome = FuzzCase::generate(seed).run().await;
-        assert!(
-            matches!(outcome, Outcome::Match),
-            "seed {seed}: {outcome:?}"
-        );
-    }
+    all_match(&[7_006_471, 7_007_885]).await;
 }
 
 #[tokio::test]
@@ -72,13 +66,7 @@ async fn joins_of_windowed_aggregations_lose_no_window() {
     // is emitted after it: the aggregation's progress must not pass the older window, nor may
     // the exchange above take the later window's rows for progress, or the join above drops
     // the older window as late.
-    for seed in [67, 23_000_624, 23_000_731] {
-        let outcome = FuzzCase::generate(seed).run().await;
-        assert!(
-            matches!(outcome, Outcome::Match),
-            "seed {seed}: {outcome:?}"
-        );
-    }
+    all_match(&[67, 23_000_624, 23_000_731]).await;
 }
 
 #[tokio::test]
@@ -87,7 +75,12 @@ async fn windows_and_over_windows_over_joins_plan_and_answer() {
     // OVER left to DataFusion over an interval join gets its order back after the repartition
     // (29000203); a sort DataFusion pushed under a join for the OVER above does not keep the
     // join from becoming an interval join (29000536).
-    for seed in [29_000_044, 29_000_203, 29_000_536] {
+    all_match(&[29_000_044, 29_000_203, 29_000_536]).await;
+}
+
+/// Asserts that the fuzz cases of `seeds` match batch SQL.
+async fn all_match(seeds: &[u64]) {
+    for &seed in seeds {
         let outcome = FuzzCase::generate(seed).run().await;
         assert!(
             matches!(outcome, Outcome::Match),

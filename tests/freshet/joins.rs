@@ -43,6 +43,14 @@ fn asks() -> TestTable {
     market_data("asks", 2_000, 1_700_000_000_500, 1_500, 5, 2_500)
 }
 
+/// `sql` over `bids` and `asks` equals the same SQL on DataFusion batch, with an interval join.
+async fn two_streams_equal_batch(sql: &str) {
+    two_streams(Differential::same_sql(sql))
+        .run()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 fn two_streams(differential: Differential) -> Differential {
     differential
         .table(bids())
@@ -58,10 +66,7 @@ async fn every_join_type_equals_batch() {
              FROM bids b {join} asks a ON b.symbol = a.symbol \
              AND a.trade_time BETWEEN b.trade_time - INTERVAL '5' SECOND AND b.trade_time + INTERVAL '2' SECOND"
         );
-        two_streams(Differential::same_sql(&sql))
-            .run()
-            .await
-            .unwrap_or_else(|e| panic!("{join}: {e}"));
+        two_streams_equal_batch(&sql).await;
     }
 }
 
@@ -77,10 +82,7 @@ async fn exists_and_not_exists_are_semi_and_anti_joins() {
                  (SELECT 1 FROM {inner} a WHERE a.symbol = b.symbol \
                  AND a.trade_time BETWEEN b.trade_time - INTERVAL '3' SECOND AND b.trade_time)"
             );
-            two_streams(Differential::same_sql(&sql))
-                .run()
-                .await
-                .unwrap_or_else(|e| panic!("{exists}: {e}"));
+            two_streams_equal_batch(&sql).await;
         }
     }
 }
@@ -99,10 +101,7 @@ async fn every_spelling_of_the_bound_equals_batch() {
              FROM bids b JOIN asks a ON b.symbol = a.symbol AND {bound} \
              AND a.price > b.price - 5 GROUP BY b.symbol"
         );
-        two_streams(Differential::same_sql(&sql))
-            .run()
-            .await
-            .unwrap_or_else(|e| panic!("{bound}: {e}"));
+        two_streams_equal_batch(&sql).await;
     }
 }
 
@@ -182,8 +181,29 @@ async fn joins_freshet_cannot_bound_are_refused_with_advice() {
              AND o.trade_time BETWEEN m.trade_time + INTERVAL '5' SECOND AND m.trade_time",
             "the join's time bound is empty",
         ),
-    ] {
-        let error = planning_error(&ctx, sql).await;
+    ]
+    .into_iter()
+    .map(|(sql, expected)| (sql.to_string(), expected))
+    .chain(
+        // Event time read from a join's output must be one the output carries on every row.
+        [
+            ("FULL JOIN", "mt"),
+            ("LEFT JOIN", "ot"),
+            ("RIGHT JOIN", "mt"),
+        ]
+        .map(|(join, time)| {
+            (
+                format!(
+                    "SELECT COUNT(*) AS n FROM (SELECT m.trade_time AS mt, o.trade_time AS ot \
+                     FROM market_data m {join} market_data o ON m.symbol = o.symbol \
+                     AND o.trade_time BETWEEN m.trade_time - INTERVAL '5' SECOND AND m.trade_time) \
+                     GROUP BY WINDOW TUMBLING ({time}, INTERVAL '1' MINUTE)"
+                ),
+                "is not an event time of the join's output",
+            )
+        }),
+    ) {
+        let error = planning_error(&ctx, &sql).await;
         assert!(error.contains(expected), "{sql}: {error}");
     }
     let error = planning_error(
@@ -242,23 +262,27 @@ async fn a_stream_looks_up_a_bounded_table() {
     }
 }
 
+/// Per symbol and 10-second window of `table`, the records' count, as Freshet SQL.
+fn windowed_count(table: &str) -> String {
+    format!(
+        "SELECT symbol, window_start, COUNT(*) AS n FROM {table} \
+         GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)"
+    )
+}
+
+/// [`windowed_count`] as batch SQL.
+fn batch_windowed_count(table: &str) -> String {
+    format!(
+        "SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, \
+         COUNT(*) AS n FROM {table} GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)"
+    )
+}
+
 /// Two windowed aggregations of bounded replays joined on their keys and windows (a window
 /// join) run as DataFusion's hash join over Freshet's aggregations, which are repartitioned
 /// on the join keys for it.
 #[tokio::test]
 async fn a_window_join_of_bounded_replays_equals_batch() {
-    let windowed = |table: &str| {
-        format!(
-            "SELECT symbol, window_start, COUNT(*) AS n FROM {table} \
-             GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)"
-        )
-    };
-    let batch = |table: &str| {
-        format!(
-            "SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, \
-             COUNT(*) AS n FROM {table} GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)"
-        )
-    };
     let join = |left: String, right: String| {
         format!(
             "SELECT x.symbol, x.window_start, x.n, y.n AS other FROM ({left}) x \
@@ -267,8 +291,8 @@ async fn a_window_join_of_bounded_replays_equals_batch() {
     };
     // Both aggregations hashed their rows on the symbol: the join keeps their partitions.
     Differential::new(
-        &join(windowed("bids"), windowed("asks")),
-        &join(batch("bids"), batch("asks")),
+        &join(windowed_count("bids"), windowed_count("asks")),
+        &join(batch_windowed_count("bids"), batch_windowed_count("asks")),
     )
     .table(bids())
     .table(asks())
@@ -383,18 +407,12 @@ async fn an_over_window_and_a_join_over_an_interval_join_equal_batch() {
     let over = format!(
         "SELECT symbol, bt, at, SUM(q) OVER (PARTITION BY symbol ORDER BY bt) AS running FROM ({join})"
     );
-    two_streams(Differential::same_sql(&over))
-        .run()
-        .await
-        .unwrap_or_else(|e| panic!("{over}: {e}"));
+    two_streams_equal_batch(&over).await;
     let join_of_join = format!(
         "SELECT j.symbol, j.bt, j.at, c.trade_time AS ct FROM ({join}) j JOIN bids c \
          ON j.symbol = c.symbol AND c.trade_time BETWEEN j.at AND j.at + INTERVAL '3' SECOND"
     );
-    two_streams(Differential::same_sql(&join_of_join))
-        .run()
-        .await
-        .unwrap_or_else(|e| panic!("{join_of_join}: {e}"));
+    two_streams_equal_batch(&join_of_join).await;
 }
 
 /// Per minute, the windows in which a symbol both traded on `bids` and `asks` (a window
@@ -407,27 +425,15 @@ async fn a_window_over_a_window_join_equals_batch() {
              ON x.symbol = y.symbol AND x.window_start = y.window_start"
         )
     };
-    let windowed = |table: &str| {
-        format!(
-            "SELECT symbol, window_start, COUNT(*) AS n FROM {table} \
-             GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)"
-        )
-    };
-    let batch = |table: &str| {
-        format!(
-            "SELECT symbol, date_bin(INTERVAL '10 seconds', trade_time) AS window_start, \
-             COUNT(*) AS n FROM {table} GROUP BY symbol, date_bin(INTERVAL '10 seconds', trade_time)"
-        )
-    };
     let streaming = format!(
         "SELECT window_start, COUNT(*) AS windows, SUM(n) AS n FROM ({}) \
          GROUP BY WINDOW TUMBLING (ws, INTERVAL '1' MINUTE)",
-        join(windowed("bids"), windowed("asks"))
+        join(windowed_count("bids"), windowed_count("asks"))
     );
     let expected = format!(
         "SELECT date_bin(INTERVAL '1 minute', ws) AS window_start, COUNT(*) AS windows, \
          SUM(n) AS n FROM ({}) GROUP BY date_bin(INTERVAL '1 minute', ws)",
-        join(batch("bids"), batch("asks"))
+        join(batch_windowed_count("bids"), batch_windowed_count("asks"))
     );
     two_streams(Differential::new(&streaming, &expected))
         .run()
@@ -452,62 +458,19 @@ async fn a_window_over_a_join_of_endless_streams_answers_as_windows_close() {
     answers_in_bounded_state(query, 20_000).await;
 }
 
-/// Event time read from a join's output must be one of its event times.
-#[tokio::test]
-async fn a_window_over_a_join_time_that_can_be_null_is_refused() {
-    let ctx = endless_two_streams();
-    for (join, time) in [
-        ("FULL JOIN", "bt"),
-        ("LEFT JOIN", "at"),
-        ("RIGHT JOIN", "bt"),
-    ] {
-        let error = planning_error(
-            &ctx,
-            &format!(
-                "SELECT COUNT(*) AS n FROM (SELECT b.trade_time AS bt, a.trade_time AS at \
-                 FROM bids b {join} asks a ON b.symbol = a.symbol \
-                 AND a.trade_time BETWEEN b.trade_time - INTERVAL '5' SECOND AND b.trade_time) \
-                 GROUP BY WINDOW TUMBLING ({time}, INTERVAL '1' MINUTE)"
-            ),
-        )
-        .await;
-        assert!(
-            error.contains("is not an event time of the join's output"),
-            "{join}: {error}"
-        );
-    }
-}
-
 /// A row later than its side's watermark may have lost its partners: the join drops it,
 /// counts it and sends it to the side output of late records, in one schema with the other
 /// side's columns (null).
 #[tokio::test]
 async fn late_join_rows_are_dropped_counted_and_sent_to_the_side_output() {
-    use datafusion::arrow::array::{Array, AsArray, Int64Array, TimestampMillisecondArray};
-    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::Int64Type;
     use datafusion::arrow::record_batch::RecordBatch;
     use futures::TryStreamExt;
-    use std::sync::Arc;
 
     let ctx = StreamingContext::with_partitions(1);
-    let stream = |name: &str, id: &str, ts: &str, batches: Vec<(Vec<i64>, Vec<i64>)>| {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new(id, DataType::Int64, false),
-            Field::new(ts, DataType::Timestamp(TimeUnit::Millisecond, None), false),
-        ]));
-        let batches = batches
-            .into_iter()
-            .map(|(ids, times)| {
-                RecordBatch::try_new(
-                    Arc::clone(&schema),
-                    vec![
-                        Arc::new(Int64Array::from(ids)),
-                        Arc::new(TimestampMillisecondArray::from(times)),
-                    ],
-                )
-                .unwrap()
-            })
-            .collect();
+    let stream = |name: &str, id: &str, ts: &str, batches: Vec<(Vec<i64>, Vec<Option<i64>>)>| {
+        let (schema, batches) = crate::support::id_time_batches_named(id, ts, batches);
         let options = StreamOptions {
             event_time: Some(ts.to_string()),
             partitions: Some(1),
@@ -521,13 +484,19 @@ async fn late_join_rows_are_dropped_counted_and_sent_to_the_side_output() {
         "l",
         "lid",
         "lts",
-        vec![(vec![1, 2], vec![1_000, 65_000]), (vec![3], vec![2_000])],
+        vec![
+            (vec![1, 2], vec![Some(1_000), Some(65_000)]),
+            (vec![3], vec![Some(2_000)]),
+        ],
     );
     stream(
         "r",
         "rid",
         "rts",
-        vec![(vec![10, 11, 12], vec![1_500, 2_500, 64_500])],
+        vec![(
+            vec![10, 11, 12],
+            vec![Some(1_500), Some(2_500), Some(64_500)],
+        )],
     );
     let query = ctx
         .sql(

@@ -62,6 +62,20 @@ fn context_onto(
     (ctx, batches)
 }
 
+/// Asserts that `query`'s result is `sql`'s on DataFusion batch over `batches` as `t`.
+async fn equals_batch_sql(query: &freshet::StreamingQuery, batches: Vec<RecordBatch>, sql: &str) {
+    let actual: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let batch = SessionContext::new();
+    batch
+        .register_batch(
+            "t",
+            datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches).unwrap(),
+        )
+        .unwrap();
+    let expected = batch.sql(sql).await.unwrap().collect().await.unwrap();
+    compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 async fn batch_result(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
     let ctx = SessionContext::new();
     ctx.register_batch(
@@ -139,17 +153,7 @@ async fn sticky_is_chosen_only_while_the_rows_stay_partitioned_by_the_keys() {
             .find(|line| line.contains("StreamExchangeExec"))
             .unwrap_or_default();
         assert!(top.contains(strategy), "{sql}\n{plan}");
-        let actual: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-        let batch = SessionContext::new();
-        batch
-            .register_batch(
-                "t",
-                datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches)
-                    .unwrap(),
-            )
-            .unwrap();
-        let expected = batch.sql(&sql).await.unwrap().collect().await.unwrap();
-        compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        equals_batch_sql(&query, batches, &sql).await;
     }
 }
 
@@ -175,17 +179,7 @@ async fn a_self_join_of_a_stream_partitioned_by_the_join_keys_keeps_its_partitio
         let query = ctx.sql(&sql).await.unwrap();
         let plan = query.explain();
         assert!(plan.contains(strategy), "{sql}\n{plan}");
-        let actual: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
-        let batch = SessionContext::new();
-        batch
-            .register_batch(
-                "t",
-                datafusion::arrow::compute::concat_batches(&RandomStream::schema(), &batches)
-                    .unwrap(),
-            )
-            .unwrap();
-        let expected = batch.sql(&sql).await.unwrap().collect().await.unwrap();
-        compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        equals_batch_sql(&query, batches, &sql).await;
     }
 }
 

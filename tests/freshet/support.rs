@@ -113,3 +113,36 @@ pub async fn result_cells(ctx: &StreamingContext, sql: &str) -> Vec<Vec<String>>
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     freshet::testing::display_rows(&batches).unwrap()
 }
+
+/// Batches of `(name_id Int64, name_ts Timestamp(ms))` rows, one per `(ids, times)` pair.
+pub fn id_time_batches_named(
+    id: &str,
+    ts: &str,
+    batches: Vec<(Vec<i64>, Vec<Option<i64>>)>,
+) -> (
+    std::sync::Arc<datafusion::arrow::datatypes::Schema>,
+    Vec<datafusion::arrow::record_batch::RecordBatch>,
+) {
+    use datafusion::arrow::array::{Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(id, DataType::Int64, false),
+        Field::new(ts, DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    let batches = batches
+        .into_iter()
+        .map(|(ids, times)| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(TimestampMillisecondArray::from(times)),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    (schema, batches)
+}
