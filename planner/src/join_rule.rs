@@ -70,17 +70,17 @@ impl PhysicalOptimizerRule for StreamingJoinRule {
 }
 
 /// What the rule reads of a DataFusion join.
-struct JoinParts<'a> {
-    left: &'a Arc<dyn ExecutionPlan>,
-    right: &'a Arc<dyn ExecutionPlan>,
+pub(crate) struct JoinParts<'a> {
+    pub left: &'a Arc<dyn ExecutionPlan>,
+    pub right: &'a Arc<dyn ExecutionPlan>,
     on: Vec<(PhysicalExprRef, PhysicalExprRef)>,
     filter: Option<&'a JoinFilter>,
-    join_type: JoinType,
-    projection: Option<Vec<usize>>,
+    pub join_type: JoinType,
+    pub projection: Option<Vec<usize>>,
 }
 
 impl<'a> JoinParts<'a> {
-    fn of(node: &'a Arc<dyn ExecutionPlan>) -> Option<Self> {
+    pub fn of(node: &'a Arc<dyn ExecutionPlan>) -> Option<Self> {
         if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             return (join.null_equality() == NullEquality::NullEqualsNothing).then(|| Self {
                 left: join.left(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, ScalarValue, plan_err};
+use datafusion::common::{JoinType, Result, ScalarValue, plan_err};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -21,6 +21,8 @@ use freshet_engine::watermark::time_plus_constant;
 use freshet_engine::window::duration_in_unit;
 use freshet_engine::{EventTime, StreamExchangeExec, StreamFilterExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
+
+use crate::join_rule::JoinParts;
 
 /// The exchange strategy feeding a keyed operator (`role` names its keys: "GROUP BY" or
 /// "PARTITION BY"), and why: the user's choice (query option or session setting) when it
@@ -371,6 +373,9 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
             .map(|(_, column)| (column, TimeOrigin::Published))
             .collect();
     }
+    if let Some(lookup) = JoinParts::of(plan) {
+        return lookup_event_times(&lookup);
+    }
     if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
         let below = event_time_columns(projection.input());
         let input_schema = projection.input().schema();
@@ -410,19 +415,55 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
     }
 }
 
+/// The event times of a lookup's output: the stream side's, where every output row carries
+/// them (the join does not also emit the table's unmatched rows, whose stream columns are
+/// null). A lookup passes the stream's rows on in their order, so the stream's watermark
+/// holds for them. A join of two streams (not yet Freshet's) has none.
+fn lookup_event_times(join: &JoinParts) -> Vec<(usize, TimeOrigin)> {
+    let (left_stream, right_stream) = (
+        reads_stream(join.left).unwrap_or(true),
+        reads_stream(join.right).unwrap_or(true),
+    );
+    let left_width = join.left.schema().fields().len();
+    let stream_columns: Vec<(usize, TimeOrigin)> = match (left_stream, right_stream, join.join_type)
+    {
+        (
+            true,
+            false,
+            JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti,
+        ) => event_time_columns(join.left),
+        (false, true, JoinType::RightSemi | JoinType::RightAnti) => event_time_columns(join.right),
+        (false, true, JoinType::Inner | JoinType::Right) => event_time_columns(join.right)
+            .into_iter()
+            .map(|(column, origin)| (left_width + column, origin))
+            .collect(),
+        _ => Vec::new(),
+    };
+    match &join.projection {
+        Some(columns) => stream_columns
+            .into_iter()
+            .filter_map(|(column, origin)| {
+                Some((columns.iter().position(|&c| c == column)?, origin))
+            })
+            .collect(),
+        None => stream_columns,
+    }
+}
+
 /// Refuses event time read from column `time` of `input` when `input` holds a join and
 /// the column is not one of the join output's event times: a join's output is in no bounded
 /// disorder of an input's event time, so only the join's own progress gives it a watermark.
 pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize) -> Result<()> {
-    let over_join = input.exists(|node| Ok(node.downcast_ref::<IntervalJoinExec>().is_some()))?
-        || holds_stream_join(input)?;
-    let published = event_time_columns(input)
+    let over_join = input.exists(|node| {
+        Ok(node.downcast_ref::<IntervalJoinExec>().is_some() || JoinParts::of(node).is_some())
+    })?;
+    let traced = event_time_columns(input)
         .iter()
-        .any(|&(column, origin)| column == time && origin == TimeOrigin::Published);
-    if over_join && !published {
+        .any(|&(column, _)| column == time);
+    if over_join && !traced {
         let name = input.schema().field(time).name().clone();
         return plan_err!(
-            "'{name}' is not an event time of the join's output, so a window, OVER or join over it has no watermark: use the time column of either side of an inner interval join, of the preserved side of a LEFT or RIGHT join, or of the kept side of a semi or anti join (a FULL join's output has none, nor has a join without a time bound)"
+            "'{name}' is not an event time of the join's output, so a window, OVER or join over it has no watermark: use the time column of either side of an inner interval join, of the preserved side of a LEFT or RIGHT join, or of the kept side of a semi or anti join; a lookup's output has the stream's, unless it also keeps the table's unmatched rows (a FULL join's output has none, nor has a join of two streams without a time bound, nor a table's column)"
         );
     }
     Ok(())

@@ -541,3 +541,51 @@ async fn late_join_rows_are_dropped_counted_and_sent_to_the_side_output() {
         "the other side's columns are null"
     );
 }
+
+/// A lookup passes the stream's rows on in order, so a window over its output reads the
+/// stream's event time; a lookup that also keeps the table's unmatched rows (their stream
+/// time is null) has none, and the table's columns are no event time.
+#[tokio::test]
+async fn a_window_over_a_lookup_reads_the_streams_event_time() {
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, Some(10_000)),
+        StreamOptions {
+            event_time: Some("trade_time".to_string()),
+            ..StreamOptions::default()
+        },
+    )
+    .unwrap();
+    ctx.session()
+        .sql("CREATE TABLE symbols AS VALUES ('SYM1', 'one', TIMESTAMP '2020-01-01 00:00:00')")
+        .await
+        .unwrap();
+    let window = |join: &str, time: &str| {
+        format!(
+            "SELECT SUM(n) AS n FROM (SELECT COUNT(*) AS n FROM \
+             (SELECT m.trade_time, s.column3 AS listed FROM {join} ON m.symbol = s.column1) \
+             GROUP BY WINDOW TUMBLING ({time}, INTERVAL '1' MINUTE))"
+        )
+    };
+    let sql = window("market_data m JOIN symbols s", "trade_time");
+    assert!(
+        ctx.sql(&sql)
+            .await
+            .unwrap()
+            .explain()
+            .contains("WindowAggregateExec")
+    );
+    let cells = crate::support::result_cells(&ctx, &sql).await;
+    assert_eq!(cells, vec![vec!["1000".to_string()]], "{sql}");
+    for (join, time) in [
+        ("symbols s LEFT JOIN market_data m", "trade_time"),
+        ("market_data m JOIN symbols s", "listed"),
+    ] {
+        let error = planning_error(&ctx, &window(join, time)).await;
+        assert!(
+            error.contains("is not an event time of the join's output"),
+            "{join}: {error}"
+        );
+    }
+}

@@ -37,7 +37,9 @@ use freshet_planner::StreamingContext;
 use futures::TryStreamExt;
 
 pub use data::{FuzzData, FuzzRow, Storage, TimeType};
-pub use query::{Above, Emit, Form, FuzzQuery, Item, JoinColumn, Window, WindowSyntax, Wrap};
+pub use query::{
+    Above, Emit, Form, FuzzQuery, Item, JoinColumn, Window, WindowSyntax, Windowed, Wrap,
+};
 
 use super::TestRng;
 use super::{compare_results, display_rows};
@@ -138,8 +140,15 @@ impl FuzzCase {
         // (an empty side among them).
         let mut query = query;
         let other = match &mut query.form {
-            Form::Join { other_table, .. } if rng.chance(0.5) => {
+            Form::Join {
+                other_table,
+                lookup,
+                windowed,
+                ..
+            } if rng.chance(0.5) => {
                 *other_table = true;
+                // A lookup of a stream of rows into the table, on the keys.
+                *lookup = *windowed == Windowed::No && rng.chance(0.3);
                 let mut other = FuzzData::random(&mut rng, true);
                 other.time_type = data.time_type;
                 other.storage = Storage::Batches(1 + rng.below(20) as usize);
@@ -147,6 +156,9 @@ impl FuzzCase {
             }
             _ => None,
         };
+        if matches!(query.form, Form::Join { lookup: true, .. }) && query.keys.is_empty() {
+            query.keys.push(("k".into(), "k".into()));
+        }
         Self {
             seed,
             data,
@@ -224,7 +236,10 @@ impl FuzzCase {
             let (records_in, reads, other_reads) = records_in;
             let other_rows = self.other.as_ref().map_or(0, |other| other.rows.len());
             let table_rows = reads * self.data.rows.len() + other_reads * other_rows;
-            if records_in.is_some_and(|n| n != table_rows) {
+            // DataFusion's lookup into an empty table never reads the stream: nothing matches.
+            let empty_lookup =
+                matches!(self.query.form, Form::Join { lookup: true, .. }) && other_rows == 0;
+            if records_in.is_some_and(|n| n != table_rows) && !empty_lookup {
                 return Outcome::Mismatch(format!(
                     "at {streams} streams: {} records in, the table has {} (read {reads} times)",
                     records_in.unwrap_or(0),
@@ -331,7 +346,11 @@ impl FuzzCase {
                     .await?
             }
         }
-        if let Some(other) = &self.other {
+        let lookup = matches!(self.query.form, Form::Join { lookup: true, .. });
+        if let (Some(other), true) = (&self.other, lookup) {
+            let table = MemTable::try_new(other.schema(), vec![other.batches()?])?;
+            ctx.session().register_table("u", Arc::new(table))?;
+        } else if let Some(other) = &self.other {
             let options = StreamOptions {
                 event_time: Some("ts".to_string()),
                 out_of_orderness: std::time::Duration::from_millis(other.disorder_ms as u64),
@@ -347,6 +366,7 @@ impl FuzzCase {
         // (DataFusion may remove a LEFT join whose other side is unique on the keys.)
         let plan = query.explain();
         if matches!(self.query.form, Form::Join { .. })
+            && !lookup
             && !plan.contains("IntervalJoinExec")
             && plan.contains("JoinExec")
         {

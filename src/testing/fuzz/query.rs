@@ -68,6 +68,9 @@ pub enum Form {
         spelling: BoundSpelling,
         /// Whether the right side is the table `u` rather than `t` again.
         other_table: bool,
+        /// Whether `u` is a bounded table the stream looks up (joined on the keys alone),
+        /// rather than a stream.
+        lookup: bool,
         /// Which sides are windowed aggregations rather than rows.
         windowed: Windowed,
         /// What reads the join's output.
@@ -508,6 +511,7 @@ impl FuzzQuery {
                 upper_ms,
                 spelling,
                 other_table: false,
+                lookup: false,
                 windowed,
                 above,
             },

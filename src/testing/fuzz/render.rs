@@ -172,6 +172,7 @@ impl FuzzQuery {
             upper_ms,
             spelling,
             other_table,
+            lookup,
             windowed,
             ref above,
         } = self.form
@@ -220,7 +221,8 @@ impl FuzzQuery {
                 on.join(" AND ")
             ));
         }
-        on.push(match spelling {
+        // A lookup joins on the keys alone.
+        on.extend((!lookup).then(|| match spelling {
             BoundSpelling::Between => format!(
                 "b.ts BETWEEN {} AND {}",
                 self.time_plus("a.ts", lower_ms),
@@ -241,7 +243,7 @@ impl FuzzQuery {
                 self.time_plus("a.ts", lower_ms - 1),
                 self.time_plus("a.ts", upper_ms + 1)
             ),
-        });
+        }));
         if let Some(extra) = &self.having {
             on.push(extra.clone());
         }
