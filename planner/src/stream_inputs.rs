@@ -455,7 +455,7 @@ fn lookup_event_times(join: &JoinParts) -> Vec<(usize, TimeOrigin)> {
 /// disorder of an input's event time, so only the join's own progress gives it a watermark.
 pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize) -> Result<()> {
     let over_join = input.exists(|node| {
-        Ok(node.downcast_ref::<IntervalJoinExec>().is_some() || JoinParts::of(node).is_some())
+        Ok(node.downcast_ref::<IntervalJoinExec>().is_some() || is_datafusion_join(node))
     })?;
     let traced = event_time_columns(input)
         .iter()
@@ -474,10 +474,7 @@ pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize)
 /// on in order.
 pub(crate) fn holds_stream_join(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     plan.exists(|node| {
-        let join = node.downcast_ref::<HashJoinExec>().is_some()
-            || node.downcast_ref::<SymmetricHashJoinExec>().is_some()
-            || node.downcast_ref::<NestedLoopJoinExec>().is_some();
-        if !join {
+        if !is_datafusion_join(node) {
             return Ok(false);
         }
         for child in node.children() {
@@ -487,6 +484,13 @@ pub(crate) fn holds_stream_join(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
         }
         Ok(true)
     })
+}
+
+/// Whether `node` is one of DataFusion's joins (whatever its null equality).
+fn is_datafusion_join(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.downcast_ref::<HashJoinExec>().is_some()
+        || node.downcast_ref::<SymmetricHashJoinExec>().is_some()
+        || node.downcast_ref::<NestedLoopJoinExec>().is_some()
 }
 
 /// Whether `plan` reads one of Freshet's streams.
