@@ -224,8 +224,12 @@ async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<Scenario
 /// The Parquet file of `scenario`'s data with `records` records in `dir`, written if missing
 /// (under a temporary name first, so that an interrupted run leaves no short file).
 pub fn scenario_file(dir: &Path, scenario: &Scenario, records: u64) -> Result<PathBuf> {
+    let symbols = match scenario.lookup_symbols {
+        Some(symbols) => format!("_{symbols}symbols"),
+        None => String::new(),
+    };
     let path = dir.join(format!(
-        "{}_{records}_{}.parquet",
+        "{}_{records}_{}{symbols}.parquet",
         scenario.table(),
         scenario.amount_base
     ));
@@ -387,6 +391,10 @@ impl ScenarioRun<'_> {
                 ctx.register_generator(table, (*spec).clone(), options)?;
             }
         }
+        if let Some(lookup) = self.scenario.lookup_table()? {
+            let table = MemTable::try_new(lookup.schema(), vec![vec![lookup]])?;
+            ctx.session().register_table("symbols", Arc::new(table))?;
+        }
         let query = ctx.sql(self.scenario.streaming_sql).await?;
         let print = drain_all(query.execute_partitions()?, fingerprint).await?;
         Ok((start.elapsed(), print))
@@ -413,6 +421,10 @@ impl ScenarioRun<'_> {
                 ctx.register_parquet(table, path.to_string_lossy(), ParquetReadOptions::default())
                     .await?;
             }
+        }
+        if let Some(lookup) = self.scenario.lookup_table()? {
+            let table = MemTable::try_new(lookup.schema(), vec![vec![lookup]])?;
+            ctx.register_table("symbols", Arc::new(table))?;
         }
         let frame = ctx.sql(self.scenario.batch_sql).await?;
         let task_ctx = Arc::new(frame.task_ctx());

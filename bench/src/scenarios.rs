@@ -1,6 +1,11 @@
 //! The reference scenarios of `docs/scenarios.md`: their streaming SQL, the
 //! DataFusion batch SQL that gives the same result on bounded data, and their data.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::Result;
 use freshet_engine::{GeneratorKind, GeneratorSpec};
 
 /// One benchmark scenario.
@@ -24,6 +29,10 @@ pub struct Scenario {
     /// How many times the query reads the table (a self-join reads it twice): the input
     /// records counted are the table's times this.
     pub reads: u64,
+    /// `market_data` only: its records spread over this many symbols, and a bounded table
+    /// `symbols(symbol, name)` of one row per symbol registered beside the stream (a lookup
+    /// join's table). `None`: the generator's 10 symbols and no table.
+    pub lookup_symbols: Option<u64>,
 }
 
 impl Scenario {
@@ -44,7 +53,31 @@ impl Scenario {
     pub fn data_spec(&self, records: u64) -> GeneratorSpec {
         let mut spec = GeneratorSpec::new(self.data, Some(records));
         spec.amount_base = self.amount_base;
+        if let Some(symbols) = self.lookup_symbols {
+            spec.symbols = symbols;
+        }
         spec
+    }
+
+    /// The bounded table of a lookup scenario: `symbols(symbol, name)`, one row per symbol
+    /// (`SYM0`, `name0`, …).
+    pub fn lookup_table(&self) -> Result<Option<RecordBatch>> {
+        let Some(symbols) = self.lookup_symbols else {
+            return Ok(None);
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("symbol", DataType::Utf8, false),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                (0..symbols).map(|i| format!("SYM{i}")),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..symbols).map(|i| format!("name{i}")),
+            )),
+        ];
+        Ok(Some(RecordBatch::try_new(schema, columns)?))
     }
 }
 
@@ -89,6 +122,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S0_SQL,
             keyed_by: None,
             reads: 1,
+            lookup_symbols: None,
         },
         Scenario {
             id: "S0-half",
@@ -99,6 +133,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S0_SQL,
             keyed_by: None,
             reads: 1,
+            lookup_symbols: None,
         },
         Scenario {
             id: "S1",
@@ -109,6 +144,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S1_SQL,
             keyed_by: Some(&["symbol"]),
             reads: 1,
+            lookup_symbols: None,
         },
         Scenario {
             id: "S2",
@@ -119,6 +155,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S2_SQL,
             keyed_by: None,
             reads: 1,
+            lookup_symbols: None,
         },
         Scenario {
             id: "S3a",
@@ -129,6 +166,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S3A_BATCH_SQL,
             keyed_by: Some(&["trader_id", "symbol"]),
             reads: 1,
+            lookup_symbols: None,
         },
         Scenario {
             id: "S3b",
@@ -139,6 +177,7 @@ pub fn scenarios() -> Vec<Scenario> {
             batch_sql: S3B_BATCH_SQL,
             keyed_by: Some(&["trader_id", "symbol"]),
             reads: 1,
+            lookup_symbols: None,
         },
     ]
 }
@@ -157,6 +196,9 @@ const J1_SQL: &str = "SELECT a.symbol, a.trade_time, a.price, b.price AS prior_p
 FROM market_data a JOIN market_data b ON a.symbol = b.symbol \
 AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' SECOND AND a.trade_time";
 
+const J2_SQL: &str = "SELECT m.symbol, s.name, m.price \
+FROM market_data m JOIN symbols s ON m.symbol = s.symbol";
+
 const J3_SQL: &str = "SELECT x.symbol, x.window_start, x.trades, y.quantity \
 FROM (SELECT symbol, window_start, COUNT(*) AS trades FROM market_data \
 GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)) x \
@@ -174,7 +216,7 @@ ON x.symbol = y.symbol AND x.window_start = y.window_start";
 /// Variants run only when named (`--scenario`): S1's moving AVG and MAX over frames of 10
 /// and of 10 000 rows, to show that a row's cost does not depend on the frame length; J1,
 /// an interval join (DataFusion batch compares every pair of rows of a symbol: run it at a
-/// size DataFusion finishes); J3, a window join of two per-symbol 10-second aggregations.
+/// size DataFusion finishes); J2, a lookup of each record in a bounded table; J3, a window join of two per-symbol 10-second aggregations.
 pub fn variants() -> Vec<Scenario> {
     let frame = |id, description, sql| Scenario {
         id,
@@ -185,6 +227,7 @@ pub fn variants() -> Vec<Scenario> {
         batch_sql: sql,
         keyed_by: Some(&["symbol"]),
         reads: 1,
+        lookup_symbols: None,
     };
     vec![
         frame(
@@ -206,6 +249,18 @@ pub fn variants() -> Vec<Scenario> {
             batch_sql: J1_SQL,
             keyed_by: None,
             reads: 2,
+            lookup_symbols: None,
+        },
+        Scenario {
+            id: "J2",
+            description: "lookup join of market_data (10 000 symbols) into a 10 000-row table",
+            data: GeneratorKind::MarketData,
+            amount_base: 150.0,
+            streaming_sql: J2_SQL,
+            batch_sql: J2_SQL,
+            keyed_by: None,
+            reads: 1,
+            lookup_symbols: Some(10_000),
         },
         Scenario {
             id: "J3",
@@ -216,6 +271,7 @@ pub fn variants() -> Vec<Scenario> {
             batch_sql: J3_BATCH_SQL,
             keyed_by: Some(&["symbol"]),
             reads: 2,
+            lookup_symbols: None,
         },
     ]
 }

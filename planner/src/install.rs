@@ -8,7 +8,7 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
-use crate::lookup_join_rule::LookupJoinRule;
+use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::stateless_rule::StatelessExchangeRule;
@@ -39,6 +39,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
+    rules.insert(sanity_check, Arc::new(LookupProbeRule));
     rules.insert(sanity_check, Arc::new(DistributionRepair));
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
     rules.insert(sanity_check, Arc::new(StreamFilterRule));

@@ -8,6 +8,12 @@
 //! read in its own partitions without a shuffle and without state per record. A join whose
 //! table side must emit its unmatched rows (a RIGHT join of `stream RIGHT JOIN table` kind)
 //! answers them when the stream ends.
+//!
+//! [`LookupProbeRule`], the last of Freshet's rules, then puts Freshet's [`LookupJoinExec`] in
+//! place of such a hash join where it is a plain lookup (equal keys only, null keys matching
+//! nothing, no other condition, only the stream's rows kept unmatched): it probes each stream
+//! batch as it comes and passes the stream's columns on without copying them. It runs last
+//! so that the rules before it trace event times and partitions through one kind of join.
 
 use std::sync::Arc;
 
@@ -21,6 +27,8 @@ use datafusion::physical_plan::joins::utils::{
 };
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+
+use freshet_engine::join::LookupJoinExec;
 
 use crate::stream_inputs::{below_exchanges, reads_stream};
 
@@ -126,4 +134,39 @@ fn lookup_join(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
         &join.left().schema(),
         &join.right().schema(),
     )?))
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct LookupProbeRule;
+
+impl PhysicalOptimizerRule for LookupProbeRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(plan
+            .transform_up(|node| {
+                let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                    return Ok(Transformed::no(node));
+                };
+                let lookup = reads_stream(join.right())?
+                    && !reads_stream(join.left())?
+                    && !join.left().boundedness().is_unbounded();
+                match LookupJoinExec::of_hash_join(join)? {
+                    Some(probe) if lookup => Ok(Transformed::yes(Arc::new(probe))),
+                    _ => Ok(Transformed::no(node)),
+                }
+            })?
+            .data)
+    }
+
+    fn name(&self) -> &str {
+        "FreshetLookupProbe"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
 }

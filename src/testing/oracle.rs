@@ -32,6 +32,12 @@ pub enum TestSource {
     Generator(GeneratorSpec),
     /// A Parquet file or directory.
     Parquet(PathBuf),
+    /// In-memory batches registered as a bounded table, not a stream, in both engines (the
+    /// table side of a lookup).
+    Table {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
 }
 
 /// A table of a differential test.
@@ -140,7 +146,7 @@ impl Differential {
         let ctx = SessionContext::new();
         for table in &self.tables {
             match &table.source {
-                TestSource::Batches { schema, batches } => {
+                TestSource::Batches { schema, batches } | TestSource::Table { schema, batches } => {
                     let memory = MemTable::try_new(Arc::clone(schema), vec![batches.clone()])?;
                     ctx.register_table(&table.name, Arc::new(memory))?;
                 }
@@ -180,6 +186,11 @@ impl Differential {
                 TestSource::Parquet(path) => {
                     ctx.register_parquet(&table.name, &path.to_string_lossy(), options)
                         .await?
+                }
+                TestSource::Table { schema, batches } => {
+                    let memory = MemTable::try_new(Arc::clone(schema), vec![batches.clone()])?;
+                    ctx.session()
+                        .register_table(&table.name, Arc::new(memory))?;
                 }
             }
         }

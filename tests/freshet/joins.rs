@@ -217,9 +217,9 @@ async fn joins_freshet_cannot_bound_are_refused_with_advice() {
     );
 }
 
-/// A lookup of a stream into a bounded table is DataFusion's hash join with the table as
-/// its build side, whichever side the query names first: every stream probes the one table,
-/// and no record of the stream is kept.
+/// A lookup of a stream into a bounded table is Freshet's lookup join with the table as its
+/// first input, whichever side the query names first: every stream probes the one table as
+/// its batches come, and no record of the stream is kept.
 #[tokio::test]
 async fn a_stream_looks_up_a_bounded_table() {
     let ctx = StreamingContext::with_partitions(2);
@@ -254,7 +254,7 @@ async fn a_stream_looks_up_a_bounded_table() {
     ] {
         let plan = ctx.sql(sql).await.unwrap().explain();
         assert!(
-            plan.contains("HashJoinExec: mode=CollectLeft") && plan.contains("MemoryExec"),
+            plan.contains("LookupJoinExec: kind=") && plan.contains("MemoryExec"),
             "the table is the build side: {plan}"
         );
         let cells = crate::support::result_cells(&ctx, sql).await;

@@ -7,6 +7,7 @@ mod filters;
 mod fuzz;
 mod joins;
 mod live;
+mod lookups;
 mod oracle;
 mod over;
 mod partitioning;

@@ -58,7 +58,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::WindowAggregateExec;
 use crate::filter::StreamFilterExec;
-use crate::join::IntervalJoinExec;
+use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::plan_util::single_child;
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
@@ -256,8 +256,8 @@ impl StreamExchangeExec {
             && self.reads_source_partitions()?)
     }
 
-    /// The progress of the operator right below, through filters and projections only (which
-    /// hold no rows back), when the exchange computes watermarks: a source's when the
+    /// The progress of the operator right below, through filters, projections and lookups
+    /// only (which hold no rows back), when the exchange computes watermarks: a source's when the
     /// event-time column is the source's, a window aggregation's when it is the window
     /// start, or a join's when it is an event time of the join's output, with the constant a projection added to it (`window_end` is the start plus the
     /// size). Its partitions are the exchange's inputs.
@@ -284,6 +284,9 @@ impl StreamExchangeExec {
             }
             node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
                 filter.input()
+            } else if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
+                column = lookup.stream_column(column)?;
+                lookup.stream()
             } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
                 let (below, added) = time_plus_constant(
                     &projection.expr().get(column)?.expr,

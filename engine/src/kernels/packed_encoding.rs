@@ -126,7 +126,7 @@ pub(super) fn pack_fixed_valid<const WIDTH: usize>(
 }
 
 /// The length of the longest string of a string column.
-pub(super) fn longest_string(array: &dyn Array) -> Result<usize> {
+pub(crate) fn longest_string(array: &dyn Array) -> Result<usize> {
     Ok(match array.data_type() {
         DataType::Utf8 => max_length_i32(array.as_string::<i32>().value_offsets()),
         DataType::LargeUtf8 => max_length(array.as_string::<i64>().value_offsets()),
@@ -139,7 +139,7 @@ pub(super) fn longest_string(array: &dyn Array) -> Result<usize> {
 }
 
 /// As [`max_length`] in `i32` arithmetic, which vectorizes.
-pub(super) fn max_length_i32(offsets: &[i32]) -> usize {
+pub(crate) fn max_length_i32(offsets: &[i32]) -> usize {
     let ends = offsets.get(1..).unwrap_or_default();
     ends.iter()
         .zip(offsets)

@@ -1,0 +1,155 @@
+//! Lookups of a stream into a bounded table equal DataFusion batch SQL at 1, 2 and 4 streams,
+//! in every join type a lookup runs as, over the table shapes its probe treats apart: keys
+//! unique or repeated in the table, null keys on either side, short string keys (and probe
+//! strings longer than any table key that share its first bytes), long string keys, integer
+//! keys, two-column keys, and an empty table.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::TimestampMillisecondArray;
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use freshet::StreamOptions;
+use freshet::testing::{Differential, TestSource, TestTable};
+
+/// Stream keys: short ones that tables hold, a probe string longer than 8 bytes whose first
+/// 8 bytes are a table key, one longer than every table key, and nulls.
+const STREAM_KEYS: [Option<&str>; 8] = [
+    Some("a"),
+    Some("bb"),
+    Some("SYM1"),
+    Some("abcdefgh"),
+    Some("abcdefghX"),
+    Some("longer-than-eight"),
+    None,
+    Some("nowhere"),
+];
+
+/// 2 000 stream rows in batches of 300: `k` from [`STREAM_KEYS`], `n` every 13th value
+/// with nulls, `v` the row number, `ts` a second apart.
+fn stream() -> TestTable {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+        Field::new("v", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]));
+    let rows: Vec<i64> = (0..2_000).collect();
+    let batches = rows
+        .chunks(300)
+        .map(|chunk| {
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from_iter(
+                    chunk.iter().map(|i| STREAM_KEYS[*i as usize % 8]),
+                )),
+                Arc::new(Int64Array::from_iter(
+                    chunk.iter().map(|i| (i % 17 != 0).then_some(i % 13)),
+                )),
+                Arc::new(Int64Array::from_iter_values(chunk.iter().copied())),
+                Arc::new(TimestampMillisecondArray::from_iter_values(
+                    chunk.iter().map(|i| 1_700_000_000_000 + i * 1_000),
+                )),
+            ];
+            RecordBatch::try_new(Arc::clone(&schema), columns).expect("stream batch")
+        })
+        .collect();
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        ..StreamOptions::default()
+    };
+    TestTable::batches("s", schema, batches).with_options(options)
+}
+
+/// The bounded table `x(k, n, name)` of `rows`, in two batches.
+fn table(rows: &[(Option<&str>, Option<i64>)]) -> TestTable {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, false),
+    ]));
+    let batches = rows
+        .chunks(rows.len().div_ceil(2).max(1))
+        .enumerate()
+        .map(|(chunk_index, chunk)| {
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from_iter(chunk.iter().map(|(k, _)| *k))),
+                Arc::new(Int64Array::from_iter(chunk.iter().map(|(_, n)| *n))),
+                Arc::new(StringArray::from_iter_values(
+                    (0..chunk.len()).map(|row| format!("name{chunk_index}-{row}")),
+                )),
+            ];
+            RecordBatch::try_new(Arc::clone(&schema), columns).expect("table batch")
+        })
+        .collect();
+    TestTable::new("x", TestSource::Table { schema, batches })
+}
+
+/// The joins a lookup runs as, each over `x`.
+const LOOKUPS: [&str; 9] = [
+    "SELECT s.k, s.v, x.name FROM s JOIN x ON s.k = x.k",
+    "SELECT s.k, s.v, x.name FROM x JOIN s ON x.k = s.k",
+    "SELECT s.k, s.v, x.name, x.n FROM s LEFT JOIN x ON s.k = x.k",
+    "SELECT s.k, s.v, x.name FROM x RIGHT JOIN s ON s.k = x.k",
+    "SELECT s.v, x.name FROM s JOIN x ON s.n = x.n",
+    "SELECT s.v, x.name FROM s LEFT JOIN x ON s.k = x.k AND s.n = x.n",
+    "SELECT s.v, s.ts FROM s WHERE EXISTS (SELECT 1 FROM x WHERE x.k = s.k)",
+    "SELECT s.v FROM s WHERE NOT EXISTS (SELECT 1 FROM x WHERE x.k = s.k)",
+    "SELECT s.v FROM s WHERE s.k IN (SELECT k FROM x)",
+];
+
+async fn lookups_equal_batch(x: TestTable) {
+    for sql in LOOKUPS {
+        Differential::same_sql(sql)
+            .table(stream())
+            .table(x.clone())
+            .with_plan_text("LookupJoinExec")
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn lookups_into_a_table_of_unique_short_keys_equal_batch() {
+    lookups_equal_batch(table(&[
+        (Some("a"), Some(1)),
+        (Some("bb"), Some(2)),
+        (Some("abcdefgh"), Some(3)),
+        (Some("SYM1"), Some(5)),
+    ]))
+    .await;
+}
+
+#[tokio::test]
+async fn lookups_into_a_table_of_repeated_and_null_keys_equal_batch() {
+    lookups_equal_batch(table(&[
+        (Some("a"), Some(1)),
+        (Some("a"), Some(1)),
+        (Some("bb"), Some(2)),
+        (None, Some(3)),
+        (Some("abcdefgh"), None),
+        (Some("zz"), Some(4)),
+        (Some("a"), Some(7)),
+    ]))
+    .await;
+}
+
+#[tokio::test]
+async fn lookups_into_a_table_of_long_keys_equal_batch() {
+    lookups_equal_batch(table(&[
+        (Some("longer-than-eight"), Some(1)),
+        (Some("a"), Some(2)),
+        (Some("abcdefghX"), Some(2)),
+        (Some("longer-than-eight"), Some(3)),
+    ]))
+    .await;
+}
+
+#[tokio::test]
+async fn lookups_into_an_empty_table_equal_batch() {
+    lookups_equal_batch(table(&[])).await;
+}
