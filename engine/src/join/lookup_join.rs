@@ -21,9 +21,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array,
+    ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array,
 };
 use datafusion::arrow::compute::{concat_batches, filter_record_batch, take};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{JoinType, NullEquality, Result, internal_err};
 use datafusion::execution::memory_pool::MemoryConsumer;
@@ -295,7 +296,12 @@ impl ExecutionPlan for LookupJoinExec {
         let mut probe = Probe {
             stream_keys: self.on.iter().map(|(_, s)| Arc::clone(s)).collect(),
             kind: self.kind,
-            projection: self.projection.clone(),
+            columns: output_columns(
+                self.kind,
+                self.table.schema().fields().len(),
+                self.stream.schema().fields().len(),
+                self.projection.as_deref(),
+            ),
             schema: self.schema(),
             groups: Vec::new(),
             metrics: BaselineMetrics::new(&self.metrics, partition),
@@ -342,15 +348,56 @@ async fn load(
     }))
 }
 
+/// Where an output column comes from.
+#[derive(Debug, Clone, Copy)]
+enum OutputColumn {
+    Table(usize),
+    Stream(usize),
+}
+
+/// The output's columns, from the join's `[table columns, stream columns]` (the stream's
+/// alone for a semi or anti lookup) as `projection` keeps them.
+fn output_columns(
+    kind: LookupKind,
+    table_columns: usize,
+    stream_columns: usize,
+    projection: Option<&[usize]>,
+) -> Vec<OutputColumn> {
+    let joined = match kind {
+        LookupKind::Semi | LookupKind::Anti => 0..stream_columns,
+        LookupKind::Inner | LookupKind::KeepStream => 0..table_columns + stream_columns,
+    };
+    let of = |column: usize| match kind {
+        LookupKind::Semi | LookupKind::Anti => OutputColumn::Stream(column),
+        LookupKind::Inner | LookupKind::KeepStream => match column.checked_sub(table_columns) {
+            Some(stream) => OutputColumn::Stream(stream),
+            None => OutputColumn::Table(column),
+        },
+    };
+    match projection {
+        Some(kept) => kept.iter().map(|&c| of(c)).collect(),
+        None => joined.map(of).collect(),
+    }
+}
+
 /// One stream partition's probing.
 struct Probe {
     stream_keys: Vec<PhysicalExprRef>,
     kind: LookupKind,
-    projection: Option<Vec<usize>>,
-    schema: datafusion::arrow::datatypes::SchemaRef,
+    columns: Vec<OutputColumn>,
+    schema: SchemaRef,
     /// Each row's group in the table, reused across batches.
     groups: Vec<u32>,
     metrics: BaselineMetrics,
+}
+
+/// The rows of one output batch: the stream's rows (all, or those kept), and the table row
+/// each meets (`None`: nulls).
+enum OutputRows {
+    /// Every stream row, in order, beside table rows.
+    AllStream(UInt32Array),
+    /// The stream rows of `stream` (a filter or a gather) beside table rows.
+    Stream(RecordBatch, UInt32Array),
 }
 
 impl Probe {
@@ -358,7 +405,7 @@ impl Probe {
         let timer = self.metrics.elapsed_compute().timer();
         let keys = evaluate(&self.stream_keys, batch)?;
         table.find(&keys, &mut self.groups)?;
-        let (rows, columns) = match self.kind {
+        let output = match self.kind {
             LookupKind::Semi | LookupKind::Anti => {
                 let wanted = self.kind == LookupKind::Semi;
                 let mask: BooleanArray = self
@@ -367,64 +414,81 @@ impl Probe {
                     .map(|g| Some((*g != NO_MATCH) == wanted))
                     .collect();
                 let kept = filter_record_batch(batch, &mask)?;
-                (kept.num_rows(), kept.columns().to_vec())
+                self.assemble(&kept, None, table)?
             }
-            LookupKind::Inner | LookupKind::KeepStream if table.unique() => {
-                self.one_match_each(batch, table)?
+            LookupKind::Inner | LookupKind::KeepStream => {
+                let rows = if table.unique() {
+                    self.one_match_each(batch, table)?
+                } else {
+                    self.every_match(batch, table)?
+                };
+                match &rows {
+                    OutputRows::AllStream(table_rows) => {
+                        self.assemble(batch, Some(table_rows), table)?
+                    }
+                    OutputRows::Stream(kept, table_rows) => {
+                        self.assemble(kept, Some(table_rows), table)?
+                    }
+                }
             }
-            LookupKind::Inner | LookupKind::KeepStream => self.every_match(batch, table)?,
         };
-        let columns = match &self.projection {
-            Some(kept) => kept.iter().map(|&c| Arc::clone(&columns[c])).collect(),
-            None => columns,
-        };
-        let output = RecordBatch::try_new_with_options(
-            Arc::clone(&self.schema),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(rows)),
-        )?;
         timer.done();
-        self.metrics.record_output(rows);
+        self.metrics.record_output(output.num_rows());
         Ok(output)
     }
 
-    /// The output columns (table's, then stream's) where each key is on at most one table row.
-    fn one_match_each(
+    /// The output batch of the stream rows `stream` beside the table rows `table_rows` (one
+    /// per stream row; none for a semi or anti lookup).
+    fn assemble(
         &self,
-        batch: &RecordBatch,
+        stream: &RecordBatch,
+        table_rows: Option<&UInt32Array>,
         table: &LookupTable,
-    ) -> Result<(usize, Vec<ArrayRef>)> {
+    ) -> Result<RecordBatch> {
+        let columns = self
+            .columns
+            .iter()
+            .map(|column| match (column, table_rows) {
+                (OutputColumn::Stream(c), _) => Ok(Arc::clone(stream.column(*c))),
+                (OutputColumn::Table(c), Some(rows)) => {
+                    Ok(take(table.batch().column(*c).as_ref(), rows, None)?)
+                }
+                (OutputColumn::Table(_), None) => {
+                    internal_err!("a semi or anti lookup has no table columns")
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.schema),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(stream.num_rows())),
+        )?)
+    }
+
+    /// The rows where each key is on at most one table row.
+    fn one_match_each(&self, batch: &RecordBatch, table: &LookupTable) -> Result<OutputRows> {
         let all_matched = self.groups.iter().all(|g| *g != NO_MATCH);
-        let (stream_columns, table_rows) = if all_matched || self.kind == LookupKind::KeepStream {
+        if all_matched || self.kind == LookupKind::KeepStream {
             let rows: UInt32Array = self
                 .groups
                 .iter()
                 .map(|&g| (g != NO_MATCH).then(|| table.first_row_of(g)))
                 .collect();
-            (batch.columns().to_vec(), rows)
-        } else {
-            let mask: BooleanArray = self.groups.iter().map(|g| Some(*g != NO_MATCH)).collect();
-            let kept = filter_record_batch(batch, &mask)?;
-            let rows: UInt32Array = self
-                .groups
-                .iter()
-                .filter(|g| **g != NO_MATCH)
-                .map(|&g| table.first_row_of(g))
-                .collect();
-            (kept.columns().to_vec(), rows)
-        };
-        Ok((
-            table_rows.len(),
-            joined_columns(table, &table_rows, stream_columns)?,
-        ))
+            return Ok(OutputRows::AllStream(rows));
+        }
+        let mask: BooleanArray = self.groups.iter().map(|g| Some(*g != NO_MATCH)).collect();
+        let kept = filter_record_batch(batch, &mask)?;
+        let rows: UInt32Array = self
+            .groups
+            .iter()
+            .filter(|g| **g != NO_MATCH)
+            .map(|&g| table.first_row_of(g))
+            .collect();
+        Ok(OutputRows::Stream(kept, rows))
     }
 
-    /// The output columns where a key may be on several table rows.
-    fn every_match(
-        &self,
-        batch: &RecordBatch,
-        table: &LookupTable,
-    ) -> Result<(usize, Vec<ArrayRef>)> {
+    /// The rows where a key may be on several table rows: a stream row once per match.
+    fn every_match(&self, batch: &RecordBatch, table: &LookupTable) -> Result<OutputRows> {
         let mut stream_rows = Vec::with_capacity(batch.num_rows());
         let mut table_rows = Vec::with_capacity(batch.num_rows());
         for (row, &group) in self.groups.iter().enumerate() {
@@ -441,32 +505,16 @@ impl Probe {
             }
         }
         let stream_rows = UInt32Array::from(stream_rows);
-        let stream_columns = batch
+        let gathered = batch
             .columns()
             .iter()
             .map(|c| Ok(take(c.as_ref(), &stream_rows, None)?))
             .collect::<Result<Vec<_>>>()?;
-        let table_rows = UInt32Array::from(table_rows);
-        Ok((
-            table_rows.len(),
-            joined_columns(table, &table_rows, stream_columns)?,
-        ))
+        let gathered = RecordBatch::try_new_with_options(
+            batch.schema(),
+            gathered,
+            &RecordBatchOptions::new().with_row_count(Some(stream_rows.len())),
+        )?;
+        Ok(OutputRows::Stream(gathered, UInt32Array::from(table_rows)))
     }
-}
-
-/// The table's rows `table_rows` (null: a row of nulls) beside `stream_columns`.
-fn joined_columns(
-    table: &LookupTable,
-    table_rows: &UInt32Array,
-    stream_columns: Vec<ArrayRef>,
-) -> Result<Vec<ArrayRef>> {
-    let mut columns = table
-        .batch()
-        .columns()
-        .iter()
-        .map(|c| Ok(take(c.as_ref(), table_rows, None)?))
-        .collect::<Result<Vec<ArrayRef>>>()?;
-    debug_assert!(columns.iter().all(|c| c.len() == table_rows.len()));
-    columns.extend(stream_columns);
-    Ok(columns)
 }
