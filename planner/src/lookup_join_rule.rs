@@ -147,17 +147,9 @@ impl PhysicalOptimizerRule for LookupProbeRule {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(plan
-            .transform_up(|node| {
-                let Some(join) = node.downcast_ref::<HashJoinExec>() else {
-                    return Ok(Transformed::no(node));
-                };
-                let lookup = reads_stream(join.right())?
-                    && !reads_stream(join.left())?
-                    && !join.left().boundedness().is_unbounded();
-                match LookupJoinExec::of_hash_join(join)? {
-                    Some(probe) if lookup => Ok(Transformed::yes(Arc::new(probe))),
-                    _ => Ok(Transformed::no(node)),
-                }
+            .transform_up(|node| match lookup_probe(&node)? {
+                Some(probe) => Ok(Transformed::yes(probe)),
+                None => Ok(Transformed::no(node)),
             })?
             .data)
     }
@@ -169,4 +161,19 @@ impl PhysicalOptimizerRule for LookupProbeRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `node` as Freshet's lookup, if it is a hash join of a bounded table (its first input) and
+/// a stream that [`LookupJoinExec`] runs.
+fn lookup_probe(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+        return Ok(None);
+    };
+    if !reads_stream(join.right())?
+        || reads_stream(join.left())?
+        || join.left().boundedness().is_unbounded()
+    {
+        return Ok(None);
+    }
+    Ok(LookupJoinExec::of_hash_join(join)?.map(|probe| Arc::new(probe) as Arc<dyn ExecutionPlan>))
 }

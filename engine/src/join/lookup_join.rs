@@ -41,7 +41,7 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
 use super::lookup_table::{LookupTable, NO_MATCH};
-use crate::plan_util::evaluate;
+use crate::plan_util::{evaluate, visit_expressions};
 
 /// Which rows a lookup emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,18 +244,12 @@ impl ExecutionPlan for LookupJoinExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let mut recursion = TreeNodeRecursion::Continue;
-        for (table, stream) in &self.on {
-            recursion = f(table)?;
-            if recursion == TreeNodeRecursion::Stop {
-                return Ok(recursion);
-            }
-            recursion = f(stream)?;
-            if recursion == TreeNodeRecursion::Stop {
-                return Ok(recursion);
-            }
-        }
-        Ok(recursion)
+        let expressions: Vec<Arc<dyn PhysicalExpr>> = self
+            .on
+            .iter()
+            .flat_map(|(table, stream)| [Arc::clone(table), Arc::clone(stream)])
+            .collect();
+        visit_expressions(&expressions, f)
     }
 
     fn replace_children(
