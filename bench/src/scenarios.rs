@@ -216,7 +216,8 @@ ON x.symbol = y.symbol AND x.window_start = y.window_start";
 /// Variants run only when named (`--scenario`): S1's moving AVG and MAX over frames of 10
 /// and of 10 000 rows, to show that a row's cost does not depend on the frame length; J1,
 /// an interval join (DataFusion batch compares every pair of rows of a symbol: run it at a
-/// size DataFusion finishes); J2, a lookup of each record in a bounded table; J3, a window join of two per-symbol 10-second aggregations.
+/// size DataFusion finishes); J2, a lookup of each record in a bounded table; J3, a window
+/// join of two per-symbol 10-second aggregations.
 pub fn variants() -> Vec<Scenario> {
     let frame = |id, description, sql| Scenario {
         id,

@@ -444,9 +444,7 @@ impl Probe {
             .iter()
             .map(|column| match (column, table_rows) {
                 (OutputColumn::Stream(c), _) => Ok(Arc::clone(stream.column(*c))),
-                (OutputColumn::Table(c), Some(rows)) => {
-                    Ok(take(table.batch().column(*c).as_ref(), rows, None)?)
-                }
+                (OutputColumn::Table(c), Some(rows)) => table.take(*c, rows),
                 (OutputColumn::Table(_), None) => {
                     internal_err!("a semi or anti lookup has no table columns")
                 }

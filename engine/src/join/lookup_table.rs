@@ -14,11 +14,16 @@
 //!   are set to "no match" afterwards.
 //! - any other keys are hashed with DataFusion's `create_hashes` and compared with its
 //!   `JoinKeyComparator`.
+//!
+//! Table columns of short strings (at most 16 bytes, no nulls) are also kept padded into
+//! 16-byte words ([`PaddedStrings`]), built once, so that the gather of the matched rows
+//! moves one word per row instead of copying each string by its length.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
 use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
@@ -26,7 +31,9 @@ use datafusion::common::{HashMap, NullEquality, Result, internal_err};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
-use crate::kernels::{ShortColumns, ShortKeyIndex, StringColumn, longest_string, max_length_i32};
+use crate::kernels::{
+    PaddedStrings, ShortColumns, ShortKeyIndex, StringColumn, longest_string, max_length_i32,
+};
 use crate::plan_util::evaluate;
 
 /// A probe row's group when its key is not in the table.
@@ -42,6 +49,8 @@ pub struct LookupTable {
     group_rows: Vec<u32>,
     /// Whether every group has one row: a probe row then meets at most one row.
     unique: bool,
+    /// Per column of `batch`, its strings padded for fast gathers, where they fit.
+    padded: Vec<Option<PaddedStrings>>,
 }
 
 #[derive(Debug)]
@@ -85,17 +94,31 @@ impl LookupTable {
         };
         let (group_starts, group_rows) = rows_by_group(&row_groups, groups as usize);
         let unique = group_rows.len() == groups as usize;
+        let padded = batch
+            .columns()
+            .iter()
+            .map(|column| PaddedStrings::of(column.as_ref()))
+            .collect();
         Ok(Self {
             batch,
             index,
             group_starts,
             group_rows,
             unique,
+            padded,
         })
     }
 
     pub fn batch(&self) -> &RecordBatch {
         &self.batch
+    }
+
+    /// Rows `rows` of column `column` (a null row: a null).
+    pub fn take(&self, column: usize, rows: &UInt32Array) -> Result<ArrayRef> {
+        match self.padded.get(column) {
+            Some(Some(padded)) if rows.null_count() == 0 => padded.take(rows),
+            _ => Ok(take(self.batch.column(column).as_ref(), rows, None)?),
+        }
     }
 
     /// Whether each key of the table is on one row.
@@ -126,6 +149,12 @@ impl LookupTable {
             }
         };
         self.batch.get_array_memory_size()
+            + self
+                .padded
+                .iter()
+                .flatten()
+                .map(PaddedStrings::size)
+                .sum::<usize>()
             + index
             + (self.group_starts.capacity() + self.group_rows.capacity()) * 4
     }

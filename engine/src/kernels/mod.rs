@@ -24,5 +24,5 @@ pub(crate) use packed_encoding::{longest_string, max_length_i32};
 pub use packed_keys::{PackedGroupValues, new_group_values};
 pub use running::RunningAggregates;
 pub(crate) use short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
-pub use take_rows::take_rows;
+pub use take_rows::{PaddedStrings, take_rows};
 pub use windowed_keys::WindowedGroupValues;

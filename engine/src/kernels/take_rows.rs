@@ -24,7 +24,7 @@ use datafusion::common::{Result, internal_err};
 const WORD: usize = 16;
 
 /// A string of the column, zero-padded to a word, and its length.
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 struct PaddedString {
     bytes: [u8; WORD],
     length: usize,
@@ -32,36 +32,57 @@ struct PaddedString {
 
 /// Rows `rows` of `column` (indices without nulls), as arrow's `take` gives them.
 pub fn take_rows(column: &dyn Array, rows: &UInt32Array) -> Result<ArrayRef> {
-    if let Some(strings) = padded_strings(column, rows) {
-        return take_padded(&strings, rows);
+    if rows.null_count() == 0
+        && column.len() <= rows.len()
+        && let Some(strings) = PaddedStrings::of(column)
+    {
+        return strings.take(rows);
     }
     Ok(take(column, rows, None)?)
 }
 
-/// The strings of `column` as padded words, when the fast path applies: Utf8 without nulls,
-/// strings of at most 16 bytes, and no more of them than `rows` (building the words must not
-/// cost more than the gather saves).
-fn padded_strings(column: &dyn Array, rows: &UInt32Array) -> Option<Vec<PaddedString>> {
-    if column.data_type() != &DataType::Utf8
-        || column.null_count() > 0
-        || rows.null_count() > 0
-        || column.len() > rows.len()
-    {
-        return None;
+/// A Utf8 column's strings padded into words, for a column gathered many times (a lookup
+/// table's): built once, each gather then takes the fast path.
+#[derive(Debug, Default)]
+pub struct PaddedStrings {
+    strings: Vec<PaddedString>,
+}
+
+impl PaddedStrings {
+    /// The strings of `column` as padded words, when the fast path applies: Utf8 without
+    /// nulls, strings of at most 16 bytes. (Building the words costs about a gather of the
+    /// column: a column gathered once must be no longer than the gather.)
+    pub fn of(column: &dyn Array) -> Option<Self> {
+        if column.data_type() != &DataType::Utf8 || column.null_count() > 0 {
+            return None;
+        }
+        let strings = column.as_string::<i32>();
+        let values = strings.values().as_slice();
+        let mut padded = Vec::with_capacity(strings.len());
+        for bounds in strings.value_offsets().windows(2) {
+            let string = values.get(bounds[0] as usize..bounds[1] as usize)?;
+            let mut word = PaddedString {
+                length: string.len(),
+                ..PaddedString::default()
+            };
+            word.bytes.get_mut(..string.len())?.copy_from_slice(string);
+            padded.push(word);
+        }
+        Some(Self { strings: padded })
     }
-    let strings = column.as_string::<i32>();
-    let values = strings.values().as_slice();
-    let mut padded = Vec::with_capacity(strings.len());
-    for bounds in strings.value_offsets().windows(2) {
-        let string = values.get(bounds[0] as usize..bounds[1] as usize)?;
-        let mut word = PaddedString {
-            length: string.len(),
-            ..PaddedString::default()
-        };
-        word.bytes.get_mut(..string.len())?.copy_from_slice(string);
-        padded.push(word);
+
+    /// Rows `rows` (without nulls) of the column, as arrow's `take` gives them.
+    pub fn take(&self, rows: &UInt32Array) -> Result<ArrayRef> {
+        if rows.null_count() > 0 {
+            return internal_err!("a gather of padded strings by row numbers with nulls");
+        }
+        take_padded(&self.strings, rows)
     }
-    Some(padded)
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.strings.capacity() * std::mem::size_of::<PaddedString>()
+    }
 }
 
 /// Rows `rows` of the column whose strings are `strings`.
