@@ -115,12 +115,16 @@ impl ShortKey {
     }
 
     /// The key's first slot in a table of `mask + 1` (a power of two) entries: high bits of
-    /// a multiplicative hash, shifted by a constant so the shift needs no register.
+    /// a multiplicative hash, shifted by a constant so the shift needs no register. A
+    /// multiply carries bits only upwards, so the high half is folded down before the
+    /// second one: without that, keys that differ only in their last bytes (`SYM1230` …
+    /// `SYM1239`, `TRADER10` … `TRADER19`) share a slot.
     #[inline]
     fn slot(&self, mask: usize) -> usize {
         let mixed = (self.words[0] ^ u64::from(self.lengths)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.words[1];
-        (mixed.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as usize & mask
+        let folded = mixed ^ (mixed >> 29);
+        (folded.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as usize & mask
     }
 }
 
@@ -428,6 +432,24 @@ mod tests {
             ShortKey::of([values.as_slice()], [(0, 4)]),
             "an empty second string is not a missing column"
         );
+    }
+
+    #[test]
+    fn keys_that_differ_only_in_their_last_bytes_spread_over_slots() {
+        for (prefix, column) in [("SYM123", 0), ("TRADER1", 0), ("SYM123", 1)] {
+            let slots: std::collections::HashSet<usize> = (0..10)
+                .map(|digit| {
+                    let name = format!("{prefix}{digit}");
+                    let bounds = (0, name.len());
+                    let key = match column {
+                        0 => ShortKey::of([name.as_bytes()], [bounds]),
+                        _ => ShortKey::of([b"AB".as_slice(), name.as_bytes()], [(0, 2), bounds]),
+                    };
+                    key.slot(1023)
+                })
+                .collect();
+            assert!(slots.len() >= 8, "{prefix}* in column {column}: {slots:?}");
+        }
     }
 
     #[test]
