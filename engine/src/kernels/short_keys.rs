@@ -114,17 +114,15 @@ impl ShortKey {
             == 0
     }
 
-    /// The key's first slot in a table of `mask + 1` (a power of two) entries: high bits of
-    /// a multiplicative hash, shifted by a constant so the shift needs no register. A
-    /// multiply carries bits only upwards, so the high half is folded down before the
-    /// second one: without that, keys that differ only in their last bytes (`SYM1230` …
-    /// `SYM1239`, `TRADER10` … `TRADER19`) share a slot.
+    /// The key's first slot in a table of `2^(64 - shift)` entries: the top bits of a
+    /// multiplicative hash. A multiply carries bits only upwards, so only its top bits
+    /// depend on every byte of the key (bits from the middle of the product lose the last
+    /// bytes: `SYM1230` … `SYM1239` would share a slot).
     #[inline]
-    fn slot(&self, mask: usize) -> usize {
+    fn slot(&self, shift: u32) -> usize {
         let mixed = (self.words[0] ^ u64::from(self.lengths)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.words[1];
-        let folded = mixed ^ (mixed >> 29);
-        (folded.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as usize & mask
+        (mixed.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> shift) as usize
     }
 }
 
@@ -242,11 +240,17 @@ impl Default for ShortKeyIndex {
 }
 
 impl ShortKeyIndex {
+    /// The shift that makes a hash a slot ([`ShortKey::slot`]).
+    #[inline]
+    fn shift(&self) -> u32 {
+        64 - self.entries.len().trailing_zeros()
+    }
+
     /// The group of `key`, if known.
     #[inline]
     pub fn find(&self, key: &ShortKey) -> Option<usize> {
         let mask = self.entries.len() - 1;
-        let mut slot = key.slot(mask);
+        let mut slot = key.slot(self.shift());
         loop {
             let entry = &self.entries[slot];
             if entry.group == FREE {
@@ -286,8 +290,8 @@ impl ShortKeyIndex {
             return out.len();
         }
         let mut misses = 0;
-        let mask = self.entries.len() - 1;
-        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(mask)) {
+        let shift = self.shift();
+        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(shift)) {
             Some(entry) if entry.key.same_as(&key) => entry.group as usize,
             _ => self.find_further(key, &mut misses, missing),
         };
@@ -322,11 +326,11 @@ impl ShortKeyIndex {
             return out.len();
         }
         let mut misses = 0;
-        let mask = self.entries.len() - 1;
+        let shift = self.shift();
         // Most keys sit in their first slot: that case is a load and a compare, and every
         // other (a later slot, an unknown key) goes out of line. A free entry never equals
         // a key (its lengths are 0, a key's at least 1).
-        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(mask)) {
+        let mut group_of = |key: ShortKey| match self.entries.get(key.slot(shift)) {
             Some(entry) if entry.key.same_as(&key) => entry.group as usize,
             _ => self.find_further(key, &mut misses, missing),
         };
@@ -379,7 +383,7 @@ impl ShortKeyIndex {
 
     fn place(&mut self, entry: Entry) {
         let mask = self.entries.len() - 1;
-        let mut slot = entry.key.slot(mask);
+        let mut slot = entry.key.slot(self.shift());
         while self.entries[slot].group != FREE {
             slot = (slot + 1) & mask;
         }
@@ -445,7 +449,7 @@ mod tests {
                         0 => ShortKey::of([name.as_bytes()], [bounds]),
                         _ => ShortKey::of([b"AB".as_slice(), name.as_bytes()], [(0, 2), bounds]),
                     };
-                    key.slot(1023)
+                    key.slot(54)
                 })
                 .collect();
             assert!(slots.len() >= 8, "{prefix}* in column {column}: {slots:?}");
