@@ -31,6 +31,10 @@
 //! are late) makes the input tasks take turns (one async lock) for the span from reading the
 //! watermark to having sent their output and any new watermark; see [`input_step`].
 //!
+//! One input partition into one output (a query on one stream) needs none of this: unless an
+//! input step or an idle timeout needs the task, the consumer reads the input inline
+//! ([`inline`]), with the same batches and watermarks and no task hop between them.
+//!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
 
@@ -64,10 +68,12 @@ use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, time_plus_constant};
 
+mod inline;
 mod input_step;
 mod input_task;
 mod ordered_merge;
 
+use inline::inline_messages;
 pub use input_step::{InputStep, InputStepState, StepOutput};
 use input_task::{InputTask, Progress, watch_idle_inputs};
 use ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
@@ -199,6 +205,13 @@ impl StreamExchangeExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Message>> {
+        if self.runs_inline() {
+            let input = self.input.execute(partition, context)?;
+            let input_progress = self
+                .input_progress(1)
+                .map(|(progress, offset, _)| (progress, offset));
+            return Ok(inline_messages(input, self.event_time, input_progress));
+        }
         let mut running = self.running.lock();
         if running.is_none() {
             *running = Some(self.start(context)?);
@@ -239,6 +252,15 @@ impl StreamExchangeExec {
                 message
             })
             .boxed())
+    }
+
+    /// Whether the consumer reads the input itself ([`inline`]): one input and one output,
+    /// with no input step and no idle timeout.
+    fn runs_inline(&self) -> bool {
+        self.outputs == 1
+            && self.input.output_partitioning().partition_count() == 1
+            && self.step.is_none()
+            && self.event_time.is_none_or(|e| e.idle_timeout.is_none())
     }
 
     /// Whether each output merges its inputs in an order fixed by the data (see
@@ -681,5 +703,68 @@ mod tests {
             Some(1_004),
             "max event time 1 009 minus the 5 ms delay, once partition 1 is idle"
         );
+    }
+
+    /// The messages of a 1→1 exchange over `batches` of times, with the given idle timeout
+    /// (which keeps the input task), as text.
+    async fn one_to_one(batches: &[Vec<i64>], idle_timeout: Option<Duration>) -> Vec<String> {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        )]));
+        let batches: Vec<RecordBatch> = batches
+            .iter()
+            .map(|times| {
+                let times = TimestampMillisecondArray::from_iter_values(times.iter().copied());
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(times)]).unwrap()
+            })
+            .collect();
+        let source = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+            &[batches],
+            schema,
+            None,
+        )
+        .unwrap();
+        let event_time = EventTime {
+            column: 0,
+            delay: 5,
+            idle_timeout,
+        };
+        let exchange =
+            StreamExchangeExec::try_new(source, RoutingStrategy::FanIn, 1, Some(event_time))
+                .unwrap();
+        assert_eq!(exchange.runs_inline(), idle_timeout.is_none());
+        let messages: Vec<Message> = exchange
+            .execute_messages(0, SessionContext::new().task_ctx())
+            .unwrap()
+            .collect()
+            .await;
+        messages
+            .into_iter()
+            .map(|message| match message.unwrap() {
+                StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
+                StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn one_input_into_one_output_inline_sends_what_its_input_task_sends() {
+        let batches = [vec![1_000, 1_009], vec![], vec![1_005], vec![1_020, 1_012]];
+        let inline = one_to_one(&batches, None).await;
+        assert_eq!(
+            inline,
+            [
+                "rows 2",
+                "watermark 1004",
+                "rows 1",
+                "rows 2",
+                "watermark 1015",
+                "watermark 9223372036854775807",
+            ]
+        );
+        let tasked = one_to_one(&batches, Some(Duration::from_secs(3600))).await;
+        assert_eq!(inline, tasked);
     }
 }

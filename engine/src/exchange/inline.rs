@@ -1,0 +1,115 @@
+//! The exchange of one input partition into one output, run inline: the consumer pulls the
+//! input's batches itself, with no input task, channel or wake-up between them.
+//!
+//! With one input and one output there is nothing to route, merge or align: the output is
+//! the input's batches in order, each followed by the watermark it moves (computed as the
+//! input tasks compute it: the batch's newest event time, or the progress of the operator
+//! below, minus the declared delay), and the last watermark when the input ends. An exchange
+//! with an input step (two-phase aggregation) or an idle timeout (a timer moves its
+//! watermark while the input is silent) keeps its input task.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::Result;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use parking_lot::Mutex;
+
+use crate::progress::PartitionProgress;
+use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
+
+type Message = Result<StreamMessage>;
+
+/// The watermark of the one input.
+struct InlineWatermark {
+    tracker: WatermarkTracker,
+    /// The last watermark sent.
+    sent: i64,
+    event_time: Option<EventTime>,
+    /// As the input task's: the progress of the operator below, and the constant between it
+    /// and the event-time column.
+    input_progress: Option<(Arc<PartitionProgress>, i64)>,
+    /// An input error ends the output: no watermark follows it.
+    failed: bool,
+}
+
+impl InlineWatermark {
+    /// The messages of one input item: the batch (unless empty: then it is news only as
+    /// progress) and the watermark it moves.
+    fn on_batch(&mut self, batch: Result<RecordBatch>) -> Vec<Message> {
+        match self.messages_of(batch) {
+            Ok(messages) => messages,
+            Err(error) => {
+                self.failed = true;
+                vec![Err(error)]
+            }
+        }
+    }
+
+    fn messages_of(&mut self, batch: Result<RecordBatch>) -> Result<Vec<Message>> {
+        let batch = batch?;
+        let newest = match &self.event_time {
+            Some(event_time) => event_time.range_in(&batch)?.map(|(_, newest)| newest),
+            None => None,
+        };
+        let newest = match &self.input_progress {
+            Some((progress, offset)) => progress
+                .newest(0)
+                .map(|newest| newest.saturating_add(*offset)),
+            None => newest,
+        };
+        let mut messages = Vec::with_capacity(2);
+        if batch.num_rows() > 0 {
+            messages.push(Ok(StreamMessage::Batch(batch)));
+        }
+        if let Some(newest) = newest {
+            self.tracker.observe(0, newest, Instant::now());
+            messages.extend(self.advance());
+        }
+        Ok(messages)
+    }
+
+    /// The last watermark, once the input has ended.
+    fn on_end(&mut self) -> Vec<Message> {
+        if self.failed {
+            return Vec::new();
+        }
+        self.tracker.finish(0);
+        self.advance().into_iter().collect()
+    }
+
+    /// The watermark, if it rose since it was last sent.
+    fn advance(&mut self) -> Option<Message> {
+        let watermark = self.tracker.watermark(Instant::now())?;
+        (watermark > self.sent).then(|| {
+            self.sent = watermark;
+            Ok(StreamMessage::Watermark(watermark))
+        })
+    }
+}
+
+/// The output of an exchange of the one input partition `input`, read inline.
+pub(super) fn inline_messages(
+    input: SendableRecordBatchStream,
+    event_time: Option<EventTime>,
+    input_progress: Option<(Arc<PartitionProgress>, i64)>,
+) -> BoxStream<'static, Message> {
+    let delay = event_time.map_or(0, |e| e.delay);
+    let watermark = Arc::new(Mutex::new(InlineWatermark {
+        tracker: WatermarkTracker::new(1, delay),
+        sent: i64::MIN,
+        event_time,
+        input_progress,
+        failed: false,
+    }));
+    let at_end = Arc::clone(&watermark);
+    let batches = input
+        .map(move |batch| stream::iter(watermark.lock().on_batch(batch)))
+        .flatten();
+    // Polled only once the input has ended.
+    let end = stream::once(async move { stream::iter(at_end.lock().on_end()) }).flatten();
+    batches.chain(end).boxed()
+}
