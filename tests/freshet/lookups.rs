@@ -153,3 +153,40 @@ async fn lookups_into_a_table_of_long_keys_equal_batch() {
 async fn lookups_into_an_empty_table_equal_batch() {
     lookups_equal_batch(table(&[])).await;
 }
+
+/// A table larger than the memory pool is refused with an error that names the lookup.
+#[tokio::test]
+async fn a_lookup_table_over_the_memory_limit_is_an_error_naming_the_lookup() {
+    let ctx = crate::support::memory_limited_context(1024 * 1024);
+    ctx.register_generator(
+        "market_data",
+        freshet::GeneratorSpec::new(freshet::GeneratorKind::MarketData, Some(1_000)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    // 100 000 rows of about 60 bytes: several MiB.
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("symbol", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            (0..100_000).map(|i| format!("SYM{i}")),
+        )),
+        Arc::new(StringArray::from_iter_values((0..100_000).map(|i| {
+            format!("a listed company's long name, number {i:>10}")
+        }))),
+    ];
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+    let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]]).unwrap();
+    ctx.session()
+        .register_table("symbols", Arc::new(table))
+        .unwrap();
+    let query = ctx
+        .sql("SELECT m.symbol, s.name FROM market_data m JOIN symbols s ON m.symbol = s.symbol")
+        .await
+        .unwrap();
+    assert!(query.explain().contains("LookupJoinExec"));
+    let error = crate::support::execution_error(&query).await;
+    assert!(error.contains("LookupJoinExec"), "{error}");
+}
