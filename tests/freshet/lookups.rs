@@ -2,7 +2,8 @@
 //! in every join type a lookup runs as, over the table shapes its probe treats apart: keys
 //! unique or repeated in the table, null keys on either side, short string keys (and probe
 //! strings longer than any table key that share its first bytes), long string keys, integer
-//! keys, two-column keys, and an empty table.
+//! keys, two-column keys, and an empty table. A table over the memory limit is an error that
+//! names the lookup.
 
 use std::sync::Arc;
 
