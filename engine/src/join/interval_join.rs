@@ -50,18 +50,22 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, UInt32Array, new_null_array,
 };
-use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
+use datafusion::arrow::compute::{
+    SortOptions, cast, concat_batches, interleave, interleave_record_batch, take,
+};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::hash_map::Entry;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
+use datafusion::common::{
+    HashMap, JoinSide, JoinType, NullEquality, Result, internal_err, plan_err,
+};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_plan::execution_plan::Boundedness;
-use datafusion::physical_plan::joins::utils::{JoinFilter, build_join_schema};
+use datafusion::physical_plan::joins::utils::{JoinFilter, JoinKeyComparator, build_join_schema};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -552,7 +556,6 @@ struct Common {
     left_schema: SchemaRef,
     right_schema: SchemaRef,
     projection: Option<Vec<usize>>,
-    converter: RowConverter,
     random_state: RandomState,
     metrics: StatefulMetrics,
     name: String,
@@ -580,12 +583,6 @@ impl JoinStream {
             .iter()
             .map(|(l, _)| l.data_type(&left_schema))
             .collect::<Result<Vec<_>>>()?;
-        let converter = RowConverter::new(
-            key_types
-                .iter()
-                .map(|t| SortField::new(t.clone()))
-                .collect(),
-        )?;
         let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
             state: SideState::default(),
             watermark: i64::MIN,
@@ -618,7 +615,6 @@ impl JoinStream {
                 left_schema,
                 right_schema,
                 projection: spec.projection.clone(),
-                converter,
                 random_state: RandomState::with_seed(0x10_1e),
                 metrics: StatefulMetrics::new(&exec.metrics, partition),
                 name: format!("IntervalJoinExec[{partition}]"),
@@ -665,11 +661,6 @@ impl JoinStream {
         let keep_through = common.freed_through(which, other.watermark);
         let mut hashes = vec![0; rows];
         create_hashes(&keys, &common.random_state, &mut hashes)?;
-        // Without equality keys every pair within the bound is a candidate.
-        let key_rows = match keys.is_empty() {
-            true => None,
-            false => Some(common.converter.convert_columns(&keys)?),
-        };
         // Rows that can match, and the rows that are late.
         let mut late = Vec::new();
         let mut matchable = Vec::with_capacity(rows);
@@ -697,10 +688,12 @@ impl JoinStream {
         // Probe the other side's rows.
         let mut pairs = Pairs::default();
         let mut candidates = Vec::new();
+        // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
+        // another key's). Without equality keys every pair within the bound is a candidate.
+        let mut same_keys: HashMap<u64, JoinKeyComparator> = HashMap::new();
         for &row in &matchable {
             let row_index = row as usize;
             let time = times.value(row_index);
-            let key = key_rows.as_ref().map(|rows| rows.row(row_index));
             // The other side's times this row can match.
             let (from, to) = match which {
                 JoinSide::Left => (
@@ -720,9 +713,12 @@ impl JoinStream {
                 let Some(chunk) = other.state.chunk(position.chunk) else {
                     continue;
                 };
-                let same_key = match (&chunk.keys, key) {
-                    (Some(kept), Some(key)) => kept.row(position.row as usize) == key,
-                    _ => true,
+                let same_key = chunk.keys.is_empty() || {
+                    let compare = match same_keys.entry(position.chunk) {
+                        Entry::Occupied(entry) => entry.into_mut(),
+                        Entry::Vacant(entry) => entry.insert(key_comparator(&chunk.keys, &keys)?),
+                    };
+                    compare.is_equal(position.row as usize, row_index)
                 };
                 if same_key {
                     pairs.probe.push(row);
@@ -798,14 +794,10 @@ impl JoinStream {
             let chunk_times = take(&times, &rows, None)?
                 .as_primitive::<Int64Type>()
                 .clone();
-            // The kept rows' keys, copied from the batch's encoded keys, not encoded again.
-            let chunk_keys = key_rows.as_ref().map(|encoded| {
-                let mut kept = common.converter.empty_rows(rows.len(), 0);
-                for &row in rows.values() {
-                    kept.push(encoded.row(row as usize));
-                }
-                kept
-            });
+            let chunk_keys = keys
+                .iter()
+                .map(|key| Ok(take(key.as_ref(), &rows, None)?))
+                .collect::<Result<Vec<_>>>()?;
             let chunk_hashes: Vec<u64> =
                 rows.values().iter().map(|&r| hashes[r as usize]).collect();
             let matched = side.role.tracks_matches().then(|| {
@@ -1091,4 +1083,15 @@ fn apply_filter(
         }
     }
     Ok(kept)
+}
+
+/// Equality of rows of the kept keys `kept` with rows of a probing batch's keys `probe`
+/// (null keys are never kept nor probed).
+fn key_comparator(kept: &[ArrayRef], probe: &[ArrayRef]) -> Result<JoinKeyComparator> {
+    JoinKeyComparator::new(
+        kept,
+        probe,
+        &vec![SortOptions::default(); kept.len()],
+        NullEquality::NullEqualsNothing,
+    )
 }

@@ -1,7 +1,7 @@
 //! [`SideState`]: the rows one side of an interval join keeps for the other side to match.
 //!
-//! Rows are kept as the batches they came in ("chunks", each with its event times, its keys
-//! in arrow's row format and, for a side whose unmatched rows are emitted, a matched flag per
+//! Rows are kept as the batches they came in ("chunks", each with its event times, its key
+//! columns and, for a side whose unmatched rows are emitted, a matched flag per
 //! row) in arrival order. A hash index maps each key's hash to its rows as `(chunk, row)`
 //! positions. A watermark of the other side frees rows whose time bound it has passed: whole
 //! chunks go once every row of theirs is free.
@@ -15,17 +15,16 @@
 
 use std::collections::VecDeque;
 
-use datafusion::arrow::array::{BooleanBufferBuilder, Int64Array};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::Rows;
 use datafusion::common::HashMap;
 
 /// One batch of kept rows.
 pub(super) struct Chunk {
     pub batch: RecordBatch,
     pub times: Int64Array,
-    /// The join keys in arrow's row format; `None` without keys.
-    pub keys: Option<Rows>,
+    /// The join key columns (none without equality keys).
+    pub keys: Vec<ArrayRef>,
     /// Whether each row has found a match (or was emitted unmatched already); only for a
     /// side whose unmatched rows are emitted.
     pub matched: Option<BooleanBufferBuilder>,
@@ -129,8 +128,7 @@ impl SideState {
         }
         self.entries += hashes.len();
         self.live_rows += chunk.batch.num_rows();
-        self.bytes +=
-            chunk.batch.get_array_memory_size() + chunk.keys.as_ref().map_or(0, Rows::size);
+        self.bytes += chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
         self.chunks.push_back(Some(chunk));
     }
 
@@ -178,8 +176,7 @@ impl SideState {
         for slot in self.chunks.iter_mut() {
             if let Some(chunk) = slot.take_if(|c| c.max_time <= free_through) {
                 self.live_rows -= chunk.batch.num_rows();
-                self.bytes -=
-                    chunk.batch.get_array_memory_size() + chunk.keys.as_ref().map_or(0, Rows::size);
+                self.bytes -= chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
             }
         }
         while matches!(self.chunks.front(), Some(None)) {
@@ -206,4 +203,9 @@ impl SideState {
     pub fn size(&self) -> usize {
         self.bytes + self.entries * std::mem::size_of::<Entry>()
     }
+}
+
+/// Bytes held by key columns.
+fn keys_size(keys: &[ArrayRef]) -> usize {
+    keys.iter().map(|key| key.get_array_memory_size()).sum()
 }
