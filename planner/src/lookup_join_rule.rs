@@ -42,12 +42,7 @@ impl PhysicalOptimizerRule for LookupJoinRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(plan
-            .transform_up(|node| match lookup_join(&node)? {
-                Some(join) => Ok(Transformed::yes(join)),
-                None => Ok(Transformed::no(node)),
-            })?
-            .data)
+        replace_each(plan, lookup_join)
     }
 
     fn name(&self) -> &str {
@@ -146,12 +141,7 @@ impl PhysicalOptimizerRule for LookupProbeRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(plan
-            .transform_up(|node| match lookup_probe(&node)? {
-                Some(probe) => Ok(Transformed::yes(probe)),
-                None => Ok(Transformed::no(node)),
-            })?
-            .data)
+        replace_each(plan, lookup_probe)
     }
 
     fn name(&self) -> &str {
@@ -176,4 +166,20 @@ fn lookup_probe(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Executio
         return Ok(None);
     }
     Ok(LookupJoinExec::of_hash_join(join)?.map(|probe| Arc::new(probe) as Arc<dyn ExecutionPlan>))
+}
+
+/// A node's replacement, if it has one.
+type Replacement = fn(&Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>;
+
+/// `plan` with each node that `replacement` gives a replacement for replaced, bottom up.
+fn replace_each(
+    plan: Arc<dyn ExecutionPlan>,
+    replacement: Replacement,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(plan
+        .transform_up(|node| match replacement(&node)? {
+            Some(replaced) => Ok(Transformed::yes(replaced)),
+            None => Ok(Transformed::no(node)),
+        })?
+        .data)
 }
