@@ -78,6 +78,11 @@ pub use input_step::{InputStep, InputStepState, StepOutput};
 use input_task::{InputTask, Progress, watch_idle_inputs};
 use ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
 
+/// Items an input may queue for one merging output. A merge takes one input's rows until
+/// another's come first, and a source partition's unit (a row group, up to 16 batches) all
+/// comes first: the other inputs keep decoding only while their channels have room.
+const MERGED_CHANNEL_ITEMS: usize = 8;
+
 type Message = Result<StreamMessage>;
 
 /// See the module documentation.
@@ -347,8 +352,9 @@ impl StreamExchangeExec {
         let receivers: Vec<OutputChannels> = if merged {
             let mut receivers: Vec<Vec<_>> = (0..self.outputs).map(|_| Vec::new()).collect();
             for _ in 0..inputs {
-                let (input_senders, input_receivers): (Vec<_>, Vec<_>) =
-                    (0..self.outputs).map(|_| mpsc::channel(2)).unzip();
+                let (input_senders, input_receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
+                    .map(|_| mpsc::channel(MERGED_CHANNEL_ITEMS))
+                    .unzip();
                 senders.push(input_senders);
                 for (output, receiver) in input_receivers.into_iter().enumerate() {
                     receivers[output].push(receiver);

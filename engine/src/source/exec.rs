@@ -47,8 +47,9 @@ use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, time_range};
 
 /// Batches a source partition decodes or generates ahead of the query: enough to keep its
-/// reader busy while the query works on the batch before.
-const READ_AHEAD_BATCHES: usize = 2;
+/// reader busy while the query works on the batches before, and to carry the query over the
+/// pause at each new row group, whose pages the reader fetches and decompresses at once.
+const READ_AHEAD_BATCHES: usize = 8;
 
 /// Whether producing `input`'s batches costs work (decoding files, generating records), as
 /// opposed to handing out batches already in memory.
