@@ -55,7 +55,6 @@ use datafusion::arrow::compute::{
 };
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::hash_map::Entry;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{
@@ -690,7 +689,9 @@ impl JoinStream {
         let mut candidates = Vec::new();
         // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
         // another key's). Without equality keys every pair within the bound is a candidate.
-        let mut same_keys: HashMap<u64, JoinKeyComparator> = HashMap::new();
+        // Indexed by the chunk's sequence number from the oldest kept one.
+        let first_chunk = other.state.first_sequence();
+        let mut same_keys: Vec<Option<JoinKeyComparator>> = Vec::new();
         for &row in &matchable {
             let row_index = row as usize;
             let time = times.value(row_index);
@@ -714,9 +715,13 @@ impl JoinStream {
                     continue;
                 };
                 let same_key = chunk.keys.is_empty() || {
-                    let compare = match same_keys.entry(position.chunk) {
-                        Entry::Occupied(entry) => entry.into_mut(),
-                        Entry::Vacant(entry) => entry.insert(key_comparator(&chunk.keys, &keys)?),
+                    let slot = (position.chunk - first_chunk) as usize;
+                    if same_keys.len() <= slot {
+                        same_keys.resize_with(slot + 1, || None);
+                    }
+                    let compare = match &mut same_keys[slot] {
+                        Some(compare) => compare,
+                        empty => empty.insert(key_comparator(&chunk.keys, &keys)?),
                     };
                     compare.is_equal(position.row as usize, row_index)
                 };

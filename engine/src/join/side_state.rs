@@ -17,7 +17,8 @@ use std::collections::VecDeque;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::HashMap;
+
+use crate::kernels::PrehashedMap;
 
 /// One batch of kept rows.
 pub(super) struct Chunk {
@@ -86,7 +87,7 @@ pub(super) struct SideState {
     chunks: VecDeque<Option<Chunk>>,
     first: u64,
     /// Per key hash, the entries in event-time order.
-    index: HashMap<u64, KeyEntries>,
+    index: PrehashedMap<KeyEntries>,
     /// Rows at or before this event time are freed.
     freed_through: i64,
     /// Index entries, live or not; rows held by live chunks.
@@ -100,7 +101,7 @@ impl Default for SideState {
         Self {
             chunks: VecDeque::new(),
             first: 0,
-            index: HashMap::new(),
+            index: PrehashedMap::default(),
             freed_through: i64::MIN,
             entries: 0,
             live_rows: 0,
@@ -148,6 +149,11 @@ impl SideState {
                 .take_while(|e| e.time <= to)
                 .map(|e| e.position),
         );
+    }
+
+    /// The sequence number of the oldest chunk still held (or of the next one).
+    pub fn first_sequence(&self) -> u64 {
+        self.first
     }
 
     pub fn chunk(&self, sequence: u64) -> Option<&Chunk> {

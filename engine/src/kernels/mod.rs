@@ -1,6 +1,6 @@
 //! Freshet's hand-written kernels, shared by the aggregation and the OVER windows: the group
 //! table and its key interners, the fused and running accumulators, the gather of rows by
-//! index, and the classifier of the built-in aggregates those kernels stand in for.
+//! index, maps keyed by precomputed hashes, and the classifier of the built-in aggregates those kernels stand in for.
 //!
 //! Each kernel exists because a benchmark in `bench/benches/kernels.rs` shows it beats what
 //! DataFusion provides for Freshet's work (docs/benchmarks.md gives the figures); anything
@@ -13,6 +13,7 @@ mod fused_member;
 mod groups;
 mod packed_encoding;
 mod packed_keys;
+mod prehashed;
 mod running;
 mod short_keys;
 mod take_rows;
@@ -22,6 +23,7 @@ pub use builtin::BuiltinAggregate;
 pub use groups::GroupTable;
 pub(crate) use packed_encoding::{longest_string, max_length_i32};
 pub use packed_keys::{PackedGroupValues, new_group_values};
+pub(crate) use prehashed::{PrehashedMap, PrehashedSet};
 pub use running::RunningAggregates;
 pub(crate) use short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
 pub use take_rows::{PaddedStrings, take_rows};

@@ -13,7 +13,6 @@
 //! partition, not per record.
 
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
@@ -23,6 +22,8 @@ use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{Result, exec_err};
 use parking_lot::Mutex;
+
+use crate::kernels::PrehashedSet;
 
 /// The keys claimed so far, shared by a stream's source partitions.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ impl PartitionKeyCheck {
         Ok(PartitionKeys {
             check: Arc::clone(self),
             partition,
-            seen: HashSet::default(),
+            seen: PrehashedSet::default(),
             converter: RowConverter::new(self.fields.clone())?,
             hashes: Vec::new(),
             random_state: RandomState::with_seed(0x5eed),
@@ -66,34 +67,11 @@ impl PartitionKeyCheck {
     }
 }
 
-/// A set of key hashes; they are already well mixed, so they are used as they are.
-type HashSet = std::collections::HashSet<u64, BuildHasherDefault<IdentityHasher>>;
-
-/// A hasher that passes a `u64` through.
-#[derive(Debug, Default)]
-struct IdentityHasher(u64);
-
-impl std::hash::Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ byte as u64;
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-}
-
 /// One source partition's keys.
 pub struct PartitionKeys {
     check: Arc<PartitionKeyCheck>,
     partition: usize,
-    seen: HashSet,
+    seen: PrehashedSet,
     converter: RowConverter,
     hashes: Vec<u64>,
     random_state: RandomState,
