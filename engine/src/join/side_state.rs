@@ -8,7 +8,8 @@
 //!
 //! Each key's index entries are kept in event-time order (arrival order, with the few rows
 //! that arrive out of order moved into place), so that a probe reads only the entries within
-//! its time bound: a binary search for the first, then a scan to the last. Keys with few
+//! its time bound: a search for the first (stepping on from where the key's last probe began,
+//! as probes come nearly in time order), then a scan to the last. Keys with few
 //! distinct values and many rows per key (ten symbols of a market feed) would otherwise
 //! compare every kept row of the key. Freed rows' entries are cut from the front of a key's
 //! entries when the key is probed, and from every key when they outnumber the live rows.
@@ -53,11 +54,38 @@ struct Entry {
 struct KeyEntries {
     entries: Vec<Entry>,
     head: usize,
+    /// Where the last probe's entries began: a hint only (checked before use), from which
+    /// the next probe, usually of a slightly later time, steps forward.
+    cursor: usize,
 }
 
 impl KeyEntries {
     fn live(&self) -> &[Entry] {
         &self.entries[self.head..]
+    }
+
+    /// The index in `entries` of the first live entry at or after `from`.
+    fn seek(&mut self, from: i64) -> usize {
+        /// Entries stepped over one by one before a binary search takes over.
+        const STEPS: usize = 8;
+        let entries = &self.entries;
+        let cursor = self.cursor.clamp(self.head, entries.len());
+        let found = if cursor > self.head && entries[cursor - 1].time >= from {
+            self.head + entries[self.head..cursor].partition_point(|e| e.time < from)
+        } else {
+            // Every entry before the cursor is earlier than `from` (time order).
+            let limit = (cursor + STEPS).min(entries.len());
+            let mut at = cursor;
+            while at < limit && entries[at].time < from {
+                at += 1;
+            }
+            if at == limit {
+                at += entries[at..].partition_point(|e| e.time < from);
+            }
+            at
+        };
+        self.cursor = found;
+        found
     }
 
     /// Marks the entries at or before `freed_through` freed; how many.
@@ -77,6 +105,7 @@ impl KeyEntries {
 
     fn compact(&mut self) {
         self.entries.drain(..self.head);
+        self.cursor = self.cursor.saturating_sub(self.head);
         self.head = 0;
     }
 }
@@ -141,10 +170,9 @@ impl SideState {
             return;
         };
         self.entries -= key.free_through(self.freed_through);
-        let entries = key.live();
-        let start = entries.partition_point(|e| e.time < from);
+        let start = key.seek(from);
         out.extend(
-            entries[start..]
+            key.entries[start..]
                 .iter()
                 .take_while(|e| e.time <= to)
                 .map(|e| e.position),
@@ -214,4 +242,47 @@ impl SideState {
 /// Bytes held by key columns.
 fn keys_size(keys: &[ArrayRef]) -> usize {
     keys.iter().map(|key| key.get_array_memory_size()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_entries(times: &[i64]) -> KeyEntries {
+        KeyEntries {
+            entries: times
+                .iter()
+                .enumerate()
+                .map(|(row, &time)| Entry {
+                    time,
+                    position: Position {
+                        chunk: 0,
+                        row: row as u32,
+                    },
+                })
+                .collect(),
+            head: 0,
+            cursor: 0,
+        }
+    }
+
+    #[test]
+    fn seek_finds_the_first_entry_at_or_after_a_time_from_any_cursor() {
+        // Times with repeats and gaps; probes forward, backward, far and near.
+        let times: Vec<i64> = (0..100).map(|i| (i / 3) * 5).collect();
+        let mut key = key_entries(&times);
+        let probes = [
+            0, 1, 5, 6, 7, 60, 59, 3, 200, 140, 141, 165, 0, -4, 10, 11, 12, 100,
+        ];
+        for head in [0, 7, 40] {
+            key.head = head;
+            for &from in &probes {
+                let expected = head + times[head..].partition_point(|&t| t < from);
+                assert_eq!(key.seek(from), expected, "from {from}, head {head}");
+            }
+        }
+        // A cursor left past the end (entries compacted since) is only a hint.
+        key.cursor = 10_000;
+        assert_eq!(key.seek(6), 40);
+    }
 }
