@@ -50,16 +50,12 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, UInt32Array, new_null_array,
 };
-use datafusion::arrow::compute::{
-    SortOptions, cast, concat_batches, interleave, interleave_record_batch, take,
-};
+use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{
-    HashMap, JoinSide, JoinType, NullEquality, Result, internal_err, plan_err,
-};
+use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
@@ -76,6 +72,7 @@ use futures::stream::BoxStream;
 use futures::stream::PollNext;
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
+use super::key_comparator;
 use super::side_state::{Chunk, Position, SideState};
 use crate::exchange::StreamExchangeExec;
 use crate::late_records::LateRecords;
@@ -1088,15 +1085,4 @@ fn apply_filter(
         }
     }
     Ok(kept)
-}
-
-/// Equality of rows of the kept keys `kept` with rows of a probing batch's keys `probe`
-/// (null keys are never kept nor probed).
-fn key_comparator(kept: &[ArrayRef], probe: &[ArrayRef]) -> Result<JoinKeyComparator> {
-    JoinKeyComparator::new(
-        kept,
-        probe,
-        &vec![SortOptions::default(); kept.len()],
-        NullEquality::NullEqualsNothing,
-    )
 }

@@ -22,15 +22,14 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
-use datafusion::common::{HashMap, NullEquality, Result, internal_err};
+use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
+use super::key_comparator;
 use crate::kernels::{
     PaddedStrings, ShortColumns, ShortKeyIndex, StringColumn, longest_string, max_length_i32,
 };
@@ -308,7 +307,7 @@ impl HashedKeys {
         let rows = row_groups.len();
         let mut hashes = vec![0u64; rows];
         create_hashes(&keys, &random_state, &mut hashes)?;
-        let same = comparator(&keys, &keys)?;
+        let same = key_comparator(&keys, &keys)?;
         let mut first_group: HashMap<u64, u32> = HashMap::new();
         let mut next: Vec<u32> = Vec::new();
         // The first row of each group, to compare a new row with.
@@ -366,7 +365,7 @@ impl HashedKeys {
     fn find(&self, keys: &[ArrayRef], rows: usize, groups: &mut Vec<u32>) -> Result<()> {
         let mut hashes = vec![0u64; rows];
         create_hashes(keys, &self.random_state, &mut hashes)?;
-        let same = comparator(&self.keys, keys)?;
+        let same = key_comparator(&self.keys, keys)?;
         groups.extend(hashes.iter().enumerate().map(|(row, hash)| {
             let mut candidate = self.first_group.get(hash).copied();
             while let Some(group) = candidate {
@@ -379,14 +378,4 @@ impl HashedKeys {
         }));
         Ok(())
     }
-}
-
-/// Equality of rows of `left` with rows of `right` (null keys are filtered apart).
-fn comparator(left: &[ArrayRef], right: &[ArrayRef]) -> Result<JoinKeyComparator> {
-    JoinKeyComparator::new(
-        left,
-        right,
-        &vec![SortOptions::default(); left.len()],
-        NullEquality::NullEqualsNothing,
-    )
 }
