@@ -30,8 +30,8 @@ pub use filter::StreamFilterExec;
 pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
 pub use progress::PartitionProgress;
 pub use source::{
-    FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck, ReplaySource,
-    StreamSourceExec, StreamTable, open_file_source, splitmix64,
+    CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck,
+    ReplaySource, StreamSourceExec, StreamTable, open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use window::WindowSpec;

@@ -38,7 +38,8 @@ use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
 use crate::stream_inputs::{
-    below_exchanges, event_time, event_time_columns, partitioned_alike, reads_stream,
+    SidesAlike, below_exchanges, event_time, event_time_columns, partitioned_alike, reads_stream,
+    with_shared_key_check,
 };
 
 /// See the module documentation.
@@ -177,7 +178,18 @@ fn interval_join(
     // checked as the bound.
     let left_keys: Vec<PhysicalExprRef> = parts.on.iter().map(|(l, _)| Arc::clone(l)).collect();
     let right_keys: Vec<PhysicalExprRef> = parts.on.iter().map(|(_, r)| Arc::clone(r)).collect();
-    let alike = !left_keys.is_empty() && partitioned_alike(left, &left_keys, right, &right_keys);
+    let alike = match left_keys.is_empty() {
+        true => SidesAlike::No,
+        false => partitioned_alike(left, &left_keys, right, &right_keys),
+    };
+    let (left, right) = match &alike {
+        SidesAlike::Declared(sides) => {
+            let [left, right] = with_shared_key_check(left, right, sides)?;
+            (left, right)
+        }
+        _ => (Arc::clone(left), Arc::clone(right)),
+    };
+    let (left, right) = (&left, &right);
     let exchange = |input: &Arc<dyn ExecutionPlan>,
                     keys: Vec<PhysicalExprRef>,
                     time: &Arc<dyn PhysicalExpr>|
@@ -187,10 +199,15 @@ fn interval_join(
                 RoutingStrategy::FanIn,
                 "auto: no equality keys, one stream".to_string(),
             )
-        } else if alike {
+        } else if matches!(alike, SidesAlike::Yes) {
             (
                 RoutingStrategy::Sticky,
                 "auto: both sides are already partitioned alike by the join keys".to_string(),
+            )
+        } else if matches!(alike, SidesAlike::Declared(_)) {
+            (
+                RoutingStrategy::Sticky,
+                "auto: both streams are declared partitioned by the join keys into as many partitions (checked as the records flow)".to_string(),
             )
         } else {
             (

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{JoinType, Result, ScalarValue, plan_err};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, Result, ScalarValue, internal_err, plan_err};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -19,7 +19,10 @@ use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::over::OverWindowExec;
 use freshet_engine::watermark::time_plus_constant;
 use freshet_engine::window::duration_in_unit;
-use freshet_engine::{EventTime, StreamExchangeExec, StreamFilterExec, StreamSourceExec};
+use freshet_engine::{
+    CoPartitionedSide, EventTime, PartitionKeyCheck, StreamExchangeExec, StreamFilterExec,
+    StreamSourceExec,
+};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::join_rule::JoinParts;
@@ -119,11 +122,13 @@ enum KeyedPartitions {
         partitions: usize,
     },
     /// The partitions of stream `table`, declared partitioned by its columns that the keys
-    /// (at the same positions) are.
+    /// (at the same positions) are: `columns` per key, and `declared` the positions of the
+    /// declared columns among the keys (ascending), with their types.
     Declared {
         table: String,
         columns: Vec<Option<usize>>,
         partitions: usize,
+        declared: Vec<(usize, DataType)>,
     },
 }
 
@@ -149,6 +154,15 @@ fn keyed_partitions(
                 table: source.table().to_string(),
                 columns: keys.to_vec(),
                 partitions: plan.output_partitioning().partition_count(),
+                declared: keys
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(position, key)| {
+                        let field = schema.field((*key)?);
+                        by.contains(field.name())
+                            .then(|| (position, field.data_type().clone()))
+                    })
+                    .collect(),
             }),
             false => Err(format!(
                 "stream '{}' is not declared partitioned by them",
@@ -231,19 +245,39 @@ fn keyed_partitions(
     }
 }
 
+/// How the rows of two join sides lie over their partitions by the join keys.
+#[derive(Debug)]
+pub(crate) enum SidesAlike {
+    /// Not known to be alike: both sides are hashed on the keys.
+    No,
+    /// Equal keys are in partitions of the same number on both sides, so a sticky exchange
+    /// keeps them together: two sides hashed by Freshet's exchange on the same keys (of the
+    /// same types, into as many partitions), as windowed aggregations are, or two reads of
+    /// one stream declared partitioned by the keys (a self-join).
+    Yes,
+    /// Two different streams, each declared partitioned by the keys at the same positions
+    /// (of the same types) into as many partitions. Each declaration alone does not say that
+    /// the two put a key in partitions of one number: joined sticky, their sources check it
+    /// as the records flow ([`with_shared_key_check`]).
+    Declared([DeclaredSide; 2]),
+}
+
+/// A stream of [`SidesAlike::Declared`]: its name and the columns of its declared keys in
+/// the join's key order.
+#[derive(Debug)]
+pub(crate) struct DeclaredSide {
+    table: String,
+    columns: Vec<usize>,
+}
+
 /// Whether the rows of `left` and `right` already lie alike over their partitions by the
-/// join keys (`left_keys[i]` against `right_keys[i]`): equal keys are in partitions of the
-/// same number on both sides, so a sticky exchange keeps them together. That holds for two
-/// sides hashed by Freshet's exchange on the same keys (of the same types, into as many
-/// partitions), as windowed aggregations are, and for two reads of one stream declared
-/// partitioned by the keys (a self-join). Two different streams declared partitioned by
-/// their keys are not known to split them alike, and are hashed.
+/// join keys (`left_keys[i]` against `right_keys[i]`); see [`SidesAlike`].
 pub(crate) fn partitioned_alike(
     left: &Arc<dyn ExecutionPlan>,
     left_keys: &[Arc<dyn PhysicalExpr>],
     right: &Arc<dyn ExecutionPlan>,
     right_keys: &[Arc<dyn PhysicalExpr>],
-) -> bool {
+) -> SidesAlike {
     let columns = |keys: &[Arc<dyn PhysicalExpr>]| -> Vec<Option<usize>> {
         keys.iter()
             .map(|k| k.downcast_ref::<Column>().map(Column::index))
@@ -253,9 +287,93 @@ pub(crate) fn partitioned_alike(
         keyed_partitions(left, &columns(left_keys)),
         keyed_partitions(right, &columns(right_keys)),
     ) {
-        (Ok(left), Ok(right)) => left == right,
-        _ => false,
+        (Ok(left), Ok(right)) if left == right => SidesAlike::Yes,
+        (
+            Ok(KeyedPartitions::Declared {
+                table: left_table,
+                columns: left_columns,
+                partitions: left_partitions,
+                declared: left_declared,
+            }),
+            Ok(KeyedPartitions::Declared {
+                table: right_table,
+                columns: right_columns,
+                partitions: right_partitions,
+                declared: right_declared,
+            }),
+        ) if left_table != right_table
+            && left_partitions == right_partitions
+            && left_declared == right_declared =>
+        {
+            let side = |table: String, columns: &[Option<usize>]| DeclaredSide {
+                table,
+                columns: left_declared
+                    .iter()
+                    .filter_map(|(position, _)| columns[*position])
+                    .collect(),
+            };
+            SidesAlike::Declared([
+                side(left_table, &left_columns),
+                side(right_table, &right_columns),
+            ])
+        }
+        _ => SidesAlike::No,
     }
+}
+
+/// `left` and `right` with their declared sources (see [`SidesAlike::Declared`]) sharing one
+/// check of their key partitioning, so that a key in partitions of different numbers in the
+/// two streams fails the run.
+pub(crate) fn with_shared_key_check(
+    left: &Arc<dyn ExecutionPlan>,
+    right: &Arc<dyn ExecutionPlan>,
+    sides: &[DeclaredSide; 2],
+) -> Result<[Arc<dyn ExecutionPlan>; 2]> {
+    let plans = [left, right];
+    let mut found = Vec::with_capacity(2);
+    for (plan, side) in plans.iter().zip(sides) {
+        let Some(source) = declared_source(plan, &side.table) else {
+            return internal_err!("no source of stream '{}' below the join", side.table);
+        };
+        found.push(source);
+    }
+    let checks = PartitionKeyCheck::co_partitioned([0, 1].map(|i| CoPartitionedSide {
+        table: &sides[i].table,
+        schema: &found[i].0,
+        columns: sides[i].columns.clone(),
+        declared: &found[i].1,
+    }));
+    let mut out = Vec::with_capacity(2);
+    for ((plan, side), check) in plans.into_iter().zip(sides).zip(checks) {
+        let rewritten = Arc::clone(plan).transform_up(|node| {
+            match node.downcast_ref::<StreamSourceExec>() {
+                Some(source) if source.table() == side.table => {
+                    let shared: Arc<dyn ExecutionPlan> =
+                        source.with_key_check(Arc::clone(&check))?;
+                    Ok(Transformed::yes(shared))
+                }
+                _ => Ok(Transformed::no(node)),
+            }
+        })?;
+        out.push(rewritten.data);
+    }
+    match <[Arc<dyn ExecutionPlan>; 2]>::try_from(out) {
+        Ok(pair) => Ok(pair),
+        Err(_) => internal_err!("a join has two sides"),
+    }
+}
+
+/// The schema and declared keys (as written) of stream `table`'s source in `plan`.
+fn declared_source(plan: &Arc<dyn ExecutionPlan>, table: &str) -> Option<(SchemaRef, String)> {
+    let mut found = None;
+    let _ = plan.apply(|node| match node.downcast_ref::<StreamSourceExec>() {
+        Some(source) if source.table() == table => {
+            found = Some((node.schema(), source.options().partitioned_by.join("+")));
+            Ok(TreeNodeRecursion::Stop)
+        }
+        _ => Ok(TreeNodeRecursion::Continue),
+    });
+    found
 }
 
 /// Where the exchange reads event times from, and the declared out-of-orderness (0 if none

@@ -183,6 +183,97 @@ async fn a_self_join_of_a_stream_partitioned_by_the_join_keys_keeps_its_partitio
     }
 }
 
+/// Random rows of seed `seed` split by a hash of k1 over `partitions` source partitions, the
+/// partition numbers turned by `turn` (0: the split `keyed_partitions` makes).
+fn split_by_k1(
+    seed: u64,
+    partitions: usize,
+    turn: usize,
+) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch>>) {
+    let batches = RandomStream::new(seed)
+        .rows(2_000)
+        .disorder_ms(1_000)
+        .generate();
+    let key = col("k1", &RandomStream::schema()).unwrap();
+    let mut router = Router::try_new(&RoutingStrategy::Hash(vec![key]), 0, 1, partitions).unwrap();
+    let mut split = vec![Vec::new(); partitions];
+    for batch in &batches {
+        for (partition, piece) in router.route(batch.clone()).unwrap() {
+            split[(partition + turn) % partitions].push(piece);
+        }
+    }
+    (batches, split)
+}
+
+#[tokio::test]
+async fn two_streams_declared_partitioned_by_the_join_keys_are_joined_without_a_shuffle() {
+    // `t` and `u`, each declared partitioned by k1, put each k1 in partitions of one number:
+    // each stream keeps its partitions. With `u`'s partitions turned, each declaration still
+    // holds alone but the streams disagree: the run fails instead of missing matches. With
+    // a different number of partitions, both sides hash.
+    let sql = "SELECT t.k1, t.q, u.q AS other FROM t JOIN u ON t.k1 = u.k1 \
+               AND u.ts BETWEEN t.ts - INTERVAL '2' SECOND AND t.ts";
+    let register = |ctx: &StreamingContext, name: &str, split: Vec<Vec<RecordBatch>>| {
+        let options = StreamOptions {
+            event_time: Some("ts".to_string()),
+            out_of_orderness: std::time::Duration::from_secs(1),
+            partitioned_by: vec!["k1".to_string()],
+            ..StreamOptions::default()
+        };
+        let source = ReplaySource::Partitioned {
+            schema: RandomStream::schema(),
+            partitions: split,
+        };
+        ctx.register_stream(name, source, options).unwrap();
+    };
+    for (u_partitions, turn, expected) in [
+        (
+            2,
+            0,
+            Ok(
+                "strategy=sticky, partitions=2->2 (auto: both streams are declared partitioned by the join keys",
+            ),
+        ),
+        (2, 1, Err("is in its source partition")),
+        (4, 0, Ok("strategy=hash([k1@0]), partitions=4->2")),
+    ] {
+        let ctx = StreamingContext::with_partitions(2);
+        let (t, t_split) = split_by_k1(3, 2, 0);
+        let (u, u_split) = split_by_k1(4, u_partitions, turn);
+        register(&ctx, "t", t_split);
+        register(&ctx, "u", u_split);
+        let query = ctx.sql(sql).await.unwrap();
+        let plan = query.explain();
+        match expected {
+            Ok(exchange) => {
+                assert!(plan.contains(exchange), "{plan}");
+                let actual: Vec<RecordBatch> =
+                    query.execute_merged().unwrap().try_collect().await.unwrap();
+                let batch = SessionContext::new();
+                for (name, batches) in [("t", &t), ("u", &u)] {
+                    let table = datafusion::arrow::compute::concat_batches(
+                        &RandomStream::schema(),
+                        batches,
+                    )
+                    .unwrap();
+                    batch.register_batch(name, table).unwrap();
+                }
+                let expected = batch.sql(sql).await.unwrap().collect().await.unwrap();
+                compare_results(&expected, &actual, false).unwrap_or_else(|e| panic!("{e}"));
+            }
+            Err(message) => {
+                assert!(plan.contains("strategy=sticky, partitions=2->2"), "{plan}");
+                let error = crate::support::execution_error(&query).await;
+                assert!(
+                    error.contains(message)
+                        && error.contains("which it is joined with on that key"),
+                    "{error}"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn sticky_maps_more_source_partitions_than_streams_onto_the_streams() {
     for (sources, streams) in [(4, 2), (3, 2), (5, 1)] {

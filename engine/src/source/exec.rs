@@ -205,6 +205,22 @@ impl StreamSourceExec {
         self.stop.send_replace(true);
     }
 
+    /// This source checking its declared key partitioning with `check` instead of a check of
+    /// its own: the check a sticky join of two streams shares (see [`PartitionKeyCheck`]).
+    /// A source of one partition needs no check and is returned as it is.
+    pub fn with_key_check(&self, check: Arc<PartitionKeyCheck>) -> Result<Arc<Self>> {
+        let mut source = Self::try_new(
+            Arc::clone(&self.input),
+            &self.table,
+            &self.options,
+            self.bounded,
+        )?;
+        if source.key_check.is_some() {
+            source.key_check = Some(check);
+        }
+        Ok(Arc::new(source))
+    }
+
     /// Records handed out so far, over all partitions.
     pub fn records_read(&self) -> usize {
         self.metrics.clone_inner().output_rows().unwrap_or(0)
@@ -298,12 +314,12 @@ impl ExecutionPlan for StreamSourceExec {
         } else {
             child = keep_split(child, &self.input)?;
         }
-        Ok(Arc::new(Self::try_new(
-            child,
-            &self.table,
-            &self.options,
-            self.bounded,
-        )?))
+        let mut source = Self::try_new(child, &self.table, &self.options, self.bounded)?;
+        // A check shared with a joined stream stays shared.
+        if let (Some(_), Some(shared)) = (&source.key_check, &self.key_check) {
+            source.key_check = Some(Arc::clone(shared));
+        }
+        Ok(Arc::new(source))
     }
 
     fn with_new_children(

@@ -13,5 +13,5 @@ mod table;
 pub use exec::StreamSourceExec;
 pub use files::{FileFormatKind, open_file_source};
 pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
-pub use key_check::{PartitionKeyCheck, PartitionKeys};
+pub use key_check::{CoPartitionedSide, PartitionKeyCheck, PartitionKeys};
 pub use table::{ReplaySource, StreamTable};

@@ -234,8 +234,13 @@ impl FuzzData {
     }
 
     /// The rows split by key `k` into `partitions` source partitions (stored order kept in
-    /// each), as batches of random sizes.
-    pub fn keyed_partitions(&self, partitions: usize) -> Result<Vec<Vec<RecordBatch>>> {
+    /// each), as batches of random sizes; `turn` moves each key's partition number on (a
+    /// split that holds alone but disagrees with the unturned one).
+    pub fn keyed_partitions(
+        &self,
+        partitions: usize,
+        turn: usize,
+    ) -> Result<Vec<Vec<RecordBatch>>> {
         let mut split: Vec<FuzzData> = (0..partitions)
             .map(|_| Self {
                 rows: Vec::new(),
@@ -244,9 +249,11 @@ impl FuzzData {
             })
             .collect();
         for row in &self.rows {
-            let partition = row.k.as_deref().map_or(0, |k| {
-                k.bytes().map(usize::from).sum::<usize>() % partitions
-            });
+            let partition = row
+                .k
+                .as_deref()
+                .map_or(0, |k| k.bytes().map(usize::from).sum::<usize>() + turn)
+                % partitions;
             split[partition].rows.push(row.clone());
         }
         split.iter().map(FuzzData::batches).collect()

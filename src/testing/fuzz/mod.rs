@@ -77,6 +77,10 @@ pub struct FuzzCase {
     /// The key a keyed source declares it is partitioned by: `k` (true), sometimes `g`
     /// (false, which must fail or not matter).
     pub declared_key: String,
+    /// For a table `u` in keyed partitions: how far its keys' partition numbers are turned
+    /// from `t`'s (0: the two agree; else a join that relies on them must fail or not
+    /// matter).
+    pub other_turn: usize,
 }
 
 /// How a case ended.
@@ -159,6 +163,20 @@ impl FuzzCase {
         if matches!(query.form, Form::Join { lookup: true, .. }) && query.keys.is_empty() {
             query.keys.push(("k".into(), "k".into()));
         }
+        // A stream joined on `k` with `t`, both declared partitioned by it.
+        let mut other = other;
+        let mut other_turn = 0;
+        if let (Storage::KeyedPartitions(n), Some(other), Form::Join { lookup: false, .. }) =
+            (data.storage, &mut other, &query.form)
+            && rng.chance(0.7)
+        {
+            let on_k = ("k".to_string(), "k".to_string());
+            if !query.keys.contains(&on_k) {
+                query.keys.push(on_k);
+            }
+            other.storage = Storage::KeyedPartitions(n);
+            other_turn = usize::from(rng.chance(0.3));
+        }
         Self {
             seed,
             data,
@@ -167,6 +185,7 @@ impl FuzzCase {
             streams: vec![1, 2, 4],
             source_partitions,
             declared_key,
+            other_turn,
         }
     }
 
@@ -334,7 +353,7 @@ impl FuzzCase {
                 "t",
                 ReplaySource::Partitioned {
                     schema: self.data.schema(),
-                    partitions: self.data.keyed_partitions(n)?,
+                    partitions: self.data.keyed_partitions(n, 0)?,
                 },
                 options,
             )?,
@@ -358,7 +377,20 @@ impl FuzzCase {
                 bounded: Some(true),
                 ..StreamOptions::default()
             };
-            ctx.register_batches("u", other.schema(), other.batches()?, options)?;
+            if let Storage::KeyedPartitions(n) = other.storage {
+                let options = StreamOptions {
+                    partitions: Some(n),
+                    partitioned_by: vec!["k".to_string()],
+                    ..options
+                };
+                let source = ReplaySource::Partitioned {
+                    schema: other.schema(),
+                    partitions: other.keyed_partitions(n, self.other_turn)?,
+                };
+                ctx.register_stream("u", source, options)?;
+            } else {
+                ctx.register_batches("u", other.schema(), other.batches()?, options)?;
+            }
         }
         let query = ctx.sql(&self.query.streaming_sql()).await?;
         // Every join the grammar draws is bounded in event time: on bounded replays a batch
@@ -417,8 +449,10 @@ impl FuzzCase {
             .as_ref()
             .map(|other| {
                 format!(
-                    "\n  table u (watermark {} ms) rows: {}",
+                    "\n  table u (watermark {} ms, {}, partition numbers turned by {}) rows: {}",
                     other.disorder_ms,
+                    other.storage,
+                    self.other_turn,
                     other.describe_rows()
                 )
             })
