@@ -791,24 +791,31 @@ impl JoinStream {
             }
         }
         if !kept.is_empty() {
-            let rows = UInt32Array::from(kept);
-            let chunk_batch = take_record(batch, &rows)?;
-            let chunk_times = take(&times, &rows, None)?
-                .as_primitive::<Int64Type>()
-                .clone();
-            let chunk_keys = keys
-                .iter()
-                .map(|key| Ok(take(key.as_ref(), &rows, None)?))
-                .collect::<Result<Vec<_>>>()?;
-            let chunk_hashes: Vec<u64> =
-                rows.values().iter().map(|&r| hashes[r as usize]).collect();
             let matched = side.role.tracks_matches().then(|| {
-                let mut matched = BooleanBufferBuilder::new(rows.len());
-                for &r in rows.values() {
+                let mut matched = BooleanBufferBuilder::new(kept.len());
+                for &r in &kept {
                     matched.append(probe_matched[r as usize]);
                 }
                 matched
             });
+            // Usually every row is kept: the batch is kept as it is, not copied.
+            let (chunk_batch, chunk_times, chunk_keys, chunk_hashes) = if kept.len() == rows {
+                (batch.clone(), times, keys, hashes)
+            } else {
+                let rows = UInt32Array::from(kept);
+                let chunk_keys = keys
+                    .iter()
+                    .map(|key| Ok(take(key.as_ref(), &rows, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                (
+                    take_record(batch, &rows)?,
+                    take(&times, &rows, None)?
+                        .as_primitive::<Int64Type>()
+                        .clone(),
+                    chunk_keys,
+                    rows.values().iter().map(|&r| hashes[r as usize]).collect(),
+                )
+            };
             let (min_time, max_time) = chunk_times
                 .values()
                 .iter()
