@@ -681,6 +681,27 @@ impl JoinStream {
             side.late_records
                 .send(batch, &BooleanArray::from(selected))?;
         }
+        // The other side's times a row at `time` can match.
+        let bound = common.bound;
+        let reach = |time: i64| match which {
+            JoinSide::Left => (
+                time.saturating_add(bound.lower),
+                time.saturating_add(bound.upper),
+            ),
+            _ => (
+                time.saturating_sub(bound.upper),
+                time.saturating_sub(bound.lower),
+            ),
+        };
+        if let Some((first, last)) = matchable.iter().map(|&row| times.value(row as usize)).fold(
+            None,
+            |range: Option<(i64, i64)>, time| {
+                let (lo, hi) = range.unwrap_or((time, time));
+                Some((lo.min(time), hi.max(time)))
+            },
+        ) {
+            other.state.index_reaching(reach(first).0, reach(last).1);
+        }
         // Probe the other side's rows.
         let mut pairs = Pairs::default();
         let mut candidates = Vec::new();
@@ -691,18 +712,7 @@ impl JoinStream {
         let mut same_keys: Vec<Option<JoinKeyComparator>> = Vec::new();
         for &row in &matchable {
             let row_index = row as usize;
-            let time = times.value(row_index);
-            // The other side's times this row can match.
-            let (from, to) = match which {
-                JoinSide::Left => (
-                    time.saturating_add(common.bound.lower),
-                    time.saturating_add(common.bound.upper),
-                ),
-                _ => (
-                    time.saturating_sub(common.bound.upper),
-                    time.saturating_sub(common.bound.lower),
-                ),
-            };
+            let (from, to) = reach(times.value(row_index));
             candidates.clear();
             other
                 .state
@@ -828,7 +838,7 @@ impl JoinStream {
                 max_time,
                 min_time,
             };
-            side.state.insert(chunk, &chunk_hashes);
+            side.state.insert(chunk, chunk_hashes);
         }
         if side.role.emits_unmatched() && !unmatched.is_empty() {
             unmatched.sort_unstable();

@@ -13,6 +13,12 @@
 //! distinct values and many rows per key (ten symbols of a market feed) would otherwise
 //! compare every kept row of the key. Freed rows' entries are cut from the front of a key's
 //! entries when the key is probed, and from every key when they outnumber the live rows.
+//!
+//! A chunk enters the index only when a probing batch's time range first reaches it (with
+//! every chunk that came before it, so that the index grows in arrival order). The two sides
+//! of a join usually take turns, each a batch ahead of the other side's watermark: the rows
+//! of the side that comes second are kept for later probes, but those probes come from later
+//! times, and the rows are freed by the next watermark without ever being indexed.
 
 use std::collections::VecDeque;
 
@@ -117,6 +123,8 @@ pub(super) struct SideState {
     first: u64,
     /// Per key hash, the entries in event-time order.
     index: PrehashedMap<KeyEntries>,
+    /// The chunks not in the index yet, oldest first: every chunk before them is.
+    unindexed: VecDeque<Unindexed>,
     /// Rows at or before this event time are freed.
     freed_through: i64,
     /// Index entries, live or not; rows held by live chunks.
@@ -131,6 +139,7 @@ impl Default for SideState {
             chunks: VecDeque::new(),
             first: 0,
             index: PrehashedMap::default(),
+            unindexed: VecDeque::new(),
             freed_through: i64::MIN,
             entries: 0,
             live_rows: 0,
@@ -140,15 +149,49 @@ impl Default for SideState {
 }
 
 impl SideState {
-    /// Keeps `chunk`, whose rows have key hashes `hashes`.
-    pub fn insert(&mut self, chunk: Chunk, hashes: &[u64]) {
+    /// Keeps `chunk`, whose rows have key hashes `hashes`; it enters the index when a probe
+    /// first reaches its times ([`Self::index_reaching`]).
+    pub fn insert(&mut self, chunk: Chunk, hashes: Vec<u64>) {
         let sequence = self.first + self.chunks.len() as u64;
-        for (row, (&hash, &time)) in hashes.iter().zip(chunk.times.values()).enumerate() {
+        self.unindexed.push_back(Unindexed {
+            sequence,
+            min_time: chunk.min_time,
+            max_time: chunk.max_time,
+            hashes,
+        });
+        self.live_rows += chunk.batch.num_rows();
+        self.bytes += chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
+        self.chunks.push_back(Some(chunk));
+    }
+
+    /// Indexes the chunks that rows with event times in `[from, to]` may reach, and every
+    /// chunk that came before them; call before probing times in that range.
+    pub fn index_reaching(&mut self, from: i64, to: i64) {
+        let Some(last) = self
+            .unindexed
+            .iter()
+            .rposition(|chunk| chunk.max_time >= from && chunk.min_time <= to)
+        else {
+            return;
+        };
+        let reached: Vec<Unindexed> = self.unindexed.drain(..=last).collect();
+        for chunk in reached {
+            self.index_chunk(chunk);
+        }
+    }
+
+    fn index_chunk(&mut self, chunk: Unindexed) {
+        let slot = chunk.sequence.checked_sub(self.first);
+        let Some(Some(kept)) = slot.and_then(|slot| self.chunks.get(slot as usize)) else {
+            return;
+        };
+        let times = kept.times.values();
+        for (row, (&hash, &time)) in chunk.hashes.iter().zip(times).enumerate() {
             let entries = &mut self.index.entry(hash).or_default().entries;
             let entry = Entry {
                 time,
                 position: Position {
-                    chunk: sequence,
+                    chunk: chunk.sequence,
                     row: row as u32,
                 },
             };
@@ -156,10 +199,7 @@ impl SideState {
             let at = entries.len() - entries.iter().rev().take_while(|e| e.time > time).count();
             entries.insert(at, entry);
         }
-        self.entries += hashes.len();
-        self.live_rows += chunk.batch.num_rows();
-        self.bytes += chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
-        self.chunks.push_back(Some(chunk));
+        self.entries += chunk.hashes.len();
     }
 
     /// Appends to `out` the kept rows whose key hashes to `hash` (possibly another key's)
@@ -213,6 +253,7 @@ impl SideState {
                 self.bytes -= chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
             }
         }
+        self.unindexed.retain(|chunk| chunk.max_time > free_through);
         while matches!(self.chunks.front(), Some(None)) {
             self.chunks.pop_front();
             self.first += 1;
@@ -233,10 +274,22 @@ impl SideState {
         self.entries = self.index.values().map(|key| key.live().len()).sum();
     }
 
-    /// Bytes held (batches and keys; the index is counted by entry).
+    /// Bytes held (batches and keys; the index is counted by entry, and by hash for the
+    /// rows not in it yet).
     pub fn size(&self) -> usize {
-        self.bytes + self.entries * std::mem::size_of::<Entry>()
+        let unindexed: usize = self.unindexed.iter().map(|c| c.hashes.len()).sum();
+        self.bytes
+            + self.entries * std::mem::size_of::<Entry>()
+            + unindexed * std::mem::size_of::<u64>()
     }
+}
+
+/// A kept chunk not in the index yet: its rows' key hashes and its time range.
+struct Unindexed {
+    sequence: u64,
+    min_time: i64,
+    max_time: i64,
+    hashes: Vec<u64>,
 }
 
 /// Bytes held by key columns.
@@ -246,6 +299,8 @@ fn keys_size(keys: &[ArrayRef]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn key_entries(times: &[i64]) -> KeyEntries {
@@ -264,6 +319,52 @@ mod tests {
             head: 0,
             cursor: 0,
         }
+    }
+
+    fn chunk(times: std::ops::Range<i64>) -> (Chunk, Vec<u64>) {
+        let times = Int64Array::from_iter_values(times);
+        let batch = RecordBatch::try_from_iter([("t", Arc::new(times.clone()) as ArrayRef)])
+            .expect("one column");
+        let hashes = vec![7; times.len()];
+        let chunk = Chunk {
+            batch,
+            max_time: times.values().iter().copied().max().unwrap_or(i64::MIN),
+            min_time: times.values().iter().copied().min().unwrap_or(i64::MAX),
+            times,
+            keys: Vec::new(),
+            matched: None,
+        };
+        (chunk, hashes)
+    }
+
+    fn probed(state: &mut SideState, from: i64, to: i64) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        state.probe(7, from, to, &mut out);
+        out.iter().map(|p| (p.chunk, p.row)).collect()
+    }
+
+    #[test]
+    fn chunks_enter_the_index_when_a_probe_reaches_them_in_arrival_order() {
+        let mut state = SideState::default();
+        for times in [0..3, 100..103, 200..203] {
+            let (chunk, hashes) = chunk(times);
+            state.insert(chunk, hashes);
+        }
+        // Not reached yet: not indexed.
+        assert!(probed(&mut state, 0, 300).is_empty());
+        // A probe reaching the second chunk indexes the first as well, not the third.
+        state.index_reaching(101, 150);
+        assert_eq!(probed(&mut state, 0, 300).len(), 6);
+        assert_eq!(probed(&mut state, 101, 102), vec![(1, 1), (1, 2)]);
+        // Freed before any probe reached it, the third chunk never enters the index.
+        state.free_through(250);
+        state.index_reaching(200, 300);
+        assert!(probed(&mut state, 0, 300).is_empty());
+        let (chunk, hashes) = chunk(300..303);
+        state.insert(chunk, hashes);
+        state.index_reaching(302, 302);
+        assert_eq!(probed(&mut state, 0, 400), vec![(3, 0), (3, 1), (3, 2)]);
+        assert_eq!(state.size(), state.bytes + 3 * std::mem::size_of::<Entry>());
     }
 
     #[test]
