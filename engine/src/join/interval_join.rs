@@ -703,7 +703,11 @@ impl JoinStream {
             other.state.index_reaching(reach(first).0, reach(last).1);
         }
         // Probe the other side's rows.
-        let mut pairs = Pairs::default();
+        // Most rows find one match or none.
+        let mut pairs = Pairs {
+            probe: Vec::with_capacity(matchable.len()),
+            kept: Vec::with_capacity(matchable.len()),
+        };
         let mut candidates = Vec::new();
         // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
         // another key's). Without equality keys every pair within the bound is a candidate.
@@ -718,17 +722,19 @@ impl JoinStream {
                 .state
                 .probe(hashes[row_index], from, to, &mut candidates);
             for &position in &candidates {
-                let Some(chunk) = other.state.chunk(position.chunk) else {
-                    continue;
-                };
-                let same_key = chunk.keys.is_empty() || {
+                let same_key = keys.is_empty() || {
                     let slot = (position.chunk - first_chunk) as usize;
                     if same_keys.len() <= slot {
                         same_keys.resize_with(slot + 1, || None);
                     }
                     let compare = match &mut same_keys[slot] {
                         Some(compare) => compare,
-                        empty => empty.insert(key_comparator(&chunk.keys, &keys)?),
+                        empty => {
+                            let Some(chunk) = other.state.chunk(position.chunk) else {
+                                continue;
+                            };
+                            empty.insert(key_comparator(&chunk.keys, &keys)?)
+                        }
                     };
                     compare.is_equal(position.row as usize, row_index)
                 };
