@@ -17,8 +17,19 @@ const BATCH: &str = "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k
 
 /// Random rows split over `partitions` source partitions by a hash of k1, in order.
 fn keyed_partitions(partitions: usize) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch>>) {
-    let batches = RandomStream::new(21)
-        .rows(3_000)
+    split_by_k1(21, 3_000, partitions, 0)
+}
+
+/// `rows` random rows of seed `seed` split by a hash of k1 over `partitions` source
+/// partitions, in order, the partition numbers turned by `turn`.
+fn split_by_k1(
+    seed: u64,
+    rows: usize,
+    partitions: usize,
+    turn: usize,
+) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch>>) {
+    let batches = RandomStream::new(seed)
+        .rows(rows)
         .disorder_ms(1_000)
         .generate();
     let key = col("k1", &RandomStream::schema()).unwrap();
@@ -26,7 +37,7 @@ fn keyed_partitions(partitions: usize) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch
     let mut split = vec![Vec::new(); partitions];
     for batch in &batches {
         for (partition, piece) in router.route(batch.clone()).unwrap() {
-            split[partition].push(piece);
+            split[(partition + turn) % partitions].push(piece);
         }
     }
     (batches, split)
@@ -183,28 +194,6 @@ async fn a_self_join_of_a_stream_partitioned_by_the_join_keys_keeps_its_partitio
     }
 }
 
-/// Random rows of seed `seed` split by a hash of k1 over `partitions` source partitions, the
-/// partition numbers turned by `turn` (0: the split `keyed_partitions` makes).
-fn split_by_k1(
-    seed: u64,
-    partitions: usize,
-    turn: usize,
-) -> (Vec<RecordBatch>, Vec<Vec<RecordBatch>>) {
-    let batches = RandomStream::new(seed)
-        .rows(2_000)
-        .disorder_ms(1_000)
-        .generate();
-    let key = col("k1", &RandomStream::schema()).unwrap();
-    let mut router = Router::try_new(&RoutingStrategy::Hash(vec![key]), 0, 1, partitions).unwrap();
-    let mut split = vec![Vec::new(); partitions];
-    for batch in &batches {
-        for (partition, piece) in router.route(batch.clone()).unwrap() {
-            split[(partition + turn) % partitions].push(piece);
-        }
-    }
-    (batches, split)
-}
-
 #[tokio::test]
 async fn two_streams_declared_partitioned_by_the_join_keys_are_joined_without_a_shuffle() {
     // `t` and `u`, each declared partitioned by k1, put each k1 in partitions of one number:
@@ -238,8 +227,8 @@ async fn two_streams_declared_partitioned_by_the_join_keys_are_joined_without_a_
         (4, 0, Ok("strategy=hash([k1@0]), partitions=4->2")),
     ] {
         let ctx = StreamingContext::with_partitions(2);
-        let (t, t_split) = split_by_k1(3, 2, 0);
-        let (u, u_split) = split_by_k1(4, u_partitions, turn);
+        let (t, t_split) = split_by_k1(3, 2_000, 2, 0);
+        let (u, u_split) = split_by_k1(4, 2_000, u_partitions, turn);
         register(&ctx, "t", t_split);
         register(&ctx, "u", u_split);
         let query = ctx.sql(sql).await.unwrap();
