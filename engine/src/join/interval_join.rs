@@ -52,7 +52,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
@@ -770,7 +770,7 @@ impl JoinStream {
             }
             if other.role == SideRole::Semi && !first_matches.is_empty() {
                 let rows = gather(&other.state, &first_matches)?;
-                outputs.push(rows.with_schema(Arc::clone(&common.join_schema))?);
+                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
             }
         }
         if side.role == SideRole::Semi {
@@ -779,21 +779,11 @@ impl JoinStream {
                 .collect();
             if !matched.is_empty() {
                 let rows = take_record(batch, &UInt32Array::from(matched))?;
-                outputs.push(rows.with_schema(Arc::clone(&common.join_schema))?);
+                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
             }
         }
         if side.role.emits_pairs() && !pairs.probe.is_empty() {
-            let probe_rows = UInt32Array::from(pairs.probe.clone());
-            let probe_columns = take_columns(batch, &probe_rows)?;
-            let kept_columns = gather(&other.state, &pairs.kept)?.columns().to_vec();
-            let columns = match which {
-                JoinSide::Left => [probe_columns, kept_columns].concat(),
-                _ => [kept_columns, probe_columns].concat(),
-            };
-            outputs.push(RecordBatch::try_new(
-                Arc::clone(&common.join_schema),
-                columns,
-            )?);
+            outputs.push(common.paired(which, batch, &other.state, pairs)?);
         }
         // Keep the rows a later row of the other side may still match; the outer side's
         // others go out unmatched now.
@@ -850,7 +840,7 @@ impl JoinStream {
             unmatched.sort_unstable();
             let rows = UInt32Array::from(unmatched);
             let own = take_record(batch, &rows)?;
-            outputs.push(common.unmatched(which, side.role, own)?);
+            outputs.push(common.project(common.unmatched(which, side.role, own)?)?);
         }
         self.account()?;
         self.common.output(outputs)
@@ -899,7 +889,10 @@ impl JoinStream {
         other.state.free_through(freed_through);
         let outputs = outputs
             .into_iter()
-            .map(|rows| self.common.unmatched(other_side, other_role, rows))
+            .map(|rows| {
+                let rows = self.common.unmatched(other_side, other_role, rows)?;
+                self.common.project(rows)
+            })
             .collect::<Result<Vec<_>>>()?;
         self.account()?;
         let output = self.common.output(outputs)?;
@@ -995,6 +988,54 @@ impl Common {
     }
 
     /// One output batch of `pieces`, projected, if any row.
+    /// The pairs' rows, `batch`'s rows `pairs.probe` beside the other side's kept rows
+    /// `pairs.kept`, as output rows: only the columns the output keeps are built.
+    fn paired(
+        &self,
+        which: JoinSide,
+        batch: &RecordBatch,
+        kept: &SideState,
+        pairs: Pairs,
+    ) -> Result<RecordBatch> {
+        let left_width = self.left_schema.fields().len();
+        let (probe_first, kept_first) = match which {
+            JoinSide::Left => (0, left_width),
+            _ => (left_width, 0),
+        };
+        let probe_columns = probe_first..probe_first + batch.num_columns();
+        let probe_rows = UInt32Array::from(pairs.probe);
+        let (kept_batches, kept_rows) = chunk_indices(kept, &pairs.kept)?;
+        let column = |c: usize| -> Result<ArrayRef> {
+            if probe_columns.contains(&c) {
+                return Ok(take(batch.column(c - probe_first), &probe_rows, None)?);
+            }
+            let arrays: Vec<&dyn Array> = kept_batches
+                .iter()
+                .map(|kept| kept.column(c - kept_first).as_ref())
+                .collect();
+            Ok(interleave(&arrays, &kept_rows)?)
+        };
+        let columns: Result<Vec<ArrayRef>> = match &self.projection {
+            Some(columns) => columns.iter().map(|&c| column(c)).collect(),
+            None => (0..self.join_schema.fields().len()).map(column).collect(),
+        };
+        let options = RecordBatchOptions::new().with_row_count(Some(probe_rows.len()));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.output_schema),
+            columns?,
+            &options,
+        )?)
+    }
+
+    /// `batch`, in the join's schema, as the output keeps it.
+    fn project(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        Ok(match &self.projection {
+            Some(columns) => batch.project(columns)?,
+            None => batch,
+        })
+    }
+
+    /// The output pieces (each as the output keeps it) as one batch.
     fn output(&self, pieces: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
         let mut pieces: Vec<RecordBatch> =
             pieces.into_iter().filter(|b| b.num_rows() > 0).collect();
@@ -1003,14 +1044,11 @@ impl Common {
             (Some(only), true) => only,
             (Some(last), false) => {
                 pieces.push(last);
-                concat_batches(&self.join_schema, &pieces)?
+                concat_batches(&self.output_schema, &pieces)?
             }
         };
         self.metrics.baseline.record_output(batch.num_rows());
-        Ok(Some(match &self.projection {
-            Some(columns) => batch.project(columns)?,
-            None => batch,
-        }))
+        Ok(Some(batch))
     }
 }
 
