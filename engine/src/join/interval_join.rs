@@ -60,7 +60,7 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_plan::execution_plan::Boundedness;
-use datafusion::physical_plan::joins::utils::{JoinFilter, JoinKeyComparator, build_join_schema};
+use datafusion::physical_plan::joins::utils::{JoinFilter, build_join_schema};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -72,8 +72,8 @@ use futures::stream::BoxStream;
 use futures::stream::PollNext;
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
-use super::key_comparator;
 use super::side_state::{Chunk, Position, SideState};
+use super::{KeyEquality, key_comparator};
 use crate::exchange::StreamExchangeExec;
 use crate::late_records::LateRecords;
 use crate::operator_metrics::StatefulMetrics;
@@ -713,7 +713,7 @@ impl JoinStream {
         // another key's). Without equality keys every pair within the bound is a candidate.
         // Indexed by the chunk's sequence number from the oldest kept one.
         let first_chunk = other.state.first_sequence();
-        let mut same_keys: Vec<Option<JoinKeyComparator>> = Vec::new();
+        let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
         for &row in &matchable {
             let row_index = row as usize;
             let (from, to) = reach(times.value(row_index));

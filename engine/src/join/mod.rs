@@ -2,7 +2,7 @@
 //! event times, whose state the watermarks bound; [`LookupJoinExec`], a stream's rows looked
 //! up in a bounded table.
 
-use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringViewArray};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::common::{NullEquality, Result};
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
@@ -18,11 +18,123 @@ pub use lookup_table::LookupTable;
 
 /// Equality of rows of the key columns `left` with rows of `right`; null keys never match
 /// (both joins keep them apart before comparing).
-fn key_comparator(left: &[ArrayRef], right: &[ArrayRef]) -> Result<JoinKeyComparator> {
-    JoinKeyComparator::new(
+fn key_comparator(left: &[ArrayRef], right: &[ArrayRef]) -> Result<KeyEquality> {
+    if let ([left], [right]) = (left, right)
+        && left.null_count() == 0
+        && right.null_count() == 0
+    {
+        if let (Some(left), Some(right)) = (left.as_string_view_opt(), right.as_string_view_opt()) {
+            return Ok(KeyEquality::Views(left.clone(), right.clone()));
+        }
+        if let (Some(left), Some(right)) =
+            (left.as_string_opt::<i32>(), right.as_string_opt::<i32>())
+        {
+            return Ok(KeyEquality::Strings(left.clone(), right.clone()));
+        }
+    }
+    Ok(KeyEquality::Columns(JoinKeyComparator::new(
         left,
         right,
         &vec![SortOptions::default(); left.len()],
         NullEquality::NullEqualsNothing,
-    )
+    )?))
+}
+
+/// See [`key_comparator`]. A single string key without nulls (the usual join key: a symbol, a
+/// user id) is compared directly, not through the ordering comparator of each column type:
+/// a string view of up to 12 bytes holds its length and the whole string, compared as one
+/// word.
+enum KeyEquality {
+    Views(StringViewArray, StringViewArray),
+    Strings(StringArray, StringArray),
+    Columns(JoinKeyComparator),
+}
+
+impl KeyEquality {
+    /// Whether row `left` of the left keys equals row `right` of the right keys.
+    fn is_equal(&self, left: usize, right: usize) -> bool {
+        match self {
+            Self::Views(left_keys, right_keys) => {
+                let (a, b) = (left_keys.views()[left], right_keys.views()[right]);
+                let length = a as u32;
+                if length <= 12 {
+                    // The length and the inline bytes (whatever pads them).
+                    let used = 32 + 8 * length;
+                    let mask = if used == 128 {
+                        u128::MAX
+                    } else {
+                        (1 << used) - 1
+                    };
+                    return (a ^ b) & mask == 0;
+                }
+                // Length and 4-byte prefix first; then the bytes, wherever each view points.
+                a as u64 == b as u64 && left_keys.value(left) == right_keys.value(right)
+            }
+            Self::Strings(left_keys, right_keys) => {
+                left_keys.value(left) == right_keys.value(right)
+            }
+            Self::Columns(compare) => compare.is_equal(left, right),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringViewBuilder};
+
+    use super::*;
+
+    /// Strings as views, the long ones in buffers of their own order (so equal strings sit
+    /// at different offsets on the two sides).
+    fn views(values: &[&str]) -> ArrayRef {
+        let mut builder = StringViewBuilder::new().with_fixed_block_size(64);
+        for value in values {
+            builder.append_value(value);
+        }
+        Arc::new(builder.finish())
+    }
+
+    #[test]
+    fn key_equality_matches_the_strings_whatever_their_form() {
+        let left = [
+            "a",
+            "SYM1",
+            "SYM12",
+            "",
+            "twelve bytes",
+            "a longer string, out of line",
+        ];
+        let right = [
+            "a longer string, out of line",
+            "a longer string, out of LINE",
+            "twelve bytes",
+            "twelve byteZ",
+            "",
+            "SYM1",
+            "SYM12",
+            "b",
+        ];
+        let forms: [fn(&[&str]) -> ArrayRef; 2] = [views, |values| {
+            Arc::new(StringArray::from(values.to_vec())) as ArrayRef
+        }];
+        for form in forms {
+            let equality = key_comparator(&[form(&left)], &[form(&right)]).expect("comparator");
+            for (i, l) in left.iter().enumerate() {
+                for (j, r) in right.iter().enumerate() {
+                    assert_eq!(equality.is_equal(i, j), l == r, "{l:?} against {r:?}");
+                }
+            }
+        }
+        // Two key columns go to DataFusion's comparator.
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6]));
+        let equality = key_comparator(
+            &[views(&left), Arc::clone(&numbers)],
+            &[views(&left), numbers],
+        )
+        .expect("comparator");
+        assert!(matches!(equality, KeyEquality::Columns(_)));
+        assert!(equality.is_equal(5, 5) && !equality.is_equal(4, 5));
+    }
 }
