@@ -663,12 +663,17 @@ impl JoinStream {
         let mut unmatchable = Vec::new();
         let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
         let time_nulls = times.null_count() > 0;
+        // The earliest and latest time of the matchable rows.
+        let mut time_range: Option<(i64, i64)> = None;
         for row in 0..rows {
             if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
                 unmatchable.push(row as u32);
             } else if times.value(row) < own_limit {
                 late.push(row);
             } else {
+                let time = times.value(row);
+                let (first, last) = time_range.unwrap_or((time, time));
+                time_range = Some((first.min(time), last.max(time)));
                 matchable.push(row as u32);
             }
         }
@@ -693,13 +698,7 @@ impl JoinStream {
                 time.saturating_sub(bound.lower),
             ),
         };
-        if let Some((first, last)) = matchable.iter().map(|&row| times.value(row as usize)).fold(
-            None,
-            |range: Option<(i64, i64)>, time| {
-                let (lo, hi) = range.unwrap_or((time, time));
-                Some((lo.min(time), hi.max(time)))
-            },
-        ) {
+        if let Some((first, last)) = time_range {
             other.state.index_reaching(reach(first).0, reach(last).1);
         }
         // Probe the other side's rows.
@@ -987,7 +986,6 @@ impl Common {
         )?)
     }
 
-    /// One output batch of `pieces`, projected, if any row.
     /// The pairs' rows, `batch`'s rows `pairs.probe` beside the other side's kept rows
     /// `pairs.kept`, as output rows: only the columns the output keeps are built.
     fn paired(

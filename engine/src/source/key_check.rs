@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use crate::kernels::PrehashedSet;
 
 /// The source partition that claimed a key first, and the stream it was met in.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Owner {
     partition: usize,
     table: Arc<str>,
