@@ -31,13 +31,16 @@
 
 use std::sync::Arc;
 
+use super::prefetch::PrefetchingReaderFactory;
 use datafusion::catalog::Session;
 use datafusion::common::Result;
 use datafusion::config::ConfigOptions;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::parquet::file::statistics::Statistics;
@@ -84,7 +87,17 @@ pub async fn split_files(
     } else {
         byte_range_units(&plan, partitions, state.config_options())?
     };
-    let config = FileScanConfigBuilder::from(config.clone())
+    let mut builder = FileScanConfigBuilder::from(config.clone());
+    if let Some(parquet) = config.file_source().downcast_ref::<ParquetSource>()
+        && let Some(reader_factory) = parquet.parquet_file_reader_factory()
+    {
+        let reader_factory = PrefetchingReaderFactory::new(Arc::clone(reader_factory), &groups);
+        let source = parquet
+            .clone()
+            .with_parquet_file_reader_factory(Arc::new(reader_factory));
+        builder = builder.with_source(Arc::new(source));
+    }
+    let config = builder
         .with_file_groups(groups)
         .with_preserve_order(true)
         .build();

@@ -8,6 +8,7 @@ mod file_split;
 mod files;
 mod generator;
 mod key_check;
+mod prefetch;
 mod table;
 
 pub use exec::StreamSourceExec;
