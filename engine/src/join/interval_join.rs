@@ -80,7 +80,7 @@ use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
-use crate::watermark::{StreamMessage, event_times};
+use crate::watermark::{StreamMessage, event_times, time_range as batch_time_range};
 use freshet_partitioner::RoutingStrategy;
 
 /// The time bound of an interval join: `right.time - left.time` in `[lower, upper]`, in the
@@ -659,24 +659,32 @@ impl JoinStream {
         create_hashes(&keys, &common.random_state, &mut hashes)?;
         // Rows that can match, and the rows that are late.
         let mut late = Vec::new();
-        let mut matchable = Vec::with_capacity(rows);
         let mut unmatchable = Vec::new();
         let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
         let time_nulls = times.null_count() > 0;
-        // The earliest and latest time of the matchable rows.
-        let mut time_range: Option<(i64, i64)> = None;
-        for row in 0..rows {
-            if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
-                unmatchable.push(row as u32);
-            } else if times.value(row) < own_limit {
-                late.push(row);
-            } else {
-                let time = times.value(row);
-                let (first, last) = time_range.unwrap_or((time, time));
-                time_range = Some((first.min(time), last.max(time)));
-                matchable.push(row as u32);
+        // The earliest and latest time of the matchable rows. Usually no key or time is
+        // null and no row is late: then every row can match, found in one pass.
+        let mut time_range = batch_time_range(&times)
+            .filter(|(earliest, _)| nullable.is_empty() && !time_nulls && *earliest >= own_limit);
+        let every_row_matchable = time_range.is_some();
+        let matchable: Vec<u32> = if every_row_matchable {
+            (0..rows as u32).collect()
+        } else {
+            let mut matchable = Vec::with_capacity(rows);
+            for row in 0..rows {
+                if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
+                    unmatchable.push(row as u32);
+                } else if times.value(row) < own_limit {
+                    late.push(row);
+                } else {
+                    let time = times.value(row);
+                    let (first, last) = time_range.unwrap_or((time, time));
+                    time_range = Some((first.min(time), last.max(time)));
+                    matchable.push(row as u32);
+                }
             }
-        }
+            matchable
+        };
         common.metrics.late_dropped.add(late.len());
         if !late.is_empty() && side.late_records.wanted() {
             let mut selected = vec![false; rows];
@@ -750,11 +758,19 @@ impl JoinStream {
             _ => pairs,
         };
         let mut outputs = Vec::new();
-        // The probing rows that matched, for the outer side.
-        let mut probe_matched = vec![false; rows];
-        for &row in &pairs.probe {
-            probe_matched[row as usize] = true;
-        }
+        // The probing rows that matched, where this side's role asks (an inner join's does
+        // not).
+        let probe_matched = (side.role == SideRole::Semi
+            || side.role.tracks_matches()
+            || side.role.emits_unmatched())
+        .then(|| {
+            let mut matched = vec![false; rows];
+            for &row in &pairs.probe {
+                matched[row as usize] = true;
+            }
+            matched
+        });
+        let matched_row = |row: u32| probe_matched.as_ref().is_some_and(|m| m[row as usize]);
         if other.role.tracks_matches() {
             // The kept rows matching for the first time: a semi join's output.
             let mut first_matches = Vec::new();
@@ -773,9 +789,7 @@ impl JoinStream {
             }
         }
         if side.role == SideRole::Semi {
-            let matched: Vec<u32> = (0..rows as u32)
-                .filter(|&row| probe_matched[row as usize])
-                .collect();
+            let matched: Vec<u32> = (0..rows as u32).filter(|&row| matched_row(row)).collect();
             if !matched.is_empty() {
                 let rows = take_record(batch, &UInt32Array::from(matched))?;
                 outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
@@ -785,26 +799,33 @@ impl JoinStream {
             outputs.push(common.paired(which, batch, &other.state, pairs)?);
         }
         // Keep the rows a later row of the other side may still match; the outer side's
-        // others go out unmatched now.
-        let mut kept = Vec::new();
+        // others go out unmatched now. Usually every row is kept.
         let mut unmatched = unmatchable;
-        for &row in &matchable {
-            if times.value(row as usize) > keep_through {
-                kept.push(row);
-            } else if !probe_matched[row as usize] {
-                unmatched.push(row);
+        let kept = match time_range {
+            Some((earliest, _)) if every_row_matchable && earliest > keep_through => matchable,
+            _ => {
+                let mut kept = Vec::new();
+                for &row in &matchable {
+                    if times.value(row as usize) > keep_through {
+                        kept.push(row);
+                    } else if !matched_row(row) {
+                        unmatched.push(row);
+                    }
+                }
+                kept
             }
-        }
+        };
         if !kept.is_empty() {
             let matched = side.role.tracks_matches().then(|| {
                 let mut matched = BooleanBufferBuilder::new(kept.len());
                 for &r in &kept {
-                    matched.append(probe_matched[r as usize]);
+                    matched.append(matched_row(r));
                 }
                 matched
             });
             // Usually every row is kept: the batch is kept as it is, not copied.
-            let (chunk_batch, chunk_times, chunk_keys, chunk_hashes) = if kept.len() == rows {
+            let kept_all = kept.len() == rows;
+            let (chunk_batch, chunk_times, chunk_keys, chunk_hashes) = if kept_all {
                 (batch.clone(), times, keys, hashes)
             } else {
                 let rows = UInt32Array::from(kept);
@@ -821,10 +842,10 @@ impl JoinStream {
                     rows.values().iter().map(|&r| hashes[r as usize]).collect(),
                 )
             };
-            let (min_time, max_time) = chunk_times
-                .values()
-                .iter()
-                .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+            let (min_time, max_time) = match time_range {
+                Some(range) if kept_all => range,
+                _ => batch_time_range(&chunk_times).unwrap_or((i64::MAX, i64::MIN)),
+            };
             let chunk = Chunk {
                 batch: chunk_batch,
                 times: chunk_times,

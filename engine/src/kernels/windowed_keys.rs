@@ -34,6 +34,9 @@ const ABSENT: usize = usize::MAX;
 /// Key value chunks kept before they are concatenated.
 const MAX_KEY_CHUNKS: usize = 64;
 
+/// Slots (of all the closed windows' arrays together) kept for windows to come.
+const MAX_SPARE_SLOTS: usize = 128 * 1024;
+
 /// Key tables smaller than this are never compacted.
 const COMPACT_MIN_KEYS: usize = 4_096;
 
@@ -65,6 +68,9 @@ pub struct WindowedGroupValues {
     /// closed are late and never reach the table).
     windows_opened: usize,
     key_ids: Vec<usize>,
+    /// Slot arrays of closed windows, for windows to come, and their slots together.
+    spare_slots: Vec<Vec<usize>>,
+    spare_capacity: usize,
 }
 
 impl WindowedGroupValues {
@@ -125,7 +131,18 @@ impl WindowedGroupValues {
     fn forget_emitted(&mut self, n: usize) -> Result<()> {
         self.emitted += n;
         let emitted = self.emitted;
-        self.windows.retain(|w| w.newest_group >= emitted);
+        // A closed window's slots are kept for the next window to open: a stream of small
+        // windows (one row per key) would otherwise allocate a slot array per window.
+        let mut open = Vec::with_capacity(self.windows.len());
+        for window in self.windows.drain(..) {
+            if window.newest_group >= emitted {
+                open.push(window);
+            } else if self.spare_capacity + window.groups.capacity() <= MAX_SPARE_SLOTS {
+                self.spare_capacity += window.groups.capacity();
+                self.spare_slots.push(window.groups);
+            }
+        }
+        self.windows = open;
         self.window_index = self
             .windows
             .iter()
@@ -153,6 +170,8 @@ impl WindowedGroupValues {
             emitted: 0,
             windows_opened: 0,
             key_ids: Vec::new(),
+            spare_slots: Vec::new(),
+            spare_capacity: 0,
         })
     }
 
@@ -163,9 +182,12 @@ impl WindowedGroupValues {
             Some(index) => *index,
             None => {
                 self.windows_opened += 1;
+                let mut groups = self.spare_slots.pop().unwrap_or_default();
+                self.spare_capacity -= groups.capacity();
+                groups.clear();
                 self.windows.push(WindowSlots {
                     start,
-                    groups: Vec::new(),
+                    groups,
                     newest_group: 0,
                 });
                 self.window_index.insert(start, self.windows.len() - 1);
@@ -382,6 +404,7 @@ impl GroupValues for WindowedGroupValues {
             + self.window_index.capacity() * 2 * size_of::<i64>()
             + self.groups.capacity() * size_of::<(i64, usize)>()
             + self.key_ids.capacity() * size_of::<usize>()
+            + self.spare_capacity * size_of::<usize>()
     }
 
     fn is_empty(&self) -> bool {
@@ -412,6 +435,8 @@ impl GroupValues for WindowedGroupValues {
         self.windows.clear();
         self.window_index.clear();
         self.groups.clear();
+        self.spare_slots.clear();
+        self.spare_capacity = 0;
         self.emitted = 0;
     }
 }
