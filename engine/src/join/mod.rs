@@ -70,11 +70,38 @@ impl KeyEquality {
                 // Length and 4-byte prefix first; then the bytes, wherever each view points.
                 a as u64 == b as u64 && left_keys.value(left) == right_keys.value(right)
             }
-            Self::Strings(left_keys, right_keys) => {
-                left_keys.value(left) == right_keys.value(right)
-            }
+            Self::Strings(left_keys, right_keys) => same_bytes(
+                left_keys.value(left).as_bytes(),
+                right_keys.value(right).as_bytes(),
+            ),
             Self::Columns(compare) => compare.is_equal(left, right),
         }
+    }
+}
+
+/// Whether two byte strings are equal: a short one (up to 16 bytes, the usual key) as two
+/// overlapping words, without a call to `memcmp`.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let length = a.len();
+    if length != b.len() {
+        return false;
+    }
+    let word = |bytes: &[u8], at: usize| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(word)
+    };
+    let half = |bytes: &[u8], at: usize| {
+        let mut half = [0u8; 4];
+        half.copy_from_slice(&bytes[at..at + 4]);
+        u32::from_le_bytes(half)
+    };
+    match length {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[length / 2] == b[length / 2] && a[length - 1] == b[length - 1],
+        4..=7 => half(a, 0) == half(b, 0) && half(a, length - 4) == half(b, length - 4),
+        8..=16 => word(a, 0) == word(b, 0) && word(a, length - 8) == word(b, length - 8),
+        _ => a == b,
     }
 }
 
@@ -125,6 +152,22 @@ mod tests {
                 for (j, r) in right.iter().enumerate() {
                     assert_eq!(equality.is_equal(i, j), l == r, "{l:?} against {r:?}");
                 }
+            }
+        }
+        // Every length up to past the short forms, differing at each position.
+        for length in 0usize..20 {
+            let base: Vec<u8> = (0..length as u8).map(|i| b'a' + i).collect();
+            assert!(same_bytes(&base, &base.clone()));
+            if length > 0 {
+                assert!(!same_bytes(&base, &base[..length - 1]));
+            }
+            for at in 0..length {
+                let mut other = base.clone();
+                other[at] = b'Z';
+                assert!(
+                    !same_bytes(&base, &other),
+                    "{length} bytes, differing at {at}"
+                );
             }
         }
         // Two key columns go to DataFusion's comparator.
