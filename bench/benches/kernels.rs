@@ -32,7 +32,7 @@ use freshet_engine::kernels::{
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
 };
-use freshet_engine::watermark::{event_times, time_range};
+use freshet_engine::watermark::{event_times, newest_time, time_range};
 use freshet_engine::window::window_starts;
 use freshet_engine::{GeneratorKind, GeneratorSpec, PartitionKeyCheck};
 use freshet_partitioner::{Router, RoutingStrategy};
@@ -57,6 +57,8 @@ fn kernels(c: &mut Criterion) {
     });
     group.bench_function("time_range", |b| b.iter(|| time_range(&times)));
     group.bench_function("arrow_min_max", |b| b.iter(|| min(&times).zip(max(&times))));
+    group.bench_function("newest_time", |b| b.iter(|| newest_time(&times)));
+    group.bench_function("arrow_max", |b| b.iter(|| max(&times)));
 
     let keys = vec![
         col("trader_id", &schema).expect("column"), // ok: bench setup

@@ -51,15 +51,13 @@ impl InlineWatermark {
 
     fn messages_of(&mut self, batch: Result<RecordBatch>) -> Result<Vec<Message>> {
         let batch = batch?;
-        let newest = match &self.event_time {
-            Some(event_time) => event_time.range_in(&batch)?.map(|(_, newest)| newest),
-            None => None,
-        };
-        let newest = match &self.input_progress {
-            Some((progress, offset)) => progress
+        // The operator's progress, where it publishes one; else the batch's newest time.
+        let newest = match (&self.input_progress, &self.event_time) {
+            (Some((progress, offset)), _) => progress
                 .newest(0)
                 .map(|newest| newest.saturating_add(*offset)),
-            None => newest,
+            (None, Some(event_time)) => event_time.newest_in(&batch)?,
+            (None, None) => None,
         };
         let mut messages = Vec::with_capacity(2);
         if batch.num_rows() > 0 {

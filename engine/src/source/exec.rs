@@ -44,7 +44,7 @@ use crate::plan_util::single_child;
 use super::file_split::keep_split;
 use super::key_check::PartitionKeyCheck;
 use crate::progress::PartitionProgress;
-use crate::watermark::{event_times, time_range};
+use crate::watermark::{event_times, newest_time};
 
 /// Batches a source partition decodes or generates ahead of the query: enough to keep its
 /// reader busy while the query works on the batches before, and to carry the query over the
@@ -363,8 +363,8 @@ impl ExecutionPlan for StreamSourceExec {
                 metrics.record_output(batch.num_rows());
             }
             if let (Ok(batch), Some((progress, column))) = (&batch, &progress)
-                && let Some((_, newest)) =
-                    time_range(event_times(batch.column(*column))?.as_primitive::<Int64Type>())
+                && let Some(newest) =
+                    newest_time(event_times(batch.column(*column))?.as_primitive::<Int64Type>())
             {
                 progress.record(partition, newest);
             }
