@@ -133,16 +133,15 @@ impl WindowedGroupValues {
         let emitted = self.emitted;
         // A closed window's slots are kept for the next window to open: a stream of small
         // windows (one row per key) would otherwise allocate a slot array per window.
-        let mut open = Vec::with_capacity(self.windows.len());
-        for window in self.windows.drain(..) {
-            if window.newest_group >= emitted {
-                open.push(window);
-            } else if self.spare_capacity + window.groups.capacity() <= MAX_SPARE_SLOTS {
-                self.spare_capacity += window.groups.capacity();
-                self.spare_slots.push(window.groups);
+        let (spare, spare_capacity) = (&mut self.spare_slots, &mut self.spare_capacity);
+        self.windows.retain_mut(|window| {
+            let open = window.newest_group >= emitted;
+            if !open && *spare_capacity + window.groups.capacity() <= MAX_SPARE_SLOTS {
+                *spare_capacity += window.groups.capacity();
+                spare.push(std::mem::take(&mut window.groups));
             }
-        }
-        self.windows = open;
+            open
+        });
         self.window_index = self
             .windows
             .iter()

@@ -28,10 +28,12 @@
 //! order too, and a time-ordered replay is time-ordered in every partition. DataFusion lets
 //! an idle partition's reader take files queued for another (work stealing); the scan is
 //! marked order-preserving, which keeps every partition to its own units.
+//!
+//! A Parquet scan's readers read each partition's next unit ahead of it, as the partitions'
+//! unit lists say ([`PrefetchingReaderFactory`]).
 
 use std::sync::Arc;
 
-use super::prefetch::PrefetchingReaderFactory;
 use datafusion::catalog::Session;
 use datafusion::common::Result;
 use datafusion::config::ConfigOptions;
@@ -47,6 +49,8 @@ use datafusion::parquet::file::statistics::Statistics;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
 };
+
+use super::prefetch::PrefetchingReaderFactory;
 
 /// The most rows of a Parquet unit: row groups larger than this (arrow's default is a
 /// million rows) are cut into row ranges, so that the partitions take turns often enough to
