@@ -55,7 +55,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{HashMap, JoinSide, JoinType, Result, internal_err, plan_err};
+use datafusion::common::{JoinSide, JoinType, Result, internal_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
@@ -1024,9 +1024,19 @@ impl Common {
         let probe_columns = probe_first..probe_first + batch.num_columns();
         let probe_rows = UInt32Array::from(pairs.probe);
         let (kept_batches, kept_rows) = chunk_indices(kept, &pairs.kept)?;
+        // Pairs that all met one kept chunk (the usual case) gather from it with `take`.
+        let one_chunk_rows = match kept_batches.as_slice() {
+            [_] => Some(UInt32Array::from_iter_values(
+                kept_rows.iter().map(|&(_, row)| row as u32),
+            )),
+            _ => None,
+        };
         let column = |c: usize| -> Result<ArrayRef> {
             if probe_columns.contains(&c) {
                 return Ok(take(batch.column(c - probe_first), &probe_rows, None)?);
+            }
+            if let (Some(rows), [kept]) = (&one_chunk_rows, kept_batches.as_slice()) {
+                return Ok(take(kept.column(c - kept_first), rows, None)?);
             }
             let arrays: Vec<&dyn Array> = kept_batches
                 .iter()
@@ -1099,22 +1109,27 @@ fn chunk_indices<'a>(
     state: &'a SideState,
     positions: &[Position],
 ) -> Result<(Vec<&'a RecordBatch>, Vec<(usize, usize)>)> {
-    let mut slots: HashMap<u64, usize> = HashMap::new();
+    // Per kept chunk (by sequence number from the oldest held), its place in `batches`.
+    const ABSENT: usize = usize::MAX;
+    let first = state.first_sequence();
+    let mut slots: Vec<usize> = Vec::new();
     let mut batches = Vec::new();
     let mut indices = Vec::with_capacity(positions.len());
     for position in positions {
-        let slot = match slots.get(&position.chunk) {
-            Some(&slot) => slot,
-            None => {
-                let Some(chunk) = state.chunk(position.chunk) else {
-                    return internal_err!("interval join: a freed chunk was referenced");
-                };
-                batches.push(&chunk.batch);
-                slots.insert(position.chunk, batches.len() - 1);
-                batches.len() - 1
-            }
+        let Some(offset) = position.chunk.checked_sub(first).map(|o| o as usize) else {
+            return internal_err!("interval join: a freed chunk was referenced");
         };
-        indices.push((slot, position.row as usize));
+        if slots.len() <= offset {
+            slots.resize(offset + 1, ABSENT);
+        }
+        if slots[offset] == ABSENT {
+            let Some(chunk) = state.chunk(position.chunk) else {
+                return internal_err!("interval join: a freed chunk was referenced");
+            };
+            batches.push(&chunk.batch);
+            slots[offset] = batches.len() - 1;
+        }
+        indices.push((slots[offset], position.row as usize));
     }
     Ok((batches, indices))
 }
