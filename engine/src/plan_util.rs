@@ -1,16 +1,19 @@
 //! Small helpers shared by Freshet's operators.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result, internal_err};
+use datafusion::common::{Result, exec_err, internal_err};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{ExecutionPlanProperties, PlanProperties};
+use futures::FutureExt;
 
 /// The one child of a unary operator `name` being rebuilt with new `children`.
 pub(crate) fn single_child(
@@ -20,6 +23,27 @@ pub(crate) fn single_child(
     match children.len() {
         1 => Ok(children.swap_remove(0)),
         n => internal_err!("{name} takes one child, got {n}"),
+    }
+}
+
+/// `future`'s result, or an error naming `what` if it panicked (the Parquet decoder panics on
+/// some corrupt pages). A panic in a task of its own would otherwise only end the task, and
+/// its consumers would take the end of its channel for the end of its input: a silently
+/// short answer.
+pub(crate) async fn unless_panicked<T>(
+    what: &str,
+    future: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|message| message.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_string());
+            exec_err!("{what} failed: {message}")
+        }
     }
 }
 

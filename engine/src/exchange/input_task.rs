@@ -16,6 +16,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::input_step::{InputStepState, StepOutput};
 use super::ordered_merge::{MergeKeys, Routed, RoutedMessage};
+use crate::plan_util::unless_panicked;
 use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, WatermarkTracker};
 
@@ -90,7 +91,7 @@ pub(super) async fn take_turn(
 
 impl InputTask {
     pub async fn run(mut self) {
-        let outcome = self.forward().await;
+        let outcome = unless_panicked("an exchange's input", self.forward()).await;
         let senders = std::mem::take(&mut self.senders);
         let watermark_senders = std::mem::take(&mut self.watermark_senders);
         match outcome {

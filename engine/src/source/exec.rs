@@ -39,7 +39,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::options::{Pacing, StreamOptions};
-use crate::plan_util::single_child;
+use crate::plan_util::{single_child, unless_panicked};
 
 use super::file_split::keep_split;
 use super::key_check::PartitionKeyCheck;
@@ -73,12 +73,21 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
 /// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
 /// Dropping the stream stops the task.
-fn read_ahead(mut input: SendableRecordBatchStream) -> SendableRecordBatchStream {
+/// A reader that panics (the Parquet decoder on a corrupt page) ends the stream with an error
+/// naming the stream.
+fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
+    let what = format!("reading stream '{table}'");
     builder.spawn(async move {
-        while let Some(batch) = input.next().await {
-            if sender.send(batch).await.is_err() {
+        loop {
+            let next = unless_panicked(&what, async { input.next().await.transpose() }).await;
+            let (item, last) = match next {
+                Ok(Some(batch)) => (Ok(batch), false),
+                Ok(None) => break,
+                Err(error) => (Err(error), true),
+            };
+            if sender.send(item).await.is_err() || last {
                 break;
             }
         }
@@ -340,7 +349,7 @@ impl ExecutionPlan for StreamSourceExec {
         let schema = self.schema();
         let input = self.input.execute(partition, context)?;
         let input = if reads_or_generates(&self.input) {
-            read_ahead(input)
+            read_ahead(input, &self.table)
         } else {
             input
         };
@@ -415,5 +424,37 @@ impl ExecutionPlan for StreamSourceExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    #[tokio::test]
+    async fn a_reader_that_panics_ends_the_stream_with_an_error_naming_it() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        let batches = futures::stream::iter(0..3).map(move |i| {
+            if i == 1 {
+                panic!("corrupt page");
+            }
+            Ok(batch.clone())
+        });
+        let input = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
+        let items: Vec<Result<RecordBatch>> = read_ahead(input, "t").collect().await;
+        assert_eq!(items.len(), 2, "the batch before the panic, then the error");
+        assert!(items[0].is_ok());
+        let error = items[1].as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains("reading stream 't' failed: corrupt page"),
+            "{error}"
+        );
     }
 }
