@@ -33,7 +33,7 @@ use datafusion::object_store::path::Path;
 use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use datafusion::parquet::arrow::async_reader::AsyncFileReader;
 use datafusion::parquet::errors::ParquetError;
-use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -319,18 +319,18 @@ fn whole_row_groups(file: &PartitionedFile) -> Option<Vec<usize>> {
 }
 
 /// The row group and column indexes of `ranges` if each is exactly a column chunk of one
-/// row group.
+/// row group. Row groups are stored in order, so the row group is found by a binary search
+/// on where each begins (a file stored otherwise finds no match, and is not read ahead).
 fn column_chunks(metadata: &ParquetMetaData, ranges: &[Range<u64>]) -> Option<(usize, Vec<usize>)> {
     let first = ranges.first()?;
-    let row_group = (0..metadata.num_row_groups()).find(|&group| {
-        let columns = metadata.row_group(group).columns();
-        let start = columns.iter().map(|c| c.byte_range().0).min();
-        let end = columns
-            .iter()
-            .map(|c| c.byte_range().0 + c.byte_range().1)
-            .max();
-        matches!((start, end), (Some(start), Some(end)) if start <= first.start && first.end <= end)
-    })?;
+    let begins = |group: &RowGroupMetaData| {
+        let columns = group.columns().iter();
+        columns.map(|c| c.byte_range().0).min().unwrap_or(u64::MAX)
+    };
+    let after = metadata
+        .row_groups()
+        .partition_point(|group| begins(group) <= first.start);
+    let row_group = after.checked_sub(1)?;
     let columns = ranges
         .iter()
         .map(|range| {
