@@ -40,7 +40,8 @@ use freshet_partitioner::RoutingStrategy;
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
-    below_exchanges, choose_strategy, event_time, holds_stream_join, reads_stream,
+    below_exchanges, choose_strategy, event_time, holds_stream_join, read_on_every_core,
+    reads_stream,
 };
 
 /// See the module documentation.
@@ -217,6 +218,14 @@ fn streaming_aggregate(
     }
     let keys = spec.key_exprs();
     let setting = options.partitioning_strategy.as_str();
+    // A plain GROUP BY's partial step runs per source partition, and decoding a file is
+    // most of its work: its files are read on every core, whatever the streams.
+    let input = match setting {
+        "" | "two_phase" if spec.window.is_none() && spec.emit == AggregateEmit::Final => {
+            read_on_every_core(&input)?.unwrap_or(input)
+        }
+        _ => input,
+    };
     // More than one stream or source partition: the partial step runs in parallel.
     let parallel =
         config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;

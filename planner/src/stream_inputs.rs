@@ -13,7 +13,9 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::over::OverWindowExec;
@@ -614,6 +616,34 @@ fn is_datafusion_join(node: &Arc<dyn ExecutionPlan>) -> bool {
 /// Whether `plan` reads one of Freshet's streams.
 pub fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
+}
+
+/// `plan` reading its stream's files over one source partition per core, when it is the
+/// source (under filters and projections, which run per partition) and the source has such
+/// a split (see [`StreamSourceExec::widened`]); `None` otherwise.
+pub(crate) fn read_on_every_core(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if let Some(source) = plan.downcast_ref::<StreamSourceExec>() {
+        return Ok(source
+            .widened()?
+            .map(|source| source as Arc<dyn ExecutionPlan>));
+    }
+    let row_wise = plan.downcast_ref::<FilterExec>().is_some()
+        || plan.downcast_ref::<StreamFilterExec>().is_some()
+        || plan.downcast_ref::<ProjectionExec>().is_some();
+    match plan.children().as_slice() {
+        [child] if row_wise => match read_on_every_core(child)? {
+            Some(child) => {
+                let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                Ok(Some(
+                    Arc::clone(plan).replace_children(vec![child], options)?,
+                ))
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    }
 }
 
 /// `plan` with DataFusion's repartitioning and coalescing taken off the top: Freshet's

@@ -57,6 +57,19 @@ fn time_ordered_file(dir: &Path, records: usize) -> PathBuf {
 /// The query's rows in output order, over `path` read as `source_partitions` partitions on
 /// `streams` streams.
 async fn run(path: &Path, sql: &str, source_partitions: usize, streams: usize) -> Vec<String> {
+    run_planned(path, sql, Some(source_partitions), streams)
+        .await
+        .1
+}
+
+/// The query's plan and rows in output order, over `path` read as `source_partitions`
+/// partitions (if given) on `streams` streams.
+async fn run_planned(
+    path: &Path,
+    sql: &str,
+    source_partitions: Option<usize>,
+    streams: usize,
+) -> (String, Vec<String>) {
     let ctx = StreamingContext::with_partitions(streams);
     // Split the small file into byte ranges as a large one would be.
     ctx.session()
@@ -65,7 +78,7 @@ async fn run(path: &Path, sql: &str, source_partitions: usize, streams: usize) -
         .unwrap();
     let options = StreamOptions {
         event_time: Some("trade_time".into()),
-        partitions: Some(source_partitions),
+        partitions: source_partitions,
         ..StreamOptions::default()
     };
     ctx.register_parquet("market_data", path.to_str().unwrap(), options)
@@ -77,11 +90,12 @@ async fn run(path: &Path, sql: &str, source_partitions: usize, streams: usize) -
         .await
         .expect("a result within 60 s")
         .unwrap();
-    display_rows(&batches)
+    let rows = display_rows(&batches)
         .unwrap()
         .into_iter()
         .map(|cells| cells.join("|"))
-        .collect()
+        .collect();
+    (query.explain(), rows)
 }
 
 /// Runs `sql` at 1, 2 and 4 source partitions and streams: one stream gives the one-partition
@@ -121,6 +135,32 @@ async fn window_changes_are_the_same_at_every_split() {
 #[tokio::test]
 async fn over_windows_with_ties_are_the_same_at_every_split() {
     assert_same_at_every_split(S1).await;
+}
+
+/// A plain GROUP BY runs its partial step per source partition, so at one stream a file
+/// whose partitions nobody chose is read on every core; a keyed window, whose one stream
+/// would merge the partitions in event-time order, reads it as one partition.
+#[tokio::test]
+async fn a_plain_group_by_reads_its_file_on_every_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = time_ordered_file(dir.path(), 4_000);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let group_by = "SELECT symbol, COUNT(*) AS n, MIN(price) AS low, MAX(trader_id) AS last \
+        FROM market_data WHERE price > 95 GROUP BY symbol ORDER BY symbol";
+    let (plan, rows) = run_planned(&path, group_by, None, 1).await;
+    assert!(
+        plan.contains(&format!("source_partitions={cores}")),
+        "{plan}"
+    );
+    let (one_partition, reference) = run_planned(&path, group_by, Some(1), 1).await;
+    assert!(
+        one_partition.contains("source_partitions=1"),
+        "{one_partition}"
+    );
+    assert_eq!(rows, reference);
+    assert_eq!(rows.len(), 10);
+    let (window_plan, _) = run_planned(&path, S3B, None, 1).await;
+    assert!(window_plan.contains("source_partitions=1"), "{window_plan}");
 }
 
 /// A Parquet file replayed without an event time is dealt to its source partitions in turn,

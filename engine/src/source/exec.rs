@@ -41,7 +41,7 @@ use tokio::sync::watch;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
 
-use super::file_split::keep_split;
+use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
 use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, newest_time};
@@ -111,6 +111,9 @@ pub struct StreamSourceExec {
     progress: Option<(Arc<PartitionProgress>, usize)>,
     /// Set to stop: every partition then ends as if its data had ended.
     stop: Arc<watch::Sender<bool>>,
+    /// The same files split over more source partitions (one per core), for a query that
+    /// reads them with a step per source partition.
+    wider_split: Option<Arc<FileSplit>>,
 }
 
 impl StreamSourceExec {
@@ -146,7 +149,26 @@ impl StreamSourceExec {
             key_check,
             progress,
             stop: Arc::new(watch::Sender::new(false)),
+            wider_split: None,
         })
+    }
+
+    /// This source, able to read its files over `split`'s more source partitions.
+    pub fn with_wider_split(mut self, split: Option<FileSplit>) -> Self {
+        self.wider_split = split.map(Arc::new);
+        self
+    }
+
+    /// This source reading its files over one source partition per core, if it was given
+    /// such a split: a query whose first step runs per source partition (a plain GROUP
+    /// BY's partial step) then decodes on every core even at one stream. A replay is
+    /// otherwise read by as many source partitions as the query has streams.
+    pub fn widened(&self) -> Result<Option<Arc<Self>>> {
+        let Some(split) = &self.wider_split else {
+            return Ok(None);
+        };
+        let input = split.apply(&self.input)?;
+        Self::try_new(input, &self.table, &self.options, self.bounded).map(|s| Some(Arc::new(s)))
     }
 
     fn compute_properties(
@@ -324,6 +346,7 @@ impl ExecutionPlan for StreamSourceExec {
             child = keep_split(child, &self.input)?;
         }
         let mut source = Self::try_new(child, &self.table, &self.options, self.bounded)?;
+        source.wider_split = self.wider_split.clone();
         // A check shared with a joined stream stays shared.
         if let (Some(_), Some(shared)) = (&source.key_check, &self.key_check) {
             source.key_check = Some(Arc::clone(shared));

@@ -41,7 +41,7 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
 use datafusion::datasource::physical_plan::{
-    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
 };
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
@@ -62,50 +62,95 @@ pub const UNIT_ROWS: usize = 128 * 1024;
 /// Byte ranges per source partition that a CSV or Arrow file is cut into.
 const RANGES_PER_PARTITION: usize = 16;
 
-/// `plan`, a scan of files, split into `partitions` source partitions as described above;
-/// with `whole_files`, the units are whole files. `event_time` names the event-time column,
-/// whose Parquet statistics show where records of one time may straddle two units.
-pub async fn split_files(
-    plan: Arc<dyn ExecutionPlan>,
-    partitions: usize,
-    whole_files: bool,
-    event_time: Option<&str>,
-    state: &dyn Session,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let Some(config) = plan
-        .downcast_ref::<DataSourceExec>()
-        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
-    else {
-        return Ok(plan);
-    };
-    let groups = if partitions == 1 {
-        vec![FileGroup::new(files_in_order(config))]
-    } else if whole_files {
-        let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
-        for (index, file) in files_in_order(config).into_iter().enumerate() {
-            groups[index % partitions].push(file);
-        }
-        groups.into_iter().map(FileGroup::new).collect()
-    } else if config.file_source().file_type() == "parquet" {
-        parquet_units(config, partitions, event_time, state).await?
-    } else {
-        byte_range_units(&plan, partitions, state.config_options())?
-    };
-    let mut builder = FileScanConfigBuilder::from(config.clone());
-    if let Some(parquet) = config.file_source().downcast_ref::<ParquetSource>()
-        && let Some(reader_factory) = parquet.parquet_file_reader_factory()
-    {
-        let reader_factory = PrefetchingReaderFactory::new(Arc::clone(reader_factory), &groups);
-        let source = parquet
-            .clone()
-            .with_parquet_file_reader_factory(Arc::new(reader_factory));
-        builder = builder.with_source(Arc::new(source));
+/// A scan of files dealt into source partitions: each partition's units, and the Parquet
+/// reader factory the partitions' read ahead wraps.
+#[derive(Debug, Clone)]
+pub struct FileSplit {
+    groups: Vec<FileGroup>,
+    reader_factory: Option<Arc<dyn ParquetFileReaderFactory>>,
+}
+
+impl FileSplit {
+    /// `plan`'s files split into `partitions` source partitions as described above, or
+    /// `None` when `plan` is no scan of files; with `whole_files`, the units are whole
+    /// files. `event_time` names the event-time column, whose Parquet statistics show where
+    /// records of one time may straddle two units.
+    pub async fn try_new(
+        plan: &Arc<dyn ExecutionPlan>,
+        partitions: usize,
+        whole_files: bool,
+        event_time: Option<&str>,
+        state: &dyn Session,
+    ) -> Result<Option<Self>> {
+        let Some(config) = scan_config(plan) else {
+            return Ok(None);
+        };
+        let groups = if partitions == 1 {
+            vec![FileGroup::new(files_in_order(config))]
+        } else if whole_files {
+            let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
+            for (index, file) in files_in_order(config).into_iter().enumerate() {
+                groups[index % partitions].push(file);
+            }
+            groups.into_iter().map(FileGroup::new).collect()
+        } else if config.file_source().file_type() == "parquet" {
+            parquet_units(config, partitions, event_time, state).await?
+        } else {
+            byte_range_units(plan, partitions, state.config_options())?
+        };
+        let reader_factory = config
+            .file_source()
+            .downcast_ref::<ParquetSource>()
+            .and_then(|parquet| parquet.parquet_file_reader_factory().cloned());
+        Ok(Some(Self {
+            groups,
+            reader_factory,
+        }))
     }
-    let config = builder
-        .with_file_groups(groups)
-        .with_preserve_order(true)
-        .build();
-    Ok(DataSourceExec::from_data_source(config))
+
+    /// The number of source partitions.
+    pub fn partitions(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// `plan` (the scan this split was made of, or one a DataFusion rule rebuilt from it,
+    /// under the projection that retypes an integer event time) reading this split, each
+    /// partition's next row group read ahead.
+    pub fn apply(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(config) = scan_config(plan) else {
+            return match plan.children().as_slice() {
+                [child] if scan_config(child).is_some() => {
+                    let child = self.apply(child)?;
+                    let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                    Arc::clone(plan).replace_children(vec![child], options)
+                }
+                _ => Ok(Arc::clone(plan)),
+            };
+        };
+        let mut builder = FileScanConfigBuilder::from(config.clone());
+        if let (Some(parquet), Some(reader_factory)) = (
+            config.file_source().downcast_ref::<ParquetSource>(),
+            &self.reader_factory,
+        ) {
+            let reader_factory =
+                PrefetchingReaderFactory::new(Arc::clone(reader_factory), &self.groups);
+            let source = parquet
+                .clone()
+                .with_parquet_file_reader_factory(Arc::new(reader_factory));
+            builder = builder.with_source(Arc::new(source));
+        }
+        let config = builder
+            .with_file_groups(self.groups.clone())
+            .with_preserve_order(true)
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+/// The file scan `plan` is, if it is one.
+fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
 }
 
 /// `new`, a scan that replaces `old` (a DataFusion rule pushed a projection or a filter into
@@ -115,14 +160,9 @@ pub fn keep_split(
     new: Arc<dyn ExecutionPlan>,
     old: &Arc<dyn ExecutionPlan>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let scan_config = |plan: &Arc<dyn ExecutionPlan>| {
-        plan.downcast_ref::<DataSourceExec>()
-            .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
-            .cloned()
-    };
     if let (Some(new_config), Some(old_config)) = (scan_config(&new), scan_config(old)) {
-        let config = FileScanConfigBuilder::from(new_config)
-            .with_file_groups(old_config.file_groups)
+        let config = FileScanConfigBuilder::from(new_config.clone())
+            .with_file_groups(old_config.file_groups.clone())
             .with_preserve_order(true)
             .build();
         return Ok(DataSourceExec::from_data_source(config));

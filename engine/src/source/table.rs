@@ -23,7 +23,7 @@ use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 
 use super::exec::StreamSourceExec;
-use super::file_split::split_files;
+use super::file_split::FileSplit;
 use super::generator::GeneratorSpec;
 use crate::options::{Pacing, StreamOptions};
 
@@ -215,12 +215,28 @@ impl TableProvider for StreamTable {
             .partitions
             .unwrap_or_else(|| state.config().target_partitions())
             .max(1);
+        let mut wider_split = None;
         let input: Arc<dyn ExecutionPlan> = match &self.source {
             ReplaySource::Files { provider, .. } => {
                 let plan = provider.scan(state, projection, filters, limit).await?;
                 let whole_files = !self.options.partitioned_by.is_empty();
                 let event_time = self.options.event_time.as_deref();
-                split_files(plan, partitions, whole_files, event_time, state).await?
+                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                // Decoding may be spread over every core when the query reads the source
+                // with a step per source partition (see `StreamSourceExec::widened`); not
+                // when the user chose the partitions, declared keys or paced the replay.
+                if self.options.partitions.is_none()
+                    && !whole_files
+                    && matches!(self.options.pacing, Pacing::AsFastAsPossible)
+                    && cores > partitions
+                {
+                    wider_split =
+                        FileSplit::try_new(&plan, cores, false, event_time, state).await?;
+                }
+                match FileSplit::try_new(&plan, partitions, whole_files, event_time, state).await? {
+                    Some(split) => split.apply(&plan)?,
+                    None => plan,
+                }
             }
             ReplaySource::Batches { schema, batches } => {
                 // Batch k goes to partition k mod n: each partition replays in order.
@@ -249,8 +265,8 @@ impl TableProvider for StreamTable {
             }
         };
         let input = self.retype_time(input)?;
-        StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)
-            .map(|exec| Arc::new(exec) as Arc<dyn ExecutionPlan>)
+        let source = StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)?;
+        Ok(Arc::new(source.with_wider_split(wider_split)))
     }
 }
 
