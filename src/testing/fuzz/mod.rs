@@ -189,15 +189,17 @@ impl FuzzCase {
         }
     }
 
-    fn options(&self, streams: usize) -> StreamOptions {
+    fn options(&self) -> StreamOptions {
+        // Without a drawn count the partitions are left to Freshet, as a user leaves them:
+        // the stream count, or one per core for a file read by a plain GROUP BY.
         let (partitions, partitioned_by) = match self.data.storage {
-            Storage::KeyedPartitions(n) => (n, vec![self.declared_key.clone()]),
-            _ => (self.source_partitions.unwrap_or(streams), Vec::new()),
+            Storage::KeyedPartitions(n) => (Some(n), vec![self.declared_key.clone()]),
+            _ => (self.source_partitions, Vec::new()),
         };
         StreamOptions {
             event_time: Some("ts".to_string()),
             out_of_orderness: std::time::Duration::from_millis(self.data.disorder_ms as u64),
-            partitions: Some(partitions),
+            partitions,
             partitioned_by,
             bounded: Some(true),
             ..StreamOptions::default()
@@ -347,7 +349,7 @@ impl FuzzCase {
         for (key, value) in &self.query.settings {
             ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
         }
-        let options = self.options(streams);
+        let options = self.options();
         match (path, self.data.storage) {
             (None, Storage::KeyedPartitions(n)) => ctx.register_stream(
                 "t",
@@ -438,7 +440,7 @@ impl FuzzCase {
             streams = self.streams,
             sources = self
                 .source_partitions
-                .map_or("= streams".to_string(), |n| n.to_string()),
+                .map_or("left to Freshet".to_string(), |n| n.to_string()),
             time = self.data.time_type,
             wm = self.data.disorder_ms,
             storage = self.data.storage,
