@@ -1,5 +1,6 @@
 //! Small helpers shared by Freshet's operators.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -26,6 +27,27 @@ pub(crate) fn single_child(
     }
 }
 
+thread_local! {
+    /// Whether a panic on this thread now is caught by [`unless_panicked`].
+    static PANIC_BECOMES_ERROR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a panic on this thread now would be caught and reported as the query's error
+/// (a reader's panic on a corrupt page): a panic hook can then leave it unprinted, since the
+/// error names it.
+pub fn panic_becomes_error() -> bool {
+    PANIC_BECOMES_ERROR.with(Cell::get)
+}
+
+/// Puts back the previous [`PANIC_BECOMES_ERROR`] when a poll ends.
+struct RestorePanicFlag(bool);
+
+impl Drop for RestorePanicFlag {
+    fn drop(&mut self) {
+        PANIC_BECOMES_ERROR.with(|flag| flag.set(self.0));
+    }
+}
+
 /// `future`'s result, or an error naming `what` if it panicked (the Parquet decoder panics on
 /// some corrupt pages). A panic in a task of its own would otherwise only end the task, and
 /// its consumers would take the end of its channel for the end of its input: a silently
@@ -34,7 +56,13 @@ pub(crate) async fn unless_panicked<T>(
     what: &str,
     future: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    match AssertUnwindSafe(future).catch_unwind().await {
+    let mut caught = std::pin::pin!(AssertUnwindSafe(future).catch_unwind());
+    let outcome = std::future::poll_fn(|cx| {
+        let _restore = RestorePanicFlag(PANIC_BECOMES_ERROR.with(|flag| flag.replace(true)));
+        caught.as_mut().poll(cx)
+    })
+    .await;
+    match outcome {
         Ok(result) => result,
         Err(panic) => {
             let message = panic

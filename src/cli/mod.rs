@@ -177,6 +177,15 @@ pub struct BenchArgs {
 
 /// Runs the command line; the binary's `main`.
 pub fn main() -> ExitCode {
+    // A reader's panic (the Parquet decoder on a corrupt page) fails the query with an error
+    // that names the stream and carries the panic's message: printing the panic as well
+    // would show a crash where there is a clean error.
+    let print_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !freshet_engine::panic_becomes_error() {
+            print_panic(info);
+        }
+    }));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

@@ -3,7 +3,7 @@
 
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 
-use crate::support::{endless_market_data, freshet_error, gen_orders, planning_error};
+use crate::support::{endless_market_data, freshet_error, freshet_ok, gen_orders, planning_error};
 
 fn orders_context() -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
@@ -74,6 +74,48 @@ async fn corrupt_parquet_file() {
     let table = format!("t={}", path.display());
     let line = freshet_error(&["query", "SELECT * FROM t", "--table", &table]);
     assert!(line.contains("broken.parquet"), "{line}");
+}
+
+/// A Parquet file whose pages are overwritten: the decoder fails or panics on them, and the
+/// query fails with one line naming the stream, never a printed panic or a short answer.
+#[test]
+fn corrupt_pages_fail_the_query_with_one_line_naming_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pages.parquet");
+    freshet_ok(&[
+        "gen",
+        "market_data",
+        "--records",
+        "300k",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let length = bytes.len();
+    for start in (length / 10..length - length / 10).step_by(40_000) {
+        bytes[start..start + 2_000].fill(0xff);
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let table = format!("t={},event_time=trade_time", path.display());
+    for sql in [
+        "SELECT symbol, COUNT(*) AS n FROM t GROUP BY symbol",
+        "SELECT * FROM t",
+        "SELECT symbol, LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) FROM t",
+    ] {
+        for partitions in ["1", "2"] {
+            let line = freshet_error(&[
+                "query",
+                sql,
+                "--table",
+                &table,
+                "--partitions",
+                partitions,
+                "-o",
+                "null",
+            ]);
+            assert!(line.contains("reading stream 't' failed"), "{sql}: {line}");
+        }
+    }
 }
 
 #[tokio::test]

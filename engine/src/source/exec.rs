@@ -20,9 +20,9 @@ use std::time::Duration;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -73,15 +73,20 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
 /// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
 /// Dropping the stream stops the task.
-/// A reader that panics (the Parquet decoder on a corrupt page) ends the stream with an error
-/// naming the stream.
+/// A reader that fails or panics (the Parquet decoder on a corrupt page) ends the stream with
+/// an error naming the stream.
 fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
     let what = format!("reading stream '{table}'");
     builder.spawn(async move {
         loop {
-            let next = unless_panicked(&what, async { input.next().await.transpose() }).await;
+            // A reader's error (a corrupt page, a file gone) names the stream it reads.
+            let read = async {
+                let next = input.next().await.transpose();
+                next.map_err(|error| DataFusionError::Execution(format!("{what} failed: {error}")))
+            };
+            let next = unless_panicked(&what, read).await;
             let (item, last) = match next {
                 Ok(Some(batch)) => (Ok(batch), false),
                 Ok(None) => break,
