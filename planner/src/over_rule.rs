@@ -169,12 +169,18 @@ fn plan_over(
         as Arc<dyn PhysicalExpr>;
     let event_time = event_time(input, &order_time)?;
     let keys = first.partition_by().to_vec();
+    // A strategy the user chose that would give wrong results is refused, as for GROUP BY:
+    // not a window Freshet cannot stream, so not left to DataFusion's operator either.
     let (strategy, reason) = choose_strategy(
         options.partitioning_strategy.as_str(),
         keys.clone(),
         input,
         "PARTITION BY",
-    )?;
+    )
+    .map_err(|error| match error {
+        DataFusionError::Plan(message) => DataFusionError::Configuration(message),
+        other => other,
+    })?;
     let exchange = StreamExchangeExec::try_new(
         Arc::clone(input),
         strategy,

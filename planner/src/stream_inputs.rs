@@ -77,7 +77,11 @@ pub(crate) fn choose_strategy(
         ),
         "hash" => (RoutingStrategy::Hash(keys), "user".to_string()),
         "fan_in" => (RoutingStrategy::FanIn, "user".to_string()),
-        "sticky" if sticky_valid => (RoutingStrategy::Sticky, "user".to_string()),
+        // One input partition holds every key whole, whatever the keys: sticky is right when
+        // the user asks for it (the automatic choice hashes, to spread keys over the streams).
+        "sticky" if sticky_valid || input.output_partitioning().partition_count() == 1 => {
+            (RoutingStrategy::Sticky, "user".to_string())
+        }
         "sticky" => {
             return plan_err!(
                 "partitioning_strategy 'sticky' would give wrong results: the input is not partitioned by the {role} keys ({keys_text}): {}; register the stream with partitioned_by=<keys> or use 'hash'",

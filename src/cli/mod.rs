@@ -257,8 +257,9 @@ fn error_line(error: datafusion::common::DataFusionError) -> String {
 /// error: ", …) say where in the engine an error arose, which is nothing to the user; a
 /// parser error reads as a syntax error.
 fn without_categories(message: &str) -> String {
-    const CATEGORIES: [&str; 9] = [
+    const CATEGORIES: [&str; 10] = [
         "Error during planning: ",
+        "Invalid or Unsupported Configuration: ",
         "Execution error: ",
         "Schema error: ",
         "External error: ",

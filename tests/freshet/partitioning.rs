@@ -294,6 +294,18 @@ async fn strategies_that_would_give_wrong_results_are_refused() {
         error.contains("'sticky' would give wrong results") && error.contains("partitioned_by"),
         "{error}"
     );
+    // A window function over the bounded stream is refused alike, not left to DataFusion's
+    // operator (whose sort orders ties otherwise than the stream).
+    let over = "SELECT k1, ROW_NUMBER() OVER (PARTITION BY k1 ORDER BY ts) AS n FROM t";
+    let error = planning_error(
+        &ctx,
+        &format!("{over} WITH ('partitioning_strategy' = 'sticky')"),
+    )
+    .await;
+    assert!(
+        error.contains("'sticky' would give wrong results") && error.contains("PARTITION BY"),
+        "{error}"
+    );
     let error = planning_error(
         &ctx,
         &format!("{WINDOWED} WITH ('partitioning_strategy' = 'round_robin')"),
@@ -317,6 +329,35 @@ async fn strategies_that_would_give_wrong_results_are_refused() {
     assert!(
         error.contains("unknown query option 'parallelism'"),
         "{error}"
+    );
+}
+
+/// One source partition holds every key whole: sticky is right on it whatever the keys, and
+/// gives the batch result, for a GROUP BY and a window function on an expression alike.
+#[tokio::test]
+async fn sticky_over_one_source_partition_is_accepted() {
+    let (ctx, batches) = context_onto(1, 1, &[]);
+    let query = ctx
+        .sql(&format!(
+            "{WINDOWED} WITH ('partitioning_strategy' = 'sticky')"
+        ))
+        .await
+        .unwrap();
+    assert!(
+        query.explain().contains("strategy=sticky"),
+        "{}",
+        query.explain()
+    );
+    equals_batch_sql(&query, batches.clone(), BATCH).await;
+    let over = "SELECT k1, ROW_NUMBER() OVER (PARTITION BY q % 3 ORDER BY ts) AS n FROM t";
+    let query = ctx
+        .sql(&format!("{over} WITH ('partitioning_strategy' = 'sticky')"))
+        .await
+        .unwrap();
+    assert!(
+        query.explain().contains("OverWindowExec"),
+        "{}",
+        query.explain()
     );
 }
 
