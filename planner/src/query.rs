@@ -184,7 +184,7 @@ impl StreamingQuery {
         format!(
             "Freshet plan: emit={emit}, input={boundedness}, output_partitions={}\n{}",
             self.output_partitions(),
-            displayable(self.plan.as_ref()).indent(true)
+            displayable(self.plan.as_ref()).indent(false)
         )
     }
 }
