@@ -11,6 +11,7 @@ use crate::join_rule::StreamingJoinRule;
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
+use crate::read_placement_rule::ReadPlacementRule;
 use crate::stateless_rule::StatelessExchangeRule;
 use crate::stream_distinct::stream_safe;
 use crate::stream_filter_rule::StreamFilterRule;
@@ -22,14 +23,16 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
-/// [`UnboundedInputCheck`] and then [`DistributionRepair`] go right before DataFusion's own
+/// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe and then
+/// [`ReadPlacementRule`] go right before DataFusion's own
 /// `SanityCheckPlan`: a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, the remaining round-robin repartitions of streams become
 /// Freshet's exchange, filters over streams pass each batch on at once,
 /// a query an endless stream still cannot answer fails with Freshet's explanation of
-/// what to change, and DataFusion's operators above Freshet's get the partitioning they need. The window functions and the `freshet.*` session options are added too,
+/// what to change, DataFusion's operators above Freshet's get the partitioning they need,
+/// and sources whose every core decodes for a light consumer are read where consumed. The window functions and the `freshet.*` session options are added too,
 /// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
 /// ([`crate::stream_distinct`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
@@ -39,6 +42,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
+    rules.insert(sanity_check, Arc::new(ReadPlacementRule));
     rules.insert(sanity_check, Arc::new(LookupProbeRule));
     rules.insert(sanity_check, Arc::new(DistributionRepair));
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));

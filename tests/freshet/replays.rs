@@ -163,6 +163,30 @@ async fn a_plain_group_by_reads_its_file_on_every_core() {
     assert!(window_plan.contains("source_partitions=1"), "{window_plan}");
 }
 
+/// Once every core decodes (a source partition per core), a light consumer (a filter, a
+/// partial aggregation) reads its source partitions in its own task; a keyed operator keeps
+/// each partition's reader in a task of its own. Either way the rows are the same.
+#[tokio::test]
+async fn light_consumers_read_their_sources_where_they_consume_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = time_ordered_file(dir.path(), 4_000);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let filter = "SELECT symbol, price FROM market_data WHERE price > 104";
+    let (plan, mut rows) = run_planned(&path, filter, Some(cores), cores).await;
+    assert!(plan.contains("read where consumed"), "{plan}");
+    let (plan, mut reference) = run_planned(&path, filter, Some(1), 1).await;
+    assert_eq!(
+        plan.contains("read where consumed"),
+        cores == 1,
+        "one partition on {cores} cores: {plan}"
+    );
+    rows.sort();
+    reference.sort();
+    assert_eq!(rows, reference);
+    let (plan, _) = run_planned(&path, S3B, Some(cores), cores).await;
+    assert!(!plan.contains("read where consumed"), "{plan}");
+}
+
 /// A Parquet file replayed without an event time is dealt to its source partitions in turn,
 /// unit by unit: each of two partitions reads half of the row groups (every unit after the
 /// first once went to the last partition, leaving one stream idle).

@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datafusion::arrow::array::AsArray;
@@ -73,21 +74,13 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
 /// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
 /// Dropping the stream stops the task.
-/// A reader that fails or panics (the Parquet decoder on a corrupt page) ends the stream with
-/// an error naming the stream.
 fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
     let what = format!("reading stream '{table}'");
     builder.spawn(async move {
         loop {
-            // A reader's error (a corrupt page, a file gone) names the stream it reads.
-            let read = async {
-                let next = input.next().await.transpose();
-                next.map_err(|error| DataFusionError::Execution(format!("{what} failed: {error}")))
-            };
-            let next = unless_panicked(&what, read).await;
-            let (item, last) = match next {
+            let (item, last) = match read_next(&mut input, &what).await {
                 Ok(Some(batch)) => (Ok(batch), false),
                 Ok(None) => break,
                 Err(error) => (Err(error), true),
@@ -99,6 +92,39 @@ fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableReco
         Ok(())
     });
     builder.build()
+}
+
+/// `input` read by its consumer, in the consumer's task: where every core already decodes
+/// (a source partition per core) for a consumer that does little with the rows, a task of
+/// its own would only add a hop per batch.
+fn read_here(input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
+    let schema = input.schema();
+    let what = format!("reading stream '{table}'");
+    let batches = futures::stream::unfold(Some(input), move |input| {
+        let what = what.clone();
+        async move {
+            let mut input = input?;
+            match read_next(&mut input, &what).await {
+                Ok(Some(batch)) => Some((Ok(batch), Some(input))),
+                Ok(None) => None,
+                Err(error) => Some((Err(error), None)),
+            }
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// `input`'s next batch. A reader that fails or panics (the Parquet decoder on a corrupt
+/// page) gives an error naming the stream (`what`: "reading stream 'NAME'").
+async fn read_next(
+    input: &mut SendableRecordBatchStream,
+    what: &str,
+) -> Result<Option<RecordBatch>> {
+    let read = async {
+        let next = input.next().await.transpose();
+        next.map_err(|error| DataFusionError::Execution(format!("{what} failed: {error}")))
+    };
+    unless_panicked(what, read).await
 }
 
 /// The source operator of a stream; see the module documentation.
@@ -119,6 +145,9 @@ pub struct StreamSourceExec {
     /// The same files split over more source partitions (one per core), for a query that
     /// reads them with a step per source partition.
     wider_split: Option<Arc<FileSplit>>,
+    /// Whether each partition decodes or generates in its consumer's task rather than in a
+    /// task of its own (see [`Self::read_where_consumed`]).
+    read_here: AtomicBool,
 }
 
 impl StreamSourceExec {
@@ -155,6 +184,7 @@ impl StreamSourceExec {
             progress,
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
+            read_here: AtomicBool::new(false),
         })
     }
 
@@ -257,6 +287,14 @@ impl StreamSourceExec {
         Ok(Arc::new(source))
     }
 
+    /// Has each partition decode its files or generate its records in the task that consumes
+    /// it, not in a task of its own a few batches ahead: for a planner that finds every core
+    /// decoding already and a consumer that does little per row (a filter, a partial
+    /// aggregation step), where the extra task would only add a hop per batch.
+    pub fn read_where_consumed(&self) {
+        self.read_here.store(true, Ordering::Relaxed);
+    }
+
     /// Records handed out so far, over all partitions.
     pub fn records_read(&self) -> usize {
         self.metrics.clone_inner().output_rows().unwrap_or(0)
@@ -288,6 +326,9 @@ impl DisplayAs for StreamSourceExec {
         }
         if let Pacing::RecordsPerSecond(rate) = self.options.pacing {
             write!(f, ", rate={rate} records/s")?;
+        }
+        if self.read_here.load(Ordering::Relaxed) && reads_or_generates(&self.input) {
+            write!(f, ", read where consumed")?;
         }
         Ok(())
     }
@@ -352,6 +393,7 @@ impl ExecutionPlan for StreamSourceExec {
         }
         let mut source = Self::try_new(child, &self.table, &self.options, self.bounded)?;
         source.wider_split = self.wider_split.clone();
+        source.read_here = AtomicBool::new(self.read_here.load(Ordering::Relaxed));
         // A check shared with a joined stream stays shared.
         if let (Some(_), Some(shared)) = (&source.key_check, &self.key_check) {
             source.key_check = Some(Arc::clone(shared));
@@ -376,10 +418,13 @@ impl ExecutionPlan for StreamSourceExec {
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
         let input = self.input.execute(partition, context)?;
-        let input = if reads_or_generates(&self.input) {
-            read_ahead(input, &self.table)
-        } else {
-            input
+        let input = match (
+            reads_or_generates(&self.input),
+            self.read_here.load(Ordering::Relaxed),
+        ) {
+            (true, false) => read_ahead(input, &self.table),
+            (true, true) => read_here(input, &self.table),
+            (false, _) => input,
         };
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let mut keys = match &self.key_check {
