@@ -27,6 +27,11 @@ pub(crate) fn single_child(
     }
 }
 
+/// The machine's cores (1 if unknown): how many source partitions can decode at once.
+pub fn machine_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 thread_local! {
     /// Whether a panic on this thread now is caught by [`unless_panicked`].
     static PANIC_BECOMES_ERROR: Cell<bool> = const { Cell::new(false) };

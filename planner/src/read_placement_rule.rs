@@ -22,7 +22,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use freshet_engine::{StreamExchangeExec, StreamFilterExec, StreamSourceExec};
+use freshet_engine::{StreamExchangeExec, StreamFilterExec, StreamSourceExec, machine_cores};
 use freshet_partitioner::RoutingStrategy;
 
 /// See the module documentation.
@@ -35,8 +35,7 @@ impl PhysicalOptimizerRule for ReadPlacementRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        place_reads(&plan, true, cores);
+        place_reads(&plan, true, machine_cores());
         Ok(plan)
     }
 

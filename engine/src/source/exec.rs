@@ -100,15 +100,12 @@ fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableReco
 fn read_here(input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
     let schema = input.schema();
     let what = format!("reading stream '{table}'");
-    let batches = futures::stream::unfold(Some(input), move |input| {
-        let what = what.clone();
-        async move {
-            let mut input = input?;
-            match read_next(&mut input, &what).await {
-                Ok(Some(batch)) => Some((Ok(batch), Some(input))),
-                Ok(None) => None,
-                Err(error) => Some((Err(error), None)),
-            }
+    let batches = futures::stream::unfold(Some((input, what)), |reading| async move {
+        let (mut input, what) = reading?;
+        match read_next(&mut input, &what).await {
+            Ok(Some(batch)) => Some((Ok(batch), Some((input, what)))),
+            Ok(None) => None,
+            Err(error) => Some((Err(error), None)),
         }
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))

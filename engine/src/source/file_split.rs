@@ -108,11 +108,6 @@ impl FileSplit {
         }))
     }
 
-    /// The number of source partitions.
-    pub fn partitions(&self) -> usize {
-        self.groups.len()
-    }
-
     /// `plan` (the scan this split was made of, or one a DataFusion rule rebuilt from it,
     /// under the projection that retypes an integer event time) reading this split, each
     /// partition's next row group read ahead.

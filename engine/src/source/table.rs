@@ -26,6 +26,7 @@ use super::exec::StreamSourceExec;
 use super::file_split::FileSplit;
 use super::generator::GeneratorSpec;
 use crate::options::{Pacing, StreamOptions};
+use crate::plan_util::machine_cores;
 
 /// Where a stream's records come from.
 #[derive(Clone)]
@@ -221,7 +222,7 @@ impl TableProvider for StreamTable {
                 let plan = provider.scan(state, projection, filters, limit).await?;
                 let whole_files = !self.options.partitioned_by.is_empty();
                 let event_time = self.options.event_time.as_deref();
-                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                let cores = machine_cores();
                 // Decoding may be spread over every core when the query reads the source
                 // with a step per source partition (see `StreamSourceExec::widened`); not
                 // when the user chose the partitions, declared keys or paced the replay.
