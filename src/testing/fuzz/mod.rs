@@ -260,7 +260,15 @@ impl FuzzCase {
             // DataFusion's lookup into an empty table never reads the stream: nothing matches.
             let empty_lookup =
                 matches!(self.query.form, Form::Join { lookup: true, .. }) && other_rows == 0;
-            if records_in.is_some_and(|n| n != table_rows) && !empty_lookup {
+            // DataFusion's hash join (a join without a time bound, on bounded input) whose
+            // build side has no row with a non-null key ends without reading its probe side
+            // when no output row could come from it; the result is then empty.
+            let unread_probe = plan
+                .lines()
+                .any(|line| line.trim_start().starts_with("HashJoinExec:"))
+                && actual.iter().all(|batch| batch.num_rows() == 0)
+                && records_in.is_some_and(|n| n < table_rows);
+            if records_in.is_some_and(|n| n != table_rows) && !empty_lookup && !unread_probe {
                 return Outcome::Mismatch(format!(
                     "at {streams} streams: {} records in, the table has {} (read {reads} times)",
                     records_in.unwrap_or(0),
