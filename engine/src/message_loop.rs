@@ -13,6 +13,17 @@ use crate::watermark::StreamMessage;
 pub(crate) trait MessageHandler: Send + 'static {
     fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>>;
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>>;
+    /// Output a message produced beyond the batch it returned, handed out before the next
+    /// message is read.
+    fn queued_output(&mut self) -> Option<RecordBatch> {
+        None
+    }
+}
+
+/// Where the loop is: reading messages, or handing out what the end of the input left.
+enum Drive<H> {
+    Reading(BoxStream<'static, Result<StreamMessage>>, H),
+    Ended(H),
 }
 
 /// The output stream of `handler` fed by `messages`; it ends after the first error.
@@ -20,23 +31,35 @@ pub(crate) fn drive<H: MessageHandler>(
     messages: BoxStream<'static, Result<StreamMessage>>,
     handler: H,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
-    futures::stream::unfold(Some((messages, handler)), |running| async move {
-        let (mut messages, mut handler) = running?;
+    let running = Drive::Reading(messages, handler);
+    futures::stream::unfold(Some(running), |state| async move {
+        let (mut messages, mut handler) = match state? {
+            Drive::Reading(messages, handler) => (messages, handler),
+            Drive::Ended(mut handler) => {
+                let batch = handler.queued_output()?;
+                return Some((Ok(batch), Some(Drive::Ended(handler))));
+            }
+        };
         loop {
+            if let Some(batch) = handler.queued_output() {
+                return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
+            }
             let output = match messages.next().await {
                 Some(Ok(StreamMessage::Batch(batch))) => handler.on_batch(&batch),
                 Some(Ok(StreamMessage::Watermark(watermark))) => handler.on_watermark(watermark),
                 Some(Err(e)) => return Some((Err(e), None)),
                 None => {
                     return match handler.on_watermark(i64::MAX) {
-                        Ok(Some(batch)) => Some((Ok(batch), None)),
+                        Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
                         Ok(None) => None,
                         Err(e) => Some((Err(e), None)),
                     };
                 }
             };
             match output {
-                Ok(Some(batch)) => return Some((Ok(batch), Some((messages, handler)))),
+                Ok(Some(batch)) => {
+                    return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
+                }
                 Ok(None) => continue,
                 Err(e) => return Some((Err(e), None)),
             }

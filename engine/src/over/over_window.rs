@@ -21,6 +21,7 @@
 //! waiting for following rows leave first, as at the end of the input — and a later row of
 //! the key starts afresh. State is accounted in the memory pool.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_null_array,
 };
 use datafusion::arrow::compute::kernels::cmp::lt;
-use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch};
+use datafusion::arrow::compute::{filter, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -255,6 +256,8 @@ struct OverState {
     counts: Vec<u64>,
     latest: Vec<i64>,
     buffer: ReorderBuffer,
+    /// Output computed but not yet handed out: a watermark's batches after the first.
+    queued: VecDeque<RecordBatch>,
     /// Release only rows strictly below the watermark: a RANGE frame needs all peers at once.
     strict: bool,
     watermark: i64,
@@ -320,6 +323,7 @@ impl OverState {
             counts: Vec::new(),
             latest: Vec::new(),
             buffer: ReorderBuffer::new(input_schema),
+            queued: VecDeque::new(),
             strict: exec.spec.functions.iter().any(|f| f.peers),
             watermark: i64::MIN,
             swept_at: i64::MIN,
@@ -381,26 +385,27 @@ impl OverState {
         self.watermark = self.watermark.max(watermark);
         // Keys idle for too long go before the released rows are computed: a row that comes
         // after such a gap starts its key afresh.
-        let expired_tails = self.expire_idle_keys()?;
-        let mut output = match self.buffer.release(self.watermark, self.strict)? {
-            Some(released) => Some(self.compute(released)?),
-            None => None,
-        };
+        let mut outputs: Vec<RecordBatch> = self.expire_idle_keys()?.into_iter().collect();
+        // Released batches in time order are computed one by one: a watermark that releases
+        // many rows at once would otherwise make every step allocate for all of them.
+        for released in self.buffer.release(self.watermark, self.strict)? {
+            outputs.push(self.compute(released)?);
+        }
         if self.watermark == i64::MAX {
-            let tails = self.complete_tails(|_| true)?;
+            outputs.extend(self.complete_tails(|_| true)?);
             // The end of the input can be signalled twice (a last watermark, then the end).
             self.tails_completed = true;
-            output = self.combine(output, tails)?;
         }
-        let output = self.combine(expired_tails, output)?;
         self.report_state()?;
-        if let Some(batch) = &output {
+        for batch in &outputs {
             self.metrics
                 .stateful
                 .baseline
                 .record_output(batch.num_rows());
         }
-        Ok(output)
+        self.queued
+            .extend(outputs.into_iter().filter(|batch| batch.num_rows() > 0));
+        Ok(self.queued.pop_front())
     }
 
     /// The output rows of released rows.
@@ -532,19 +537,6 @@ impl OverState {
     }
 
     /// `first` and `second` as one batch, if any.
-    fn combine(
-        &self,
-        first: Option<RecordBatch>,
-        second: Option<RecordBatch>,
-    ) -> Result<Option<RecordBatch>> {
-        Ok(match (first, second) {
-            (Some(first), Some(second)) => {
-                Some(concat_batches(&self.spec.schema, [&first, &second])?)
-            }
-            (first, second) => first.or(second),
-        })
-    }
-
     fn output_batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new(
             Arc::clone(&self.spec.schema),
@@ -653,5 +645,9 @@ impl MessageHandler for OverState {
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.advance(watermark)
+    }
+
+    fn queued_output(&mut self) -> Option<RecordBatch> {
+        self.queued.pop_front()
     }
 }

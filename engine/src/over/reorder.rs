@@ -2,8 +2,11 @@
 //! then releases them in arrival order; [`sort_by_time`] puts released rows in ORDER BY
 //! order, ties in arrival order, when the caller finds them out of order.
 //!
-//! Ordered input costs nothing: a lone batch that is wholly released leaves as it came.
-//! Otherwise the released rows of the pending batches are filtered out and concatenated.
+//! Ordered input costs nothing: batches wholly released leave as they came, and the rows
+//! released of a batch the watermark cuts are filtered out. Released batches stay apart
+//! when their rows are in time order across them, so that a watermark that releases many
+//! rows at once (one from a lagging source partition) is computed a batch at a time;
+//! otherwise they are concatenated for [`sort_by_time`].
 
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
@@ -54,10 +57,11 @@ impl ReorderBuffer {
     }
 
     /// Releases the rows with a time at or below `watermark` (below it when `strict`; every
-    /// row when the watermark is `i64::MAX`).
-    pub fn release(&mut self, watermark: i64, strict: bool) -> Result<Option<Released>> {
+    /// row when the watermark is `i64::MAX`), in arrival order: as the batches they came in
+    /// when their rows are in time order across them, else as one batch.
+    pub fn release(&mut self, watermark: i64, strict: bool) -> Result<Vec<Released>> {
         if self.pending.is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let everything = watermark == i64::MAX;
         let bound = Int64Array::new_scalar(watermark);
@@ -94,21 +98,19 @@ impl ReorderBuffer {
         }
         self.pending = kept;
         self.rows = self.pending.iter().map(|(b, _, _)| b.num_rows()).sum();
-        if released.is_empty() {
-            return Ok(None);
+        if released.len() <= 1 || in_time_order(&released, strict) {
+            return Ok(released
+                .into_iter()
+                .map(|(batch, times)| Released { batch, times })
+                .collect());
         }
-        let (batch, times) = if released.len() == 1 {
-            released.swap_remove(0)
-        } else {
-            let batches: Vec<&RecordBatch> = released.iter().map(|(b, _)| b).collect();
-            let times: Vec<&dyn Array> = released.iter().map(|(_, t)| t as &dyn Array).collect();
-            let times = concat(&times)?;
-            (
-                concat_batches(&self.schema, batches)?,
-                times.as_primitive::<Int64Type>().clone(),
-            )
-        };
-        Ok(Some(Released { batch, times }))
+        let batches: Vec<&RecordBatch> = released.iter().map(|(b, _)| b).collect();
+        let times: Vec<&dyn Array> = released.iter().map(|(_, t)| t as &dyn Array).collect();
+        let times = concat(&times)?;
+        Ok(vec![Released {
+            batch: concat_batches(&self.schema, batches)?,
+            times: times.as_primitive::<Int64Type>().clone(),
+        }])
     }
 
     /// Bytes held.
@@ -118,6 +120,21 @@ impl ReorderBuffer {
             .map(|(b, t, _)| b.get_array_memory_size() + t.get_array_memory_size())
             .sum()
     }
+}
+
+/// Whether the rows of `released` are in time order, across the batches as well as
+/// within each; with `peers` (a RANGE frame, computed over all rows of a time at once),
+/// no time may span two batches.
+fn in_time_order(released: &[(RecordBatch, Int64Array)], peers: bool) -> bool {
+    let mut previous = i64::MIN;
+    released.iter().enumerate().all(|(index, (_, times))| {
+        let values = times.values();
+        let follows = |first: i64| first > previous || (first == previous && !peers) || index == 0;
+        let ordered = values.first().is_none_or(|first| follows(*first))
+            && values.windows(2).all(|pair| pair[0] <= pair[1]);
+        previous = values.last().copied().unwrap_or(previous);
+        ordered
+    })
 }
 
 /// `released` sorted by time, ties in their order, and the permutation applied (the
@@ -158,6 +175,11 @@ mod tests {
         .unwrap()
     }
 
+    fn one(mut released: Vec<Released>) -> Released {
+        assert_eq!(released.len(), 1);
+        released.remove(0)
+    }
+
     #[test]
     fn releases_in_time_then_arrival_order_up_to_the_watermark() {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
@@ -168,7 +190,7 @@ mod tests {
             30,
         );
         buffer.push(batch(&schema, &[4, 5]), Int64Array::from(vec![20, 5]), 20);
-        let released = buffer.release(20, false).unwrap().unwrap();
+        let released = one(buffer.release(20, false).unwrap());
         let (released, _) = sort_by_time(released).unwrap();
         let ids: Vec<i32> = released
             .batch
@@ -183,10 +205,33 @@ mod tests {
         );
         assert_eq!(released.times.values().to_vec(), vec![5, 10, 20, 20]);
         assert_eq!(buffer.len(), 1);
-        assert!(buffer.release(29, true).unwrap().is_none());
-        let last = buffer.release(30, false).unwrap().unwrap();
+        assert!(buffer.release(29, true).unwrap().is_empty());
+        let last = one(buffer.release(30, false).unwrap());
         assert_eq!(last.times.values().to_vec(), vec![30]);
         assert_eq!(buffer.len(), 0);
+    }
+
+    #[test]
+    fn batches_in_time_order_leave_apart_unless_a_peer_time_spans_two() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
+        let fill = |buffer: &mut ReorderBuffer| {
+            buffer.push(batch(&schema, &[1, 2]), Int64Array::from(vec![10, 20]), 20);
+            buffer.push(batch(&schema, &[3, 4]), Int64Array::from(vec![20, 30]), 30);
+        };
+        let mut rows_only = ReorderBuffer::new(Arc::clone(&schema));
+        fill(&mut rows_only);
+        let pieces = rows_only.release(i64::MAX, false).unwrap();
+        assert_eq!(pieces.len(), 2, "ordered batches are computed one by one");
+        // Time 20 is in both batches: a RANGE frame needs its rows in one computation.
+        let mut peers = ReorderBuffer::new(Arc::clone(&schema));
+        fill(&mut peers);
+        let whole = one(peers.release(i64::MAX, true).unwrap());
+        assert_eq!(whole.times.values().to_vec(), vec![10, 20, 20, 30]);
+        // Out of order across the batches: one batch, for sorting.
+        let mut disordered = ReorderBuffer::new(Arc::clone(&schema));
+        disordered.push(batch(&schema, &[1]), Int64Array::from(vec![30]), 30);
+        disordered.push(batch(&schema, &[2]), Int64Array::from(vec![10]), 10);
+        assert_eq!(disordered.release(i64::MAX, false).unwrap().len(), 1);
     }
 
     #[test]
@@ -194,9 +239,9 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
         let mut buffer = ReorderBuffer::new(Arc::clone(&schema));
         buffer.push(batch(&schema, &[1, 2]), Int64Array::from(vec![10, 20]), 20);
-        let released = buffer.release(20, true).unwrap().unwrap();
+        let released = one(buffer.release(20, true).unwrap());
         assert_eq!(released.times.values().to_vec(), vec![10]);
-        let rest = buffer.release(i64::MAX, true).unwrap().unwrap();
+        let rest = one(buffer.release(i64::MAX, true).unwrap());
         assert_eq!(rest.times.values().to_vec(), vec![20]);
     }
 }
