@@ -12,7 +12,7 @@ use datafusion::arrow::array::{
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
 use freshet::testing::display_rows;
-use freshet::{StreamOptions, StreamingContext};
+use freshet::{Pacing, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
 const S1: &str = "SELECT symbol, price, \
@@ -70,17 +70,28 @@ async fn run_planned(
     source_partitions: Option<usize>,
     streams: usize,
 ) -> (String, Vec<String>) {
+    let options = StreamOptions {
+        event_time: Some("trade_time".into()),
+        partitions: source_partitions,
+        ..StreamOptions::default()
+    };
+    run_with(path, sql, options, streams).await
+}
+
+/// The query's plan and rows in output order, over `path` registered with `options`, on
+/// `streams` streams.
+async fn run_with(
+    path: &Path,
+    sql: &str,
+    options: StreamOptions,
+    streams: usize,
+) -> (String, Vec<String>) {
     let ctx = StreamingContext::with_partitions(streams);
     // Split the small file into byte ranges as a large one would be.
     ctx.session()
         .sql("SET datafusion.optimizer.repartition_file_min_size = 0")
         .await
         .unwrap();
-    let options = StreamOptions {
-        event_time: Some("trade_time".into()),
-        partitions: source_partitions,
-        ..StreamOptions::default()
-    };
     ctx.register_parquet("market_data", path.to_str().unwrap(), options)
         .await
         .unwrap();
@@ -161,6 +172,30 @@ async fn a_plain_group_by_reads_its_file_on_every_core() {
     assert_eq!(rows.len(), 10);
     let (window_plan, _) = run_planned(&path, S3B, None, 1).await;
     assert!(window_plan.contains("source_partitions=1"), "{window_plan}");
+}
+
+/// A paced file replay whose partitions nobody chose is read as one partition: paced by
+/// records, partitions that take turns by row group would each hold the others' rows back
+/// in a keyed operator's event-time merge (the stream ran at half its rate). Chosen
+/// partitions are kept. The rows are the unpaced replay's.
+#[tokio::test]
+async fn a_paced_file_replay_is_read_as_one_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = time_ordered_file(dir.path(), 4_000);
+    let paced = |partitions| StreamOptions {
+        event_time: Some("trade_time".into()),
+        partitions,
+        pacing: Pacing::RecordsPerSecond(400_000.0),
+        ..StreamOptions::default()
+    };
+    let (plan, mut rows) = run_with(&path, S1, paced(None), 2).await;
+    assert!(plan.contains("source_partitions=1"), "{plan}");
+    let (chosen, _) = run_with(&path, S3B, paced(Some(2)), 2).await;
+    assert!(chosen.contains("source_partitions=2"), "{chosen}");
+    let mut reference = run(&path, S1, 2, 2).await;
+    rows.sort();
+    reference.sort();
+    assert_eq!(rows, reference);
 }
 
 /// Once every core decodes (a source partition per core), a light consumer (a filter, a

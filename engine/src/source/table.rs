@@ -211,11 +211,17 @@ impl TableProvider for StreamTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let partitions = self
-            .options
-            .partitions
-            .unwrap_or_else(|| state.config().target_partitions())
-            .max(1);
+        let paced = !matches!(self.options.pacing, Pacing::AsFastAsPossible);
+        let partitions = match (self.options.partitions, &self.source) {
+            (Some(partitions), _) => partitions,
+            // A file's source partitions take turns by row group (or file) in event time:
+            // paced by records, each would hold the others' rows back by a unit's worth of
+            // time before a keyed operator's event-time merge let them through, at half the
+            // rate. A paced replay needs no parallel decoding: one partition reads it.
+            (None, ReplaySource::Files { .. }) if paced => 1,
+            (None, _) => state.config().target_partitions(),
+        }
+        .max(1);
         let mut wider_split = None;
         let input: Arc<dyn ExecutionPlan> = match &self.source {
             ReplaySource::Files { provider, .. } => {
@@ -226,10 +232,7 @@ impl TableProvider for StreamTable {
                 // Decoding may be spread over every core when the query reads the source
                 // with a step per source partition (see `StreamSourceExec::widened`); not
                 // when the user chose the partitions, declared keys or paced the replay.
-                if self.options.partitions.is_none()
-                    && !whole_files
-                    && matches!(self.options.pacing, Pacing::AsFastAsPossible)
-                    && cores > partitions
+                if self.options.partitions.is_none() && !whole_files && !paced && cores > partitions
                 {
                     wider_split =
                         FileSplit::try_new(&plan, cores, false, event_time, state).await?;
