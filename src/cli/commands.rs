@@ -299,6 +299,8 @@ pub(super) struct RunSummary {
     pub elapsed: Duration,
     /// Records the window aggregations and window functions dropped as late.
     pub late_dropped: usize,
+    /// Records they dropped for having no event time.
+    pub null_time_dropped: usize,
     /// Late records written to the late output, if one was asked for.
     pub late_written: Option<u64>,
     /// SIGINT or SIGTERM stopped it.
@@ -316,10 +318,17 @@ impl std::fmt::Display for RunSummary {
             self.records as f64 / seconds,
             self.late_dropped
         )?;
-        match self.late_written {
-            Some(written) => write!(f, " ({written} written to the late output)"),
-            None => Ok(()),
+        if let Some(written) = self.late_written {
+            write!(f, " ({written} written to the late output)")?;
         }
+        if self.null_time_dropped > 0 {
+            write!(
+                f,
+                ", {} records without an event time dropped",
+                self.null_time_dropped
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -391,6 +400,7 @@ pub(super) async fn run_query(
     let summary = summary?;
     let records = query.records_read();
     let late_dropped = query.metric_total("late_records_dropped");
+    let null_time_dropped = query.metric_total("null_event_time_dropped");
     // The late-record stream ends when the last operator holding its sender is gone.
     drop(query);
     let late_written = match late {
@@ -405,6 +415,7 @@ pub(super) async fn run_query(
         records,
         elapsed: started.elapsed(),
         late_dropped,
+        null_time_dropped,
         late_written,
         interrupted: interrupted.load(Ordering::Relaxed),
     })

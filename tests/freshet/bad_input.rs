@@ -3,7 +3,9 @@
 
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 
-use crate::support::{endless_market_data, freshet_error, freshet_ok, gen_orders, planning_error};
+use crate::support::{
+    endless_market_data, freshet, freshet_error, freshet_ok, gen_orders, planning_error,
+};
 
 fn orders_context() -> StreamingContext {
     let ctx = StreamingContext::with_partitions(2);
@@ -203,6 +205,40 @@ async fn event_time_column_that_is_not_a_time() {
         "orders=generator:orders,event_time=shipped_at",
     ]);
     assert!(line.contains("'shipped_at' does not exist"), "{line}");
+}
+
+/// Records without an event time are dropped by windows, and the run's summary says how
+/// many; an empty file has no columns to name.
+#[test]
+fn records_without_an_event_time_are_counted_in_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.csv");
+    std::fs::write(&file, "id,ts\n1,1000\n2,\n3,2500\n").unwrap();
+    let table = format!("t={},event_time=ts,event_time_unit=ms", file.display());
+    let output = freshet(&[
+        "query",
+        "SELECT window_start, COUNT(*) AS n FROM t GROUP BY WINDOW TUMBLING (ts, INTERVAL '1' SECOND)",
+        "--table",
+        &table,
+        "-o",
+        "csv",
+    ]);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("3 records read")
+            && stderr.contains("1 records without an event time dropped"),
+        "{stderr}"
+    );
+    let empty = dir.path().join("empty.csv");
+    std::fs::write(&empty, "").unwrap();
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM t",
+        "--table",
+        &format!("t={},event_time=ts", empty.display()),
+    ]);
+    assert!(line.contains("the stream has no columns"), "{line}");
 }
 
 #[tokio::test]

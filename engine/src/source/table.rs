@@ -131,7 +131,7 @@ impl StreamTable {
         for column in &options.partitioned_by {
             if schema.field_with_name(column).is_err() {
                 return plan_err!(
-                    "stream '{name}': partitioned_by column '{column}' does not exist; columns are {}",
+                    "stream '{name}': partitioned_by column '{column}' does not exist; {}",
                     column_list(&schema)
                 );
             }
@@ -347,7 +347,7 @@ fn with_time_unit(
 fn check_event_time_column(table: &str, schema: &SchemaRef, column: &str) -> Result<()> {
     let Ok(field) = schema.field_with_name(column) else {
         return plan_err!(
-            "stream '{table}': event-time column '{column}' does not exist; columns are {}",
+            "stream '{table}': event-time column '{column}' does not exist; {}",
             column_list(schema)
         );
     };
@@ -361,11 +361,11 @@ fn check_event_time_column(table: &str, schema: &SchemaRef, column: &str) -> Res
     }
 }
 
+/// The stream's columns, for an error naming a missing one.
 fn column_list(schema: &SchemaRef) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    if schema.fields().is_empty() {
+        return "the stream has no columns (an empty file?)".to_string();
+    }
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    format!("columns are {}", names.join(", "))
 }
