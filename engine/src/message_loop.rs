@@ -13,8 +13,8 @@ use crate::watermark::StreamMessage;
 pub(crate) trait MessageHandler: Send + 'static {
     fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>>;
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>>;
-    /// Output a message produced beyond the batch it returned, handed out before the next
-    /// message is read.
+    /// Output computed beyond the batch a call returned (a release computed batch by batch);
+    /// the loop hands it out before it reads the next message.
     fn queued_output(&mut self) -> Option<RecordBatch> {
         None
     }

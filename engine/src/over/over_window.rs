@@ -536,7 +536,6 @@ impl OverState {
         Ok(Some(self.output_batch(columns)?))
     }
 
-    /// `first` and `second` as one batch, if any.
     fn output_batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new(
             Arc::clone(&self.spec.schema),
