@@ -133,7 +133,8 @@ impl StreamingContext {
                 );
             }
         };
-        let provider = open_file_source(&self.ctx.state(), path, format).await?;
+        let event_time = options.event_time.as_deref();
+        let provider = open_file_source(&self.ctx.state(), path, format, event_time).await?;
         self.register_stream(
             name,
             ReplaySource::Files {

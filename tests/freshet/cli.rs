@@ -121,6 +121,42 @@ fn query_writes_json_lines_and_a_bounded_table() {
     );
 }
 
+/// A JSON-lines file has no timestamp type: its ISO 8601 event times (as `freshet gen`
+/// writes them) are read as times, and the replay gives the CSV replay's windows; a value
+/// that is not a time fails the read in one line naming the stream.
+#[test]
+fn json_lines_event_times_written_as_text_are_read_as_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let query = "SELECT trader_id, symbol, window_start, COUNT(*) AS n, SUM(quantity) AS q \
+        FROM md GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+    let mut results = Vec::new();
+    for name in ["md.jsonl", "md.csv"] {
+        let file = dir.path().join(name);
+        let out = file.to_str().unwrap();
+        freshet_ok(&["gen", "market_data", "--records", "3000", "--out", out]);
+        let table = format!("md={out},event_time=trade_time");
+        let csv = freshet_ok(&["query", query, "--table", &table, "-o", "csv"]);
+        let mut rows: Vec<String> = csv.lines().skip(1).map(str::to_string).collect();
+        rows.sort();
+        results.push(rows);
+    }
+    // 3 000 records, one a second, over 51 minute windows of 20 (trader, symbol) pairs.
+    assert_eq!(results[0].len(), 1_020);
+    assert_eq!(results[0], results[1]);
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"ts\":\"2024-01-01T00:00:00Z\"}\n{\"ts\":\"noon\"}\n",
+    )
+    .unwrap();
+    let table = format!("t={},event_time=ts", bad.display());
+    let line = freshet_error(&["query", "SELECT * FROM t", "--table", &table]);
+    assert!(
+        line.contains("reading stream 't' failed") && line.contains("noon"),
+        "{line}"
+    );
+}
+
 #[test]
 fn a_paced_replay_runs_at_its_rate() {
     // 2 000 records at 10 000 records/s take about 0.2 s; a pacing bug either runs

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::ipc::reader::FileReader;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
@@ -102,6 +102,7 @@ pub async fn open_file_source(
     state: &dyn Session,
     path: &str,
     format: FileFormatKind,
+    event_time: Option<&str>,
 ) -> Result<Arc<dyn TableProvider>> {
     let location = Path::new(path);
     if !location.exists() {
@@ -124,12 +125,49 @@ pub async fn open_file_source(
         (file.display().to_string(), extension)
     };
     let options = ListingOptions::new(format.listing_format()).with_file_extension(extension);
-    let config = ListingTableConfig::new(ListingTableUrl::parse(&url)?)
-        .with_listing_options(options)
+    let url = ListingTableUrl::parse(&url)?;
+    let config = ListingTableConfig::new(url.clone())
+        .with_listing_options(options.clone())
         .infer_schema(state)
         .await
         .map_err(|e| e.context(format!("cannot read the schema of {path}")))?;
+    let config = match (format, event_time, config.file_schema.as_ref()) {
+        (FileFormatKind::Csv | FileFormatKind::JsonLines, Some(column), Some(schema)) => {
+            match times_as_text(schema, column) {
+                Some(schema) => ListingTableConfig::new(url)
+                    .with_listing_options(options)
+                    .with_schema(schema),
+                None => config,
+            }
+        }
+        _ => config,
+    };
     Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
+/// `schema` with its event-time column `column` read as a millisecond timestamp, when the
+/// text formats' inference left it a string: JSON has no timestamp type, so ISO 8601 times
+/// (as `freshet gen` writes them) infer as text. A value that is not a time then fails the
+/// read, naming the stream.
+fn times_as_text(schema: &SchemaRef, column: &str) -> Option<SchemaRef> {
+    let (index, field) = schema.column_with_name(column)?;
+    if !matches!(
+        field.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        return None;
+    }
+    let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+    fields[index] = Arc::new(
+        field
+            .as_ref()
+            .clone()
+            .with_data_type(DataType::Timestamp(TimeUnit::Millisecond, None)),
+    );
+    Some(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
 }
 
 /// The files `path` stands for: itself, or the files with `format`'s extension in it.
