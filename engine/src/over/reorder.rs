@@ -126,13 +126,13 @@ impl ReorderBuffer {
 /// within each; with `peers` (a RANGE frame, computed over all rows of a time at once),
 /// no time may span two batches.
 fn in_time_order(released: &[(RecordBatch, Int64Array)], peers: bool) -> bool {
-    let mut previous = i64::MIN;
-    released.iter().enumerate().all(|(index, (_, times))| {
+    let mut previous: Option<i64> = None;
+    released.iter().all(|(_, times)| {
         let values = times.values();
-        let follows = |first: i64| first > previous || (first == previous && !peers) || index == 0;
-        let ordered = values.first().is_none_or(|first| follows(*first))
-            && values.windows(2).all(|pair| pair[0] <= pair[1]);
-        previous = values.last().copied().unwrap_or(previous);
+        let follows = |first: &i64| previous.is_none_or(|p| *first > p || (*first == p && !peers));
+        let ordered =
+            values.first().is_none_or(follows) && values.windows(2).all(|pair| pair[0] <= pair[1]);
+        previous = values.last().copied().or(previous);
         ordered
     })
 }

@@ -125,22 +125,20 @@ pub async fn open_file_source(
         (file.display().to_string(), extension)
     };
     let options = ListingOptions::new(format.listing_format()).with_file_extension(extension);
-    let url = ListingTableUrl::parse(&url)?;
-    let config = ListingTableConfig::new(url.clone())
-        .with_listing_options(options.clone())
+    let config = ListingTableConfig::new(ListingTableUrl::parse(&url)?)
+        .with_listing_options(options)
         .infer_schema(state)
         .await
         .map_err(|e| e.context(format!("cannot read the schema of {path}")))?;
-    let config = match (format, event_time, config.file_schema.as_ref()) {
+    let text_times = match (format, event_time, &config.file_schema) {
         (FileFormatKind::Csv | FileFormatKind::JsonLines, Some(column), Some(schema)) => {
-            match times_as_text(schema, column) {
-                Some(schema) => ListingTableConfig::new(url)
-                    .with_listing_options(options)
-                    .with_schema(schema),
-                None => config,
-            }
+            text_time_read_as_timestamp(schema, column)
         }
-        _ => config,
+        _ => None,
+    };
+    let config = match text_times {
+        Some(schema) => config.with_schema(schema),
+        None => config,
     };
     Ok(Arc::new(ListingTable::try_new(config)?))
 }
@@ -149,7 +147,7 @@ pub async fn open_file_source(
 /// text formats' inference left it a string: JSON has no timestamp type, so ISO 8601 times
 /// (as `freshet gen` writes them) infer as text. A value that is not a time then fails the
 /// read, naming the stream.
-fn times_as_text(schema: &SchemaRef, column: &str) -> Option<SchemaRef> {
+fn text_time_read_as_timestamp(schema: &SchemaRef, column: &str) -> Option<SchemaRef> {
     let (index, field) = schema.column_with_name(column)?;
     if !matches!(
         field.data_type(),
