@@ -174,12 +174,13 @@ async fn a_plain_group_by_reads_its_file_on_every_core() {
     assert!(window_plan.contains("source_partitions=1"), "{window_plan}");
 }
 
-/// A paced file replay whose partitions nobody chose is read as one partition: paced by
-/// records, partitions that take turns by row group would each hold the others' rows back
-/// in a keyed operator's event-time merge (the stream ran at half its rate). Chosen
-/// partitions are kept. The rows are the unpaced replay's.
+/// A paced file replay is read by one reader: paced by records, partitions that take turns
+/// by row group would each hold the others' rows back in a keyed operator's event-time
+/// merge (the stream ran at half its rate). Unless the user chose partitions it is one
+/// partition; chosen partitions are dealt its rows in turns. The rows are the unpaced
+/// replay's.
 #[tokio::test]
-async fn a_paced_file_replay_is_read_as_one_partition() {
+async fn a_paced_file_replay_is_read_by_one_reader() {
     let dir = tempfile::tempdir().unwrap();
     let path = time_ordered_file(dir.path(), 4_000);
     let paced = |partitions| StreamOptions {
@@ -190,9 +191,19 @@ async fn a_paced_file_replay_is_read_as_one_partition() {
     };
     let (plan, mut rows) = run_with(&path, S1, paced(None), 2).await;
     assert!(plan.contains("source_partitions=1"), "{plan}");
-    let (chosen, _) = run_with(&path, S3B, paced(Some(2)), 2).await;
-    assert!(chosen.contains("source_partitions=2"), "{chosen}");
     let mut reference = run(&path, S1, 2, 2).await;
+    rows.sort();
+    reference.sort();
+    assert_eq!(rows, reference);
+    // Partitions the user chose are dealt one reader's rows in turns, each partition
+    // covering the whole time range.
+    let (chosen, mut rows) = run_with(&path, S3B, paced(Some(2)), 2).await;
+    assert!(chosen.contains("source_partitions=2"), "{chosen}");
+    assert!(
+        chosen.contains("DealExec: partitions=1->2, slices of 4000 rows"),
+        "{chosen}"
+    );
+    let mut reference = run(&path, S3B, 2, 2).await;
     rows.sort();
     reference.sort();
     assert_eq!(rows, reference);

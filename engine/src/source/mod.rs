@@ -3,6 +3,7 @@
 //! built-in generator) under a [`StreamSourceExec`] that gives the plan the stream's
 //! properties: boundedness, source partitioning, event time and watermark, and pacing.
 
+mod deal;
 mod exec;
 mod file_split;
 mod files;

@@ -22,6 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 
+use super::deal::DealExec;
 use super::exec::StreamSourceExec;
 use super::file_split::FileSplit;
 use super::generator::GeneratorSpec;
@@ -212,14 +213,19 @@ impl TableProvider for StreamTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let paced = !matches!(self.options.pacing, Pacing::AsFastAsPossible);
-        let partitions = match (self.options.partitions, &self.source) {
-            (Some(partitions), _) => partitions,
-            // A file's source partitions take turns by row group (or file) in event time:
-            // paced by records, each would hold the others' rows back by a unit's worth of
-            // time before a keyed operator's event-time merge let them through, at half the
-            // rate. A paced replay needs no parallel decoding: one partition reads it.
-            (None, ReplaySource::Files { .. }) if paced => 1,
-            (None, _) => state.config().target_partitions(),
+        // A file's source partitions take turns by row group (or file) in event time: paced
+        // by records, each would hold the others' rows back by a unit's worth of time before
+        // a keyed operator's event-time merge let them through. A paced replay needs no
+        // parallel decoding: one reader reads it, and partitions the user chose are dealt
+        // its rows in turns, about 10 ms of records at a time (see `DealExec`). Files split
+        // by declared keys are each paced on their own.
+        let one_reader = matches!(self.source, ReplaySource::Files { .. })
+            && paced
+            && self.options.partitioned_by.is_empty();
+        let partitions = match self.options.partitions {
+            Some(partitions) => partitions,
+            None if one_reader => 1,
+            None => state.config().target_partitions(),
         }
         .max(1);
         let mut wider_split = None;
@@ -237,9 +243,19 @@ impl TableProvider for StreamTable {
                     wider_split =
                         FileSplit::try_new(&plan, cores, false, event_time, state).await?;
                 }
-                match FileSplit::try_new(&plan, partitions, whole_files, event_time, state).await? {
+                let read_as = if one_reader { 1 } else { partitions };
+                let read = match FileSplit::try_new(&plan, read_as, whole_files, event_time, state)
+                    .await?
+                {
                     Some(split) => split.apply(&plan)?,
                     None => plan,
+                };
+                match self.options.pacing {
+                    Pacing::RecordsPerSecond(rate) if one_reader && partitions > 1 => {
+                        let slice_rows = (rate / 100.0).ceil() as usize;
+                        Arc::new(DealExec::try_new(read, partitions, slice_rows)?)
+                    }
+                    _ => read,
                 }
             }
             ReplaySource::Batches { schema, batches } => {
