@@ -5,6 +5,7 @@ use std::sync::Arc;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::aggregate_rule::StreamingAggregateRule;
+use crate::alignment_rule::SourceAlignmentRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
@@ -23,8 +24,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
-/// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe and then
-/// [`ReadPlacementRule`] go right before DataFusion's own
+/// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
+/// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
 /// `SanityCheckPlan`: a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
@@ -32,7 +33,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// Freshet's exchange, filters over streams pass each batch on at once,
 /// a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
-/// and sources whose every core decodes for a light consumer are read where consumed. The window functions and the `freshet.*` session options are added too,
+/// sources whose every core decodes for a light consumer are read where consumed, and the
+/// sources below an interval join move together in event time. The window functions and the `freshet.*` session options are added too,
 /// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
 /// ([`crate::stream_distinct`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
@@ -42,6 +44,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
+    rules.insert(sanity_check, Arc::new(SourceAlignmentRule));
     rules.insert(sanity_check, Arc::new(ReadPlacementRule));
     rules.insert(sanity_check, Arc::new(LookupProbeRule));
     rules.insert(sanity_check, Arc::new(DistributionRepair));

@@ -6,6 +6,7 @@
 //! streams and to run queries as one stream of results per output partition.
 
 mod aggregate_rule;
+mod alignment_rule;
 mod context;
 mod dialect;
 mod distribution_repair;

@@ -15,11 +15,12 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -37,15 +38,17 @@ use datafusion::physical_plan::{
     PlanProperties, ReplaceChildrenOptions,
 };
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use tokio::sync::watch;
 
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
 
+use super::alignment::{AlignedPartition, SourceAlignment};
 use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
 use crate::progress::PartitionProgress;
-use crate::watermark::{event_times, newest_time};
+use crate::watermark::{event_times, newest_time, time_range};
 
 /// Batches a source partition decodes or generates ahead of the query: enough to keep its
 /// reader busy while the query works on the batches before, and to carry the query over the
@@ -124,6 +127,31 @@ async fn read_next(
     unless_panicked(what, read).await
 }
 
+/// `batches` of a source partition, each handed out when its alignment lets it (see
+/// [`SourceAlignment`]); the partition counts as ended once the batches end or the stream
+/// is dropped.
+fn aligned(
+    batches: BoxStream<'static, Result<RecordBatch>>,
+    partition: AlignedPartition,
+    column: usize,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    futures::stream::unfold(Some((batches, partition)), move |state| async move {
+        let (mut batches, partition) = state?;
+        let batch = batches.next().await?;
+        if let Ok(batch) = &batch {
+            let times = event_times(batch.column(column));
+            if let Some((oldest, newest)) = times
+                .ok()
+                .and_then(|times| time_range(times.as_primitive::<Int64Type>()))
+            {
+                partition.hand_out(oldest, newest).await;
+            }
+        }
+        Some((batch, Some((batches, partition))))
+    })
+    .boxed()
+}
+
 /// The source operator of a stream; see the module documentation.
 #[derive(Debug)]
 pub struct StreamSourceExec {
@@ -145,6 +173,10 @@ pub struct StreamSourceExec {
     /// Whether each partition decodes or generates in its consumer's task rather than in a
     /// task of its own (see [`Self::read_where_consumed`]).
     read_here: AtomicBool,
+    /// The alignment this source shares with the other sources below an interval join (see
+    /// [`SourceAlignment`]), and its index there once a partition runs.
+    alignment: OnceLock<Arc<SourceAlignment>>,
+    aligned_as: Arc<OnceLock<usize>>,
 }
 
 impl StreamSourceExec {
@@ -182,6 +214,8 @@ impl StreamSourceExec {
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
             read_here: AtomicBool::new(false),
+            alignment: OnceLock::new(),
+            aligned_as: Arc::default(),
         })
     }
 
@@ -292,6 +326,35 @@ impl StreamSourceExec {
         self.read_here.store(true, Ordering::Relaxed);
     }
 
+    /// Has this source hand out each batch only when it is not too far ahead in event time
+    /// of the other sources of `alignment` (see [`SourceAlignment`]); a source that is
+    /// paced (held to the clock already), has no event time or is already aligned is left
+    /// as it is.
+    pub fn align_with(&self, alignment: &Arc<SourceAlignment>) {
+        let paced = matches!(self.options.pacing, Pacing::RecordsPerSecond(_));
+        if paced || self.progress.is_none() || self.alignment.get().is_some() {
+            return;
+        }
+        let _ = self.alignment.set(Arc::clone(alignment));
+    }
+
+    /// Nanoseconds per unit of the event-time column at `column`.
+    fn nanoseconds_per_unit(&self, column: usize) -> i64 {
+        let unit = match self.schema().field(column).data_type() {
+            DataType::Timestamp(unit, _) => *unit,
+            _ => self
+                .options
+                .event_time_unit
+                .unwrap_or(TimeUnit::Millisecond),
+        };
+        match unit {
+            TimeUnit::Second => 1_000_000_000,
+            TimeUnit::Millisecond => 1_000_000,
+            TimeUnit::Microsecond => 1_000,
+            TimeUnit::Nanosecond => 1,
+        }
+    }
+
     /// Records handed out so far, over all partitions.
     pub fn records_read(&self) -> usize {
         self.metrics.clone_inner().output_rows().unwrap_or(0)
@@ -326,6 +389,9 @@ impl DisplayAs for StreamSourceExec {
         }
         if self.read_here.load(Ordering::Relaxed) && reads_or_generates(&self.input) {
             write!(f, ", read where consumed")?;
+        }
+        if self.alignment.get().is_some() {
+            write!(f, ", aligned with the join's other sources")?;
         }
         Ok(())
     }
@@ -391,6 +457,8 @@ impl ExecutionPlan for StreamSourceExec {
         let mut source = Self::try_new(child, &self.table, &self.options, self.bounded)?;
         source.wider_split = self.wider_split.clone();
         source.read_here = AtomicBool::new(self.read_here.load(Ordering::Relaxed));
+        source.alignment = self.alignment.clone();
+        source.aligned_as = Arc::clone(&self.aligned_as);
         // A check shared with a joined stream stays shared.
         if let (Some(_), Some(shared)) = (&source.key_check, &self.key_check) {
             source.key_check = Some(Arc::clone(shared));
@@ -457,7 +525,22 @@ impl ExecutionPlan for StreamSourceExec {
             }
         };
         let Pacing::RecordsPerSecond(rate) = self.options.pacing else {
-            let handed_out = counted.map(record_progress).take_until(stopped);
+            let aligned = match (self.alignment.get(), &self.progress) {
+                (Some(alignment), Some((_, column))) => {
+                    // A source joins its alignment when it first runs: one planned but
+                    // never run (replaced by a wider split) holds nobody back.
+                    let partitions = self.properties.output_partitioning().partition_count();
+                    let source = *self
+                        .aligned_as
+                        .get_or_init(|| alignment.register(partitions));
+                    let scale = self.nanoseconds_per_unit(*column);
+                    let part =
+                        AlignedPartition::new(Arc::clone(alignment), source, partition, scale);
+                    aligned(counted.boxed(), part, *column)
+                }
+                _ => counted.boxed(),
+            };
+            let handed_out = aligned.map(record_progress).take_until(stopped);
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, handed_out)));
         };
         let rate_per_partition =

@@ -3,6 +3,7 @@
 //! built-in generator) under a [`StreamSourceExec`] that gives the plan the stream's
 //! properties: boundedness, source partitioning, event time and watermark, and pacing.
 
+mod alignment;
 mod deal;
 mod exec;
 mod file_split;
@@ -12,6 +13,7 @@ mod key_check;
 mod prefetch;
 mod table;
 
+pub use alignment::SourceAlignment;
 pub use exec::StreamSourceExec;
 pub use files::{FileFormatKind, open_file_source};
 pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
