@@ -11,7 +11,9 @@
 //! task of its own, a couple of batches ahead of the query. Records are counted in
 //! the operator's `output_rows` metric, which the progress line reads. A declared key
 //! partitioning is checked as the records flow ([`PartitionKeyCheck`]): a key met in two
-//! source partitions fails the run.
+//! source partitions fails the run. Below an interval join, a source read as fast as it goes
+//! hands out each batch only when it is not too far ahead in event time of the join's other
+//! sources ([`SourceAlignment`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -174,8 +176,9 @@ pub struct StreamSourceExec {
     /// task of its own (see [`Self::read_where_consumed`]).
     read_here: AtomicBool,
     /// The alignment this source shares with the other sources below an interval join (see
-    /// [`SourceAlignment`]), and its index there once a partition runs.
+    /// [`SourceAlignment`]).
     alignment: OnceLock<Arc<SourceAlignment>>,
+    /// The source's index in its alignment, once a partition runs.
     aligned_as: Arc<OnceLock<usize>>,
 }
 
