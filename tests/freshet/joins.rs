@@ -120,17 +120,7 @@ async fn a_join_without_keys_runs_on_one_stream() {
 /// batches: rows are freed once the other side's watermark passes their bound.
 #[tokio::test]
 async fn an_interval_join_of_endless_streams_keeps_bounded_state() {
-    let ctx = StreamingContext::with_partitions(2);
-    let options = StreamOptions {
-        event_time: Some("trade_time".to_string()),
-        ..StreamOptions::default()
-    };
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        options,
-    )
-    .unwrap();
+    let ctx = endless_timed_market_data();
     let query = ctx
         .sql(
             "SELECT m.symbol, m.trade_time, o.trade_time AS other FROM market_data m \
@@ -148,17 +138,7 @@ async fn an_interval_join_of_endless_streams_keeps_bounded_state() {
 /// by about 100 MB a second when they were not).
 #[tokio::test]
 async fn a_window_join_of_endless_replays_keeps_its_sides_together() {
-    let ctx = StreamingContext::with_partitions(2);
-    let options = StreamOptions {
-        event_time: Some("trade_time".to_string()),
-        ..StreamOptions::default()
-    };
-    ctx.register_generator(
-        "market_data",
-        GeneratorSpec::new(GeneratorKind::MarketData, None),
-        options,
-    )
-    .unwrap();
+    let ctx = endless_timed_market_data();
     let side = |aggregate: &str| {
         format!(
             "SELECT symbol, window_start, {aggregate} AS v FROM market_data \
@@ -182,6 +162,23 @@ async fn a_window_join_of_endless_replays_keeps_its_sides_together() {
         "{plan}"
     );
     answers_in_bounded_state(query, 2_000_000).await;
+}
+
+/// A context of two streams with `market_data` an endless generator, in event time, replayed
+/// as fast as it goes.
+fn endless_timed_market_data() -> StreamingContext {
+    let ctx = StreamingContext::with_partitions(2);
+    let options = StreamOptions {
+        event_time: Some("trade_time".to_string()),
+        ..StreamOptions::default()
+    };
+    ctx.register_generator(
+        "market_data",
+        GeneratorSpec::new(GeneratorKind::MarketData, None),
+        options,
+    )
+    .unwrap();
+    ctx
 }
 
 /// Reads `rows` rows of `query`, an interval join of endless streams, within two minutes
