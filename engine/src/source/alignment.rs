@@ -18,7 +18,8 @@
 //! 3. A wait lasts at most [`LONGEST_WAIT`]. A source behind that cannot move (its
 //!    consumer reads something else first) then only slows the sources ahead, never stops
 //!    the query: alignment bounds how fast state grows, it never decides what is read.
-//! 4. A partition that ends, or whose stream is dropped, stops holding the others.
+//! 4. A partition that ends, or whose stream is dropped, stops holding the others; so does
+//!    one silent for its source's `idle_timeout`, as it stops holding back the watermark.
 //!
 //! Times are compared in nanoseconds, so sources of different time units align.
 
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// How many of its widest batches (in event time) a source may run ahead of another's
 /// frontier: a few, so that sources taking turns rarely wait (at two batches a
@@ -48,6 +50,10 @@ pub struct SourceAlignment {
 #[derive(Debug)]
 struct AlignedSource {
     partitions: Vec<PartitionState>,
+    /// When each partition last handed out a batch (or joined).
+    since: Vec<Instant>,
+    /// The source's `idle_timeout`: a partition silent this long holds nobody back.
+    idle_timeout: Option<Duration>,
     /// How far ahead of another source's frontier a batch may start, in nanoseconds.
     allowance: i64,
 }
@@ -73,16 +79,19 @@ enum Frontier {
 }
 
 impl AlignedSource {
-    fn frontier(&self) -> Frontier {
+    fn frontier(&self, now: Instant) -> Frontier {
         let mut oldest = None;
         let mut running = false;
-        for state in &self.partitions {
+        for (state, since) in self.partitions.iter().zip(&self.since) {
+            let silent = self
+                .idle_timeout
+                .is_some_and(|timeout| now.duration_since(*since) >= timeout);
             match state {
-                PartitionState::HandedOut(time) => {
+                PartitionState::HandedOut(time) if !silent => {
                     oldest = Some(oldest.map_or(*time, |o: i64| o.min(*time)))
                 }
-                PartitionState::NotStarted => running = true,
-                PartitionState::Ended => {}
+                PartitionState::NotStarted if !silent => running = true,
+                _ => {}
             }
         }
         match (oldest, running) {
@@ -98,11 +107,14 @@ impl SourceAlignment {
         Arc::new(Self::default())
     }
 
-    /// Adds a source of `partitions` partitions; returns its index.
-    pub fn register(&self, partitions: usize) -> usize {
+    /// Adds a source of `partitions` partitions and the given `idle_timeout`; returns its
+    /// index.
+    pub fn register(&self, partitions: usize, idle_timeout: Option<Duration>) -> usize {
         let mut sources = self.sources.lock();
         sources.push(AlignedSource {
             partitions: vec![PartitionState::NotStarted; partitions],
+            since: vec![Instant::now(); partitions],
+            idle_timeout,
             allowance: 0,
         });
         sources.len() - 1
@@ -114,11 +126,12 @@ impl SourceAlignment {
         let Some(allowance) = sources.get(source).map(|s| s.allowance) else {
             return false;
         };
+        let now = Instant::now();
         sources
             .iter()
             .enumerate()
             .filter(|(index, _)| *index != source)
-            .any(|(_, other)| match other.frontier() {
+            .any(|(_, other)| match other.frontier(now) {
                 Frontier::Unknown => true,
                 Frontier::At(time) => oldest > time.saturating_add(allowance),
                 Frontier::Ended => false,
@@ -167,13 +180,16 @@ impl SourceAlignment {
     ) {
         {
             let mut sources = self.sources.lock();
-            let Some(state) = sources
-                .get_mut(source)
-                .and_then(|s| s.partitions.get_mut(partition))
-            else {
+            let Some(aligned) = sources.get_mut(source) else {
                 return;
             };
-            *state = change(*state);
+            if let (Some(state), Some(since)) = (
+                aligned.partitions.get_mut(partition),
+                aligned.since.get_mut(partition),
+            ) {
+                *state = change(*state);
+                *since = Instant::now();
+            }
         }
         self.advanced.notify_waiters();
     }
@@ -232,8 +248,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_source_ahead_waits_until_the_other_catches_up() {
         let alignment = SourceAlignment::new();
-        let fast = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1), 0, 1);
-        let slow = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1), 0, 1);
+        let fast = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
+        let slow = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
         slow.hand_out(0, 10).await;
         fast.hand_out(0, 10).await;
         // Allowance: eight times the widest batch (10) = 80. A batch from 95 is ahead of 10 + 80.
@@ -253,8 +269,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_wait_is_bounded_and_an_ended_source_holds_nothing() {
         let alignment = SourceAlignment::new();
-        let fast = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1), 0, 1);
-        let stuck = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1), 0, 1);
+        let fast = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
+        let stuck =
+            AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
         stuck.hand_out(0, 1).await;
         let start = tokio::time::Instant::now();
         fast.hand_out(1_000, 1_001).await;
@@ -262,6 +279,26 @@ mod tests {
         drop(stuck);
         let start = tokio::time::Instant::now();
         fast.hand_out(5_000, 5_001).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_silent_for_its_idle_timeout_holds_nobody_back() {
+        let alignment = SourceAlignment::new();
+        let fast = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
+        let idle_source = alignment.register(1, Some(Duration::from_secs(1)));
+        let silent = AlignedPartition::new(Arc::clone(&alignment), idle_source, 0, 1);
+        silent.hand_out(0, 1).await;
+        let start = tokio::time::Instant::now();
+        fast.hand_out(1_000, 1_001).await;
+        assert_eq!(
+            start.elapsed(),
+            LONGEST_WAIT,
+            "the silent source held it back at first"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let start = tokio::time::Instant::now();
+        fast.hand_out(2_000, 2_001).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

@@ -535,7 +535,7 @@ impl ExecutionPlan for StreamSourceExec {
                     let partitions = self.properties.output_partitioning().partition_count();
                     let source = *self
                         .aligned_as
-                        .get_or_init(|| alignment.register(partitions));
+                        .get_or_init(|| alignment.register(partitions, self.options.idle_timeout));
                     let scale = self.nanoseconds_per_unit(*column);
                     let part =
                         AlignedPartition::new(Arc::clone(alignment), source, partition, scale);
