@@ -103,6 +103,7 @@ impl AlignedSource {
 }
 
 impl SourceAlignment {
+    /// An alignment no source has joined yet.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -145,7 +146,7 @@ impl SourceAlignment {
             let span = newest.saturating_sub(oldest).max(1);
             aligned.allowance = aligned.allowance.max(span.saturating_mul(BATCHES_AHEAD));
         }
-        let deadline = tokio::time::Instant::now() + LONGEST_WAIT;
+        let deadline = Instant::now() + LONGEST_WAIT;
         loop {
             let woken = self.advanced.notified();
             if !self.ahead(source, oldest) {
