@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -51,6 +51,7 @@ use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
 use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, newest_time, time_range};
+use crate::window::nanoseconds_per_unit;
 
 /// Batches a source partition decodes or generates ahead of the query: enough to keep its
 /// reader busy while the query works on the batches before, and to carry the query over the
@@ -341,23 +342,6 @@ impl StreamSourceExec {
         let _ = self.alignment.set(Arc::clone(alignment));
     }
 
-    /// Nanoseconds per unit of the event-time column at `column`.
-    fn nanoseconds_per_unit(&self, column: usize) -> i64 {
-        let unit = match self.schema().field(column).data_type() {
-            DataType::Timestamp(unit, _) => *unit,
-            _ => self
-                .options
-                .event_time_unit
-                .unwrap_or(TimeUnit::Millisecond),
-        };
-        match unit {
-            TimeUnit::Second => 1_000_000_000,
-            TimeUnit::Millisecond => 1_000_000,
-            TimeUnit::Microsecond => 1_000,
-            TimeUnit::Nanosecond => 1,
-        }
-    }
-
     /// Records handed out so far, over all partitions.
     pub fn records_read(&self) -> usize {
         self.metrics.clone_inner().output_rows().unwrap_or(0)
@@ -536,7 +520,7 @@ impl ExecutionPlan for StreamSourceExec {
                     let source = *self
                         .aligned_as
                         .get_or_init(|| alignment.register(partitions, self.options.idle_timeout));
-                    let scale = self.nanoseconds_per_unit(*column);
+                    let scale = nanoseconds_per_unit(schema.field(*column).data_type())?;
                     let part =
                         AlignedPartition::new(Arc::clone(alignment), source, partition, scale);
                     aligned(counted.boxed(), part, *column)

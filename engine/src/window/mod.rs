@@ -5,4 +5,4 @@ mod assign;
 mod spec;
 
 pub use assign::{window_starts, window_starts_array, window_starts_counting};
-pub use spec::{WindowSpec, duration_in_unit, duration_text, time_unit_type};
+pub use spec::{WindowSpec, duration_in_unit, duration_text, nanoseconds_per_unit, time_unit_type};

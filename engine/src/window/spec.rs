@@ -176,15 +176,21 @@ pub fn time_unit_type(time_type: &DataType) -> Result<DataType> {
     }
 }
 
-/// A duration literal (an interval) in the unit of `time_type`.
-pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64> {
-    let nanos = interval_nanos(value)?;
-    let per_unit: i128 = match time_unit_type(time_type)? {
+/// Nanoseconds per unit of an event-time column of type `time_type` (an integer is epoch
+/// milliseconds).
+pub fn nanoseconds_per_unit(time_type: &DataType) -> Result<i64> {
+    Ok(match time_unit_type(time_type)? {
         DataType::Timestamp(TimeUnit::Second, _) => 1_000_000_000,
         DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000_000,
         DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000,
         _ => 1,
-    };
+    })
+}
+
+/// A duration literal (an interval) in the unit of `time_type`.
+pub fn duration_in_unit(value: &ScalarValue, time_type: &DataType) -> Result<i64> {
+    let nanos = interval_nanos(value)?;
+    let per_unit = i128::from(nanoseconds_per_unit(time_type)?);
     if nanos % per_unit != 0 {
         return plan_err!(
             "window length {} is finer than the event-time column's unit",
