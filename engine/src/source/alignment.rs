@@ -11,10 +11,12 @@
 //!    newest event time it has handed out; the source's frontier is the oldest of those of
 //!    its running partitions (an ended partition no longer counts). A source none of whose
 //!    partitions has handed out anything yet holds every other source back.
-//! 2. Before a partition hands out a batch, it waits while the batch's oldest time is more
-//!    than its allowance ahead of another source's frontier. The allowance is
-//!    [`BATCHES_AHEAD`] times the widest batch (in event time) its source has handed out,
-//!    so that sources of sparse and dense times both move batches at a time.
+//! 2. Before a partition hands out a batch, it waits while its source's frontier is more
+//!    than the source's allowance ahead of another source's frontier. Sources move together
+//!    as wholes; how far one source's partitions spread is left to the exchanges that merge
+//!    them. The allowance is [`BATCHES_AHEAD`] times the widest batch (in event time) the
+//!    source has handed out, so that sources of sparse and dense times both move batches at
+//!    a time.
 //! 3. A wait lasts at most [`LONGEST_WAIT`]. A source behind that cannot move (its
 //!    consumer reads something else first) then only slows the sources ahead, never stops
 //!    the query: alignment bounds how fast state grows, it never decides what is read.
@@ -121,26 +123,31 @@ impl SourceAlignment {
         sources.len() - 1
     }
 
-    /// Whether a batch of `source` starting at `oldest` is too far ahead of another source.
-    fn ahead(&self, source: usize, oldest: i64) -> bool {
+    /// Whether `source`'s frontier is too far ahead of another source's. Sources are compared
+    /// as wholes: how far one source's own partitions spread (a file's partitions take turns
+    /// by row group) is for the exchanges that merge them, and a partition compared on its
+    /// own would wait at every row group.
+    fn ahead(&self, source: usize) -> bool {
         let sources = self.sources.lock();
-        let Some(allowance) = sources.get(source).map(|s| s.allowance) else {
+        let now = Instant::now();
+        let Some((Frontier::At(own), allowance)) =
+            sources.get(source).map(|s| (s.frontier(now), s.allowance))
+        else {
             return false;
         };
-        let now = Instant::now();
         sources
             .iter()
             .enumerate()
             .filter(|(index, _)| *index != source)
             .any(|(_, other)| match other.frontier(now) {
                 Frontier::Unknown => true,
-                Frontier::At(time) => oldest > time.saturating_add(allowance),
+                Frontier::At(time) => own > time.saturating_add(allowance),
                 Frontier::Ended => false,
             })
     }
 
-    /// Waits (at most [`LONGEST_WAIT`]) until a batch of `source` spanning `oldest..=newest`
-    /// is no longer too far ahead of the other sources.
+    /// Waits (at most [`LONGEST_WAIT`]) until `source`, about to hand out a batch spanning
+    /// `oldest..=newest`, is no longer too far ahead of the other sources.
     pub async fn wait_for_others(&self, source: usize, oldest: i64, newest: i64) {
         if let Some(aligned) = self.sources.lock().get_mut(source) {
             let span = newest.saturating_sub(oldest).max(1);
@@ -149,7 +156,7 @@ impl SourceAlignment {
         let deadline = Instant::now() + LONGEST_WAIT;
         loop {
             let woken = self.advanced.notified();
-            if !self.ahead(source, oldest) {
+            if !self.ahead(source) {
                 return;
             }
             tokio::select! {
@@ -253,16 +260,18 @@ mod tests {
         let slow = AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
         slow.hand_out(0, 10).await;
         fast.hand_out(0, 10).await;
-        // Allowance: eight times the widest batch (10) = 80. A batch from 95 is ahead of 10 + 80.
+        fast.hand_out(95, 105).await;
+        // Allowance: eight times the widest batch (10) = 80. At 105 the fast source is ahead
+        // of 10 + 80.
         let waiting = tokio::spawn(async move {
-            fast.hand_out(95, 105).await;
+            fast.hand_out(110, 120).await;
             tokio::time::Instant::now()
         });
         tokio::task::yield_now().await;
         let start = tokio::time::Instant::now();
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!waiting.is_finished(), "the source ahead went on");
-        slow.hand_out(11, 20).await;
+        slow.hand_out(11, 30).await;
         let released = waiting.await.unwrap();
         assert_eq!(released - start, Duration::from_millis(10));
     }
@@ -274,8 +283,9 @@ mod tests {
         let stuck =
             AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
         stuck.hand_out(0, 1).await;
-        let start = tokio::time::Instant::now();
         fast.hand_out(1_000, 1_001).await;
+        let start = tokio::time::Instant::now();
+        fast.hand_out(1_002, 1_003).await;
         assert_eq!(start.elapsed(), LONGEST_WAIT);
         drop(stuck);
         let start = tokio::time::Instant::now();
@@ -290,8 +300,9 @@ mod tests {
         let idle_source = alignment.register(1, Some(Duration::from_secs(1)));
         let silent = AlignedPartition::new(Arc::clone(&alignment), idle_source, 0, 1);
         silent.hand_out(0, 1).await;
-        let start = tokio::time::Instant::now();
         fast.hand_out(1_000, 1_001).await;
+        let start = tokio::time::Instant::now();
+        fast.hand_out(1_002, 1_003).await;
         assert_eq!(
             start.elapsed(),
             LONGEST_WAIT,
@@ -300,6 +311,24 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let start = tokio::time::Instant::now();
         fast.hand_out(2_000, 2_001).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    /// A file's partitions take turns by row group, so one runs a row group ahead of the
+    /// other: sources are compared by their frontiers, and that spread makes nobody wait.
+    #[tokio::test(start_paused = true)]
+    async fn partitions_of_one_source_may_spread_without_waiting() {
+        let alignment = SourceAlignment::new();
+        let file = alignment.register(2, None);
+        let first = AlignedPartition::new(Arc::clone(&alignment), file, 0, 1);
+        let second = AlignedPartition::new(Arc::clone(&alignment), file, 1, 1);
+        let other =
+            AlignedPartition::new(Arc::clone(&alignment), alignment.register(1, None), 0, 1);
+        other.hand_out(0, 10).await;
+        first.hand_out(0, 10).await;
+        second.hand_out(1_000, 1_010).await;
+        let start = tokio::time::Instant::now();
+        second.hand_out(1_011, 1_020).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }
