@@ -762,3 +762,79 @@ fn statements_that_are_not_queries_and_syntax_errors_are_told_apart() {
     let line = freshet_error(&["query", "SELECT colour FROM md", table]);
     assert!(line.starts_with("error: No field named colour"), "{line}");
 }
+
+/// A bad record deep in a text file is named by its file and line (arrow's decoders number
+/// lines from the start of the byte range each reads), and only the columns the query reads
+/// are parsed.
+#[test]
+fn a_bad_record_deep_in_a_text_file_is_named_by_its_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("symbol,price,trade_time\n");
+    let mut jsonl = String::new();
+    for i in 0..40_000u64 {
+        let time = 1_700_000_000_000 + i * 1_000;
+        csv.push_str(&format!("S{},{}.5,{time}\n", i % 7, i % 100));
+        jsonl.push_str(&format!(
+            "{{\"symbol\":\"S{}\",\"price\":{}.5,\"trade_time\":{time}}}\n",
+            i % 7,
+            i % 100
+        ));
+    }
+    csv.push_str("S1,not a price,1700040000000\nS2,1.5\n");
+    jsonl.push_str("{\"symbol\":\"S1\",\"price\":\"not a price\",\"trade_time\":1}\n");
+    let csv_file = dir.path().join("trades.csv");
+    let jsonl_file = dir.path().join("trades.jsonl");
+    std::fs::write(&csv_file, csv).unwrap();
+    std::fs::write(&jsonl_file, jsonl).unwrap();
+    let error = |file: &std::path::Path, sql: &str, partitions: &str| {
+        freshet_error(&[
+            "query",
+            sql,
+            "--table",
+            &format!(
+                "t={},event_time=trade_time,event_time_unit=ms",
+                file.display()
+            ),
+            "--partitions",
+            partitions,
+            "-o",
+            "null",
+        ])
+    };
+    for partitions in ["1", "2"] {
+        let line = error(
+            &csv_file,
+            "SELECT symbol, SUM(price) FROM t GROUP BY symbol",
+            partitions,
+        );
+        assert!(
+            line.contains("trades.csv, line 40002: ")
+                && line.contains("'not a price' as type 'Float64' for column 1 ('price')"),
+            "{line}"
+        );
+        // The price is not read: the first bad record is the short one.
+        let line = error(
+            &csv_file,
+            "SELECT symbol, COUNT(*) FROM t GROUP BY symbol",
+            partitions,
+        );
+        assert!(
+            line.contains("trades.csv, line 40003: incorrect number of fields"),
+            "{line}"
+        );
+        let line = error(&jsonl_file, "SELECT SUM(price) FROM t", partitions);
+        assert!(
+            line.contains("trades.jsonl, line 40001: ") && line.contains("'price'"),
+            "{line}"
+        );
+    }
+    let bad_json = dir.path().join("bad.jsonl");
+    std::fs::write(&bad_json, "{\"a\":1}\n{\"a\":\n").unwrap();
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM t",
+        "--table",
+        &format!("t={}", bad_json.display()),
+    ]);
+    assert!(line.contains("bad.jsonl, line 2: Not valid JSON"), "{line}");
+}

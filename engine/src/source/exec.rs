@@ -49,6 +49,7 @@ use crate::plan_util::{single_child, unless_panicked};
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
+use super::text_errors::TextFiles;
 use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, newest_time, time_range};
 use crate::window::nanoseconds_per_unit;
@@ -80,10 +81,9 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
 /// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
 /// Dropping the stream stops the task.
-fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
+fn read_ahead(mut input: SendableRecordBatchStream, what: Reading) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
-    let what = format!("reading stream '{table}'");
     builder.spawn(async move {
         loop {
             let (item, last) = match read_next(&mut input, &what).await {
@@ -103,9 +103,8 @@ fn read_ahead(mut input: SendableRecordBatchStream, table: &str) -> SendableReco
 /// `input` read by its consumer, in the consumer's task: where every core already decodes
 /// (a source partition per core) for a consumer that does little with the rows, a task of
 /// its own would only add a hop per batch.
-fn read_here(input: SendableRecordBatchStream, table: &str) -> SendableRecordBatchStream {
+fn read_here(input: SendableRecordBatchStream, what: Reading) -> SendableRecordBatchStream {
     let schema = input.schema();
-    let what = format!("reading stream '{table}'");
     let batches = futures::stream::unfold(Some((input, what)), |reading| async move {
         let (mut input, what) = reading?;
         match read_next(&mut input, &what).await {
@@ -117,15 +116,42 @@ fn read_here(input: SendableRecordBatchStream, table: &str) -> SendableRecordBat
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }
 
+/// What a source partition reads, for its errors.
+#[derive(Clone)]
+struct Reading {
+    /// "reading stream 'NAME'".
+    what: String,
+    /// The stream's CSV or JSON-lines files, where a failed read looks for the bad record.
+    text_files: Option<Arc<TextFiles>>,
+}
+
 /// `input`'s next batch. A reader that fails or panics (the Parquet decoder on a corrupt
-/// page) gives an error naming the stream (`what`: "reading stream 'NAME'").
+/// page) gives an error naming the stream; a text file's, the file and line of the first
+/// bad record the query reads (see [`TextFiles`]).
 async fn read_next(
     input: &mut SendableRecordBatchStream,
-    what: &str,
+    reading: &Reading,
 ) -> Result<Option<RecordBatch>> {
+    let what = &reading.what;
     let read = async {
-        let next = input.next().await.transpose();
-        next.map_err(|error| DataFusionError::Execution(format!("{what} failed: {error}")))
+        let error = match input.next().await.transpose() {
+            Ok(next) => return Ok(next),
+            Err(error) => error,
+        };
+        let located = match &reading.text_files {
+            Some(files) => {
+                let files = Arc::clone(files);
+                tokio::task::spawn_blocking(move || files.locate_error())
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            None => None,
+        };
+        let message = located.unwrap_or_else(|| error.to_string());
+        Err(DataFusionError::Execution(format!(
+            "{what} failed: {message}"
+        )))
     };
     unless_panicked(what, read).await
 }
@@ -470,12 +496,16 @@ impl ExecutionPlan for StreamSourceExec {
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
         let input = self.input.execute(partition, context)?;
+        let reading = || Reading {
+            what: format!("reading stream '{}'", self.table),
+            text_files: TextFiles::of_plan(&self.input),
+        };
         let input = match (
             reads_or_generates(&self.input),
             self.read_here.load(Ordering::Relaxed),
         ) {
-            (true, false) => read_ahead(input, &self.table),
-            (true, true) => read_here(input, &self.table),
+            (true, false) => read_ahead(input, reading()),
+            (true, true) => read_here(input, reading()),
             (false, _) => input,
         };
         let metrics = BaselineMetrics::new(&self.metrics, partition);
@@ -588,7 +618,15 @@ mod tests {
             Ok(batch.clone())
         });
         let input = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
-        let items: Vec<Result<RecordBatch>> = read_ahead(input, "t").collect().await;
+        let items: Vec<Result<RecordBatch>> = read_ahead(
+            input,
+            Reading {
+                what: "reading stream 't'".into(),
+                text_files: None,
+            },
+        )
+        .collect()
+        .await;
         assert_eq!(items.len(), 2, "the batch before the panic, then the error");
         assert!(items[0].is_ok());
         let error = items[1].as_ref().unwrap_err().to_string();

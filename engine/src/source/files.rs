@@ -24,6 +24,8 @@ use datafusion::datasource::listing::{
 };
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use super::text_errors::locate_json_syntax_error;
+
 /// File formats a stream can be replayed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileFormatKind {
@@ -128,8 +130,17 @@ pub async fn open_file_source(
     let config = ListingTableConfig::new(ListingTableUrl::parse(&url)?)
         .with_listing_options(options)
         .infer_schema(state)
-        .await
-        .map_err(|e| e.context(format!("cannot read the schema of {path}")))?;
+        .await;
+    let config = match config {
+        Ok(config) => config,
+        Err(e) if format == FileFormatKind::JsonLines => {
+            return match locate_json_syntax_error(&files) {
+                Some(located) => plan_err!("cannot read the schema of {located}"),
+                None => Err(e.context(format!("cannot read the schema of {path}"))),
+            };
+        }
+        Err(e) => return Err(e.context(format!("cannot read the schema of {path}"))),
+    };
     let text_times = match (format, event_time, &config.file_schema) {
         (FileFormatKind::Csv | FileFormatKind::JsonLines, Some(column), Some(schema)) => {
             text_time_read_as_timestamp(schema, column)

@@ -12,6 +12,7 @@ mod generator;
 mod key_check;
 mod prefetch;
 mod table;
+mod text_errors;
 
 pub use alignment::SourceAlignment;
 pub use exec::StreamSourceExec;
