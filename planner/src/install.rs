@@ -9,6 +9,7 @@ use crate::alignment_rule::SourceAlignmentRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
+use crate::limits_rule::KeepLimitsRule;
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
@@ -21,12 +22,13 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
 /// it holds.
 ///
-/// [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
+/// [`KeepLimitsRule`], [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
 /// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
-/// `SanityCheckPlan`: a stream
+/// `SanityCheckPlan`: a LIMIT DataFusion folded into an operator Freshet replaces stays a
+/// LIMIT, a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, the remaining round-robin repartitions of streams become
@@ -63,6 +65,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StreamingAggregateRule::default()));
     rules.insert(sanity_check, Arc::new(StreamingJoinRule));
     rules.insert(sanity_check, Arc::new(LookupJoinRule));
+    rules.insert(sanity_check, Arc::new(KeepLimitsRule));
     let config = builder
         .config()
         .get_or_insert_with(Default::default)

@@ -14,6 +14,7 @@ mod execution_errors;
 mod functions;
 mod install;
 mod join_rule;
+mod limits_rule;
 mod lookup_join_rule;
 mod options;
 mod over_rule;

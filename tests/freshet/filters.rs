@@ -98,3 +98,59 @@ async fn random_streams_really_hold_nulls_nans_and_disorder() {
         "records should arrive out of order: {out_of_order}"
     );
 }
+
+/// A LIMIT that DataFusion folds into the operator below it (a filter, a join) stays a
+/// LIMIT when Freshet replaces that operator: `n` rows that satisfy the query, at 1, 2 and 4
+/// streams, and an endless stream's query ends after them.
+#[tokio::test]
+async fn a_limit_gives_its_rows_and_ends_the_query() {
+    use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::Float64Type;
+    use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
+    use futures::TryStreamExt;
+
+    let queries = [
+        ("SELECT price FROM market_data WHERE price > 100 LIMIT 7", 7),
+        (
+            "SELECT price FROM market_data WHERE price > 100 LIMIT 7 OFFSET 3",
+            7,
+        ),
+        (
+            "SELECT price FROM (SELECT * FROM market_data WHERE price > 100 LIMIT 5) WHERE quantity > 0",
+            5,
+        ),
+        (
+            "SELECT a.price FROM market_data a JOIN market_data b ON a.symbol = b.symbol \
+             AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' SECOND AND a.trade_time \
+             WHERE a.price > 100 LIMIT 6",
+            6,
+        ),
+    ];
+    for records in [Some(20_000), None] {
+        for partitions in [1, 2, 4] {
+            let ctx = StreamingContext::with_partitions(partitions);
+            ctx.register_generator(
+                "market_data",
+                GeneratorSpec::new(GeneratorKind::MarketData, records),
+                StreamOptions::default(),
+            )
+            .unwrap();
+            for (sql, rows) in queries {
+                let query = ctx.sql(sql).await.unwrap();
+                let batches: Vec<RecordBatch> =
+                    query.execute_merged().unwrap().try_collect().await.unwrap();
+                let prices: Vec<f64> = batches
+                    .iter()
+                    .flat_map(|b| b.column(0).as_primitive::<Float64Type>().values().to_vec())
+                    .collect();
+                assert_eq!(
+                    prices.len(),
+                    rows,
+                    "{sql} at {partitions} streams over {records:?} records"
+                );
+                assert!(prices.iter().all(|p| *p > 100.0), "{sql}: {prices:?}");
+                assert!(batches.iter().all(|b| b.column(0).null_count() == 0));
+            }
+        }
+    }
+}
