@@ -160,6 +160,39 @@ pub fn compare_results(
     Ok(())
 }
 
+/// Checks that every row of `part` is a row of `whole`, each row of `whole` used once (a
+/// multiset containment, cells compared as in [`compare_results`]); `Err` shows the first
+/// row of `part` that is not.
+pub fn contains_results(
+    whole: &[RecordBatch],
+    part: &[RecordBatch],
+) -> std::result::Result<(), String> {
+    let whole_rows = rows_of(whole).map_err(|e| e.to_string())?;
+    let part_rows = rows_of(part).map_err(|e| e.to_string())?;
+    let mut used = vec![false; whole_rows.len()];
+    for row in &part_rows {
+        let found = whole_rows
+            .iter()
+            .enumerate()
+            .position(|(index, candidate)| {
+                !used[index]
+                    && candidate.len() == row.len()
+                    && candidate.iter().zip(row).all(|(x, y)| cells_match(x, y))
+            });
+        match found {
+            Some(index) => used[index] = true,
+            None => {
+                return Err(format!(
+                    "{} is not among the {} rows expected",
+                    show(row),
+                    whole_rows.len()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An order-insensitive summary of a result.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Fingerprint {

@@ -24,6 +24,7 @@ mod stateless_rule;
 mod stream_distinct;
 mod stream_filter_rule;
 mod stream_inputs;
+mod stream_limit;
 #[cfg(test)]
 mod test_support;
 mod unbounded_check;

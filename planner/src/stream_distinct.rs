@@ -15,9 +15,12 @@ use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::optimizer::push_down_limit::PushDownLimit;
 use datafusion::optimizer::single_distinct_to_groupby::SingleDistinctToGroupBy;
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use freshet_engine::StreamTable;
+
+use crate::stream_limit::StreamSafePushDownLimit;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -49,7 +52,7 @@ impl OptimizerRule for StreamSafeSingleDistinct {
 }
 
 /// Whether `plan` scans a Freshet stream.
-fn reads_stream(plan: &LogicalPlan) -> bool {
+pub(crate) fn reads_stream(plan: &LogicalPlan) -> bool {
     let mut found = false;
     let _ = plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
@@ -63,17 +66,20 @@ fn reads_stream(plan: &LogicalPlan) -> bool {
     found
 }
 
-/// `rules` with DataFusion's `SingleDistinctToGroupBy` replaced by the stream-safe one.
+/// `rules` with DataFusion's `SingleDistinctToGroupBy` and `PushDownLimit` replaced by the
+/// stream-safe ones (this module's and [`StreamSafePushDownLimit`]).
 pub(crate) fn stream_safe(
     rules: Vec<Arc<dyn OptimizerRule + Send + Sync>>,
 ) -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
-    let name = SingleDistinctToGroupBy::new().name().to_string();
+    let distinct = SingleDistinctToGroupBy::new().name().to_string();
+    let limit = PushDownLimit::new().name().to_string();
     rules
         .into_iter()
-        .map(|rule| {
-            if rule.name() == name {
+        .map(|rule| -> Arc<dyn OptimizerRule + Send + Sync> {
+            if rule.name() == distinct {
                 Arc::new(StreamSafeSingleDistinct::default())
-                    as Arc<dyn OptimizerRule + Send + Sync>
+            } else if rule.name() == limit {
+                Arc::new(StreamSafePushDownLimit::default())
             } else {
                 rule
             }

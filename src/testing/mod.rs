@@ -10,7 +10,7 @@ mod random;
 mod rng;
 
 pub use cells::display_rows;
-pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results};
+pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results, contains_results};
 pub use oracle::{Differential, TestSource, TestTable};
 pub use random::RandomStream;
 pub use rng::TestRng;

@@ -42,7 +42,7 @@ pub use query::{
 };
 
 use super::TestRng;
-use super::{compare_results, display_rows};
+use super::{compare_results, contains_results, display_rows};
 
 /// Messages of the refusals docs/sql.md documents: such a refusal is not a failure.
 pub const DOCUMENTED_REFUSALS: &[&str] = &[
@@ -60,6 +60,9 @@ pub const DOCUMENTED_REFUSALS: &[&str] = &[
 
 /// How long one streaming run of a case may take before it counts as a hang (the cases are
 /// tens of rows; a run takes milliseconds).
+/// Mixed into a case's seed for its LIMIT's draws.
+const LIMIT_SEED: u64 = 0x4c49_4d49_5400_0001;
+
 const STREAMING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// One fuzz case: data, query and where to run it.
@@ -177,6 +180,12 @@ impl FuzzCase {
             other.storage = Storage::KeyedPartitions(n);
             other_turn = usize::from(rng.chance(0.3));
         }
+        // Drawn apart, so that a seed's case is otherwise the one it was before LIMITs were
+        // drawn. EMIT CHANGES must end its query: a changelog takes no LIMIT.
+        let mut limit_rng = TestRng::new(seed ^ LIMIT_SEED);
+        if !query.is_changelog() && limit_rng.chance(0.1) {
+            query.limit = Some(*limit_rng.pick(&[0, 1, 3, 10, 50]));
+        }
         Self {
             seed,
             data,
@@ -268,7 +277,13 @@ impl FuzzCase {
                 .any(|line| line.trim_start().starts_with("HashJoinExec:"))
                 && actual.iter().all(|batch| batch.num_rows() == 0)
                 && records_in.is_some_and(|n| n < table_rows);
-            if records_in.is_some_and(|n| n != table_rows) && !empty_lookup && !unread_probe {
+            // A LIMIT ends the query, and its reading, once its rows have left.
+            let limited = self.query.limit.is_some();
+            if records_in.is_some_and(|n| n != table_rows)
+                && !empty_lookup
+                && !unread_probe
+                && !limited
+            {
                 return Outcome::Mismatch(format!(
                     "at {streams} streams: {} records in, the table has {} (read {reads} times)",
                     records_in.unwrap_or(0),
@@ -297,6 +312,9 @@ impl FuzzCase {
         running: Option<&[RecordBatch]>,
         actual: &[RecordBatch],
     ) -> std::result::Result<(), String> {
+        if let Some(limit) = self.query.limit {
+            return limited_results(expected, actual, limit);
+        }
         if !self.query.is_changelog() {
             return compare_results(expected, actual, false);
         }
@@ -533,6 +551,25 @@ impl FuzzCase {
 
 /// A changelog's state at its end: the last row of each key (the changelog keys' values),
 /// without deletions.
+/// A LIMIT's rows: as many as the limit (or every row, when fewer), all among the rows of
+/// the query without it.
+fn limited_results(
+    expected: &[RecordBatch],
+    actual: &[RecordBatch],
+    limit: usize,
+) -> std::result::Result<(), String> {
+    let all: usize = expected.iter().map(RecordBatch::num_rows).sum();
+    let got: usize = actual.iter().map(RecordBatch::num_rows).sum();
+    if got != all.min(limit) {
+        return Err(format!(
+            "LIMIT {limit}: expected {} rows (the query has {all} without it), got {got}",
+            all.min(limit)
+        ));
+    }
+    contains_results(expected, actual)
+        .map_err(|d| format!("LIMIT {limit}: a row is not in the query's result: {d}"))
+}
+
 fn last_rows(query: &FuzzQuery, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());

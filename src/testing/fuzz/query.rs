@@ -197,6 +197,9 @@ pub struct FuzzQuery {
     pub time_type: TimeType,
     /// The query as a subquery or CTE of an outer `SELECT *`.
     pub wrap: Wrap,
+    /// A `LIMIT` on the streaming query (whichever rows come first: the oracle's result,
+    /// without it, must hold them).
+    pub limit: Option<usize>,
 }
 
 /// How the query is nested in an outer one.
@@ -271,6 +274,7 @@ impl FuzzQuery {
             settings: Vec::new(),
             time_type: data.time_type,
             wrap: Wrap::None,
+            limit: None,
         }
     }
 
@@ -867,6 +871,12 @@ impl FuzzQuery {
         if self.wrap != Wrap::None {
             variants.push(Self {
                 wrap: Wrap::None,
+                ..self.clone()
+            });
+        }
+        if self.limit.is_some() {
+            variants.push(Self {
+                limit: None,
                 ..self.clone()
             });
         }

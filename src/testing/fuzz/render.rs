@@ -44,7 +44,11 @@ impl FuzzQuery {
 
     /// Freshet's SQL.
     pub fn streaming_sql(&self) -> String {
-        self.wrap.apply(self.streaming_block())
+        let sql = self.wrap.apply(self.streaming_block());
+        match self.limit {
+            Some(limit) => format!("{sql} LIMIT {limit}"),
+            None => sql,
+        }
     }
 
     /// The batch SQL of the query's final result (for a changelog: its state at the end).
