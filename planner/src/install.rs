@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWindows;
 
 use crate::aggregate_rule::StreamingAggregateRule;
 use crate::alignment_rule::SourceAlignmentRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
-use crate::limits_rule::KeepLimitsRule;
+use crate::limits_rule::{KeepLimitsRule, StreamSafeLimitPastWindows};
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
@@ -27,8 +29,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
 /// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
-/// `SanityCheckPlan`: a LIMIT DataFusion folded into an operator Freshet replaces stays a
-/// LIMIT, a stream
+/// `SanityCheckPlan` (and DataFusion's `LimitPushPastWindows` skips plans over streams): a
+/// LIMIT DataFusion folded into an operator Freshet replaces stays a LIMIT, a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, the remaining round-robin repartitions of streams become
@@ -46,6 +48,12 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         .iter()
         .position(|rule| rule.name() == "SanityCheckPlan")
         .unwrap_or(rules.len());
+    let past_windows = LimitPushPastWindows::new().name().to_string();
+    for rule in rules.iter_mut() {
+        if rule.name() == past_windows {
+            *rule = Arc::new(StreamSafeLimitPastWindows::default());
+        }
+    }
     rules.insert(sanity_check, Arc::new(SourceAlignmentRule));
     rules.insert(sanity_check, Arc::new(ReadPlacementRule));
     rules.insert(sanity_check, Arc::new(LookupProbeRule));

@@ -11,6 +11,13 @@
 //!
 //! A sort keeps its fetch (a top-k sort is DataFusion's, which Freshet does not replace), and
 //! so does a scan below a stream's source.
+//!
+//! DataFusion's `LimitPushPastWindows` is kept off plans that read a stream
+//! ([`StreamSafeLimitPastWindows`]): under `LIMIT n` above a window function it makes the sort
+//! below the window keep only the first `n` rows (plus the frame's following rows) in the
+//! window's order, which are the rows a batch plan returns first. A streaming plan returns
+//! rows as they are computed, not in that order: its first rows were computed over a
+//! partition cut short (an `AVG` over a frame with following rows came out wrong).
 
 use std::sync::Arc;
 
@@ -18,6 +25,7 @@ use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWindows;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::sorts::sort::SortExec;
@@ -68,6 +76,34 @@ impl PhysicalOptimizerRule for KeepLimitsRule {
     }
 }
 
+/// DataFusion's `LimitPushPastWindows`, on plans that read no stream (see the module
+/// documentation).
+#[derive(Debug, Default)]
+pub struct StreamSafeLimitPastWindows {
+    inner: LimitPushPastWindows,
+}
+
+impl PhysicalOptimizerRule for StreamSafeLimitPastWindows {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if any_node(&plan, is::<StreamSourceExec>) {
+            return Ok(plan);
+        }
+        self.inner.optimize(plan, config)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn schema_check(&self) -> bool {
+        self.inner.schema_check()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::test_support::{operators, plan};
@@ -85,5 +121,17 @@ mod tests {
             operators.contains(&"LocalLimitExec") && operators.contains(&"StreamFilterExec"),
             "{operators:?}"
         );
+    }
+
+    #[test]
+    fn a_limit_above_window_functions_over_a_stream_cuts_no_partition() {
+        let plan = plan(
+            "SELECT symbol, AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time \
+             ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS a FROM market_data LIMIT 10",
+            2,
+            1,
+        )
+        .unwrap();
+        assert!(!plan.contains("TopK"), "{plan}");
     }
 }
