@@ -17,8 +17,8 @@ use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::read_placement_rule::ReadPlacementRule;
 use crate::stateless_rule::StatelessExchangeRule;
-use crate::stream_distinct::stream_safe;
 use crate::stream_filter_rule::StreamFilterRule;
+use crate::stream_safe_rules::stream_safe;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
@@ -39,8 +39,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
 /// sources whose every core decodes for a light consumer are read where consumed, and the
 /// sources below an interval join move together in event time. The window functions and the `freshet.*` session options are added too,
-/// and DataFusion's `SingleDistinctToGroupBy` is kept off aggregations over streams
-/// ([`crate::stream_distinct`]).
+/// and DataFusion's `SingleDistinctToGroupBy` and `PushDownLimit` are kept off the plans over
+/// streams they would get wrong ([`crate::stream_safe_rules`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let optimizer = builder.physical_optimizers().take().unwrap_or_default();
     let mut rules = optimizer.rules;

@@ -21,10 +21,9 @@ mod over_rule;
 mod query;
 mod read_placement_rule;
 mod stateless_rule;
-mod stream_distinct;
 mod stream_filter_rule;
 mod stream_inputs;
-mod stream_limit;
+mod stream_safe_rules;
 #[cfg(test)]
 mod test_support;
 mod unbounded_check;

@@ -81,12 +81,12 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
 /// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
 /// Dropping the stream stops the task.
-fn read_ahead(mut input: SendableRecordBatchStream, what: Reading) -> SendableRecordBatchStream {
+fn read_ahead(mut input: SendableRecordBatchStream, reading: Reading) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
     builder.spawn(async move {
         loop {
-            let (item, last) = match read_next(&mut input, &what).await {
+            let (item, last) = match read_next(&mut input, &reading).await {
                 Ok(Some(batch)) => (Ok(batch), false),
                 Ok(None) => break,
                 Err(error) => (Err(error), true),
@@ -103,12 +103,12 @@ fn read_ahead(mut input: SendableRecordBatchStream, what: Reading) -> SendableRe
 /// `input` read by its consumer, in the consumer's task: where every core already decodes
 /// (a source partition per core) for a consumer that does little with the rows, a task of
 /// its own would only add a hop per batch.
-fn read_here(input: SendableRecordBatchStream, what: Reading) -> SendableRecordBatchStream {
+fn read_here(input: SendableRecordBatchStream, reading: Reading) -> SendableRecordBatchStream {
     let schema = input.schema();
-    let batches = futures::stream::unfold(Some((input, what)), |reading| async move {
-        let (mut input, what) = reading?;
-        match read_next(&mut input, &what).await {
-            Ok(Some(batch)) => Some((Ok(batch), Some((input, what)))),
+    let batches = futures::stream::unfold(Some((input, reading)), |state| async move {
+        let (mut input, reading) = state?;
+        match read_next(&mut input, &reading).await {
+            Ok(Some(batch)) => Some((Ok(batch), Some((input, reading)))),
             Ok(None) => None,
             Err(error) => Some((Err(error), None)),
         }
