@@ -144,6 +144,11 @@ fn streaming_aggregate(
     if !windows.is_empty() && !after_joins && holds_stream_join(raw.input())? {
         return Ok(None);
     }
+    // Grouping sets on a bounded stream are DataFusion's: the result comes at the end of
+    // the input (a window among the sets' keys included, as a plain key).
+    if group_by.has_grouping_set() && !changes && !raw.input().boundedness().is_unbounded() {
+        return Ok(None);
+    }
     if group_by.has_grouping_set() {
         return plan_err!(
             "GROUPING SETS, CUBE and ROLLUP are not supported in streaming aggregations"

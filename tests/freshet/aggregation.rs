@@ -210,6 +210,23 @@ async fn random_plain_group_bys_match_datafusion() {
 }
 
 #[tokio::test]
+async fn grouping_sets_over_a_bounded_stream_match_datafusion() {
+    let queries = [
+        "SELECT k1, k2, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY ROLLUP (k1, k2)",
+        "SELECT k1, k2 % 2 AS parity, MAX(q) AS top FROM t GROUP BY CUBE (k1, k2 % 2)",
+        "SELECT k1, k2, COUNT(v) AS n FROM t WHERE q > 10 GROUP BY GROUPING SETS ((k1), (k2), ())",
+    ];
+    let stream = RandomStream::new(5).rows(3_000).disorder_ms(2_000);
+    for sql in queries {
+        Differential::same_sql(sql)
+            .table(random_table(&stream))
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+#[tokio::test]
 async fn a_global_aggregate_over_empty_and_one_row_streams_gives_one_row() {
     for rows in [0, 1] {
         let stream = RandomStream::new(7).rows(rows);
