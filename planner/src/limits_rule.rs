@@ -9,6 +9,12 @@
 //! right above its operator. The rows are the same: a fetch limits each output partition of
 //! its operator, as a `LocalLimitExec` does.
 //!
+//! A LIMIT over a stream read as several source partitions gathers them with DataFusion's
+//! `CoalescePartitionsExec`, in whatever order they come: a windowed aggregation above
+//! would see records out of event-time order and drop some as late. Where the stream has an
+//! event time, the gather becomes Freshet's fan-in exchange, which merges the partitions in
+//! event-time order.
+//!
 //! A sort keeps its fetch (a top-k sort is DataFusion's, which Freshet does not replace), and
 //! so does a scan below a stream's source.
 //!
@@ -24,14 +30,20 @@ use std::sync::Arc;
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWindows;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::ExecutionPlanProperties;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::sorts::sort::SortExec;
-use freshet_engine::StreamSourceExec;
+use freshet_engine::{StreamExchangeExec, StreamSourceExec};
+use freshet_partitioner::RoutingStrategy;
 
 use crate::stateless_rule::{any_node, is};
+use crate::stream_inputs::{TimeOrigin, event_time, event_time_columns};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -63,6 +75,13 @@ impl PhysicalOptimizerRule for KeepLimitsRule {
             Ok(Transformed::yes(Arc::new(LocalLimitExec::new(
                 unlimited, fetch,
             ))))
+        })?
+        .data
+        .transform_up(|node| {
+            Ok(match gather_in_event_time_order(&node)? {
+                Some(exchange) => Transformed::yes(exchange),
+                None => Transformed::no(node),
+            })
         })
         .map(|transformed| transformed.data)
     }
@@ -74,6 +93,47 @@ impl PhysicalOptimizerRule for KeepLimitsRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// Freshet's fan-in exchange, merging in event-time order, in place of `node` when it is a
+/// `CoalescePartitionsExec` gathering a limit's source partitions of a stream with an event
+/// time (see the module documentation).
+fn gather_in_event_time_order(
+    node: &Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if !is::<CoalescePartitionsExec>(node) {
+        return Ok(None);
+    }
+    let children = node.children();
+    let [input] = children.as_slice() else {
+        return Ok(None);
+    };
+    let Some(limit) = input.downcast_ref::<LocalLimitExec>() else {
+        return Ok(None);
+    };
+    let stream = limit.input();
+    if input.output_partitioning().partition_count() < 2
+        || !any_node(stream, is::<StreamSourceExec>)
+    {
+        return Ok(None);
+    }
+    let Some(column) = event_time_columns(stream)
+        .into_iter()
+        .find_map(|(column, origin)| matches!(origin, TimeOrigin::Source { .. }).then_some(column))
+    else {
+        return Ok(None);
+    };
+    let field = stream.schema().field(column).clone();
+    let time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), column));
+    let event_time = event_time(stream, &time)?;
+    let exchange = StreamExchangeExec::try_new(
+        Arc::clone(*input),
+        RoutingStrategy::FanIn,
+        1,
+        Some(event_time),
+    )?
+    .with_reason("a limit's source partitions, merged in event-time order");
+    Ok(Some(Arc::new(exchange)))
 }
 
 /// DataFusion's `LimitPushPastWindows`, on plans that read no stream (see the module
