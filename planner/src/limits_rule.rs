@@ -123,9 +123,12 @@ fn gather_in_event_time_order(
     else {
         return Ok(None);
     };
-    let field = stream.schema().field(column).clone();
-    let time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), column));
-    let event_time = event_time(stream, &time)?;
+    let schema = stream.schema();
+    let time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(column).name(), column));
+    // A time the exchange cannot read its watermark from keeps DataFusion's gather.
+    let Ok(event_time) = event_time(stream, &time) else {
+        return Ok(None);
+    };
     let exchange = StreamExchangeExec::try_new(
         Arc::clone(*input),
         RoutingStrategy::FanIn,
