@@ -17,6 +17,7 @@ use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{Result, ScalarValue};
+use freshet_engine::changelog::without_op;
 
 /// Relative tolerance of float comparisons.
 pub const FLOAT_TOLERANCE: f64 = 1e-9;
@@ -206,6 +207,8 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Adds `batch` to the summary.
     pub fn add(&mut self, batch: &RecordBatch) -> Result<()> {
+        // A changelog is compared by its rows' values.
+        let batch = &without_op(batch)?;
         let (floats, exact): (Vec<_>, Vec<_>) = batch
             .columns()
             .iter()

@@ -7,11 +7,14 @@
 //! downstream (the exchange) then learns that the source moved on even when no row passed,
 //! and can advance its watermark from the source's progress (see
 //! [`crate::progress::PartitionProgress`]).
+//!
+//! Over a changelog (an input with an `op` column, see [`crate::changelog`]) it filters the
+//! changelog's meaning rather than its rows: an upsert that fails the predicate becomes a
+//! deletion of its key, whose earlier row may have passed; deletions pass.
 
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::compute::filter_record_batch;
 use datafusion::common::cast::as_boolean_array;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -26,6 +29,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::changelog::{filter_rows, op_column};
 use crate::plan_util::single_child;
 
 /// See the module documentation.
@@ -36,6 +40,8 @@ pub struct StreamFilterExec {
     /// DataFusion's `FilterExec`'s: the input's, with the columns the predicate pins to a
     /// constant (an ORDER BY on them is then met).
     properties: Arc<PlanProperties>,
+    /// The input's changelog operation column, if it is a changelog.
+    changelog_op: Option<usize>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -48,10 +54,12 @@ impl StreamFilterExec {
         let properties = Arc::clone(
             FilterExec::try_new(Arc::clone(&predicate), Arc::clone(&input))?.properties(),
         );
+        let changelog_op = op_column(&input.schema());
         Ok(Self {
             input,
             predicate,
             properties,
+            changelog_op,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -67,11 +75,11 @@ impl StreamFilterExec {
 
 impl DisplayAs for StreamFilterExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "StreamFilterExec: {} (each batch passed on at once)",
-            self.predicate
-        )
+        let how = match self.changelog_op {
+            Some(_) => "over a changelog: an upsert that fails deletes its key",
+            None => "each batch passed on at once",
+        };
+        write!(f, "StreamFilterExec: {} ({how})", self.predicate)
     }
 }
 
@@ -130,6 +138,7 @@ impl ExecutionPlan for StreamFilterExec {
         let input = self.input.execute(partition, context)?;
         let predicate = Arc::clone(&self.predicate);
         let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let changelog_op = self.changelog_op;
         let filtered = input.map(move |batch| {
             let batch = batch?;
             let timer = metrics.elapsed_compute().timer();
@@ -137,7 +146,7 @@ impl ExecutionPlan for StreamFilterExec {
             let Ok(mask) = as_boolean_array(&mask) else {
                 return internal_err!("a filter predicate gave {}", mask.data_type());
             };
-            let passed = filter_record_batch(&batch, mask)?;
+            let passed = filter_rows(&batch, mask, changelog_op)?;
             timer.done();
             metrics.record_output(passed.num_rows());
             Ok(passed)

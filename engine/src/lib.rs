@@ -7,6 +7,7 @@
 //! same operators can be driven by any plan that DataFusion (or a distributed runner) builds.
 
 pub mod aggregate;
+pub mod changelog;
 pub mod duration;
 pub mod exchange;
 pub mod filter;

@@ -8,6 +8,7 @@ use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWin
 
 use crate::aggregate_rule::StreamingAggregateRule;
 use crate::alignment_rule::SourceAlignmentRule;
+use crate::changelog_rule::ChangelogRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::window_functions;
 use crate::join_rule::StreamingJoinRule;
@@ -26,14 +27,16 @@ use crate::unbounded_check::UnboundedInputCheck;
 ///
 /// [`KeepLimitsRule`], [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
-/// [`StreamingAggregateRule`] again (for windows over those joins), [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
+/// [`StreamingAggregateRule`] again (for windows over those joins), [`ChangelogRule`],
+/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
 /// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
 /// `SanityCheckPlan` (and DataFusion's `LimitPushPastWindows` skips plans over streams): a
 /// LIMIT DataFusion folded into an operator Freshet replaces stays a LIMIT, a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
 /// interval joins, windowed and changelog aggregations and window functions over streams
-/// become Freshet's operators, the remaining round-robin repartitions of streams become
+/// become Freshet's operators, a changelog's `op` column reaches the output (operators
+/// that would read it as plain records are refused), the remaining round-robin repartitions of streams become
 /// Freshet's exchange, filters over streams pass each batch on at once,
 /// a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
@@ -62,6 +65,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
+    rules.insert(sanity_check, Arc::new(ChangelogRule));
     // Again, for windows over joins planned in the pass before.
     rules.insert(
         sanity_check,

@@ -7,6 +7,7 @@
 
 mod aggregate_rule;
 mod alignment_rule;
+mod changelog_rule;
 mod context;
 mod dialect;
 mod distribution_repair;

@@ -152,29 +152,44 @@ impl StreamingQuery {
     /// Freshet's sources, partitioning and exchanges.
     pub fn explain(&self) -> String {
         let mut aggregation = None;
+        let mut changelog_key = String::new();
         let _ = self.plan.apply(|node| {
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
                 aggregation = Some((aggregate.emit(), aggregate.window().is_some()));
+                let schema = aggregate.schema();
+                let window = aggregate.window().map(|w| w.position);
+                let names: Vec<&str> = (0..aggregate.group_by().len())
+                    .map(|i| match window {
+                        Some(position) if position == i => "window_start",
+                        _ => schema.field(i).name().as_str(),
+                    })
+                    .collect();
+                changelog_key = names.join(", ");
                 return Ok(TreeNodeRecursion::Stop);
             }
             Ok(TreeNodeRecursion::Continue)
         });
+        let changes = |per: &str| {
+            format!(
+                "changes (an upsert changelog keyed by ({changelog_key}), its op column +I, +U or -D; a row per {per})"
+            )
+        };
         let emit = match (aggregation, self.plan.pipeline_behavior()) {
             (Some((AggregateEmit::Final, true)), _) => {
-                "final (one row per group when its window closes)"
+                "final (one row per group when its window closes)".to_string()
             }
             (Some((AggregateEmit::Final, false)), _) => {
-                "final (one row per group at the end of the input)"
+                "final (one row per group at the end of the input)".to_string()
             }
-            (Some((AggregateEmit::ChangesPerRecord, _)), _) => {
-                "changes (an upsert row per input record)"
-            }
+            (Some((AggregateEmit::ChangesPerRecord, _)), _) => changes("input record"),
             (Some((AggregateEmit::ChangesPerBatch, _)), _) => {
-                "changes (an upsert row per changed group and input batch)"
+                changes("changed group and input batch")
             }
-            (None, EmissionType::Incremental) => "append (rows leave as soon as they are computed)",
-            (None, EmissionType::Final) => "final (rows leave at the end of the input)",
-            (None, EmissionType::Both) => "incremental and final",
+            (None, EmissionType::Incremental) => {
+                "append (rows leave as soon as they are computed)".to_string()
+            }
+            (None, EmissionType::Final) => "final (rows leave at the end of the input)".to_string(),
+            (None, EmissionType::Both) => "incremental and final".to_string(),
         };
         let boundedness = if self.plan.boundedness().is_unbounded() {
             "unbounded"

@@ -11,6 +11,6 @@ mod rng;
 
 pub use cells::display_rows;
 pub use freshet_bench::compare::{FLOAT_TOLERANCE, compare_results, contains_results};
-pub use oracle::{Differential, TestSource, TestTable};
+pub use oracle::{Differential, TestSource, TestTable, without_op_column};
 pub use random::RandomStream;
 pub use rng::TestRng;

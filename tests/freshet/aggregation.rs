@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::Schema;
+use freshet::engine::changelog::{ChangeOp, op_column};
 use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
@@ -579,11 +580,13 @@ fn apply_changelog(batches: &[RecordBatch]) -> (BTreeMap<(String, String), Vec<S
     let mut table = BTreeMap::new();
     let mut upserts = 0;
     for batch in batches {
+        let op = op_column(&batch.schema());
+        let columns = batch.num_columns() - usize::from(op.is_some());
         for row in 0..batch.num_rows() {
             let text = |c: usize| array_value_to_string(batch.column(c), row).unwrap();
             let key = (text(0), text(1));
-            let values: Vec<String> = (2..batch.num_columns()).map(text).collect();
-            if (2..batch.num_columns()).all(|c| batch.column(c).is_null(row)) {
+            let values: Vec<String> = (2..columns).map(text).collect();
+            if op.is_some_and(|op| text(op) == ChangeOp::Delete.code()) {
                 assert!(
                     table.remove(&key).is_some(),
                     "deletion of an unknown {key:?}"
@@ -699,13 +702,13 @@ async fn session_changes_per_batch_delete_only_sessions_emitted_before() {
     ]);
     let formatted = session_changelog_of_ids(batches, "batch").await;
     let expected = "\
-+---------------------+---+-----+
-| window_start        | n | ids |
-+---------------------+---+-----+
-| 1970-01-01T00:01:40 | 1 | 1   |
-| 1970-01-01T00:01:40 |   |     |
-| 1970-01-01T00:01:39 | 4 | 10  |
-+---------------------+---+-----+";
++---------------------+---+-----+----+
+| window_start        | n | ids | op |
++---------------------+---+-----+----+
+| 1970-01-01T00:01:40 | 1 | 1   | +I |
+| 1970-01-01T00:01:40 |   |     | -D |
+| 1970-01-01T00:01:39 | 4 | 10  | +I |
++---------------------+---+-----+----+";
     assert_eq!(formatted, expected);
 }
 
@@ -720,16 +723,16 @@ async fn session_changes_delete_the_sessions_a_record_merges() {
     )]);
     let formatted = session_changelog_of_ids(batches, "record").await;
     let expected = "\
-+---------------------+---+-----+
-| window_start        | n | ids |
-+---------------------+---+-----+
-| 1970-01-01T00:01:40 | 1 | 1   |
-| 1970-01-01T00:01:44 | 1 | 2   |
-| 1970-01-01T00:01:44 |   |     |
-| 1970-01-01T00:01:40 | 3 | 6   |
-| 1970-01-01T00:01:40 |   |     |
-| 1970-01-01T00:01:39 | 4 | 10  |
-+---------------------+---+-----+";
++---------------------+---+-----+----+
+| window_start        | n | ids | op |
++---------------------+---+-----+----+
+| 1970-01-01T00:01:40 | 1 | 1   | +I |
+| 1970-01-01T00:01:44 | 1 | 2   | +I |
+| 1970-01-01T00:01:44 |   |     | -D |
+| 1970-01-01T00:01:40 | 3 | 6   | +U |
+| 1970-01-01T00:01:40 |   |     | -D |
+| 1970-01-01T00:01:39 | 4 | 10  | +I |
++---------------------+---+-----+----+";
     assert_eq!(formatted, expected);
 }
 

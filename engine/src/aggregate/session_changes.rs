@@ -32,6 +32,7 @@ use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use crate::changelog::ChangeOp;
 use crate::kernels::{RunningAggregates, new_group_values};
 
 /// Open sessions kept before their groups are renumbered: past this many groups, and more
@@ -48,11 +49,12 @@ struct Session {
 }
 
 /// The changelog of one batch: each output row's source row (for its keys), window start,
-/// and aggregate values (NULL for deletions).
+/// aggregate values (NULL for deletions) and operation.
 pub struct SessionChangelog {
     pub key_rows: UInt32Array,
     pub starts: Int64Array,
     pub values: Vec<ArrayRef>,
+    pub ops: Vec<ChangeOp>,
 }
 
 /// See the module documentation.
@@ -126,6 +128,9 @@ impl SessionChanges {
         let mut starts = Vec::with_capacity(rows);
         // Per output row, the batch row whose values it shows (`None`: a deletion).
         let mut value_rows: Vec<Option<u32>> = Vec::with_capacity(rows);
+        // Per output row: an upsert of a (keys, start) this row set (a new session, or a
+        // start moved back), whose earlier rows were of another start.
+        let mut inserted: Vec<bool> = Vec::with_capacity(rows);
         // Per batch, per output row: a deletion of a start emitted before this batch.
         let mut emitted_before: Vec<bool> = Vec::new();
         // (row, from, into): before `row`, fold group `from` into `into`.
@@ -145,6 +150,11 @@ impl SessionChanges {
                 .map(|(i, _)| i)
                 .collect();
             let mut deleted = Vec::new();
+            let start_set = match touching.as_slice() {
+                [] => true,
+                [one] => time < sessions[*one].start,
+                [earlier, ..] => time < sessions[*earlier].start,
+            };
             let session = match touching.as_slice() {
                 [] => {
                     let session = Session {
@@ -187,6 +197,7 @@ impl SessionChanges {
                 key_rows.push(row as u32);
                 starts.push(start);
                 value_rows.push(None);
+                inserted.push(false);
                 if self.per_batch {
                     emitted_before.push(before);
                 }
@@ -195,6 +206,7 @@ impl SessionChanges {
             key_rows.push(row as u32);
             starts.push(session.start);
             value_rows.push(Some(row as u32));
+            inserted.push(start_set);
             if self.per_batch {
                 emitted_before.push(false);
             }
@@ -205,7 +217,26 @@ impl SessionChanges {
             keep_rows(&mut key_rows, &net);
             keep_rows(&mut starts, &net);
             keep_rows(&mut value_rows, &net);
+            // A net upsert inserts its (keys, start) if the batch set that start.
+            inserted = key_rows
+                .iter()
+                .zip(&starts)
+                .map(|(&row, &start)| {
+                    let sessions = &self.sessions[self.key_ids[row as usize]];
+                    sessions
+                        .binary_search_by_key(&start, |s| s.start)
+                        .is_ok_and(|at| sessions[at].started_in == batch)
+                })
+                .collect();
         }
+        let ops = value_rows
+            .iter()
+            .zip(&inserted)
+            .map(|(value, &inserted)| match value {
+                Some(_) => ChangeOp::of_upsert(inserted),
+                None => ChangeOp::Delete,
+            })
+            .collect();
         let value_rows = UInt32Array::from(value_rows);
         let values = values
             .iter()
@@ -215,6 +246,7 @@ impl SessionChanges {
             key_rows: UInt32Array::from(key_rows),
             starts: Int64Array::from(starts),
             values,
+            ops,
         })
     }
 

@@ -8,6 +8,7 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
+use crate::changelog::with_op_column;
 use crate::kernels::RunningAggregates;
 use crate::window::WindowSpec;
 
@@ -120,10 +121,26 @@ impl AggregateSpec {
     }
 }
 
-/// `schema` with its last `aggregates` fields nullable: session changes delete merged
-/// sessions with rows of NULL aggregates.
-pub(super) fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize) -> SchemaRef {
-    let first = schema.fields().len().saturating_sub(aggregates);
+impl AggregateSpec {
+    /// Makes `schema` the operator's output schema: under EMIT CHANGES the changelog's `op`
+    /// column is appended ([`crate::changelog`]), and where the changelog deletes merged
+    /// sessions (with NULL aggregates) the aggregates are nullable. Idempotent.
+    pub(super) fn complete_schema(&mut self) {
+        if self.emit == AggregateEmit::Final {
+            return;
+        }
+        self.schema = with_op_column(&self.schema);
+        if self.emits_deletions() {
+            self.schema = with_nullable_aggregates(&self.schema, self.aggregates.len());
+        }
+    }
+}
+
+/// `schema` (a changelog's, ending in its `op` column) with its `aggregates` fields before
+/// `op` nullable.
+fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize) -> SchemaRef {
+    let end = schema.fields().len().saturating_sub(1);
+    let first = end.saturating_sub(aggregates);
     let fields: Vec<Field> = schema
         .fields()
         .iter()
@@ -131,7 +148,7 @@ pub(super) fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize) ->
         .map(|(i, f)| {
             f.as_ref()
                 .clone()
-                .with_nullable(f.is_nullable() || i >= first)
+                .with_nullable(f.is_nullable() || (first..end).contains(&i))
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))

@@ -19,7 +19,8 @@
 //!
 //! The output has the schema of DataFusion's single-phase `AggregateExec` for the same
 //! GROUP BY: the group columns in order (the window key holding the window start), then the
-//! aggregates.
+//! aggregates; under EMIT CHANGES then the changelog's `op` column (see
+//! [`crate::changelog`]).
 //!
 //! Under EMIT FINAL over tumbling or hopping windows the output has an event time of its
 //! own, the window start: windows close in event-time order, so once the watermark `w`
@@ -49,7 +50,8 @@ use datafusion::physical_plan::{
 
 use super::mode::{AggregateMode, ModeInputs};
 use super::partial::PartialAggregate;
-use super::spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey, with_nullable_aggregates};
+use super::spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey};
+use crate::changelog::op_column;
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, drive};
@@ -94,7 +96,8 @@ impl WindowAggregateExec {
         mut spec: AggregateSpec,
         partial: Option<Arc<PartialAggregate>>,
     ) -> Result<Self> {
-        if spec.schema.fields().len() != spec.group_by.len() + spec.aggregates.len() {
+        let columns = spec.schema.fields().len() - usize::from(op_column(&spec.schema).is_some());
+        if columns != spec.group_by.len() + spec.aggregates.len() {
             return internal_err!(
                 "WindowAggregateExec: schema does not fit the GROUP BY and aggregates"
             );
@@ -114,9 +117,7 @@ impl WindowAggregateExec {
         if spec.emit == AggregateEmit::ChangesPerRecord && !running_kernels {
             spec.emit = AggregateEmit::ChangesPerBatch;
         }
-        if spec.emits_deletions() {
-            spec.schema = with_nullable_aggregates(&spec.schema, spec.aggregates.len());
-        }
+        spec.complete_schema();
         let mut properties = stateful_properties(&input, &spec.schema);
         if spec.window.is_none() && spec.emit == AggregateEmit::Final {
             // A plain GROUP BY answers only at the end of its input.

@@ -210,6 +210,8 @@ pub enum Wrap {
     Subquery,
     /// `WITH q AS (…) SELECT * FROM q`.
     Cte,
+    /// `SELECT COUNT(*) AS n FROM (…) AS q`: over a changelog, a documented refusal.
+    Counted,
 }
 
 impl Wrap {
@@ -218,6 +220,7 @@ impl Wrap {
             Self::None => sql,
             Self::Subquery => format!("SELECT * FROM ({sql}) AS q"),
             Self::Cte => format!("WITH q AS ({sql}) SELECT * FROM q"),
+            Self::Counted => format!("SELECT COUNT(*) AS n FROM ({sql}) AS q"),
         }
     }
 }
@@ -828,11 +831,6 @@ impl FuzzQuery {
     /// Whether the query is an aggregation with a changelog output.
     pub fn is_changelog(&self) -> bool {
         self.emit() != Emit::Final
-    }
-
-    /// Whether a changelog's deletions (all aggregates NULL) can occur: session changes.
-    pub fn has_deletions(&self) -> bool {
-        self.is_changelog() && matches!(self.window(), Some(Window::Session { .. }))
     }
 
     /// Smaller variants of the query, for shrinking: one item, the filter or the HAVING

@@ -16,13 +16,6 @@ pub(super) fn interval(ms: i64) -> String {
 }
 
 impl FuzzQuery {
-    pub(super) fn window(&self) -> Option<Window> {
-        match self.form {
-            Form::Aggregate { window, .. } => window,
-            _ => None,
-        }
-    }
-
     /// The emit mode (`Final` for queries that are not aggregations).
     pub fn emit(&self) -> Emit {
         match self.form {
@@ -492,7 +485,8 @@ impl FuzzQuery {
         else {
             return None;
         };
-        if matches!(window, Some(Window::Session { .. })) {
+        // Sessions merge, and HAVING deletes: neither is a running aggregate.
+        if matches!(window, Some(Window::Session { .. })) || self.having.is_some() {
             return None;
         }
         let mut select = Vec::new();

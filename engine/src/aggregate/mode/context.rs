@@ -14,6 +14,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge};
 
 use crate::aggregate::partial::PartialAggregate;
 use crate::aggregate::spec::{AggregateSpec, WindowKey};
+use crate::changelog::{ChangeOp, op_array, op_column};
 use crate::late_records::LateRecords;
 use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::watermark::event_times;
@@ -101,20 +102,48 @@ impl ModeContext {
     }
 
     /// A batch of the output schema from a group table's key columns (the window start
-    /// first, if windowed) and the aggregate `values`.
+    /// first, if windowed) and the aggregate `values` (EMIT FINAL).
     pub fn output_batch(
         &self,
         table_keys: Vec<ArrayRef>,
         values: Vec<ArrayRef>,
         rows: usize,
     ) -> Result<RecordBatch> {
+        self.build_batch(table_keys, values, None, rows)
+    }
+
+    /// A changelog batch: [`Self::output_batch`]'s columns and each row's operation.
+    pub fn changelog_batch(
+        &self,
+        table_keys: Vec<ArrayRef>,
+        values: Vec<ArrayRef>,
+        ops: &[ChangeOp],
+    ) -> Result<RecordBatch> {
+        self.build_batch(
+            table_keys,
+            values,
+            Some(op_array(ops.iter().copied())),
+            ops.len(),
+        )
+    }
+
+    fn build_batch(
+        &self,
+        table_keys: Vec<ArrayRef>,
+        values: Vec<ArrayRef>,
+        ops: Option<ArrayRef>,
+        rows: usize,
+    ) -> Result<RecordBatch> {
+        if ops.is_some() != op_column(&self.schema).is_some() {
+            return internal_err!("an aggregation's output rows and its changelog column differ");
+        }
         let mut columns = Vec::with_capacity(self.schema.fields().len());
         let mut keys = table_keys.into_iter();
         let mut window_column = match &self.window {
             Some(_) => keys.next(),
             None => None,
         };
-        let groups = self.schema.fields().len() - values.len();
+        let groups = self.schema.fields().len() - values.len() - usize::from(ops.is_some());
         for position in 0..groups {
             let column = if self.window.as_ref().map(|w| w.position) == Some(position) {
                 window_column.take()
@@ -136,6 +165,7 @@ impl ModeContext {
                 cast(&value, field.data_type())?
             });
         }
+        columns.extend(ops);
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
         Ok(RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),

@@ -78,11 +78,10 @@ impl SessionChangelog {
         for key in &columns.keys {
             table_keys.push(take_rows(key.as_ref(), &changelog.key_rows)?);
         }
-        let count = changelog.key_rows.len();
-        Ok(Some(self.context.output_batch(
+        Ok(Some(self.context.changelog_batch(
             table_keys,
             changelog.values,
-            count,
+            &changelog.ops,
         )?))
     }
 
@@ -122,12 +121,12 @@ mod tests {
         let mut mode = mode(&spec(Some(gap), AggregateEmit::ChangesPerRecord), None);
         assert_eq!(
             batch(&mut mode, &rows(&[("a", 0, 1), ("a", 1_500, 2)])),
-            ["0,a,1,1", "1500,a,1,2"]
+            ["0,a,1,1,+I", "1500,a,1,2,+I"]
         );
         // 800 is within the gap of both: the session starting at 1 500 merges into 0's.
         assert_eq!(
             batch(&mut mode, &rows(&[("a", 800, 4)])),
-            ["1500,a,null,null", "0,a,3,7"]
+            ["1500,a,null,null,-D", "0,a,3,7,+U"]
         );
         assert!(watermark(&mut mode, i64::MAX).is_empty());
     }

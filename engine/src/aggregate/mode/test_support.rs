@@ -15,7 +15,7 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use super::AggregateMode;
 use super::context::{ModeContext, ModeInputs};
 use crate::aggregate::partial::PartialAggregate;
-use crate::aggregate::spec::{AggregateEmit, AggregateSpec, WindowKey, with_nullable_aggregates};
+use crate::aggregate::spec::{AggregateEmit, AggregateSpec, WindowKey};
 use crate::late_records::LateRecords;
 use crate::message_loop::MessageHandler;
 use crate::window::WindowSpec;
@@ -94,11 +94,9 @@ pub fn spec(window: Option<WindowSpec>, emit: AggregateEmit) -> AggregateSpec {
 
 /// One output partition's mode for `spec` (over partial states of `partial`, if given).
 pub fn mode(spec: &AggregateSpec, partial: Option<&Arc<PartialAggregate>>) -> AggregateMode {
-    // As the operator does: a changelog that deletes has nullable aggregates.
+    // As the operator does: a changelog has its op column.
     let mut spec = spec.clone();
-    if spec.emits_deletions() {
-        spec.schema = with_nullable_aggregates(&spec.schema, spec.aggregates.len());
-    }
+    spec.complete_schema();
     let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
     let metrics = ExecutionPlanMetricsSet::new();
     let input_schema = partial.map_or_else(input_schema, |p| p.format().schema());

@@ -34,6 +34,7 @@ use super::context::ModeContext;
 use crate::aggregate::assignment::{Assignment, assign_windows};
 use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
+use crate::changelog::ChangeOp;
 use crate::kernels::{GroupTable, RunningAggregates, take_rows};
 use crate::window::WindowSpec;
 
@@ -152,22 +153,30 @@ impl WindowGroups {
         filters: &[Option<BooleanArray>],
         rows: usize,
     ) -> Result<Option<RecordBatch>> {
+        let known = self.table.len();
         let output = match (self.emit, &mut self.running) {
             (AggregateEmit::ChangesPerRecord, Some(running)) => {
                 self.table.intern(&table_keys, rows)?;
                 let groups = self.table.len();
-                let values = running.update(self.table.last_group_ids(rows), groups, arguments)?;
-                Some(self.context.output_batch(table_keys, values, rows)?)
+                let ids = self.table.last_group_ids(rows);
+                let values = running.update(ids, groups, arguments)?;
+                let ops = first_rows_insert(ids, known, groups);
+                Some(self.context.changelog_batch(table_keys, values, &ops)?)
             }
             (AggregateEmit::ChangesPerBatch, _) => {
                 self.table.update(&table_keys, arguments, filters, rows)?;
                 let (last_rows, values) = self.table.snapshot_changed(rows)?;
+                let ids = self.table.last_group_ids(rows);
+                let ops: Vec<ChangeOp> = last_rows
+                    .values()
+                    .iter()
+                    .map(|&row| ChangeOp::of_upsert(ids[row as usize] >= known))
+                    .collect();
                 let changed_keys = table_keys
                     .iter()
                     .map(|k| take_rows(k.as_ref(), &last_rows))
                     .collect::<Result<Vec<_>>>()?;
-                let changed = last_rows.len();
-                Some(self.context.output_batch(changed_keys, values, changed)?)
+                Some(self.context.changelog_batch(changed_keys, values, &ops)?)
             }
             _ => {
                 self.table.update(&table_keys, arguments, filters, rows)?;
@@ -324,6 +333,22 @@ impl WindowGroups {
     }
 }
 
+/// The operation of each per-record changelog row whose group is `ids[row]`: the first row
+/// of a group created by this batch (numbered from `known` up to `groups`) inserts it, every
+/// other row updates it.
+fn first_rows_insert(ids: &[usize], known: usize, groups: usize) -> Vec<ChangeOp> {
+    let mut seen = vec![false; groups.saturating_sub(known)];
+    ids.iter()
+        .map(|&id| {
+            let first = id
+                .checked_sub(known)
+                .and_then(|new| seen.get_mut(new))
+                .is_some_and(|seen| !std::mem::replace(seen, true));
+            ChangeOp::of_upsert(first)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
@@ -372,7 +397,10 @@ mod tests {
             None,
         );
         let input = rows(&[("a", 100, 1), ("b", 200, 2), ("a", 300, 3)]);
-        assert_eq!(batch(&mut mode, &input), ["0,a,1,1", "0,b,1,2", "0,a,2,4"]);
+        assert_eq!(
+            batch(&mut mode, &input),
+            ["0,a,1,1,+I", "0,b,1,2,+I", "0,a,2,4,+U"]
+        );
         assert!(
             watermark(&mut mode, i64::MAX).is_empty(),
             "rows already emitted"
@@ -385,8 +413,8 @@ mod tests {
         let input = rows(&[("a", 100, 1), ("b", 200, 2), ("a", 300, 3)]);
         let mut changed = batch(&mut mode, &input);
         changed.sort();
-        assert_eq!(changed, ["0,a,2,4", "0,b,1,2"]);
-        assert_eq!(batch(&mut mode, &rows(&[("b", 400, 1)])), ["0,b,2,3"]);
+        assert_eq!(changed, ["0,a,2,4,+I", "0,b,1,2,+I"]);
+        assert_eq!(batch(&mut mode, &rows(&[("b", 400, 1)])), ["0,b,2,3,+U"]);
     }
 
     #[test]

@@ -1,0 +1,157 @@
+//! [`ChangelogRule`]: carries a changelog's `op` column from the EMIT CHANGES aggregation
+//! that makes it up to the query's output, and refuses the operators that would read its rows
+//! as plain records.
+//!
+//! An EMIT CHANGES aggregation appends the `op` column to its output (see
+//! `freshet_engine::changelog`). Above it, walking up:
+//! - a projection (the SELECT list) gets `op` appended, so the output keeps it;
+//! - a filter (HAVING, or a WHERE over the changelog) becomes Freshet's stream filter, which
+//!   over a changelog turns an upsert that fails the predicate into a deletion of its key;
+//! - operators that pass rows on unchanged in content and order (gathers, limits,
+//!   round-robin or fan-in exchanges) pass the changelog on;
+//! - anything else — an aggregation, a join, a window function, a sort, a union — would read
+//!   updates and deletions as new records, so the query is refused with a message that says
+//!   what to write instead.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Result, plan_err};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use freshet_engine::aggregate::WindowAggregateExec;
+use freshet_engine::changelog::{OP_COLUMN, op_column};
+use freshet_engine::{StreamExchangeExec, StreamFilterExec};
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct ChangelogRule;
+
+impl PhysicalOptimizerRule for ChangelogRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let reads_changelog = node
+                .children()
+                .iter()
+                .any(|child| op_column(&child.schema()).is_some());
+            if !reads_changelog {
+                return Ok(Transformed::no(node));
+            }
+            carry_changelog(node)
+        })
+        .map(|transformed| transformed.data)
+    }
+
+    fn name(&self) -> &str {
+        "FreshetChangelog"
+    }
+
+    /// Projections and filters over a changelog gain its `op` column.
+    fn schema_check(&self) -> bool {
+        false
+    }
+}
+
+/// `node`, one of whose inputs is a changelog, made to pass the changelog on; an error for
+/// an operator that cannot.
+fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+        return with_op(projection).map(Transformed::yes);
+    }
+    if let Some(filter) = node.downcast_ref::<FilterExec>() {
+        let input = Arc::clone(filter.input());
+        let filtered: Arc<dyn ExecutionPlan> = Arc::new(StreamFilterExec::try_new(
+            Arc::clone(&input),
+            Arc::clone(filter.predicate()),
+        )?);
+        let Some(columns) = filter.projection() else {
+            return Ok(Transformed::yes(filtered));
+        };
+        let schema = input.schema();
+        let expressions: Vec<ProjectionExpr> = columns
+            .iter()
+            .map(|&index| {
+                let name = schema.field(index).name();
+                ProjectionExpr::new(Arc::new(Column::new(name, index)), name.clone())
+            })
+            .collect();
+        let projection = ProjectionExec::try_new(expressions, filtered)?;
+        return with_op(&projection).map(Transformed::yes);
+    }
+    if passes_rows_on(&node) {
+        return Ok(Transformed::no(node));
+    }
+    let what = if node.is::<WindowAggregateExec>() || node.name().contains("Aggregate") {
+        "an aggregation"
+    } else if node.name().contains("Join") {
+        "a join"
+    } else if node.name().contains("Window") || node.name().contains("Over") {
+        "a window function"
+    } else if node.name().contains("Sort") {
+        "ORDER BY"
+    } else if node.name().contains("Union") {
+        "UNION"
+    } else {
+        "this operation"
+    };
+    plan_err!(
+        "{what} over a changelog is not supported ({} reads the rows of an EMIT CHANGES \
+         aggregation): a changelog's rows update and delete earlier rows rather than add new \
+         ones, and EMIT CHANGES applies to every aggregation of the query. Without EMIT \
+         CHANGES the inner aggregation emits final rows, which {what} reads as records \
+         (a window over an inner window's window_start, for example)",
+        node.name()
+    )
+}
+
+/// Whether `node` passes every input row on as it is, in order, so the changelog keeps its
+/// meaning.
+fn passes_rows_on(node: &Arc<dyn ExecutionPlan>) -> bool {
+    if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
+        return repartition.partitioning().partition_count() == 1
+            || !matches!(repartition.partitioning(), Partitioning::Hash(..));
+    }
+    node.is::<CoalescePartitionsExec>()
+        || node.is::<GlobalLimitExec>()
+        || node.is::<LocalLimitExec>()
+        || node.is::<StreamFilterExec>()
+        || node.is::<StreamExchangeExec>()
+}
+
+/// `projection` with the `op` column of its input appended (as it is if it has one).
+fn with_op(projection: &ProjectionExec) -> Result<Arc<dyn ExecutionPlan>> {
+    let input = projection.input();
+    let schema = projection.schema();
+    if op_column(&schema).is_some() {
+        return Ok(Arc::new(projection.clone()));
+    }
+    let Some(op) = op_column(&input.schema()) else {
+        return Ok(Arc::new(projection.clone()));
+    };
+    if schema.field_with_name(OP_COLUMN).is_ok() {
+        return plan_err!(
+            "a changelog (EMIT CHANGES) has a column named '{OP_COLUMN}' for each row's operation; \
+             the query names another column '{OP_COLUMN}': rename it (… AS another_name)"
+        );
+    }
+    let mut expressions = projection.expr().to_vec();
+    expressions.push(ProjectionExpr::new(
+        Arc::new(Column::new(OP_COLUMN, op)),
+        OP_COLUMN.to_string(),
+    ));
+    Ok(Arc::new(ProjectionExec::try_new(
+        expressions,
+        Arc::clone(input),
+    )?))
+}
