@@ -791,3 +791,79 @@ async fn a_limit_below_a_window_drops_no_record_as_late() {
         assert_eq!(counted, 50_000, "at {partitions} streams");
     }
 }
+
+/// The changelog of `changes_sql`, applied by its first column (upserts and deletions), and
+/// the result of `final_sql`, each as sorted `a|b|…` lines.
+async fn applied_changelog_and_final(
+    ctx: &StreamingContext,
+    changes_sql: &str,
+    final_sql: &str,
+) -> (Vec<String>, Vec<String>) {
+    let run = |sql: &str| {
+        let sql = sql.to_string();
+        async move {
+            let query = ctx.sql(&sql).await.unwrap();
+            let batches: Vec<RecordBatch> =
+                query.execute_merged().unwrap().try_collect().await.unwrap();
+            batches
+        }
+    };
+    let mut table = BTreeMap::new();
+    for batch in &run(changes_sql).await {
+        let op = op_column(&batch.schema()).expect("a changelog has its op column");
+        for row in freshet::testing::display_rows(std::slice::from_ref(batch)).unwrap() {
+            match ChangeOp::parse(&row[op]) {
+                Some(ChangeOp::Delete) => table.remove(&row[0]),
+                Some(_) => table.insert(row[0].clone(), row[1..op].join("|")),
+                None => panic!("an unknown operation {}", row[op]),
+            };
+        }
+    }
+    let applied = table
+        .into_iter()
+        .map(|(key, values)| format!("{key}|{values}"))
+        .collect();
+    let mut finals: Vec<String> = freshet::testing::display_rows(&run(final_sql).await)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.join("|"))
+        .collect();
+    finals.sort();
+    (applied, finals)
+}
+
+#[tokio::test]
+async fn having_under_emit_changes_deletes_the_windows_it_no_longer_holds() {
+    // One record per batch, out of order within the watermark: windows 0 s and 10 s reach a
+    // count of 2 after going out with 1, and must be withdrawn.
+    let seconds = [0, 3, 10, 20, 5, 30, 12, 41];
+    let batches = id_time_batches(
+        seconds
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (vec![i as i64], vec![Some(s * 1_000)]))
+            .collect(),
+    );
+    let ctx = id_time_context(batches, std::time::Duration::from_secs(30));
+    let query = "SELECT window_start, COUNT(*) AS n FROM t WINDOW TUMBLING (ts, INTERVAL '10' SECOND) HAVING COUNT(*) < 2";
+    let (applied, finals) =
+        applied_changelog_and_final(&ctx, &format!("{query} EMIT CHANGES"), query).await;
+    assert_eq!(finals.len(), 3, "{finals:?}");
+    assert_eq!(applied, finals);
+}
+
+#[tokio::test]
+async fn a_merged_sessions_deletion_passes_having() {
+    // docs/sql.md's bridging example: 0 s and 40 s, then 20 s bridging them (gap 30 s).
+    let batches = id_time_batches(vec![
+        (vec![1], vec![Some(0)]),
+        (vec![2], vec![Some(40_000)]),
+        (vec![3], vec![Some(20_000)]),
+    ]);
+    let ctx = id_time_context(batches, std::time::Duration::from_secs(60));
+    let query = "SELECT window_start, COUNT(*) AS n FROM t WINDOW SESSION (ts, INTERVAL '30' SECOND) HAVING COUNT(*) >= 1";
+    let (applied, finals) =
+        applied_changelog_and_final(&ctx, &format!("{query} EMIT CHANGES"), query).await;
+    assert_eq!(applied, ["1970-01-01T00:00:00|3"]);
+    assert_eq!(applied, finals);
+}
