@@ -424,6 +424,30 @@ async fn window_state_beyond_the_memory_limit_is_a_clean_error() {
     assert!(error.contains("OverWindowExec[0]"), "{error}");
 }
 
+#[tokio::test]
+async fn a_long_lookahead_over_many_keys_holds_what_its_rows_need() {
+    // 5 000 keys of one row each, LEAD 1 000 rows ahead: completing every key's last
+    // rows at the end of the input once held 1 000 virtual rows per key (about 80 MB of
+    // histories); a round of keys at a time fits in 16 MiB.
+    let ctx = memory_limited_context(16 * 1024 * 1024);
+    let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(5_000));
+    spec.symbols = 5_000;
+    ctx.register_generator("market_data", spec, StreamOptions::default())
+        .unwrap();
+    let query = ctx
+        .sql("SELECT symbol, LEAD(quantity, 1000) OVER (PARTITION BY symbol ORDER BY trade_time) AS later FROM market_data")
+        .await
+        .unwrap();
+    assert!(
+        query.explain().contains("OverWindowExec"),
+        "{}",
+        query.explain()
+    );
+    let rows: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let rows: usize = rows.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 5_000);
+}
+
 /// A window over LEAD's output would see LEAD's delayed rows as late: on a bounded stream the
 /// outer window runs on DataFusion's operator (correct at the end), on an endless one it is
 /// refused.

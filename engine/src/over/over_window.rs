@@ -56,6 +56,9 @@ use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::{event_times, time_range};
 
+/// Virtual rows per round when the end of the input completes every key's last rows.
+const TAIL_ROWS_PER_ROUND: usize = 64 * 1024;
+
 /// What an [`OverWindowExec`] computes.
 #[derive(Debug, Clone)]
 pub struct OverSpec {
@@ -391,8 +394,8 @@ impl OverState {
         for released in self.buffer.release(self.watermark, self.strict)? {
             outputs.push(self.compute(released)?);
         }
-        if self.watermark == i64::MAX {
-            outputs.extend(self.complete_tails(|_| true)?);
+        if self.watermark == i64::MAX && !self.tails_completed {
+            outputs.extend(self.complete_every_tail()?);
             // The end of the input can be signalled twice (a last watermark, then the end).
             self.tails_completed = true;
         }
@@ -565,28 +568,61 @@ impl OverState {
         }
         self.metrics.keys_expired.add(expiring);
         let tails = self.complete_tails(|group| expired[group])?;
+        self.forget_keys(&expired)?;
+        Ok(tails)
+    }
+
+    /// At the end of the input under a lookahead: every key's last rows, completed by
+    /// virtual rows a few keys at a time, each group of keys forgotten once completed. The
+    /// virtual rows (the lookahead's length per key) and the histories they fill are then
+    /// held for one group at a time, not for every key at once.
+    fn complete_every_tail(&mut self) -> Result<Vec<RecordBatch>> {
+        let Some(lookahead) = &self.lookahead else {
+            return Ok(Vec::new());
+        };
+        let keys = self.counts.len();
+        // At most 64 rounds (each renumbers the keys left), of about 64 Ki virtual rows
+        // each when the keys are few.
+        let per_round = (TAIL_ROWS_PER_ROUND / lookahead.rows().max(1) as usize)
+            .max(keys.div_ceil(64))
+            .max(1);
+        let mut outputs = Vec::new();
+        while !self.counts.is_empty() {
+            let round = per_round.min(self.counts.len());
+            outputs.extend(self.complete_tails(|group| group < round)?);
+            // The round's histories are at their largest here: accounted before they go.
+            self.report_state()?;
+            let completed: Vec<bool> = (0..self.counts.len()).map(|g| g < round).collect();
+            self.forget_keys(&completed)?;
+        }
+        Ok(outputs)
+    }
+
+    /// Forgets the keys `forgotten` marks, renumbering the others in order.
+    fn forget_keys(&mut self, forgotten: &[bool]) -> Result<()> {
         if let Some(lookahead) = &mut self.lookahead {
-            lookahead.retain_keys(&expired);
+            lookahead.retain_keys(forgotten);
         }
         // Rebuild the key table with the survivors, in order, so their ids stay dense.
         let rows = self.keys.len();
+        let leaving = forgotten.iter().filter(|f| **f).count();
         let keys = self.keys.emit_keys(EmitTo::All)?;
-        let keep = BooleanArray::from(expired.iter().map(|e| !e).collect::<Vec<_>>());
+        let keep = BooleanArray::from(forgotten.iter().map(|f| !f).collect::<Vec<_>>());
         let survivors = keys
             .iter()
             .map(|k| Ok(filter(k.as_ref(), &keep)?))
             .collect::<Result<Vec<_>>>()?;
-        if !survivors.is_empty() {
-            self.keys.intern(&survivors, rows - expiring)?;
+        if !survivors.is_empty() && rows > leaving {
+            self.keys.intern(&survivors, rows - leaving)?;
         }
-        let mut keep_iter = expired.iter().map(|e| !e);
+        let mut keep_iter = forgotten.iter().map(|f| !f);
         self.counts.retain(|_| keep_iter.next().unwrap_or(true));
-        let mut keep_iter = expired.iter().map(|e| !e);
+        let mut keep_iter = forgotten.iter().map(|f| !f);
         self.latest.retain(|_| keep_iter.next().unwrap_or(true));
         for kernel in &mut self.kernels {
-            kernel.retain_keys(&expired);
+            kernel.retain_keys(forgotten);
         }
-        Ok(tails)
+        Ok(())
     }
 
     /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
