@@ -35,7 +35,8 @@ pub enum StreamMessage {
 pub struct EventTime {
     /// Column index in the schema the watermark is computed on.
     pub column: usize,
-    /// Declared out-of-orderness, in the event-time unit.
+    /// Declared out-of-orderness, in the event-time unit (`i64::MAX`: no watermark before the
+    /// end of the input).
     pub delay: i64,
     /// A running source partition silent this long (wall-clock) no longer holds the
     /// watermark back.

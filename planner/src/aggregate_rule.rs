@@ -40,8 +40,8 @@ use freshet_partitioner::RoutingStrategy;
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
-    below_exchanges, choose_strategy, event_time, holds_stream_join, read_on_every_core,
-    reads_stream,
+    below_exchanges, choose_strategy, end_of_input_time, event_time, holds_stream_join,
+    read_on_every_core, reads_stream,
 };
 
 /// See the module documentation.
@@ -188,9 +188,27 @@ fn streaming_aggregate(
             })
         }
     };
-    let event_time = match &window {
-        Some(window) => Some(event_time(&input, &window.time)?),
+    let over_join_output = match &window {
+        Some(window) => match window.time.downcast_ref::<Column>() {
+            Some(time) => end_of_input_time(&input, time.index())?,
+            None => None,
+        },
         None => None,
+    };
+    if over_join_output.is_some()
+        && window
+            .as_ref()
+            .is_some_and(|w| matches!(w.spec, WindowSpec::Tumble { .. }))
+    {
+        // A tumbling window over a bounded join's output, whose times have no watermark:
+        // DataFusion's aggregation gives the batch answer (`tumble` is `date_bin`), NULL
+        // times included.
+        return Ok(None);
+    }
+    let event_time = match (&window, over_join_output) {
+        (_, Some(end_of_input)) => Some(end_of_input),
+        (Some(window), None) => Some(event_time(&input, &window.time)?),
+        (None, None) => None,
     };
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(

@@ -7,7 +7,8 @@
 //! would be lost: `WHERE price > 100 LIMIT 5` at one stream returned every passing row.
 //! Running before them, this rule takes each such fetch back out into a `LocalLimitExec`
 //! right above its operator. The rows are the same: a fetch limits each output partition of
-//! its operator, as a `LocalLimitExec` does.
+//! its operator, as a `LocalLimitExec` does; the fetch of an operator with one output
+//! partition is the whole query's, and becomes a `GlobalLimitExec`.
 //!
 //! A LIMIT over a stream read as several source partitions gathers them with DataFusion's
 //! `CoalescePartitionsExec`, in whatever order they come: a windowed aggregation above
@@ -72,6 +73,16 @@ impl PhysicalOptimizerRule for KeepLimitsRule {
             let Some(unlimited) = node.with_fetch(None) else {
                 return Ok(Transformed::no(node));
             };
+            // A fetch over one output partition limits the whole result: a global limit,
+            // which stays one when a rule after this one spreads the operator over several
+            // partitions (a lookup probing each source partition of its stream).
+            if node.output_partitioning().partition_count() == 1 {
+                return Ok(Transformed::yes(Arc::new(GlobalLimitExec::new(
+                    unlimited,
+                    0,
+                    Some(fetch),
+                ))));
+            }
             Ok(Transformed::yes(Arc::new(LocalLimitExec::new(
                 unlimited, fetch,
             ))))
@@ -180,8 +191,9 @@ mod tests {
         )
         .unwrap();
         let operators = operators(&plan);
+        // One stream: the filter's one output partition is the whole result.
         assert!(
-            operators.contains(&"LocalLimitExec") && operators.contains(&"StreamFilterExec"),
+            operators.contains(&"GlobalLimitExec") && operators.contains(&"StreamFilterExec"),
             "{operators:?}"
         );
     }

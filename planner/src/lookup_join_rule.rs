@@ -1,6 +1,10 @@
 //! [`LookupJoinRule`]: a stream joined to a bounded table probes a hash table built once from
 //! the table.
 //!
+//! A bounded table is a plain table, or a bounded stream without an event time however it
+//! was registered (`--table dim=dim.csv`), joined to a stream of events (one with an event
+//! time, or unbounded).
+//!
 //! DataFusion picks a hash join's build side from statistics, which a stream has none of: as
 //! written, `stream JOIN table` builds from the stream — every record held in a hash table,
 //! and the stream shuffled by key. The rule makes the table the build side, loaded once and
@@ -19,7 +23,7 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{JoinType, Result};
+use datafusion::common::{JoinType, Result, plan_err};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::utils::{
@@ -30,7 +34,8 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use freshet_engine::join::LookupJoinExec;
 
-use crate::stream_inputs::{below_exchanges, reads_stream};
+use crate::stream_inputs::{below_exchanges, reads_event_stream};
+use crate::unbounded_check::stream_names;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -61,13 +66,28 @@ fn lookup_join(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
         return Ok(None);
     };
     let (left, right) = (below_exchanges(join.left()), below_exchanges(join.right()));
-    let (left_stream, right_stream) = (reads_stream(left)?, reads_stream(right)?);
+    let (left_stream, right_stream) = (reads_event_stream(left)?, reads_event_stream(right)?);
     let table = match (left_stream, right_stream) {
         (true, false) => right,
         (false, true) => left,
         _ => return Ok(None),
     };
     if table.boundedness().is_unbounded() {
+        return Ok(None);
+    }
+    if join.null_aware {
+        // NOT IN (subquery): DataFusion's null-aware anti join keeps its first input (here
+        // the stream) as the side it collects, and answers at the end of the input.
+        let stream = if left_stream { left } else { right };
+        if stream.boundedness().is_unbounded() {
+            return plan_err!(
+                "NOT IN (subquery) over the unbounded stream {} is not supported: write \
+                 NOT EXISTS (SELECT 1 FROM … WHERE key = stream.key), which looks each record \
+                 up as it comes (it differs from NOT IN only where a key is NULL: NOT IN keeps \
+                 no row when the subquery has a NULL key, nor a row whose key is NULL)",
+                stream_names(stream)
+            );
+        }
         return Ok(None);
     }
     let build = |table: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
@@ -159,8 +179,8 @@ fn lookup_probe(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Executio
     let Some(join) = node.downcast_ref::<HashJoinExec>() else {
         return Ok(None);
     };
-    if !reads_stream(join.right())?
-        || reads_stream(join.left())?
+    if !reads_event_stream(join.right())?
+        || reads_event_stream(join.left())?
         || join.left().boundedness().is_unbounded()
     {
         return Ok(None);

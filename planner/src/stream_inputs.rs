@@ -399,6 +399,7 @@ pub(crate) fn event_time(
             column.name()
         );
     }
+
     let origin = event_time_columns(input)
         .into_iter()
         .find(|(c, _)| *c == column.index());
@@ -545,8 +546,8 @@ pub(crate) fn event_time_columns(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, T
 /// holds for them. A join of two streams (not yet Freshet's) has none.
 fn lookup_event_times(join: &JoinParts) -> Vec<(usize, TimeOrigin)> {
     let (left_stream, right_stream) = (
-        reads_stream(join.left).unwrap_or(true),
-        reads_stream(join.right).unwrap_or(true),
+        reads_event_stream(join.left).unwrap_or(true),
+        reads_event_stream(join.right).unwrap_or(true),
     );
     let left_width = join.left.schema().fields().len();
     let stream_columns: Vec<(usize, TimeOrigin)> = match (left_stream, right_stream, join.join_type)
@@ -578,19 +579,43 @@ fn lookup_event_times(join: &JoinParts) -> Vec<(usize, TimeOrigin)> {
 /// the column is not one of the join output's event times: a join's output is in no bounded
 /// disorder of an input's event time, so only the join's own progress gives it a watermark.
 pub(crate) fn refuse_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize) -> Result<()> {
-    let over_join = input.exists(|node| {
-        Ok(node.downcast_ref::<IntervalJoinExec>().is_some() || is_datafusion_join(node))
-    })?;
-    let traced = event_time_columns(input)
-        .iter()
-        .any(|&(column, _)| column == time);
-    if over_join && !traced {
+    if untraced_time_over_join(input, time)? {
         let name = input.schema().field(time).name().clone();
         return plan_err!(
             "'{name}' is not an event time of the join's output, so a window, OVER or join over it has no watermark: use the time column of either side of an inner interval join, of the preserved side of a LEFT or RIGHT join, or of the kept side of a semi or anti join; a lookup's output has the stream's, unless it also keeps the table's unmatched rows (a FULL join's output has none, nor has a join of two streams without a time bound, nor a table's column)"
         );
     }
     Ok(())
+}
+
+/// Over bounded input, an event time for column `time` when it is read over a join and is not
+/// one of the join output's event times: in no bounded disorder, it has no watermark before
+/// the end of the input, where every window closes (the batch answer; rows whose time is
+/// NULL, as a FULL join gives, are dropped and counted). `None` for any other time.
+pub(crate) fn end_of_input_time(
+    input: &Arc<dyn ExecutionPlan>,
+    time: usize,
+) -> Result<Option<EventTime>> {
+    if input.boundedness().is_unbounded() || !untraced_time_over_join(input, time)? {
+        return Ok(None);
+    }
+    Ok(Some(EventTime {
+        column: time,
+        delay: i64::MAX,
+        idle_timeout: None,
+    }))
+}
+
+/// Whether column `time` of `input` is read over a join and is not one of the join output's
+/// event times.
+fn untraced_time_over_join(input: &Arc<dyn ExecutionPlan>, time: usize) -> Result<bool> {
+    let over_join = input.exists(|node| {
+        Ok(node.downcast_ref::<IntervalJoinExec>().is_some() || is_datafusion_join(node))
+    })?;
+    let traced = event_time_columns(input)
+        .iter()
+        .any(|&(column, _)| column == time);
+    Ok(over_join && !traced)
 }
 
 /// Whether `plan` holds one of DataFusion's joins of two streams (not yet Freshet's interval
@@ -602,7 +627,7 @@ pub(crate) fn holds_stream_join(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
             return Ok(false);
         }
         for child in node.children() {
-            if !reads_stream(child)? {
+            if !reads_event_stream(child)? {
                 return Ok(false);
             }
         }
@@ -620,6 +645,18 @@ fn is_datafusion_join(node: &Arc<dyn ExecutionPlan>) -> bool {
 /// Whether `plan` reads one of Freshet's streams.
 pub fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     plan.exists(|node| Ok(node.downcast_ref::<StreamSourceExec>().is_some()))
+}
+
+/// Whether `plan` reads a stream of events: one with an event time, or an unbounded one. A
+/// bounded stream without an event time (a dimension given as `--table dim=dim.csv`) is,
+/// in a join with a stream of events, a table the stream looks up.
+pub fn reads_event_stream(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| {
+        let Some(source) = node.downcast_ref::<StreamSourceExec>() else {
+            return Ok(false);
+        };
+        Ok(source.options().event_time.is_some() || node.boundedness().is_unbounded())
+    })
 }
 
 /// `plan` reading its stream's files over one source partition per core, when it is the

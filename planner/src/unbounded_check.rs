@@ -37,8 +37,11 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         // Event time over a join's output (a window over a window join, planned before the
         // join became Freshet's).
         plan.apply(|node| {
+            // (A bounded input's exchange may read such a time with no watermark before the
+            // end: `end_of_input_time`.)
             if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>()
                 && let Some(time) = exchange.event_time()
+                && time.delay != i64::MAX
             {
                 refuse_time_over_join(exchange.input(), time.column)?;
             }
@@ -156,7 +159,7 @@ fn unbounded_join_state(node: &Arc<dyn ExecutionPlan>) -> Option<String> {
 }
 
 /// The names of the unbounded streams under `plan`, for error messages.
-fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
+pub(crate) fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
     let mut names = Vec::new();
     let _ = plan.apply(|node| {
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()

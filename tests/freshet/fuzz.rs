@@ -102,4 +102,7 @@ async fn limits_over_joins_and_window_functions_answer() {
     // LIMIT above a window function, DataFusion kept only the rows a batch plan returns
     // first below the window: a stream's first rows came from partitions cut short.
     all_match(&[79_000_160, 79_000_854, 81_000_146]).await;
+    // A LIMIT DataFusion folded into a join of one output partition limits the whole result:
+    // a lookup then probed three source partitions, each given the LIMIT (2 rows of 1).
+    all_match(&[91_001_946]).await;
 }

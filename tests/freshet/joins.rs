@@ -617,6 +617,22 @@ async fn a_window_over_a_lookup_reads_the_streams_event_time() {
     );
     let cells = crate::support::result_cells(&ctx, &sql).await;
     assert_eq!(cells, vec![vec!["1000".to_string()]], "{sql}");
+    // Over a bounded stream such times have no watermark before the end of the input, where
+    // every window closes: the batch answer (the LEFT join's unmatched table row has a NULL
+    // time, which DataFusion's aggregation groups apart).
+    for (join, time, expected) in [
+        ("symbols s LEFT JOIN market_data m", "trade_time", "1000"),
+        ("market_data m JOIN symbols s", "listed", "1000"),
+    ] {
+        let cells = crate::support::result_cells(&ctx, &window(join, time)).await;
+        assert_eq!(cells, vec![vec![expected.to_string()]], "{join}");
+    }
+    // Over an endless stream they are refused.
+    let ctx = crate::support::endless_market_data();
+    ctx.session()
+        .sql("CREATE TABLE symbols AS VALUES ('SYM1', 'one', TIMESTAMP '2020-01-01 00:00:00')")
+        .await
+        .unwrap();
     for (join, time) in [
         ("symbols s LEFT JOIN market_data m", "trade_time"),
         ("market_data m JOIN symbols s", "listed"),

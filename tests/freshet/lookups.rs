@@ -191,3 +191,107 @@ async fn a_lookup_table_over_the_memory_limit_is_an_error_naming_the_lookup() {
     let error = crate::support::execution_error(&query).await;
     assert!(error.contains("LookupJoinExec"), "{error}");
 }
+
+/// `x` of `rows` registered as a bounded stream without an event time, as `--table
+/// x=x.csv` registers a file.
+fn table_as_stream(rows: &[(Option<&str>, Option<i64>)]) -> TestTable {
+    let TestSource::Table { schema, batches } = table(rows).source else {
+        unreachable!("table() gives a table");
+    };
+    TestTable::batches("x", schema, batches)
+}
+
+#[tokio::test]
+async fn a_bounded_stream_without_event_time_is_a_table_the_stream_looks_up() {
+    let x = table_as_stream(&[
+        (Some("a"), Some(1)),
+        (Some("bb"), Some(2)),
+        (Some("SYM1"), Some(5)),
+    ]);
+    for sql in LOOKUPS {
+        Differential::same_sql(sql)
+            .table(stream())
+            .table(x.clone())
+            .with_plan_text("LookupJoinExec")
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // The lookup keeps the stream's event time: a window over it runs.
+    Differential::new(
+        "SELECT x.name, window_start, COUNT(*) AS n FROM s JOIN x ON s.k = x.k GROUP BY x.name WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+        "SELECT x.name, date_bin(INTERVAL '1 minute', ts) AS window_start, COUNT(*) AS n FROM s JOIN x ON s.k = x.k GROUP BY x.name, date_bin(INTERVAL '1 minute', ts)",
+    )
+    .table(stream())
+    .table(x)
+    .with_plan_text("LookupJoinExec")
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn not_in_a_table_keeps_its_null_rule_on_a_bounded_stream() {
+    // NOT IN keeps no row when the subquery has a NULL key, nor a row whose key is NULL.
+    for rows in [
+        vec![(Some("a"), Some(1)), (Some("bb"), Some(2))],
+        vec![(Some("a"), Some(1)), (None, Some(2))],
+        vec![],
+    ] {
+        for x in [table(&rows), table_as_stream(&rows)] {
+            Differential::same_sql("SELECT s.v FROM s WHERE s.k NOT IN (SELECT k FROM x)")
+                .table(stream())
+                .table(x)
+                .run()
+                .await
+                .unwrap_or_else(|e| panic!("{rows:?}: {e}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn not_in_a_table_over_an_endless_stream_is_refused_with_what_to_write() {
+    let ctx = freshet::StreamingContext::with_partitions(2);
+    let s = stream();
+    let TestSource::Batches { schema, batches } = s.source else {
+        unreachable!("stream() gives batches");
+    };
+    let options = StreamOptions {
+        bounded: Some(false),
+        ..s.options
+    };
+    ctx.register_batches("s", schema, batches, options).unwrap();
+    let TestSource::Table { schema, batches } = table(&[(Some("a"), Some(1))]).source else {
+        unreachable!("table() gives a table");
+    };
+    let memory = datafusion::datasource::MemTable::try_new(schema, vec![batches]).unwrap();
+    ctx.session().register_table("x", Arc::new(memory)).unwrap();
+    let error = match ctx
+        .sql("SELECT s.v FROM s WHERE s.k NOT IN (SELECT k FROM x)")
+        .await
+    {
+        Ok(_) => panic!("NOT IN over an endless stream planned"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("write NOT EXISTS"), "{error}");
+}
+
+#[tokio::test]
+async fn a_window_over_a_join_of_bounded_streams_gives_the_batch_answer() {
+    // A join of two streams without a bound on their times: its output has no watermark, so
+    // on bounded input its windows close at the end.
+    let s = stream();
+    let TestSource::Batches { schema, batches } = s.source.clone() else {
+        unreachable!("stream() gives batches");
+    };
+    let other = TestTable::batches("s2", schema, batches).with_options(s.options.clone());
+    Differential::new(
+        "SELECT a.k, window_start, COUNT(*) AS n, SUM(b.v) AS total FROM s a JOIN s2 b ON a.k = b.k GROUP BY a.k WINDOW TUMBLING (a.ts, INTERVAL '5' MINUTE)",
+        "SELECT a.k, date_bin(INTERVAL '5 minutes', a.ts) AS window_start, COUNT(*) AS n, SUM(b.v) AS total FROM s a JOIN s2 b ON a.k = b.k GROUP BY a.k, date_bin(INTERVAL '5 minutes', a.ts)",
+    )
+    .table(s)
+    .table(other)
+    .run()
+    .await
+    .unwrap();
+}

@@ -492,6 +492,11 @@ impl DisplayAs for StreamExchangeExec {
                     },
                     event_time.delay
                 )?,
+                _ if event_time.delay == i64::MAX => write!(
+                    f,
+                    ", watermark=the end of the input (column {} is in no bounded disorder)",
+                    event_time.column
+                )?,
                 _ => write!(
                     f,
                     ", watermark=max(column {}) - {}",

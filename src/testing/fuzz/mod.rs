@@ -204,8 +204,10 @@ impl FuzzCase {
             ];
             query.having = Some(having_rng.pick(&having).to_string());
         }
-        // A changelog read by another aggregation: refused, never a wrong count.
-        if query.is_changelog() && having_rng.chance(0.05) {
+        // A changelog read by another aggregation: refused, never a wrong count. (Over a
+        // changelog without keys DataFusion folds the count of its one row away.)
+        let keyed = query.items.iter().any(|item| item.changelog_key);
+        if query.is_changelog() && keyed && having_rng.chance(0.05) {
             query.wrap = Wrap::Counted;
         }
         Self {
