@@ -99,11 +99,16 @@ impl StreamOptions {
                 self.partitions = Some(partitions);
             }
             "partitioned_by" => {
-                self.partitioned_by = value
+                let columns: Vec<String> = value
                     .split(['+', ':'])
-                    .filter(|column| !column.is_empty())
-                    .map(str::to_string)
-                    .collect()
+                    .map(|column| column.trim().to_string())
+                    .collect();
+                if columns.iter().any(String::is_empty) {
+                    return plan_err!(
+                        "option partitioned_by={value}: expected the key columns, separated by +"
+                    );
+                }
+                self.partitioned_by = columns;
             }
             "rate" => {
                 let rate: f64 = value.parse().unwrap_or(f64::NAN);
@@ -162,6 +167,8 @@ mod tests {
         assert!(options.set("event_time", "ts").unwrap());
         assert!(options.set("watermark", "5s").unwrap());
         assert!(options.set("partitions", "4").unwrap());
+        assert!(options.set("partitioned_by", "").is_err());
+        assert!(options.set("partitioned_by", "a+").is_err());
         assert!(options.set("partitioned_by", "a+b").unwrap());
         assert!(options.set("rate", "1000").unwrap());
         assert!(options.set("bounded", "false").unwrap());

@@ -122,7 +122,11 @@ impl StreamingContext {
         format: Option<FileFormatKind>,
         options: StreamOptions,
     ) -> Result<()> {
-        let format = match format.or_else(|| FileFormatKind::detect(std::path::Path::new(path))) {
+        let detected = match format {
+            Some(format) => Some(format),
+            None => FileFormatKind::detect(std::path::Path::new(path))?,
+        };
+        let format = match detected {
             Some(format) => format,
             None if !std::path::Path::new(path).exists() => {
                 return plan_err!("file or directory not found: {path}");

@@ -219,16 +219,16 @@ fn order_column(expr: &dyn WindowExpr, schema: &SchemaRef) -> Result<usize> {
             order.expr
         );
     };
-    if order.options.descending {
-        return plan_err!(
-            "{name}: ORDER BY {} DESC cannot be streamed (the newest row is never known); order ascending",
-            column.name()
-        );
-    }
     let data_type = schema.field(column.index()).data_type();
-    if !matches!(data_type, DataType::Timestamp(_, _) | DataType::Int64) {
+    let time_like = matches!(data_type, DataType::Timestamp(_, _) | DataType::Int64);
+    if order.options.descending || !time_like {
+        let direction = if order.options.descending {
+            " DESC"
+        } else {
+            ""
+        };
         return plan_err!(
-            "{name}: ORDER BY {} ({data_type}) cannot be streamed: a window over a stream is ordered by a timestamp or Int64 event-time column",
+            "{name}: ORDER BY {}{direction} ({data_type}) cannot be streamed: a window over a stream is ordered by its event time (a timestamp or Int64 column), ascending, as records come; a ranking by another column or in descending order (a top-N) is not supported on streams",
             column.name()
         );
     }

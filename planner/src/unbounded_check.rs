@@ -15,9 +15,11 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinType, Result, plan_err};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::joins::SymmetricHashJoinExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 
 use crate::stream_inputs::refuse_time_over_join;
@@ -68,7 +70,7 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
                 .into_iter()
                 .find(|child| child.boundedness().is_unbounded());
             if let (true, Some(child)) = (waits_for_end, endless_child) {
-                failure = Some((clause_of(node.name()), stream_names(child)));
+                failure = Some((clause_of(node), stream_names(child)));
                 return Ok(TreeNodeRecursion::Stop);
             }
             Ok(TreeNodeRecursion::Continue)
@@ -97,8 +99,23 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
 
 /// What the user wrote that `operator` runs, and what to write instead, in the words of an
 /// error message.
-fn clause_of(operator: &str) -> (&'static str, &'static str) {
-    match operator {
+fn clause_of(node: &Arc<dyn ExecutionPlan>) -> (&'static str, &'static str) {
+    // An aggregation without aggregate functions removes duplicates.
+    let distinct = match (
+        node.downcast_ref::<AggregateExec>(),
+        node.downcast_ref::<WindowAggregateExec>(),
+    ) {
+        (Some(aggregate), _) => aggregate.aggr_expr().is_empty(),
+        (_, Some(aggregate)) => aggregate.aggregates().is_empty() && aggregate.window().is_none(),
+        _ => false,
+    };
+    if distinct {
+        return (
+            "its SELECT DISTINCT or UNION (which removes duplicate rows)",
+            "keep duplicates (UNION ALL), remove them per window (GROUP BY the columns WINDOW TUMBLING (ts, INTERVAL '1' MINUTE))",
+        );
+    }
+    match node.name() {
         "WindowAggregateExec" | "AggregateExec" => (
             "its GROUP BY without a window (or an aggregate over the whole stream)",
             "aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), add EMIT CHANGES",
@@ -169,6 +186,8 @@ pub(crate) fn stream_names(plan: &Arc<dyn ExecutionPlan>) -> String {
         }
         Ok(TreeNodeRecursion::Continue)
     });
+    names.sort();
+    names.dedup();
     if names.is_empty() {
         "input".to_string()
     } else {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{Result, plan_err};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
@@ -18,7 +19,7 @@ use freshet_bench::{
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain, write_generated};
 use freshet_engine::{GeneratorKind, GeneratorSpec, MAX_PARTITIONS};
-use freshet_planner::{StreamingContext, StreamingQuery};
+use freshet_planner::{FreshetOptions, StreamingContext, StreamingQuery};
 
 use super::tables::{TableSource, TableSpec, register_tables};
 use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs, SessionArgs};
@@ -95,6 +96,15 @@ fn check_is_a_query(sql: &str) -> Result<()> {
         ),
         _ => Ok(()),
     }
+}
+
+/// Whether `statement` is one that answers with rows (a query, EXPLAIN, SHOW …) rather
+/// than changing the session.
+fn returns_rows(statement: &str) -> bool {
+    matches!(
+        first_keyword(statement).as_str(),
+        "SELECT" | "WITH" | "VALUES" | "EXPLAIN" | "SHOW" | "DESCRIBE" | "DESC" | "TABLE" | "FROM"
+    )
 }
 
 /// The first word of `statement` in upper case (`SELECT`, `SET`, …), past any opening
@@ -183,9 +193,20 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
         return plan_err!("no SQL given: pass a query, e.g. \"SELECT * FROM market_data\"");
     };
     check_is_a_query(query_sql)?;
+    if let Some((position, _)) = session_statements
+        .iter()
+        .enumerate()
+        .find(|(_, statement)| returns_rows(statement))
+    {
+        return plan_err!(
+            "the command line runs one query, the last statement; statement {} of {} is a query too, whose rows would go nowhere: run one query at a time, or use freshet shell",
+            position + 1,
+            statements.len()
+        );
+    }
     let ctx = session(&args.session).await?;
     for statement in session_statements {
-        ctx.session().sql(statement).await?;
+        session_statement(&ctx, statement).await?;
     }
     ctx.sql(query_sql).await
 }
@@ -223,7 +244,7 @@ pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
             format!("freshet.{key}")
         };
         let value = value.trim().replace('\'', "''");
-        ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
+        session_statement(&ctx, &format!("SET {key} = '{value}'")).await?;
     }
     register_tables(
         &ctx,
@@ -233,6 +254,75 @@ pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
     )
     .await?;
     Ok(ctx)
+}
+
+/// Runs a statement that changes the session (SET, CREATE …); a SET of a key the session
+/// does not know names the keys it may have meant.
+pub(super) async fn session_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
+    match ctx.session().sql(statement).await {
+        Ok(_) => Ok(()),
+        Err(error) if error.to_string().contains("not found on") => {
+            let key = statement
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .trim_end_matches(['=', ';'])
+                .to_string();
+            plan_err!("{}", unknown_setting(ctx, &key))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// The message for a SET of `key`, which the session does not know: the keys of its section
+/// whose names are close, or all of them.
+fn unknown_setting(ctx: &StreamingContext, key: &str) -> String {
+    let key = key.to_ascii_lowercase();
+    let section = key.rsplit_once('.').map_or("", |(section, _)| section);
+    let name = key.rsplit_once('.').map_or(key.as_str(), |(_, name)| name);
+    let state = ctx.session().state();
+    let options = state.config().options();
+    let freshet = options
+        .extensions
+        .get::<FreshetOptions>()
+        .map(|o| o.entries())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|entry| format!("freshet.{}", entry.key));
+    let keys: Vec<String> = options
+        .entries()
+        .into_iter()
+        .map(|entry| entry.key)
+        .chain(freshet)
+        .filter(|candidate| candidate.rsplit_once('.').map(|(s, _)| s) == Some(section))
+        .collect();
+    let close: Vec<&String> = keys
+        .iter()
+        .filter(|candidate| {
+            let other = candidate.rsplit_once('.').map_or("", |(_, n)| n);
+            other.contains(name) || name.contains(other) || shared_prefix(other, name) >= 5
+        })
+        .collect();
+    match (close.as_slice(), keys.len()) {
+        ([], 0) => format!("unknown setting '{key}': no settings start with '{section}.'"),
+        ([], _) => format!(
+            "unknown setting '{key}'; the settings of '{section}' are {}",
+            keys.join(", ")
+        ),
+        (close, _) => format!(
+            "unknown setting '{key}'; did you mean {}?",
+            close
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    }
+}
+
+/// The length of the common start of `a` and `b`.
+fn shared_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
 /// Refuses an output file that is one of the input files, or inside an input directory: the
@@ -431,7 +521,7 @@ fn generate(args: GenArgs) -> Result<()> {
         if key == "records" || !spec.set(key.trim(), value.trim())? {
             return plan_err!(
                 "unknown generator parameter '{key}'; valid parameters are {}",
-                GeneratorSpec::KEYS[1..].join(", ")
+                spec.keys()[1..].join(", ")
             );
         }
     }
@@ -489,6 +579,16 @@ fn output_kind(path: &Path) -> Option<&str> {
 }
 
 async fn bench(args: BenchArgs) -> Result<()> {
+    // Options a mode does not write are refused rather than ignored.
+    if args.scaling && args.json.is_some() {
+        return plan_err!("--scaling writes its table and --svg, not --json");
+    }
+    if args.latency && (args.json.is_some() || args.svg.is_some()) {
+        return plan_err!("--latency writes its table only, not --json or --svg");
+    }
+    if args.scaling && args.latency {
+        return plan_err!("--scaling and --latency are two runs: give one");
+    }
     if args.scaling {
         return bench_scaling(&args).await;
     }

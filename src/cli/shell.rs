@@ -366,7 +366,7 @@ async fn run_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
         }
         // DataFusion runs session statements (SET, CREATE VIEW, DROP VIEW …) as it plans
         // them; their empty result is not run through the streaming rules.
-        _ => drop(ctx.session().sql(statement).await?),
+        _ => super::commands::session_statement(ctx, statement).await?,
     }
     Ok(())
 }

@@ -37,8 +37,24 @@ impl std::str::FromStr for TableSpec {
         if name.is_empty() {
             return plan_err!("--table {text}: the table name is empty");
         }
-        let mut parts = rest.split(',');
-        let location = parts.next().unwrap_or_default().trim();
+        // A path with a comma is quoted: NAME="a,b.csv",key=value.
+        let (location, options_text) = match rest.trim_start().strip_prefix('"') {
+            Some(quoted) => {
+                let Some((path, after)) = quoted.split_once('"') else {
+                    return plan_err!("--table {text}: the quoted path has no closing quote");
+                };
+                let after = after.trim_start();
+                if !(after.is_empty() || after.starts_with(',')) {
+                    return plan_err!(
+                        "--table {text}: expected ',' or the end after the quoted path"
+                    );
+                }
+                (path, after.trim_start_matches(','))
+            }
+            None => rest.split_once(',').unwrap_or((rest, "")),
+        };
+        let location = location.trim();
+        let parts = options_text.split(',');
         let mut source = match location.strip_prefix("generator:") {
             Some(kind) => TableSource::Generator(GeneratorSpec::new(
                 kind.parse::<GeneratorKind>()?,
@@ -64,8 +80,8 @@ impl std::str::FromStr for TableSpec {
             };
             if !taken {
                 let mut valid = StreamOptions::KEYS.to_vec();
-                if let TableSource::Generator(_) = source {
-                    valid.extend(GeneratorSpec::KEYS);
+                if let TableSource::Generator(spec) = &source {
+                    valid.extend(spec.keys());
                 }
                 return plan_err!(
                     "unknown option '{key}' for table '{name}'; valid options are {}",
@@ -160,6 +176,14 @@ mod tests {
     }
 
     #[test]
+    fn a_quoted_path_may_hold_commas() {
+        let spec: TableSpec = "t=\"data/a,b.csv\",event_time=ts".parse().unwrap();
+        assert_eq!(spec.source, TableSource::Files("data/a,b.csv".to_string()));
+        assert_eq!(spec.options.event_time.as_deref(), Some("ts"));
+        assert!("t=\"data/a,b.csv".parse::<TableSpec>().is_err());
+    }
+
+    #[test]
     fn parses_files_and_rejects_unknown_options() {
         let spec: TableSpec = "t=data/x.parquet,event_time=ts".parse().unwrap();
         assert_eq!(
@@ -174,6 +198,16 @@ mod tests {
             "{error}"
         );
         assert!("no_equals_sign".parse::<TableSpec>().is_err());
+        let error = "o=generator:orders,symbols=3"
+            .parse::<TableSpec>()
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("a parameter of generator market_data"),
+            "{error}"
+        );
+        assert!("t=x.parquet,partitioned_by=".parse::<TableSpec>().is_err());
         assert!("t=generator:weather".parse::<TableSpec>().is_err());
     }
 }

@@ -39,6 +39,7 @@ use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
@@ -196,6 +197,11 @@ impl WindowAggregateExec {
     /// `i`-th.
     pub fn group_by(&self) -> &[GroupExpr] {
         &self.spec.group_by
+    }
+
+    /// The aggregate functions (none for a DISTINCT).
+    pub fn aggregates(&self) -> &[Arc<AggregateFunctionExpr>] {
+        &self.spec.aggregates
     }
 
     /// Whether the exchange routes partial states rather than input rows.

@@ -5,8 +5,9 @@
 use std::io::Write;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 
 use super::batch_writer::BatchWriter;
 
@@ -42,7 +43,9 @@ impl BatchWriter for TableWriter {
         if take == 0 {
             return Ok(());
         }
-        let table = pretty_format_batches(&[batch.slice(0, take)])?.to_string();
+        let shown = batch.slice(0, take);
+        check_displayable(&shown)?;
+        let table = pretty_format_batches(&[shown])?.to_string();
         // Later chunks repeat no header: skip the table's first three lines.
         let mut lines: Vec<&str> = table.lines().collect();
         self.bottom = lines.pop().map(str::to_string);
@@ -76,4 +79,22 @@ impl BatchWriter for TableWriter {
         self.out.flush()?;
         Ok(())
     }
+}
+
+/// Fails on a value that cannot be shown (a timestamp out of range), naming its column, as
+/// the file sinks fail, rather than letting the table print an `ERROR` cell.
+fn check_displayable(batch: &RecordBatch) -> Result<()> {
+    let options = FormatOptions::default().with_display_error(false);
+    for (column, field) in batch.columns().iter().zip(batch.schema().fields()) {
+        let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
+        for row in 0..batch.num_rows() {
+            if let Err(error) = formatter.value(row).try_to_string() {
+                return Err(DataFusionError::Execution(format!(
+                    "column '{}' cannot be shown: {error}",
+                    field.name()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -40,14 +40,37 @@ impl FileFormatKind {
     /// The format a path's extension names (`.parquet`, `.csv`, `.arrow` / `.ipc` /
     /// `.feather`, `.jsonl` / `.ndjson` / `.json`); for a directory, the format of the files in
     /// it.
-    pub fn detect(path: &Path) -> Option<Self> {
-        if path.is_dir() {
-            return std::fs::read_dir(path)
-                .ok()?
-                .filter_map(|entry| entry.ok())
-                .find_map(|entry| Self::from_extension(&entry.path()));
+    /// A directory whose data files are of several formats, or of one format under several
+    /// extensions, is an error: every file is read or none.
+    pub fn detect(path: &Path) -> Result<Option<Self>> {
+        if !path.is_dir() {
+            return Ok(Self::from_extension(path));
         }
-        Self::from_extension(path)
+        let mut extensions: Vec<(String, Self)> = std::fs::read_dir(path)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|file| file.is_file())
+            .filter_map(|file| {
+                let format = Self::from_extension(&file)?;
+                Some((file.extension()?.to_str()?.to_string(), format))
+            })
+            .collect();
+        extensions.sort_by(|a, b| a.0.cmp(&b.0));
+        extensions.dedup_by(|a, b| a.0 == b.0);
+        match extensions.as_slice() {
+            [] => plan_err!(
+                "directory {} holds no data files: name them .parquet, .csv, .arrow or .jsonl",
+                path.display()
+            ),
+            [(_, format)] => Ok(Some(*format)),
+            several => {
+                let names: Vec<String> = several.iter().map(|(e, _)| format!(".{e}")).collect();
+                plan_err!(
+                    "directory {} holds {} files: a stream reads files of one format and extension; move the others out",
+                    path.display(),
+                    names.join(" and ")
+                )
+            }
+        }
     }
 
     fn from_extension(path: &Path) -> Option<Self> {

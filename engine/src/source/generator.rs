@@ -36,6 +36,15 @@ pub enum GeneratorKind {
     Orders,
 }
 
+impl std::fmt::Display for GeneratorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::MarketData => "market_data",
+            Self::Orders => "orders",
+        })
+    }
+}
+
 impl std::str::FromStr for GeneratorKind {
     type Err = datafusion::error::DataFusionError;
     fn from_str(name: &str) -> Result<Self> {
@@ -90,22 +99,46 @@ impl GeneratorSpec {
         }
     }
 
-    /// The parameter names [`GeneratorSpec::set`] accepts.
-    pub const KEYS: &'static [&'static str] = &[
+    /// The parameter names [`GeneratorSpec::set`] accepts for every generator.
+    const COMMON_KEYS: &'static [&'static str] = &[
         "records",
         "batch_size",
-        "symbols",
-        "traders",
         "start_ms",
         "step_ms",
         "disorder_ms",
         "seed",
-        "customers",
-        "amount_base",
     ];
 
-    /// Sets a parameter from text; `Ok(false)` when `key` is not a generator parameter.
+    /// The parameter names of one generator only, with its kind.
+    const KIND_KEYS: &'static [(&'static str, GeneratorKind)] = &[
+        ("symbols", GeneratorKind::MarketData),
+        ("traders", GeneratorKind::MarketData),
+        ("customers", GeneratorKind::Orders),
+        ("amount_base", GeneratorKind::Orders),
+    ];
+
+    /// The parameter names [`GeneratorSpec::set`] accepts for this generator.
+    pub fn keys(&self) -> Vec<&'static str> {
+        let own = Self::KIND_KEYS
+            .iter()
+            .filter(|(_, kind)| *kind == self.kind)
+            .map(|(key, _)| *key);
+        Self::COMMON_KEYS.iter().copied().chain(own).collect()
+    }
+
+    /// Sets a parameter from text; `Ok(false)` when `key` is not a generator parameter, an
+    /// error when it is another generator's.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
+        if let Some((_, kind)) = Self::KIND_KEYS
+            .iter()
+            .find(|(name, kind)| *name == key && *kind != self.kind)
+        {
+            return plan_err!(
+                "option {key}={value} is a parameter of generator {kind}, not of {}; its parameters are {}",
+                self.kind,
+                self.keys().join(", ")
+            );
+        }
         let positive = |key: &str, value: &str| -> Result<u64> {
             match parse_count(key, value)? {
                 0 => plan_err!("option {key}={value}: must be at least 1"),

@@ -182,12 +182,25 @@ fn rewrite_window_clause(
         "hop" => "SLIDING ([ts_col,] size, advance)",
         _ => "SESSION ([ts_col,] gap)",
     };
+    if let Some(negative) = arguments.iter().find(|a| is_negative_duration(a)) {
+        return plan_err!(
+            "WINDOW {keyword} at {}: a window's length must be positive, got {negative}",
+            position(&tokens[window])
+        );
+    }
     let (time_column, durations) = if arguments.len() == durations + 1 {
+        if arguments[0].contains('(') {
+            return plan_err!(
+                "WINDOW {keyword} at {}: the window's time must be a column of the stream (its event time), got {}",
+                position(&tokens[window]),
+                arguments[0]
+            );
+        }
         (arguments[0].clone(), arguments[1..].to_vec())
     } else if arguments.len() == durations && arguments.iter().all(|a| looks_like_duration(a)) {
         let table = first_table(tokens, block, window, level);
         match table.as_deref().and_then(event_time_of) {
-            Some(column) => (column, arguments.clone()),
+            Some(column) => (quoted_identifier(&column), arguments.clone()),
             None => {
                 return plan_err!(
                     "WINDOW {keyword} at {} names no time column and stream '{}' declares no event time: write WINDOW {usage} or register the stream with event_time=COLUMN",
@@ -240,6 +253,27 @@ fn first_table(tokens: &[TokenWithSpan], block: usize, end: usize, level: usize)
     match &tokens[name].token {
         Token::Word(word) => Some(word.value.clone()),
         _ => None,
+    }
+}
+
+/// Whether a window argument is a negative duration (`-1m`, `INTERVAL '-1' MINUTE`).
+fn is_negative_duration(argument: &str) -> bool {
+    let compact: String = argument.chars().filter(|c| !c.is_whitespace()).collect();
+    let upper = compact.to_ascii_uppercase();
+    compact.starts_with('-') || upper.starts_with("INTERVAL'-") || upper.starts_with("-INTERVAL")
+}
+
+/// A declared column name as SQL: as it is when the parser keeps it so (lower case letters,
+/// digits and `_`), else double-quoted (`"EventTime"`).
+fn quoted_identifier(name: &str) -> String {
+    let plain = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
 
