@@ -22,6 +22,7 @@ use freshet_engine::{
 };
 
 use crate::dialect::{EmitMode, rewrite_with};
+use crate::execution_errors::explain_planning_error;
 use crate::install::install;
 use crate::options::{EmitSetting, EventMillis, FreshetOptions};
 use crate::query::StreamingQuery;
@@ -254,13 +255,20 @@ impl StreamingContext {
                 let plan = context
                     .state()
                     .statement_to_plan(DFStatement::Statement(Box::new(statement)))
-                    .await?;
-                context.execute_logical_plan(plan).await?
+                    .await
+                    .map_err(explain_planning_error)?;
+                context
+                    .execute_logical_plan(plan)
+                    .await
+                    .map_err(explain_planning_error)?
             }
-            None => context.sql(sql).await?,
+            None => context.sql(sql).await.map_err(explain_planning_error)?,
         };
         let task_ctx = Arc::new(frame.task_ctx());
-        let plan = frame.create_physical_plan().await?;
+        let plan = frame
+            .create_physical_plan()
+            .await
+            .map_err(explain_planning_error)?;
         check_emit_applies(&plan, query_emit)?;
         Ok(StreamingQuery::new(plan, task_ctx))
     }

@@ -1,4 +1,10 @@
-//! Errors raised while a query runs, put in the user's terms.
+//! Errors put in the user's terms.
+//!
+//! Planning errors: DataFusion wraps an error raised inside one of its optimizer rules as
+//! "Optimizer rule '…' failed caused by …", naming a rule the user never wrote; the cause is
+//! what the user needs. Interval literals print as `IntervalMonthDayNano("IntervalMonthDayNano
+//! { months: 0, days: 0, nanoseconds: 60000000000 }")`; they are written back as SQL
+//! (`INTERVAL '1' MINUTE`).
 //!
 //! Arrow reports a timestamp plus or minus an interval that leaves the range of its type as
 //! "Timestamp out of range", naming nothing. The plan knows which expressions add intervals to
@@ -17,6 +23,74 @@ use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::projection::ProjectionExec;
 use freshet_engine::window::duration_text;
+
+/// A planning `error` in the user's terms (see the module documentation).
+pub fn explain_planning_error(error: DataFusionError) -> DataFusionError {
+    let mut error = error;
+    while let DataFusionError::Context(context, inner) = error {
+        if !context.starts_with("Optimizer rule") {
+            error = DataFusionError::Context(context, inner);
+            break;
+        }
+        error = *inner;
+    }
+    let message = error.to_string();
+    let windowed = ["tumble(", "hop(", "session("]
+        .iter()
+        .any(|call| message.contains(call));
+    let hint = if message.contains("While expanding wildcard") && windowed {
+        ". Under a window a query selects its GROUP BY keys, window_start, window_end and \
+         aggregates: list them rather than *"
+    } else {
+        ""
+    };
+    if !message.contains("IntervalMonthDayNano") && hint.is_empty() {
+        return error;
+    }
+    let readable = readable_intervals(&message) + hint;
+    // The message as the user reads it: its kind's prefix is part of it already.
+    DataFusionError::Plan(
+        readable
+            .strip_prefix("Error during planning: ")
+            .unwrap_or(&readable)
+            .to_string(),
+    )
+}
+
+/// `message` with each debug-printed interval written as SQL.
+fn readable_intervals(message: &str) -> String {
+    const OPEN: &str = "IntervalMonthDayNano(\"IntervalMonthDayNano { ";
+    const CLOSE: &str = " }\")";
+    let mut text = message.to_string();
+    while let Some(start) = text.find(OPEN) {
+        let Some(length) = text[start..].find(CLOSE) else {
+            break;
+        };
+        let fields = &text[start + OPEN.len()..start + length];
+        let number = |name: &str| -> Option<i64> {
+            let at = fields.find(&format!("{name}: "))? + name.len() + 2;
+            let digits: String = fields[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            digits.parse().ok()
+        };
+        let sql = match (number("months"), number("days"), number("nanoseconds")) {
+            (Some(months), Some(days), Some(nanoseconds)) => {
+                duration_text(&ScalarValue::IntervalMonthDayNano(Some(
+                    datafusion::arrow::datatypes::IntervalMonthDayNano::new(
+                        months as i32,
+                        days as i32,
+                        nanoseconds,
+                    ),
+                )))
+            }
+            _ => break,
+        };
+        text.replace_range(start..start + length + CLOSE.len(), &sql);
+    }
+    text
+}
 
 /// `error` with a "Timestamp out of range" from arrow explained in terms of `plan`'s
 /// expressions; any other error as it is.
@@ -167,5 +241,25 @@ mod tests {
             "CAST(ts AS Timestamp(ns)) + a"
         );
         assert_eq!(without_positions("x@y"), "x@y");
+    }
+
+    #[test]
+    fn a_planning_error_names_its_cause_and_writes_intervals_as_sql() {
+        let inner = DataFusionError::Plan("LIMIT must be >= 0, '-1' was provided".into());
+        let wrapped = DataFusionError::Context(
+            "Optimizer rule 'eliminate_limit' failed".into(),
+            Box::new(inner),
+        );
+        assert_eq!(
+            explain_planning_error(wrapped).to_string(),
+            "Error during planning: LIMIT must be >= 0, '-1' was provided"
+        );
+        let interval = DataFusionError::Plan(
+            "only \"tumble(ev.ts,IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 60000000000 }\"))\" appears".into(),
+        );
+        assert_eq!(
+            explain_planning_error(interval).to_string(),
+            "Error during planning: only \"tumble(ev.ts,INTERVAL '1' MINUTE)\" appears"
+        );
     }
 }

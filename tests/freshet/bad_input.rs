@@ -838,3 +838,145 @@ fn a_bad_record_deep_in_a_text_file_is_named_by_its_file_and_line() {
     ]);
     assert!(line.contains("bad.jsonl, line 2: Not valid JSON"), "{line}");
 }
+
+/// What a new user hit that was accepted without a word: each is now an error that says what
+/// to do.
+#[tokio::test]
+async fn silent_acceptances_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory of mixed formats was read as its CSV files only.
+    std::fs::write(dir.path().join("a.csv"), "id\n1\n").unwrap();
+    gen_orders(&dir.path().join("part0.parquet"), "10", &[]);
+    let table = format!("t={}", dir.path().display());
+    let line = freshet_error(&["query", "SELECT * FROM t", "--table", &table]);
+    assert!(line.contains(".csv and .parquet"), "{line}");
+    // Another generator's option was ignored.
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM o",
+        "--table",
+        "o=generator:orders,symbols=3",
+    ]);
+    assert!(
+        line.contains("a parameter of generator market_data"),
+        "{line}"
+    );
+    // An empty partitioned_by declared nothing.
+    let line = freshet_error(&[
+        "query",
+        "SELECT * FROM o",
+        "--table",
+        "o=generator:orders,partitioned_by=",
+    ]);
+    assert!(line.contains("partitioned_by"), "{line}");
+    // A bench mode's output files were not written.
+    let line = freshet_error(&["bench", "--latency", "--json", "/tmp/never.json"]);
+    assert!(line.contains("not --json"), "{line}");
+    // A timestamp out of range printed an ERROR cell and exited 0.
+    let line = freshet_error(&[
+        "query",
+        "SELECT to_timestamp_seconds(9223372036854775) AS t",
+    ]);
+    assert!(line.contains("column 't' cannot be shown"), "{line}");
+    // Output to a full disk named no file.
+    let line = freshet_error(&["query", "SELECT 1 AS a", "-o", "csv=/dev/full"]);
+    assert!(line.contains("writing /dev/full failed"), "{line}");
+}
+
+#[test]
+fn a_query_before_the_last_statement_of_a_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two.sql");
+    std::fs::write(&file, "SELECT 1 AS a; SELECT 2 AS b").unwrap();
+    let line = freshet_error(&["query", "-f", file.to_str().unwrap()]);
+    assert!(line.contains("statement 1 of 2 is a query too"), "{line}");
+}
+
+#[tokio::test]
+async fn unclear_errors_say_what_to_write() {
+    let ctx = endless_market_data();
+    for (sql, expected) in [
+        (
+            "SELECT DISTINCT symbol FROM market_data",
+            "SELECT DISTINCT or UNION",
+        ),
+        (
+            "SELECT symbol FROM market_data UNION SELECT symbol FROM market_data",
+            "SELECT DISTINCT or UNION",
+        ),
+        (
+            "SELECT COUNT(*) FROM market_data GROUP BY WINDOW TUMBLING (now(), INTERVAL '1' MINUTE)",
+            "must be a column of the stream",
+        ),
+        (
+            "SELECT COUNT(*) FROM market_data GROUP BY WINDOW TUMBLING (-1m)",
+            "must be positive, got -1m",
+        ),
+        (
+            "SELECT symbol, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY price) AS r FROM market_data",
+            "a top-N",
+        ),
+        (
+            "SELECT symbol FROM market_data LIMIT -1",
+            "LIMIT must be >= 0",
+        ),
+        (
+            "SELECT *, COUNT(*) FROM market_data GROUP BY WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)",
+            "list them rather than *",
+        ),
+    ] {
+        let error = planning_error(&ctx, sql).await;
+        assert!(error.contains(expected), "{sql}: {error}");
+        assert!(
+            !error.contains("Optimizer rule") && !error.contains("IntervalMonthDayNano"),
+            "{sql}: {error}"
+        );
+    }
+    // A declared event time in mixed case is found by the window shorthand.
+    let ctx = StreamingContext::with_partitions(1);
+    let (schema, batches) =
+        crate::support::id_time_batches_named("id", "EventTime", vec![(vec![1], vec![Some(0)])]);
+    let options = StreamOptions {
+        event_time: Some("EventTime".to_string()),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", schema, batches, options).unwrap();
+    let cells = crate::support::result_cells(
+        &ctx,
+        "SELECT COUNT(*) AS n FROM t GROUP BY WINDOW TUMBLING (1m)",
+    )
+    .await;
+    assert_eq!(cells, vec![vec!["1".to_string()]]);
+    // An unknown setting names the ones meant.
+    let line = freshet_error(&["query", "SELECT 1", "--set", "freshet.allowed_lateness=5s"]);
+    assert!(
+        line.contains("did you mean freshet.allowed_lateness_ms"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn an_arrow_ipc_stream_file_is_read() {
+    use datafusion::arrow::ipc::writer::StreamWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.arrow");
+    let (schema, batches) = crate::support::id_time_batches_named(
+        "id",
+        "ts",
+        vec![
+            (vec![1, 2], vec![Some(0), Some(1_000)]),
+            (vec![3], vec![Some(2_000)]),
+        ],
+    );
+    let mut writer = StreamWriter::try_new(std::fs::File::create(&path).unwrap(), &schema).unwrap();
+    for batch in &batches {
+        writer.write(batch).unwrap();
+    }
+    writer.finish().unwrap();
+    let ctx = StreamingContext::with_partitions(2);
+    ctx.register_files("t", path.to_str().unwrap(), None, StreamOptions::default())
+        .await
+        .unwrap();
+    let cells = crate::support::result_cells(&ctx, "SELECT SUM(id) AS s FROM t").await;
+    assert_eq!(cells, vec![vec!["6".to_string()]]);
+}

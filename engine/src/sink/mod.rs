@@ -15,6 +15,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 
 pub use batch_writer::BatchWriter;
+use batch_writer::NamedFileWriter;
 pub use table::TableWriter;
 pub use writers::{ArrowFileWriter, CsvWriter, JsonLinesWriter, NullWriter, ParquetFileWriter};
 
@@ -93,7 +94,7 @@ impl SinkSpec {
         schema: &datafusion::arrow::datatypes::SchemaRef,
         stdout: Box<dyn std::io::Write + Send>,
     ) -> Result<Box<dyn BatchWriter>> {
-        Ok(match self {
+        let writer: Box<dyn BatchWriter> = match self {
             Self::Table { max_rows } => Box::new(TableWriter::new(stdout, *max_rows)),
             Self::Csv(path) => Box::new(CsvWriter::new(writers::output(path.as_ref(), stdout)?)),
             Self::JsonLines(path) => Box::new(JsonLinesWriter::new(writers::output(
@@ -103,6 +104,13 @@ impl SinkSpec {
             Self::Parquet(path) => Box::new(ParquetFileWriter::create(path, schema)?),
             Self::Arrow(path) => Box::new(ArrowFileWriter::create(path, schema)?),
             Self::Null => Box::new(NullWriter),
+        };
+        Ok(match self.path() {
+            Some(path) => Box::new(NamedFileWriter {
+                inner: writer,
+                path: path.to_path_buf(),
+            }),
+            None => writer,
         })
     }
 }

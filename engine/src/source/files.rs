@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef, TimeUnit};
-use datafusion::arrow::ipc::reader::FileReader;
+use datafusion::arrow::ipc::reader::{FileReader, StreamReader};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, plan_err};
 use datafusion::datasource::file_format::FileFormat;
@@ -113,9 +113,16 @@ impl FileFormatKind {
                 Ok(reader) => Ok(Some(Arc::clone(reader.schema()))),
                 Err(e) => plan_err!("{} is not a readable Parquet file: {e}", file.display()),
             },
+            // The IPC file format (with a footer), or the stream format (without one).
             Self::Arrow => match FileReader::try_new(open()?, None) {
                 Ok(reader) => Ok(Some(reader.schema())),
-                Err(e) => plan_err!("{} is not a readable Arrow IPC file: {e}", file.display()),
+                Err(file_error) => match StreamReader::try_new(open()?, None) {
+                    Ok(reader) => Ok(Some(reader.schema())),
+                    Err(_) => plan_err!(
+                        "{} is not a readable Arrow IPC file (file or stream format): {file_error}",
+                        file.display()
+                    ),
+                },
             },
             Self::Csv | Self::JsonLines => Ok(None),
         }
