@@ -20,7 +20,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Operator;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -29,10 +29,12 @@ use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
 use freshet_engine::join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};
 use freshet_engine::watermark::linear_time_term;
-use freshet_engine::window::duration_in_unit;
+use freshet_engine::window::{duration_in_unit, duration_text};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
@@ -158,6 +160,17 @@ fn interval_join(
         right,
     )?
     else {
+        // Over bounded streams such a join is DataFusion's, which answers at the end.
+        let endless = left.boundedness().is_unbounded() || right.boundedness().is_unbounded();
+        if let Some(interval) = parts
+            .filter
+            .filter(|_| endless)
+            .and_then(|f| calendar_interval(f.expression()))
+        {
+            return plan_err!(
+                "the join's time bound uses {interval}, whose length varies with the calendar: an interval join's bound is a fixed duration; write it in days or smaller units (INTERVAL '30' DAY)"
+            );
+        }
         return Ok(None);
     };
     let left_time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(
@@ -511,6 +524,26 @@ struct BoundRead {
 
 /// `expr` as a time column of a side plus a constant: `resolve` names the side and column of
 /// a column reference, `time_type` the type a constant is converted into.
+/// An interval of months or years in `expr`, as SQL, if it holds one.
+fn calendar_interval(expr: &Arc<dyn PhysicalExpr>) -> Option<String> {
+    let mut found = None;
+    let _ = expr.apply(|node| {
+        if let Some(literal) = node.downcast_ref::<Literal>() {
+            let months = match literal.value() {
+                ScalarValue::IntervalMonthDayNano(Some(v)) => v.months != 0,
+                ScalarValue::IntervalYearMonth(Some(v)) => *v != 0,
+                _ => false,
+            };
+            if months {
+                found = Some(duration_text(literal.value()));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
 fn linear_term(
     expr: &Arc<dyn PhysicalExpr>,
     resolve: &dyn Fn(&Column) -> Option<(JoinSide, usize)>,

@@ -529,7 +529,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            error.to_string().contains("DESC cannot be streamed"),
+            error
+                .to_string()
+                .contains("DESC (Timestamp(ms)) cannot be streamed"),
             "{error}"
         );
     }

@@ -35,7 +35,7 @@ pub enum Command {
     /// Run random streaming queries over random tables against DataFusion batch SQL.
     Fuzz(FuzzArgs),
     /// An interactive session: queries, EXPLAIN, SET and CREATE VIEW statements ending with
-    /// `;`, and commands (\\d lists the streams, \\? the commands, \\q quits).
+    /// `;`, and commands (\d lists the streams, \? the commands, \q quits).
     Shell(SessionArgs),
 }
 
@@ -70,16 +70,17 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 pub struct SessionArgs {
     /// A session setting, as `SET KEY = 'VALUE'` would make it, e.g. --set
-    /// freshet.allowed_lateness=5s --set freshet.changes_per=batch (a key without a dot is a
+    /// freshet.allowed_lateness_ms=5s --set freshet.changes_per=batch (a key without a dot is a
     /// freshet.* setting).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// A stream: NAME=PATH (Parquet, CSV, JSON-lines or Arrow file or directory) or
     /// NAME=generator:market_data|orders, followed by ,key=value options: event_time, event_time_unit (s, ms, us or ns, for an integer event time),
     /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also
-    /// records (a count or unbounded), batch_size, symbols, traders, step_ms, disorder_ms,
-    /// seed, customers, amount_base. The tables market_data and orders exist by default as
-    /// generators of 1M records.
+    /// records (a count or unbounded), batch_size, step_ms, disorder_ms, seed, and symbols,
+    /// traders (market_data) or customers, amount_base (orders). A path holding a comma is
+    /// quoted: 't="a,b.csv",event_time=ts'. The tables market_data and orders exist by
+    /// default as generators of 1M records.
     #[arg(long = "table", short = 't', value_name = "NAME=SOURCE[,KEY=VALUE...]")]
     pub tables: Vec<String>,
     /// Parallel streams to run the query on (default: the number of cores).
