@@ -921,6 +921,10 @@ async fn unclear_errors_say_what_to_write() {
             "LIMIT must be >= 0",
         ),
         (
+            "SELECT a.symbol FROM market_data a JOIN market_data b ON a.symbol = b.symbol AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' MONTH AND a.trade_time",
+            "INTERVAL '1' MONTH, whose length varies with the calendar",
+        ),
+        (
             "SELECT *, COUNT(*) FROM market_data GROUP BY WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)",
             "list them rather than *",
         ),
