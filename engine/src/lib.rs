@@ -29,7 +29,7 @@ pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
 pub use filter::StreamFilterExec;
 pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
-pub use plan_util::{machine_cores, panic_becomes_error};
+pub use plan_util::{machine_cores, panic_becomes_error, unless_panicked};
 pub use progress::PartitionProgress;
 pub use source::{
     CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck,

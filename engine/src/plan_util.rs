@@ -57,10 +57,7 @@ impl Drop for RestorePanicFlag {
 /// some corrupt pages). A panic in a task of its own would otherwise only end the task, and
 /// its consumers would take the end of its channel for the end of its input: a silently
 /// short answer.
-pub(crate) async fn unless_panicked<T>(
-    what: &str,
-    future: impl Future<Output = Result<T>>,
-) -> Result<T> {
+pub async fn unless_panicked<T>(what: &str, future: impl Future<Output = Result<T>>) -> Result<T> {
     let mut caught = std::pin::pin!(AssertUnwindSafe(future).catch_unwind());
     let outcome = std::future::poll_fn(|cx| {
         let _restore = RestorePanicFlag(PANIC_BECOMES_ERROR.with(|flag| flag.replace(true)));

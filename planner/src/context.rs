@@ -19,6 +19,7 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::{
     FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
+    unless_panicked,
 };
 
 use crate::dialect::{EmitMode, rewrite_with};
@@ -250,25 +251,23 @@ impl StreamingContext {
         } else {
             self.ctx.clone()
         };
-        let frame = match streaming.statement {
-            Some(statement) => {
-                let plan = context
-                    .state()
-                    .statement_to_plan(DFStatement::Statement(Box::new(statement)))
-                    .await
-                    .map_err(explain_planning_error)?;
-                context
-                    .execute_logical_plan(plan)
-                    .await
-                    .map_err(explain_planning_error)?
-            }
-            None => context.sql(sql).await.map_err(explain_planning_error)?,
-        };
-        let task_ctx = Arc::new(frame.task_ctx());
-        let plan = frame
-            .create_physical_plan()
-            .await
-            .map_err(explain_planning_error)?;
+        // A panic in DataFusion's planner (a bug there) fails the query with its message.
+        let (plan, task_ctx) = unless_panicked("planning the query", async {
+            let frame = match streaming.statement {
+                Some(statement) => {
+                    let plan = context
+                        .state()
+                        .statement_to_plan(DFStatement::Statement(Box::new(statement)))
+                        .await?;
+                    context.execute_logical_plan(plan).await?
+                }
+                None => context.sql(sql).await?,
+            };
+            let task_ctx = Arc::new(frame.task_ctx());
+            Ok((frame.create_physical_plan().await?, task_ctx))
+        })
+        .await
+        .map_err(explain_planning_error)?;
         check_emit_applies(&plan, query_emit)?;
         Ok(StreamingQuery::new(plan, task_ctx))
     }

@@ -41,7 +41,7 @@ use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverSpec, OverWindowExec,
     RankingKind,
 };
-use freshet_engine::window::duration_in_unit;
+use freshet_engine::window::{duration_in_unit, duration_text};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 
 use crate::options::FreshetOptions;
@@ -156,7 +156,7 @@ fn plan_over(
     }
     let functions = window_exprs
         .iter()
-        .map(|expr| over_function(expr.as_ref()))
+        .map(|expr| over_function(expr.as_ref(), input_schema.field(order_by).data_type()))
         .collect::<Result<Vec<_>>>()?;
     let reads_ahead = functions.iter().any(|f| f.lookahead() > 0);
     if reads_ahead && functions.iter().any(|f| f.peers) {
@@ -236,7 +236,7 @@ fn order_column(expr: &dyn WindowExpr, schema: &SchemaRef) -> Result<usize> {
 }
 
 /// The streaming function for one of DataFusion's window expressions.
-fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
+fn over_function(expr: &dyn WindowExpr, order_type: &DataType) -> Result<OverFunction> {
     let name = expr.name().to_string();
     let field = expr.field()?;
     let frame = expr.get_window_frame();
@@ -307,7 +307,12 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
                         OverFunctionKind::NthValue(n as u64)
                     }
                 };
-                let (frame, following, peers) = frame_bounds(&name, frame)?;
+                let (frame, following, peers) = frame_bounds(&name, frame, order_type)?;
+                if matches!(frame, FrameStart::RangePreceding(_)) {
+                    return plan_err!(
+                        "{name}: FIRST_VALUE, LAST_VALUE and NTH_VALUE over a RANGE frame with an offset cannot be streamed yet; use a ROWS frame, or SUM, AVG, COUNT, MIN or MAX over the RANGE frame"
+                    );
+                }
                 if following > 0 && kind != OverFunctionKind::FirstValue {
                     return plan_err!(
                         "{name}: LAST_VALUE and NTH_VALUE over a frame ending after the current row are not supported on unbounded streams yet; end the frame at CURRENT ROW"
@@ -356,7 +361,7 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
     let [argument] = arguments.as_slice() else {
         return plan_err!("{name}: expected one argument");
     };
-    let (frame, following, peers) = frame_bounds(&name, frame)?;
+    let (frame, following, peers) = frame_bounds(&name, frame, order_type)?;
     Ok(OverFunction {
         kind: OverFunctionKind::Aggregate(kind),
         argument: Some(Arc::clone(argument)),
@@ -367,9 +372,14 @@ fn over_function(expr: &dyn WindowExpr) -> Result<OverFunction> {
     })
 }
 
-/// Where a ROWS frame starts, how many rows after the current one it ends, and whether it
-/// takes in the current row's peers (RANGE … CURRENT ROW).
-fn frame_bounds(name: &str, frame: &WindowFrame) -> Result<(FrameStart, u64, bool)> {
+/// Where a frame starts, how many rows after the current one it ends, and whether it takes
+/// in the current row's peers (RANGE … CURRENT ROW); a RANGE offset is converted into the
+/// unit of the ORDER BY column, of type `order_type`.
+fn frame_bounds(
+    name: &str,
+    frame: &WindowFrame,
+    order_type: &DataType,
+) -> Result<(FrameStart, u64, bool)> {
     let peers = match frame.units {
         WindowFrameUnits::Rows => false,
         WindowFrameUnits::Range => true,
@@ -401,9 +411,7 @@ fn frame_bounds(name: &str, frame: &WindowFrame) -> Result<(FrameStart, u64, boo
     let start = match &frame.start_bound {
         WindowFrameBound::Preceding(value) if value.is_null() => FrameStart::UnboundedPreceding,
         WindowFrameBound::Preceding(value) if peers => {
-            return plan_err!(
-                "{name}: RANGE frames with an offset ({value} PRECEDING) cannot be streamed yet; use ROWS BETWEEN n PRECEDING AND CURRENT ROW or RANGE UNBOUNDED PRECEDING"
-            );
+            FrameStart::RangePreceding(range_offset(name, value, order_type)?)
         }
         WindowFrameBound::Preceding(value) => {
             FrameStart::Preceding(frame_length(name, row_count(name, value)?)?)
@@ -416,6 +424,39 @@ fn frame_bounds(name: &str, frame: &WindowFrame) -> Result<(FrameStart, u64, boo
         }
     };
     Ok((start, following, peers))
+}
+
+/// A RANGE frame's offset (`INTERVAL '1' MINUTE`, or a number for an integer ORDER BY) in
+/// the unit of the ORDER BY column.
+fn range_offset(name: &str, value: &ScalarValue, order_type: &DataType) -> Result<i64> {
+    let calendar = matches!(value, ScalarValue::IntervalMonthDayNano(Some(v)) if v.months != 0)
+        || matches!(value, ScalarValue::IntervalYearMonth(Some(v)) if *v != 0);
+    if calendar {
+        return plan_err!(
+            "{name}: a RANGE frame's offset {} varies with the calendar; write it in days or smaller units (INTERVAL '30' DAY)",
+            duration_text(value)
+        );
+    }
+    let offset = match value {
+        ScalarValue::IntervalMonthDayNano(_)
+        | ScalarValue::IntervalDayTime(_)
+        | ScalarValue::DurationSecond(_)
+        | ScalarValue::DurationMillisecond(_)
+        | ScalarValue::DurationMicrosecond(_)
+        | ScalarValue::DurationNanosecond(_) => duration_in_unit(value, order_type)?,
+        other => match other.cast_to(&DataType::Int64) {
+            Ok(ScalarValue::Int64(Some(offset))) => offset,
+            _ => {
+                return plan_err!(
+                    "{name}: RANGE frame offset {value} must be an interval or a number"
+                );
+            }
+        },
+    };
+    if offset < 0 {
+        return plan_err!("{name}: RANGE frame offset {value} must not be negative");
+    }
+    Ok(offset)
 }
 
 /// A frame offset as a row count.

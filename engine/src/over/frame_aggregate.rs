@@ -44,6 +44,8 @@ pub trait FrameNumber:
     type Frame: FrameSum<Self>;
     fn total_cmp(&self, other: &Self) -> Ordering;
     fn as_f64(self) -> f64;
+    /// `a + b`, wrapping for integers as their SUM does.
+    fn sum_of(a: Self, b: Self) -> Self;
 }
 
 impl FrameNumber for i64 {
@@ -51,6 +53,9 @@ impl FrameNumber for i64 {
     type Frame = IntegerFrameSum;
     fn as_f64(self) -> f64 {
         self as f64
+    }
+    fn sum_of(a: Self, b: Self) -> Self {
+        a.wrapping_add(b)
     }
     fn total_cmp(&self, other: &Self) -> Ordering {
         self.cmp(other)
@@ -62,6 +67,9 @@ impl FrameNumber for f64 {
     type Frame = FloatFrameSum;
     fn as_f64(self) -> f64 {
         self
+    }
+    fn sum_of(a: Self, b: Self) -> Self {
+        a + b
     }
     fn total_cmp(&self, other: &Self) -> Ordering {
         // NaN above everything, as DataFusion's MIN/MAX over floats.

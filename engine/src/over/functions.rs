@@ -27,6 +27,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::frame_aggregate::{FloatFrameAggregate, FrameAggregateKind, IntegerFrameAggregate};
 use super::history::{PrimitiveHistory, ValueHistory};
+use super::range_frame::{FloatRangeAggregate, IntegerRangeAggregate};
 use super::ranking::{Ranking, RankingKind};
 
 /// Where a frame starts; it ends at the current row or `following` rows after it.
@@ -35,6 +36,9 @@ pub enum FrameStart {
     UnboundedPreceding,
     /// `n PRECEDING`: the frame holds the current row and the `n` before it.
     Preceding(u64),
+    /// RANGE `d PRECEDING`: the frame holds the rows whose ORDER BY value is at least the
+    /// current row's minus `d` (in the ORDER BY column's unit), the current row's peers too.
+    RangePreceding(i64),
 }
 
 /// What a window function computes.
@@ -255,6 +259,10 @@ pub enum OverKernel {
     Float(FloatFrameAggregate, Delay),
     /// COUNT(x) of a type the numeric kernels do not take: only x's nulls matter.
     Count(IntegerFrameAggregate, Delay),
+    /// Aggregates over a RANGE frame with an offset (no lookahead runs beside one).
+    IntegerRange(IntegerRangeAggregate),
+    FloatRange(FloatRangeAggregate),
+    CountRange(IntegerRangeAggregate),
 }
 
 /// A frame aggregate's values delayed by some rows per key (a frame that ends `m FOLLOWING`
@@ -273,6 +281,9 @@ impl OverKernel {
         let preceding = match function.frame {
             FrameStart::UnboundedPreceding => None,
             FrameStart::Preceding(n) => Some(n),
+            FrameStart::RangePreceding(distance) => {
+                return Self::range_aggregate(function, argument_type, distance);
+            }
         };
         let lookback = |depth: u64, fixed: Option<u64>, default: &ScalarValue| -> Result<Self> {
             Ok(Self::Lookback {
@@ -325,6 +336,27 @@ impl OverKernel {
         })
     }
 
+    /// The state of an aggregate over a RANGE frame reaching `distance` back.
+    fn range_aggregate(
+        function: &OverFunction,
+        argument_type: Option<&DataType>,
+        distance: i64,
+    ) -> Result<Self> {
+        let OverFunctionKind::Aggregate(kind) = &function.kind else {
+            return plan_err!(
+                "{}: only SUM, AVG, COUNT, MIN and MAX stream over a RANGE frame with an offset",
+                function.field.name()
+            );
+        };
+        Ok(match argument_type.and_then(NumberClass::of) {
+            Some(NumberClass::Integer) => {
+                Self::IntegerRange(IntegerRangeAggregate::new(*kind, distance))
+            }
+            Some(NumberClass::Float) => Self::FloatRange(FloatRangeAggregate::new(*kind, distance)),
+            None => Self::CountRange(IntegerRangeAggregate::new(*kind, distance)),
+        })
+    }
+
     /// The function's output for rows in processing order: row `r` is at position
     /// `positions[r]` of key `groups[r]` with ORDER BY value `times[r]`; `argument` is the
     /// evaluated argument. Under a lookahead `L` the output of row `r` belongs to the row
@@ -374,6 +406,22 @@ impl OverKernel {
                 let validity = delayed(delay, validity, groups, positions)?;
                 aggregate.evaluate(&validity, groups, positions)?
             }
+            Self::IntegerRange(aggregate) => {
+                let values = cast(argument()?, &NumberClass::Integer.arrow_type())?;
+                aggregate.evaluate(&values, groups, times)?
+            }
+            Self::FloatRange(aggregate) => {
+                let values = cast(argument()?, &NumberClass::Float.arrow_type())?;
+                aggregate.evaluate(&values, groups, times)?
+            }
+            Self::CountRange(aggregate) => {
+                let values = argument()?;
+                let validity: ArrayRef = Arc::new(Int64Array::new(
+                    vec![0; values.len()].into(),
+                    values.logical_nulls(),
+                ));
+                aggregate.evaluate(&validity, groups, times)?
+            }
         };
         let output = if function.peers {
             fill_peers(&output, groups, times)?
@@ -405,6 +453,10 @@ impl OverKernel {
                     history.retain_keys(expired);
                 }
             }
+            Self::IntegerRange(aggregate) | Self::CountRange(aggregate) => {
+                aggregate.retain_keys(expired)
+            }
+            Self::FloatRange(aggregate) => aggregate.retain_keys(expired),
         }
     }
 
@@ -420,6 +472,8 @@ impl OverKernel {
             Self::Float(aggregate, delay) => {
                 aggregate.size() + delay.as_ref().map_or(0, |(history, _)| history.size())
             }
+            Self::IntegerRange(aggregate) | Self::CountRange(aggregate) => aggregate.size(),
+            Self::FloatRange(aggregate) => aggregate.size(),
         }
     }
 }
@@ -450,7 +504,8 @@ fn gather_lookback(
     positions: &[u64],
 ) -> Result<ArrayRef> {
     let frame_start = move |p: u64| match function.frame {
-        FrameStart::UnboundedPreceding => 0,
+        // (A RANGE frame with an offset takes no lookback function: `OverKernel::try_new`.)
+        FrameStart::UnboundedPreceding | FrameStart::RangePreceding(_) => 0,
         FrameStart::Preceding(n) => p.saturating_sub(n),
     };
     let l = lookahead;

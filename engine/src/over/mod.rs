@@ -1,5 +1,6 @@
-//! Streaming window functions over ROWS frames (`OVER (PARTITION BY … ORDER BY …)`): one
-//! output row per input row, computed as soon as its frame is complete.
+//! Streaming window functions over ROWS frames, and RANGE frames reaching back a fixed
+//! distance (`OVER (PARTITION BY … ORDER BY …)`): one output row per input row, computed as
+//! soon as its frame is complete.
 
 mod frame_aggregate;
 mod frame_sum;
@@ -7,6 +8,7 @@ mod functions;
 mod history;
 mod lookahead;
 mod over_window;
+mod range_frame;
 mod ranking;
 mod reorder;
 mod ring;

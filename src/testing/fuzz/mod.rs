@@ -36,7 +36,9 @@ use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, Ses
 use freshet_engine::changelog::{ChangeOp, op_column};
 use freshet_engine::{ReplaySource, StreamOptions, splitmix64};
 use freshet_planner::StreamingContext;
-use futures::TryStreamExt;
+use std::panic::AssertUnwindSafe;
+
+use futures::{FutureExt, TryStreamExt};
 
 pub use data::{FuzzData, FuzzRow, Storage, TimeType};
 pub use query::{
@@ -246,7 +248,12 @@ impl FuzzCase {
             .map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))
             .and_then(|()| self.data.write(&dir));
         let outcome = match written {
-            Ok(path) => self.run_with(path).await,
+            // A panic (in DataFusion's planner or Freshet's) is a failure of this case, with
+            // its reproduction, not the end of the run.
+            Ok(path) => match AssertUnwindSafe(self.run_with(path)).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(panic) => Outcome::Error(format!("panicked: {}", panic_message(&panic))),
+            },
             Err(e) => Outcome::Error(format!("writing the data failed: {e}")),
         };
         let _ = std::fs::remove_dir_all(&dir);
@@ -625,6 +632,15 @@ fn last_rows(query: &FuzzQuery, batches: &[RecordBatch]) -> Result<Vec<RecordBat
         .collect();
     let last = take_record_batch(&all, &UInt32Array::from(rows))?;
     without_op_column(vec![last])
+}
+
+/// The message a panic carried.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|m| m.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// A directory of the case's own: unique in the process too, where two runs of one seed (two
