@@ -21,6 +21,7 @@ pub mod over;
 mod plan_util;
 pub mod progress;
 pub mod sink;
+pub mod sort;
 pub mod source;
 pub mod watermark;
 pub mod window;
@@ -31,6 +32,7 @@ pub use filter::StreamFilterExec;
 pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
 pub use plan_util::{machine_cores, panic_becomes_error, unless_panicked};
 pub use progress::PartitionProgress;
+pub use sort::StreamSortExec;
 pub use source::{
     CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck,
     ReplaySource, StreamSourceExec, StreamTable, open_file_source, splitmix64,

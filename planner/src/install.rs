@@ -20,6 +20,7 @@ use crate::read_placement_rule::ReadPlacementRule;
 use crate::stateless_rule::StatelessExchangeRule;
 use crate::stream_filter_rule::StreamFilterRule;
 use crate::stream_safe_rules::stream_safe;
+use crate::stream_sort_rule::StreamSortRule;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
@@ -28,7 +29,7 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`KeepLimitsRule`], [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`ChangelogRule`],
-/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
+/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`], [`StreamSortRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
 /// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
 /// `SanityCheckPlan` (and DataFusion's `LimitPushPastWindows` skips plans over streams): a
@@ -37,7 +38,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, a changelog's `op` column reaches the output (operators
 /// that would read it as plain records are refused), the remaining round-robin repartitions of streams become
-/// Freshet's exchange, filters over streams pass each batch on at once,
+/// Freshet's exchange, filters over streams pass each batch on at once, an ORDER BY led by
+/// an event time over an endless stream sorts as the watermark moves,
 /// a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
 /// sources whose every core decodes for a light consumer are read where consumed, and the
@@ -62,6 +64,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(LookupProbeRule));
     rules.insert(sanity_check, Arc::new(DistributionRepair));
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
+    rules.insert(sanity_check, Arc::new(StreamSortRule));
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));

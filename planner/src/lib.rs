@@ -25,6 +25,7 @@ mod stateless_rule;
 mod stream_filter_rule;
 mod stream_inputs;
 mod stream_safe_rules;
+mod stream_sort_rule;
 #[cfg(test)]
 mod test_support;
 mod unbounded_check;

@@ -122,7 +122,7 @@ fn clause_of(node: &Arc<dyn ExecutionPlan>) -> (&'static str, &'static str) {
         ),
         "SortExec" | "SortPreservingMergeExec" | "PartialSortExec" => (
             "its ORDER BY",
-            "drop the ORDER BY (rows leave as they come), order within a window function (OVER (PARTITION BY k ORDER BY ts))",
+            "order by the stream's event time (or a window's window_start) first, ascending (ORDER BY ts, …: rows leave sorted as the watermark passes them), drop the ORDER BY (rows leave as they come), order within a window function (OVER (PARTITION BY k ORDER BY ts))",
         ),
         window if window.contains("Window") => (
             "its window function (OVER)",

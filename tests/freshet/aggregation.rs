@@ -867,3 +867,52 @@ async fn a_merged_sessions_deletion_passes_having() {
     assert_eq!(applied, ["1970-01-01T00:00:00|3"]);
     assert_eq!(applied, finals);
 }
+
+/// `stream`'s table registered as endless (its rows end, but the plan must not rely on it).
+fn endless_random_table(stream: &RandomStream) -> TestTable {
+    let mut table = random_table(stream);
+    table.options.bounded = Some(false);
+    table
+}
+
+#[tokio::test]
+async fn order_by_the_window_start_runs_on_an_endless_stream_in_window_order() {
+    // Windows close on different streams at different moments: the sort releases each
+    // window's rows once every stream has passed it.
+    let streaming = "SELECT window_start, k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW TUMBLING (ts, INTERVAL '2' SECOND) ORDER BY window_start, k1";
+    let batch = "SELECT date_bin(INTERVAL '2 seconds', ts) AS window_start, k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1, date_bin(INTERVAL '2 seconds', ts) ORDER BY window_start, k1";
+    let stream = RandomStream::new(41).rows(3_000).disorder_ms(500);
+    Differential::new(streaming, batch)
+        .table(endless_random_table(&stream))
+        .ordered()
+        .with_plan_text("StreamSortExec")
+        .run()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn order_by_the_event_time_runs_on_an_endless_stream() {
+    // Disorder within the watermark, equal times, a descending second key.
+    let sql = "SELECT ts, q, k1, k2, v FROM t WHERE q > 5 ORDER BY ts, q DESC, k1, k2, v";
+    for (step, disorder) in [(10, 700), (0, 0)] {
+        let mut stream = RandomStream::new(43).rows(2_000).disorder_ms(disorder);
+        stream.step_ms = step;
+        Differential::same_sql(sql)
+            .table(endless_random_table(&stream))
+            .ordered()
+            .with_plan_text("StreamSortExec")
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("step {step}, disorder {disorder}: {e}"));
+    }
+    // With a LIMIT: the first rows in order.
+    let stream = RandomStream::new(44).rows(2_000).disorder_ms(300);
+    Differential::same_sql("SELECT ts, q FROM t ORDER BY ts, q LIMIT 25")
+        .table(endless_random_table(&stream))
+        .ordered()
+        .with_plan_text("StreamSortExec")
+        .run()
+        .await
+        .unwrap();
+}

@@ -10,7 +10,7 @@ mod lookahead;
 mod over_window;
 mod range_frame;
 mod ranking;
-mod reorder;
+pub(crate) mod reorder;
 mod ring;
 mod sparse_nulls;
 
