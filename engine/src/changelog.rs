@@ -15,11 +15,14 @@
 //! columns name the row it deletes; its other columns are not the deleted values.
 //!
 //! Operators above a changelog either apply its meaning or are refused at planning: a
-//! projection carries `op` along, and a filter (HAVING, or a WHERE over a changelog) turns
-//! an upsert that fails its predicate into a deletion of that key, since the key's earlier
-//! row may have passed ([`apply_filter`]).
+//! projection carries `op` along. A HAVING of a tumbling, hopping or whole-stream
+//! changelog is applied by the aggregation itself ([`GroupHaving`]), which knows which groups'
+//! rows are out: a group that stops passing is deleted once, one that never passed is never
+//! mentioned. Any other filter over a changelog (a WHERE over it, a session changelog's
+//! HAVING) turns an upsert that fails its predicate into a deletion of that key, since the
+//! key's earlier row may have passed ([`apply_filter`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, StringArray};
@@ -27,6 +30,7 @@ use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
+use datafusion::physical_expr::PhysicalExpr;
 
 /// The name of a changelog's operation column.
 pub const OP_COLUMN: &str = "op";
@@ -141,6 +145,76 @@ pub fn apply_filter(batch: &RecordBatch, passed: &BooleanArray, op: usize) -> Re
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
+/// HAVING over a changelog of numbered groups, applied where the groups live: each group
+/// remembers whether its last row went out (passed), so a row that passes is an insert when
+/// its group was not out and an update when it was; a row that fails deletes its group when
+/// it was out and is dropped when it was not. Groups are numbered as the group table numbers
+/// them, and leave from the front when their windows close.
+#[derive(Debug)]
+pub struct GroupHaving {
+    predicate: Arc<dyn PhysicalExpr>,
+    /// Per group id: whether its last row went out.
+    out: VecDeque<bool>,
+}
+
+impl GroupHaving {
+    pub fn new(predicate: Arc<dyn PhysicalExpr>) -> Self {
+        Self {
+            predicate,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// `batch` (a changelog batch whose row `r` is of group `groups[r]`, in order) with the
+    /// HAVING applied; `None` when no row is left.
+    pub fn apply(&mut self, batch: &RecordBatch, groups: &[usize]) -> Result<Option<RecordBatch>> {
+        let Some(op) = op_column(&batch.schema()) else {
+            return internal_err!("HAVING over a changelog without its op column");
+        };
+        let passed = self
+            .predicate
+            .evaluate(batch)?
+            .into_array(batch.num_rows())?;
+        let Some(passed) = passed.as_any().downcast_ref::<BooleanArray>() else {
+            return internal_err!("a HAVING predicate gave {}", passed.data_type());
+        };
+        if let Some(&largest) = groups.iter().max()
+            && largest >= self.out.len()
+        {
+            self.out.resize(largest + 1, false);
+        }
+        let mut keep = Vec::with_capacity(groups.len());
+        let mut ops = Vec::with_capacity(groups.len());
+        for (row, &group) in groups.iter().enumerate() {
+            let passes = passed.is_valid(row) && passed.value(row);
+            let was_out = std::mem::replace(&mut self.out[group], passes);
+            match (passes, was_out) {
+                (true, _) => ops.push(ChangeOp::of_upsert(!was_out)),
+                (false, true) => ops.push(ChangeOp::Delete),
+                (false, false) => {}
+            }
+            keep.push(passes || was_out);
+        }
+        if ops.is_empty() {
+            return Ok(None);
+        }
+        let kept = filter_record_batch(batch, &BooleanArray::from(keep))?;
+        let mut columns = kept.columns().to_vec();
+        columns[op] = op_array(ops);
+        Ok(Some(RecordBatch::try_new(kept.schema(), columns)?))
+    }
+
+    /// Forgets the first `groups` groups (their windows closed; the others move down).
+    pub fn forget_first(&mut self, groups: usize) {
+        self.out.drain(..groups.min(self.out.len()));
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.out.capacity()
+    }
+}
+
 /// The rows of `batch` that a filter keeps: over a changelog (`op` given) every row, with
 /// failing upserts made deletions; otherwise the rows for which `passed` is true.
 pub fn filter_rows(
@@ -192,6 +266,38 @@ mod tests {
         let out = filter_rows(&batch, &passed, op_column(&batch.schema())).unwrap();
         assert_eq!(out.num_rows(), 4);
         assert_eq!(codes(&out), ["+I", "-D", "-D", "-D"]);
+    }
+
+    #[test]
+    fn having_by_group_deletes_a_group_once_and_never_one_that_was_not_out() {
+        use ChangeOp::*;
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+        // n < 3, over groups 0, 1, 0, 0, 1, 0 with counts 1, 5, 2, 3, 6, 4.
+        let predicate = Arc::new(BinaryExpr::new(
+            Arc::new(Column::new("n", 0)),
+            Operator::Lt,
+            Arc::new(Literal::new(datafusion::common::ScalarValue::Int64(Some(
+                3,
+            )))),
+        ));
+        let mut having = GroupHaving::new(predicate);
+        let batch = changelog(
+            &[1, 5, 2, 3, 6, 4],
+            &[Insert, Insert, Update, Update, Update, Update],
+        );
+        let out = having.apply(&batch, &[0, 1, 0, 0, 1, 0]).unwrap().unwrap();
+        let counts: Vec<i64> = out
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(counts, [1, 2, 3]);
+        assert_eq!(codes(&out), ["+I", "+U", "-D"]);
+        // Group 0 closes; group 1 becomes group 0 and was never out.
+        having.forget_first(1);
+        let batch = changelog(&[7], &[Update]);
+        assert!(having.apply(&batch, &[0]).unwrap().is_none());
     }
 
     #[test]

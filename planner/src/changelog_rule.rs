@@ -5,8 +5,12 @@
 //! An EMIT CHANGES aggregation appends the `op` column to its output (see
 //! `freshet_engine::changelog`). Above it, walking up:
 //! - a projection (the SELECT list) gets `op` appended, so the output keeps it;
-//! - a filter (HAVING, or a WHERE over the changelog) becomes Freshet's stream filter, which
-//!   over a changelog turns an upsert that fails the predicate into a deletion of its key;
+//! - a HAVING right above a tumbling, hopping or whole-stream changelog aggregation moves
+//!   into it: the aggregation knows which groups' rows are out, so a group that stops passing
+//!   is deleted once and one that never passed is never mentioned;
+//! - any other filter (a WHERE over the changelog, a session changelog's HAVING) becomes
+//!   Freshet's stream filter, which over a changelog turns an upsert that fails the
+//!   predicate into a deletion of its key;
 //! - operators that pass rows on unchanged in content and order (gathers, limits,
 //!   round-robin or fan-in exchanges) pass the changelog on;
 //! - anything else — an aggregation, a join, a window function, a sort, a union — would read
@@ -71,10 +75,19 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
     }
     if let Some(filter) = node.downcast_ref::<FilterExec>() {
         let input = Arc::clone(filter.input());
-        let filtered: Arc<dyn ExecutionPlan> = Arc::new(StreamFilterExec::try_new(
-            Arc::clone(&input),
-            Arc::clone(filter.predicate()),
-        )?);
+        // A HAVING right above its aggregation is applied by it, group by group; any other
+        // filter by the stream filter, key by key.
+        let having = match input.downcast_ref::<WindowAggregateExec>() {
+            Some(aggregate) => aggregate.with_having(Arc::clone(filter.predicate()))?,
+            None => None,
+        };
+        let filtered: Arc<dyn ExecutionPlan> = match having {
+            Some(aggregate) => Arc::new(aggregate),
+            None => Arc::new(StreamFilterExec::try_new(
+                Arc::clone(&input),
+                Arc::clone(filter.predicate()),
+            )?),
+        };
         let Some(columns) = filter.projection() else {
             return Ok(Transformed::yes(filtered));
         };

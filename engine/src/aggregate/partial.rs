@@ -564,6 +564,7 @@ mod tests {
             emit: AggregateEmit::Final,
             allowed_lateness: 0,
             schema: Arc::new(Schema::new(fields)),
+            having: None,
         };
         Arc::new(PartialAggregate::try_new(&spec).unwrap())
     }

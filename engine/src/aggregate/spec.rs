@@ -67,6 +67,10 @@ pub struct AggregateSpec {
     pub allowed_lateness: i64,
     /// The schema of DataFusion's single-phase aggregate for the same query.
     pub schema: SchemaRef,
+    /// A changelog's HAVING, over the output's columns, applied by the operator: it knows
+    /// which of its groups' rows are out, so a group that stops passing is deleted once and
+    /// one that never passed is not (tumbling, hopping and whole-stream changelogs).
+    pub having: Option<Arc<dyn PhysicalExpr>>,
 }
 
 impl AggregateSpec {

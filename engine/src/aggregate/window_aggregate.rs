@@ -199,6 +199,21 @@ impl WindowAggregateExec {
         &self.spec.group_by
     }
 
+    /// This changelog aggregation with `predicate` (over its output) as its HAVING, applied
+    /// by group (see [`crate::changelog::GroupHaving`]); `None` where it cannot take one:
+    /// EMIT FINAL, or session windows, whose changelog moves rows between sessions.
+    pub fn with_having(&self, predicate: Arc<dyn PhysicalExpr>) -> Result<Option<Self>> {
+        let sessions = self.spec.window.as_ref().is_some_and(WindowKey::is_session);
+        if self.spec.emit == AggregateEmit::Final || sessions || self.spec.having.is_some() {
+            return Ok(None);
+        }
+        let mut spec = self.spec.clone();
+        spec.having = Some(predicate);
+        let mut exec = Self::try_new_with(Arc::clone(&self.exchange), spec, self.partial.clone())?;
+        exec.late_records = self.late_records.clone();
+        Ok(Some(exec))
+    }
+
     /// The aggregate functions (none for a DISTINCT).
     pub fn aggregates(&self) -> &[Arc<AggregateFunctionExpr>] {
         &self.spec.aggregates
@@ -302,7 +317,14 @@ impl DisplayAs for WindowAggregateExec {
             self.spec.allowed_lateness,
             keys.join(", "),
             aggregates.join(", ")
-        )
+        )?;
+        match &self.spec.having {
+            Some(having) => write!(
+                f,
+                ", having={having} (a group that stops passing is deleted)"
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -356,6 +378,7 @@ impl ExecutionPlan for WindowAggregateExec {
             .map(|(e, _)| Arc::clone(e))
             .chain(self.spec.aggregates.iter().flat_map(|a| a.expressions()))
             .chain(self.spec.filters.iter().flatten().cloned())
+            .chain(self.spec.having.iter().cloned())
             .collect();
         visit_expressions(&expressions, f)
     }

@@ -89,6 +89,7 @@ pub fn spec(window: Option<WindowSpec>, emit: AggregateEmit) -> AggregateSpec {
         emit,
         allowed_lateness: 0,
         schema: Arc::new(Schema::new(fields)),
+        having: None,
     }
 }
 

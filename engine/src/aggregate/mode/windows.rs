@@ -20,6 +20,8 @@
 //!   ([`RunningAggregates`]); closed windows' groups leave without output.
 //! - EMIT CHANGES per batch: one row per group a batch changed, with its current aggregates
 //!   (any aggregate function).
+//! - A changelog's HAVING is applied here ([`GroupHaving`]), by group id: a group's rows go
+//!   out while they pass, and it is deleted once when they stop.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use super::context::ModeContext;
 use crate::aggregate::assignment::{Assignment, assign_windows};
 use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
-use crate::changelog::ChangeOp;
+use crate::changelog::{ChangeOp, GroupHaving};
 use crate::kernels::{GroupTable, RunningAggregates, take_rows};
 use crate::window::WindowSpec;
 
@@ -52,6 +54,8 @@ pub(crate) struct WindowGroups {
     windows_counted: usize,
     /// Whether the end of input has come (the watermark reached +inf).
     end_reached: bool,
+    /// A changelog's HAVING, with which groups' rows are out.
+    having: Option<GroupHaving>,
     pub(super) context: ModeContext,
 }
 
@@ -80,6 +84,10 @@ impl WindowGroups {
             group_windows: VecDeque::new(),
             windows_counted: 0,
             end_reached: false,
+            having: match spec.emit {
+                AggregateEmit::Final => None,
+                _ => spec.having.clone().map(GroupHaving::new),
+            },
             context,
         })
     }
@@ -161,7 +169,11 @@ impl WindowGroups {
                 let ids = self.table.last_group_ids(rows);
                 let values = running.update(ids, groups, arguments)?;
                 let ops = first_rows_insert(ids, known, groups);
-                Some(self.context.changelog_batch(table_keys, values, &ops)?)
+                let batch = self.context.changelog_batch(table_keys, values, &ops)?;
+                match &mut self.having {
+                    Some(having) => having.apply(&batch, ids)?,
+                    None => Some(batch),
+                }
             }
             (AggregateEmit::ChangesPerBatch, _) => {
                 self.table.update(&table_keys, arguments, filters, rows)?;
@@ -176,7 +188,18 @@ impl WindowGroups {
                     .iter()
                     .map(|k| take_rows(k.as_ref(), &last_rows))
                     .collect::<Result<Vec<_>>>()?;
-                Some(self.context.changelog_batch(changed_keys, values, &ops)?)
+                let batch = self.context.changelog_batch(changed_keys, values, &ops)?;
+                match &mut self.having {
+                    Some(having) => {
+                        let changed: Vec<usize> = last_rows
+                            .values()
+                            .iter()
+                            .map(|&row| ids[row as usize])
+                            .collect();
+                        having.apply(&batch, &changed)?
+                    }
+                    None => Some(batch),
+                }
             }
             _ => {
                 self.table.update(&table_keys, arguments, filters, rows)?;
@@ -265,6 +288,9 @@ impl WindowGroups {
             EmitTo::First(closing)
         };
         self.context.metrics.windows_emitted.add(closed_windows);
+        if let Some(having) = &mut self.having {
+            having.forget_first(closing);
+        }
         let output = match (&mut self.running, self.emit) {
             (Some(running), _) => {
                 // The per-record changelog already holds these groups' rows.
@@ -328,6 +354,7 @@ impl WindowGroups {
     pub fn report_state(&mut self) -> Result<()> {
         let bytes = self.table.size()
             + self.running.as_ref().map_or(0, |r| r.size())
+            + self.having.as_ref().map_or(0, GroupHaving::size)
             + self.group_windows.capacity() * std::mem::size_of::<i64>();
         self.context.account(bytes, self.table.len())
     }
