@@ -495,6 +495,7 @@ impl ExecutionPlan for StreamSourceExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
+        let context = with_batch_rows_for_width(context, schema.fields().len());
         let input = self.input.execute(partition, context)?;
         let reading = || Reading {
             what: format!("reading stream '{}'", self.table),
@@ -597,11 +598,53 @@ impl ExecutionPlan for StreamSourceExec {
     }
 }
 
+/// Values one decoded batch may hold: a file's decoder allocates its columns for the batch
+/// size, so a wide file (thousands of columns) reads fewer rows at a time.
+const VALUES_PER_BATCH: usize = 1 << 20;
+
+/// `context` with its batch size capped at [`VALUES_PER_BATCH`] over `columns` (at least 64
+/// rows); as it is for the usual widths.
+fn with_batch_rows_for_width(context: Arc<TaskContext>, columns: usize) -> Arc<TaskContext> {
+    let batch_size = context.session_config().batch_size();
+    let fits = (VALUES_PER_BATCH / columns.max(1)).max(64);
+    if batch_size <= fits {
+        return context;
+    }
+    let config = context.session_config().clone().with_batch_size(fits);
+    Arc::new(TaskContext::new(
+        context.task_id(),
+        context.session_id(),
+        config,
+        context.scalar_functions().clone(),
+        context.higher_order_functions().clone(),
+        context.aggregate_functions().clone(),
+        context.window_functions().clone(),
+        context.runtime_env(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn a_wide_file_is_decoded_fewer_rows_at_a_time() {
+        let context = datafusion::prelude::SessionContext::new().task_ctx();
+        let batch = |columns| {
+            with_batch_rows_for_width(Arc::clone(&context), columns)
+                .session_config()
+                .batch_size()
+        };
+        assert_eq!(
+            batch(10),
+            8192,
+            "the usual widths keep the session's batch size"
+        );
+        assert_eq!(batch(2_000), VALUES_PER_BATCH / 2_000);
+        assert_eq!(batch(1_000_000), 64);
+    }
 
     #[tokio::test]
     async fn a_reader_that_panics_ends_the_stream_with_an_error_naming_it() {
