@@ -212,6 +212,20 @@ impl FuzzCase {
         if query.is_changelog() && keyed && having_rng.chance(0.05) {
             query.wrap = Wrap::Counted;
         }
+        // Or joined to itself on a GROUP BY key: refused too.
+        let key_alias = query.keys.first().and_then(|(_, alias)| {
+            query::KEY_CHOICES
+                .iter()
+                .find(|(_, choice)| choice == alias)
+                .map(|(_, choice)| *choice)
+        });
+        if let Some(alias) = key_alias
+            && query.is_changelog()
+            && query.wrap == Wrap::None
+            && having_rng.chance(0.05)
+        {
+            query.wrap = Wrap::SelfJoined(alias);
+        }
         Self {
             seed,
             data,

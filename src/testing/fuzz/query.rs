@@ -213,6 +213,9 @@ pub enum Wrap {
     Cte,
     /// `SELECT COUNT(*) AS n FROM (…) AS q`: over a changelog, a documented refusal.
     Counted,
+    /// The query joined to itself on its column `.0` (a GROUP BY key's alias): over a
+    /// changelog, a documented refusal.
+    SelfJoined(&'static str),
 }
 
 impl Wrap {
@@ -222,11 +225,14 @@ impl Wrap {
             Self::Subquery => format!("SELECT * FROM ({sql}) AS q"),
             Self::Cte => format!("WITH q AS ({sql}) SELECT * FROM q"),
             Self::Counted => format!("SELECT COUNT(*) AS n FROM ({sql}) AS q"),
+            Self::SelfJoined(key) => format!(
+                "WITH q AS ({sql}) SELECT a.{key} AS ak, b.{key} AS bk FROM q a JOIN q b ON a.{key} = b.{key}"
+            ),
         }
     }
 }
 
-const KEY_CHOICES: &[(&str, &str)] = &[("k", "k"), ("g", "g"), ("g % 2", "g2")];
+pub(super) const KEY_CHOICES: &[(&str, &str)] = &[("k", "k"), ("g", "g"), ("g % 2", "g2")];
 
 /// Mixed into the RANGE-frame draws' generator.
 const RANGE_SALT: u64 = 0x5241_4e47_4500_0001;
