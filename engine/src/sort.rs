@@ -16,10 +16,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array};
-use datafusion::arrow::compute::kernels::cmp::lt;
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::{
-    SortColumn, concat_batches, filter, filter_record_batch, lexsort_to_indices, take_record_batch,
+    SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
 };
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -41,7 +40,7 @@ use crate::message_loop::{MessageHandler, drive};
 use crate::operator_metrics::StatefulMetrics;
 use crate::over::reorder::ReorderBuffer;
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
-use crate::watermark::{event_times, time_range};
+use crate::watermark::event_times;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -239,34 +238,12 @@ impl MessageHandler for SortState {
         let times = event_times(batch.column(self.time))?;
         let times = times.as_primitive::<Int64Type>();
         self.metrics.null_time_dropped.add(times.null_count());
-        let Some((oldest, newest)) = time_range(times) else {
-            return Ok(None);
-        };
         // A row below the watermark would leave after rows it sorts before: late.
-        let late = if oldest < self.watermark {
-            Some(lt(times, &Int64Array::new_scalar(self.watermark))?)
-        } else {
-            None
-        };
-        let late_rows = late.as_ref().map_or(0, BooleanArray::true_count);
-        if let Some(late) = &late
-            && late_rows > 0
-        {
-            self.metrics.late_dropped.add(late_rows);
+        if let Some(late) = self.buffer.push_in_time(batch, times, self.watermark)? {
+            self.metrics.late_dropped.add(late.true_count());
             if self.late_records.wanted() {
-                self.late_records.send(batch, late)?;
+                self.late_records.send(batch, &late)?;
             }
-        }
-        if times.null_count() == 0 && late_rows == 0 {
-            self.buffer.push(batch.clone(), times.clone(), newest);
-        } else {
-            let keep: BooleanArray = match &late {
-                Some(late) => late.iter().map(|l| Some(l == Some(false))).collect(),
-                None => times.iter().map(|t| Some(t.is_some())).collect(),
-            };
-            let kept_times = filter(times, &keep)?.as_primitive::<Int64Type>().clone();
-            self.buffer
-                .push(filter_record_batch(batch, &keep)?, kept_times, newest);
         }
         self.account()?;
         Ok(None)

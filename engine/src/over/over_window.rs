@@ -28,8 +28,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_null_array,
 };
-use datafusion::arrow::compute::kernels::cmp::lt;
-use datafusion::arrow::compute::{filter, filter_record_batch};
+use datafusion::arrow::compute::filter;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -54,7 +53,7 @@ use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, drive};
 use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
-use crate::watermark::{event_times, time_range};
+use crate::watermark::event_times;
 
 /// Virtual rows per round when the end of the input completes every key's last rows.
 const TAIL_ROWS_PER_ROUND: usize = 64 * 1024;
@@ -348,36 +347,11 @@ impl OverState {
             .stateful
             .null_time_dropped
             .add(times.null_count());
-        // One pass for the range: no row is late when the oldest is not (the usual case,
-        // without building a mask), and the buffer releases by the newest.
-        let Some((oldest, newest)) = time_range(times) else {
-            return Ok(None);
-        };
-        let late = if oldest < self.watermark {
-            Some(lt(times, &Int64Array::new_scalar(self.watermark))?)
-        } else {
-            None
-        };
-        let late_rows = late.as_ref().map_or(0, |late| late.true_count());
-        if let Some(late) = &late
-            && late_rows > 0
-        {
-            self.metrics.stateful.late_dropped.add(late_rows);
+        if let Some(late) = self.buffer.push_in_time(batch, times, self.watermark)? {
+            self.metrics.stateful.late_dropped.add(late.true_count());
             if self.late_records.wanted() {
-                self.late_records.send(batch, late)?;
+                self.late_records.send(batch, &late)?;
             }
-        }
-        if times.null_count() == 0 && late_rows == 0 {
-            self.buffer.push(batch.clone(), times.clone(), newest);
-        } else {
-            // Keep rows that have a time and are not late.
-            let keep: BooleanArray = match &late {
-                Some(late) => late.iter().map(|l| Some(l == Some(false))).collect(),
-                None => times.iter().map(|t| Some(t.is_some())).collect(),
-            };
-            let kept_times = filter(times, &keep)?.as_primitive::<Int64Type>().clone();
-            self.buffer
-                .push(filter_record_batch(batch, &keep)?, kept_times, newest);
         }
         self.report_state()?;
         Ok(None)

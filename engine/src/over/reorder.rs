@@ -18,6 +18,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 
+use crate::watermark::time_range;
+
 /// Rows and their ORDER BY values.
 pub struct Released {
     pub batch: RecordBatch,
@@ -49,6 +51,40 @@ impl ReorderBuffer {
             self.rows += batch.num_rows();
             self.pending.push((batch, times, newest));
         }
+    }
+
+    /// Holds the rows of `batch` whose ORDER BY values `times` are not null and not below
+    /// `watermark` (such a row would have to leave before rows already released); returns
+    /// the mask of the late rows, when some are.
+    pub fn push_in_time(
+        &mut self,
+        batch: &RecordBatch,
+        times: &Int64Array,
+        watermark: i64,
+    ) -> Result<Option<BooleanArray>> {
+        // One pass for the range: no row is late when the oldest is not (the usual case,
+        // without building a mask), and the buffer releases by the newest.
+        let Some((oldest, newest)) = time_range(times) else {
+            return Ok(None);
+        };
+        let late = if oldest < watermark {
+            Some(lt(times, &Int64Array::new_scalar(watermark))?)
+        } else {
+            None
+        };
+        let late = late.filter(|late| late.true_count() > 0);
+        if times.null_count() == 0 && late.is_none() {
+            self.push(batch.clone(), times.clone(), newest);
+        } else {
+            // Keep rows that have a time and are not late.
+            let keep: BooleanArray = match &late {
+                Some(late) => late.iter().map(|l| Some(l == Some(false))).collect(),
+                None => times.iter().map(|t| Some(t.is_some())).collect(),
+            };
+            let kept_times = filtered(times, &keep)?;
+            self.push(filter_record_batch(batch, &keep)?, kept_times, newest);
+        }
+        Ok(late)
     }
 
     /// Rows waiting.
