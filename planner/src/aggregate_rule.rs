@@ -231,6 +231,7 @@ fn streaming_aggregate(
         allowed_lateness,
         schema: aggregate.schema(),
         having: None,
+        changelog_op: false,
     };
     let sessions = spec.window.as_ref().is_some_and(WindowKey::is_session);
     // Sessions merge as records arrive: their changes (per record or per batch) need the

@@ -2,7 +2,8 @@
 //! that makes it up to the query's output, and refuses the operators that would read its rows
 //! as plain records.
 //!
-//! An EMIT CHANGES aggregation appends the `op` column to its output (see
+//! An EMIT CHANGES aggregation is given its `op` column here (until then its output is
+//! DataFusion's aggregate schema, so the rules before this one trace it as usual; see
 //! `freshet_engine::changelog`). Above it, walking up:
 //! - a projection (the SELECT list) gets `op` appended, so the output keeps it;
 //! - a HAVING right above a tumbling, hopping or whole-stream changelog aggregation moves
@@ -11,8 +12,9 @@
 //! - any other filter (a WHERE over the changelog, a session changelog's HAVING) becomes
 //!   Freshet's stream filter, which over a changelog turns an upsert that fails the
 //!   predicate into a deletion of its key;
-//! - operators that pass rows on unchanged in content and order (gathers, limits,
-//!   round-robin or fan-in exchanges) pass the changelog on;
+//! - operators that pass rows on unchanged in content and order (gathers, limits, fan-in
+//!   exchanges) pass the changelog on; a round-robin repartition is taken out, since rows
+//!   dealt to several streams would reach the reader out of the changelog's order;
 //! - anything else — an aggregation, a join, a window function, a sort, a union — would read
 //!   updates and deletions as new records, so the query is refused with a message that says
 //!   what to write instead.
@@ -33,6 +35,7 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::changelog::{OP_COLUMN, op_column};
 use freshet_engine::{StreamExchangeExec, StreamFilterExec};
+use freshet_partitioner::RoutingStrategy;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -45,6 +48,13 @@ impl PhysicalOptimizerRule for ChangelogRule {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
+            // The aggregation first: its output gains the op column the nodes above read.
+            if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>()
+                && let Some(with_op) = aggregate.with_op_column()?
+            {
+                let with_op: Arc<dyn ExecutionPlan> = Arc::new(with_op);
+                return Ok(Transformed::yes(with_op));
+            }
             let reads_changelog = node
                 .children()
                 .iter()
@@ -102,6 +112,13 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
         let projection = ProjectionExec::try_new(expressions, filtered)?;
         return with_op(&projection).map(Transformed::yes);
     }
+    // Batches dealt round-robin to several streams would reach the reader out of the order
+    // the changelog is applied in: the changelog stays on its streams.
+    if let Some(repartition) = node.downcast_ref::<RepartitionExec>()
+        && matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_))
+    {
+        return Ok(Transformed::yes(Arc::clone(repartition.input())));
+    }
     if passes_rows_on(&node) {
         return Ok(Transformed::no(node));
     }
@@ -132,14 +149,15 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
 /// meaning.
 fn passes_rows_on(node: &Arc<dyn ExecutionPlan>) -> bool {
     if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
-        return repartition.partitioning().partition_count() == 1
-            || !matches!(repartition.partitioning(), Partitioning::Hash(..));
+        return repartition.partitioning().partition_count() == 1;
+    }
+    if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
+        return matches!(exchange.strategy(), RoutingStrategy::FanIn);
     }
     node.is::<CoalescePartitionsExec>()
         || node.is::<GlobalLimitExec>()
         || node.is::<LocalLimitExec>()
         || node.is::<StreamFilterExec>()
-        || node.is::<StreamExchangeExec>()
 }
 
 /// `projection` with the `op` column of its input appended (as it is if it has one).

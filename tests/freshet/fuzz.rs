@@ -106,3 +106,18 @@ async fn limits_over_joins_and_window_functions_answer() {
     // a lookup then probed three source partitions, each given the LIMIT (2 rows of 1).
     all_match(&[91_001_946]).await;
 }
+
+#[tokio::test]
+async fn changelogs_keep_their_order_and_refuse_joins() {
+    // A keyless changelog with HAVING at two streams: a round-robin exchange DataFusion put
+    // above it for the projection dealt its rows to two streams, and the merged output
+    // applied them out of order (the final row 20 instead of 51).
+    all_match(&[95_002_592]).await;
+    // A changelog joined to itself failed inside the aggregation rule with DataFusion's
+    // internal assertion; it is now the documented refusal.
+    let outcome = FuzzCase::generate(95_003_818).run().await;
+    assert!(
+        matches!(&outcome, Outcome::Refused(message) if message.contains("over a changelog")),
+        "{outcome:?}"
+    );
+}

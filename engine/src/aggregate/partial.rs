@@ -565,6 +565,7 @@ mod tests {
             allowed_lateness: 0,
             schema: Arc::new(Schema::new(fields)),
             having: None,
+            changelog_op: false,
         };
         Arc::new(PartialAggregate::try_new(&spec).unwrap())
     }

@@ -71,6 +71,10 @@ pub struct AggregateSpec {
     /// which of its groups' rows are out, so a group that stops passing is deleted once and
     /// one that never passed is not (tumbling, hopping and whole-stream changelogs).
     pub having: Option<Arc<dyn PhysicalExpr>>,
+    /// Whether a changelog's output carries its `op` column: set once the plan above it has
+    /// been made to read one (`ChangelogRule`), so that rules before that see DataFusion's
+    /// aggregate schema.
+    pub changelog_op: bool,
 }
 
 impl AggregateSpec {
@@ -127,23 +131,29 @@ impl AggregateSpec {
 
 impl AggregateSpec {
     /// Makes `schema` the operator's output schema: under EMIT CHANGES the changelog's `op`
-    /// column is appended ([`crate::changelog`]), and where the changelog deletes merged
-    /// sessions (with NULL aggregates) the aggregates are nullable. Idempotent.
+    /// column is appended once asked for ([`crate::changelog`]), and where the changelog
+    /// deletes merged sessions (with NULL aggregates) the aggregates are nullable. Idempotent.
     pub(super) fn complete_schema(&mut self) {
         if self.emit == AggregateEmit::Final {
             return;
         }
-        self.schema = with_op_column(&self.schema);
+        if self.changelog_op {
+            self.schema = with_op_column(&self.schema);
+        }
         if self.emits_deletions() {
-            self.schema = with_nullable_aggregates(&self.schema, self.aggregates.len());
+            self.schema = with_nullable_aggregates(
+                &self.schema,
+                self.aggregates.len(),
+                usize::from(self.changelog_op),
+            );
         }
     }
 }
 
-/// `schema` (a changelog's, ending in its `op` column) with its `aggregates` fields before
-/// `op` nullable.
-fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize) -> SchemaRef {
-    let end = schema.fields().len().saturating_sub(1);
+/// `schema` (a changelog's, ending in `after` columns: its `op` column, or none yet) with its
+/// `aggregates` fields before those nullable.
+fn with_nullable_aggregates(schema: &SchemaRef, aggregates: usize, after: usize) -> SchemaRef {
+    let end = schema.fields().len().saturating_sub(after);
     let first = end.saturating_sub(aggregates);
     let fields: Vec<Field> = schema
         .fields()

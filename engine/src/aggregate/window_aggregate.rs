@@ -199,6 +199,19 @@ impl WindowAggregateExec {
         &self.spec.group_by
     }
 
+    /// This changelog aggregation with its `op` column in its output (see
+    /// [`AggregateSpec::changelog_op`]); `None` for EMIT FINAL, or when it has one already.
+    pub fn with_op_column(&self) -> Result<Option<Self>> {
+        if self.spec.emit == AggregateEmit::Final || self.spec.changelog_op {
+            return Ok(None);
+        }
+        let mut spec = self.spec.clone();
+        spec.changelog_op = true;
+        let mut exec = Self::try_new_with(Arc::clone(&self.exchange), spec, self.partial.clone())?;
+        exec.late_records = self.late_records.clone();
+        Ok(Some(exec))
+    }
+
     /// This changelog aggregation with `predicate` (over its output) as its HAVING, applied
     /// by group (see [`crate::changelog::GroupHaving`]); `None` where it cannot take one:
     /// EMIT FINAL, or session windows, whose changelog moves rows between sessions.

@@ -134,9 +134,14 @@ impl ModeContext {
         ops: Option<ArrayRef>,
         rows: usize,
     ) -> Result<RecordBatch> {
-        if ops.is_some() != op_column(&self.schema).is_some() {
-            return internal_err!("an aggregation's output rows and its changelog column differ");
-        }
+        // Before the plan above reads the changelog's op column, the schema has none.
+        let ops = match (ops, op_column(&self.schema)) {
+            (ops, Some(_)) if ops.is_none() => {
+                return internal_err!("a changelog row without its operation");
+            }
+            (ops, Some(_)) => ops,
+            (_, None) => None,
+        };
         let mut columns = Vec::with_capacity(self.schema.fields().len());
         let mut keys = table_keys.into_iter();
         let mut window_column = match &self.window {

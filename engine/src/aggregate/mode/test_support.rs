@@ -90,6 +90,7 @@ pub fn spec(window: Option<WindowSpec>, emit: AggregateEmit) -> AggregateSpec {
         allowed_lateness: 0,
         schema: Arc::new(Schema::new(fields)),
         having: None,
+        changelog_op: emit != AggregateEmit::Final,
     }
 }
 
