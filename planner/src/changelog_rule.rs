@@ -13,8 +13,9 @@
 //!   Freshet's stream filter, which over a changelog turns an upsert that fails the
 //!   predicate into a deletion of its key;
 //! - operators that pass rows on unchanged in content and order (gathers, limits, fan-in
-//!   exchanges) pass the changelog on; a round-robin repartition is taken out, since rows
-//!   dealt to several streams would reach the reader out of the changelog's order;
+//!   exchanges; hash exchanges, which keep each key's order, for the keyed operator above
+//!   them to be judged) pass the changelog on; a round-robin repartition is taken out, since
+//!   rows dealt to several streams would reach the reader out of the changelog's order;
 //! - anything else — an aggregation, a join, a window function, a sort, a union — would read
 //!   updates and deletions as new records, so the query is refused with a message that says
 //!   what to write instead.
@@ -48,21 +49,21 @@ impl PhysicalOptimizerRule for ChangelogRule {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            // The aggregation first: its output gains the op column the nodes above read.
+            let reads_changelog = node
+                .children()
+                .iter()
+                .any(|child| op_column(&child.schema()).is_some());
+            if reads_changelog {
+                return carry_changelog(node);
+            }
+            // A changelog aggregation: its output gains the op column the nodes above read.
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>()
                 && let Some(with_op) = aggregate.with_op_column()?
             {
                 let with_op: Arc<dyn ExecutionPlan> = Arc::new(with_op);
                 return Ok(Transformed::yes(with_op));
             }
-            let reads_changelog = node
-                .children()
-                .iter()
-                .any(|child| op_column(&child.schema()).is_some());
-            if !reads_changelog {
-                return Ok(Transformed::no(node));
-            }
-            carry_changelog(node)
+            Ok(Transformed::no(node))
         })
         .map(|transformed| transformed.data)
     }
@@ -148,11 +149,13 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
 /// Whether `node` passes every input row on as it is, in order, so the changelog keeps its
 /// meaning.
 fn passes_rows_on(node: &Arc<dyn ExecutionPlan>) -> bool {
+    // A hash exchange keeps each key's rows in order; it feeds a keyed operator, which is
+    // judged in turn.
     if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
-        return repartition.partitioning().partition_count() == 1;
+        return !matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_));
     }
     if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
-        return matches!(exchange.strategy(), RoutingStrategy::FanIn);
+        return !matches!(exchange.strategy(), RoutingStrategy::RoundRobin);
     }
     node.is::<CoalescePartitionsExec>()
         || node.is::<GlobalLimitExec>()
