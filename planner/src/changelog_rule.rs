@@ -38,6 +38,8 @@ use freshet_engine::changelog::{OP_COLUMN, op_column};
 use freshet_engine::{StreamExchangeExec, StreamFilterExec};
 use freshet_partitioner::RoutingStrategy;
 
+use crate::stream_filter_rule::with_filter_projection;
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct ChangelogRule;
@@ -99,19 +101,11 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
                 Arc::clone(filter.predicate()),
             )?),
         };
-        let Some(columns) = filter.projection() else {
-            return Ok(Transformed::yes(filtered));
+        let projected = with_filter_projection(filter, filtered)?;
+        return match projected.downcast_ref::<ProjectionExec>() {
+            Some(projection) => with_op(projection).map(Transformed::yes),
+            None => Ok(Transformed::yes(projected)),
         };
-        let schema = input.schema();
-        let expressions: Vec<ProjectionExpr> = columns
-            .iter()
-            .map(|&index| {
-                let name = schema.field(index).name();
-                ProjectionExpr::new(Arc::new(Column::new(name, index)), name.clone())
-            })
-            .collect();
-        let projection = ProjectionExec::try_new(expressions, filtered)?;
-        return with_op(&projection).map(Transformed::yes);
     }
     // Batches dealt round-robin to several streams would reach the reader out of the order
     // the changelog is applied in: the changelog stays on its streams.

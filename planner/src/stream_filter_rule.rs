@@ -37,26 +37,11 @@ impl PhysicalOptimizerRule for StreamFilterRule {
             if !any_node(filter.input(), is::<StreamSourceExec>) {
                 return Ok(Transformed::no(node));
             }
-            let input = Arc::clone(filter.input());
-            let schema = input.schema();
             let filtered: Arc<dyn ExecutionPlan> = Arc::new(StreamFilterExec::try_new(
-                input,
+                Arc::clone(filter.input()),
                 Arc::clone(filter.predicate()),
             )?);
-            let Some(projection) = filter.projection() else {
-                return Ok(Transformed::yes(filtered));
-            };
-            let expressions = projection
-                .iter()
-                .map(|&index| {
-                    let name = schema.field(index).name();
-                    ProjectionExpr::new(Arc::new(Column::new(name, index)), name.clone())
-                })
-                .collect::<Vec<_>>();
-            Ok(Transformed::yes(Arc::new(ProjectionExec::try_new(
-                expressions,
-                filtered,
-            )?)))
+            Ok(Transformed::yes(with_filter_projection(filter, filtered)?))
         })
         .map(|transformed| transformed.data)
     }
@@ -68,6 +53,26 @@ impl PhysicalOptimizerRule for StreamFilterRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `filtered` (what replaces `filter`, with `filter`'s input schema) under the projection
+/// DataFusion folded into `filter`, if it did.
+pub(crate) fn with_filter_projection(
+    filter: &FilterExec,
+    filtered: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(projection) = filter.projection() else {
+        return Ok(filtered);
+    };
+    let schema = filter.input().schema();
+    let expressions = projection
+        .iter()
+        .map(|&index| {
+            let name = schema.field(index).name();
+            ProjectionExpr::new(Arc::new(Column::new(name, index)), name.clone())
+        })
+        .collect::<Vec<_>>();
+    Ok(Arc::new(ProjectionExec::try_new(expressions, filtered)?))
 }
 
 #[cfg(test)]
