@@ -3,23 +3,25 @@
 //!
 //! - [`spec`]: the vocabulary — what a GROUP BY computes, its window, when it emits.
 //! - [`WindowAggregateExec`] (`window_aggregate.rs`): the operator; each output partition
-//!   runs one of the modes in `mode/` (windows, session rows, session changelog, merge of
+//!   runs one of the modes in `mode/` (windows, final sessions, session changelog, merge of
 //!   partial states).
 //! - [`PartialAggregate`] (`partial.rs`): the partial step of two-phase aggregation, which
 //!   the exchange runs on each input partition; `partial_states.rs` is the format of the
 //!   states it sends.
 //! - `assignment.rs` (rows to windows), `inputs.rs` (evaluating keys, arguments and
-//!   filters), `session_buffer.rs` and `session_changes.rs` (the state of open sessions).
+//!   filters), `open_sessions.rs` (each key's open sessions), `session_states.rs` (their
+//!   aggregate states, for EMIT FINAL) and `session_changes.rs` (their changelog).
 //!
 //! The group tables and accumulators they use are in [`crate::kernels`].
 
 mod assignment;
 mod inputs;
 mod mode;
+mod open_sessions;
 mod partial;
 pub mod partial_states;
-mod session_buffer;
 mod session_changes;
+mod session_states;
 pub mod spec;
 mod window_aggregate;
 

@@ -1,10 +1,8 @@
 //! [`SessionChanges`]: EMIT CHANGES over session windows, one changelog row per record.
 //!
-//! Each key keeps its open sessions (first and last event time, and a running-aggregate
-//! group), sorted by start. A batch's keys are interned at once; then its rows are walked in
-//! arrival order: a record within the gap of no session opens one; within the gap of one it
-//! extends it (perhaps backwards: an out-of-order record before the session's start); within
-//! the gap of two (the one before and the one after) it bridges them into one. The rows'
+//! The open sessions are [`OpenSessions`]: a batch's keys are interned at once; then its rows
+//! are walked in arrival order and each opens, extends (perhaps backwards: an out-of-order
+//! record before the session's start) or bridges sessions of its key. The rows'
 //! aggregates come from the [`RunningAggregates`] kernels, run over stretches of the batch
 //! between bridges; at a bridge, the later session's running state is merged into the
 //! earlier one's.
@@ -13,8 +11,7 @@
 //! record with its session's aggregates including it, and, when a session's start changes
 //! (it is bridged into an earlier one, or extended backwards), a row for the old
 //! (keys, start) whose aggregates are all NULL: a deletion. A session leaves the state when
-//! the watermark passes its last event time plus the gap (and the allowed lateness); when
-//! most keys have no open session left, the key table is rebuilt from the keys that have one.
+//! the watermark passes its last event time plus the gap (and the allowed lateness).
 //!
 //! Per batch (`freshet.changes_per = 'batch'`) the batch's per-record changelog is reduced to
 //! its net effect: for each (keys, start) alive after the batch, its last row (which holds
@@ -23,30 +20,14 @@
 //! emitted, so it needs no deletion: each session remembers the batch in which its start
 //! was set.
 
-use std::sync::Arc;
-
 use datafusion::arrow::array::{ArrayRef, Int64Array, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Result, internal_err};
-use datafusion::logical_expr::EmitTo;
-use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use super::open_sessions::OpenSessions;
 use crate::changelog::ChangeOp;
-use crate::kernels::{RunningAggregates, new_group_values};
-
-/// Open sessions kept before their groups are renumbered: past this many groups, and more
-/// dead than live, the running state is compacted.
-const COMPACT_AFTER: usize = 4_096;
-
-#[derive(Debug, Clone, Copy)]
-struct Session {
-    start: i64,
-    last: i64,
-    group: usize,
-    /// The batch in which `start` was set: a start set by an earlier batch was emitted.
-    started_in: u64,
-}
+use crate::kernels::RunningAggregates;
 
 /// The changelog of one batch: each output row's source row (for its keys), window start,
 /// aggregate values (NULL for deletions) and operation.
@@ -59,14 +40,8 @@ pub struct SessionChangelog {
 
 /// See the module documentation.
 pub struct SessionChanges {
-    /// Interned GROUP BY keys; `None` without keys (one key).
-    keys: Option<Box<dyn GroupValues>>,
-    /// Open sessions per key id, sorted by start.
-    sessions: Vec<Vec<Session>>,
+    open: OpenSessions,
     running: RunningAggregates,
-    /// Groups handed out (live and dead).
-    groups: usize,
-    gap: i64,
     key_ids: Vec<usize>,
     /// Reduce each batch's changelog to one row per changed (keys, start).
     per_batch: bool,
@@ -88,17 +63,9 @@ impl SessionChanges {
         gap: i64,
         per_batch: bool,
     ) -> Result<Self> {
-        let keys = if key_schema.fields().is_empty() {
-            None
-        } else {
-            Some(new_group_values(Arc::clone(key_schema))?)
-        };
         Ok(Self {
-            keys,
-            sessions: Vec::new(),
+            open: OpenSessions::try_new(key_schema, gap, false)?,
             running,
-            groups: 0,
-            gap,
             key_ids: Vec::new(),
             per_batch,
             batches: 0,
@@ -116,13 +83,9 @@ impl SessionChanges {
         let rows = times.len();
         self.batches += 1;
         let batch = self.batches;
-        match &mut self.keys {
-            Some(values) => values.intern(keys, &mut self.key_ids)?,
-            None => {
-                self.key_ids.clear();
-                self.key_ids.resize(rows, 0);
-            }
-        }
+        self.key_ids.clear();
+        self.key_ids
+            .extend_from_slice(self.open.intern(keys, rows)?);
         let mut row_groups = Vec::with_capacity(rows);
         let mut key_rows = Vec::with_capacity(rows);
         let mut starts = Vec::with_capacity(rows);
@@ -136,77 +99,24 @@ impl SessionChanges {
         // (row, from, into): before `row`, fold group `from` into `into`.
         let mut bridges: Vec<(usize, usize, usize)> = Vec::new();
         for (row, (&key, &time)) in self.key_ids.iter().zip(times.values()).enumerate() {
-            if key >= self.sessions.len() {
-                self.sessions.resize(key + 1, Vec::new());
+            let placed = self.open.place(key, time, batch);
+            if let Some(gone) = placed.gone {
+                bridges.push((row, gone.group, placed.session.group));
             }
-            let sessions = &mut self.sessions[key];
-            let gap = self.gap;
-            let touching: Vec<usize> = sessions
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| {
-                    time > s.start.saturating_sub(gap) && time < s.last.saturating_add(gap)
-                })
-                .map(|(i, _)| i)
-                .collect();
-            let mut deleted = Vec::new();
-            let start_set = match touching.as_slice() {
-                [] => true,
-                [one] => time < sessions[*one].start,
-                [earlier, ..] => time < sessions[*earlier].start,
-            };
-            let session = match touching.as_slice() {
-                [] => {
-                    let session = Session {
-                        start: time,
-                        last: time,
-                        group: self.groups,
-                        started_in: batch,
-                    };
-                    self.groups += 1;
-                    let at = sessions.partition_point(|s| s.start < time);
-                    sessions.insert(at, session);
-                    session
-                }
-                [one] => {
-                    let session = &mut sessions[*one];
-                    if time < session.start {
-                        deleted.push((session.start, session.started_in < batch));
-                        session.start = time;
-                        session.started_in = batch;
-                    }
-                    session.last = session.last.max(time);
-                    *session
-                }
-                [earlier, later, ..] => {
-                    let (earlier, later) = (*earlier, *later);
-                    let gone = sessions.remove(later);
-                    let kept = &mut sessions[earlier];
-                    deleted.push((gone.start, gone.started_in < batch));
-                    if time < kept.start {
-                        deleted.push((kept.start, kept.started_in < batch));
-                        kept.start = time;
-                        kept.started_in = batch;
-                    }
-                    kept.last = kept.last.max(gone.last).max(time);
-                    bridges.push((row, gone.group, kept.group));
-                    *kept
-                }
-            };
-            for (start, before) in deleted {
+            for deleted in placed.gone.iter().chain(&placed.moved) {
                 key_rows.push(row as u32);
-                starts.push(start);
+                starts.push(deleted.start);
                 value_rows.push(None);
                 inserted.push(false);
                 if self.per_batch {
-                    emitted_before.push(before);
+                    emitted_before.push(deleted.started_in < batch);
                 }
             }
-            row_groups.push(session.group);
+            row_groups.push(placed.session.group);
             key_rows.push(row as u32);
-            starts.push(session.start);
+            starts.push(placed.session.start);
             value_rows.push(Some(row as u32));
-            inserted.push(start_set);
+            inserted.push(placed.set_start());
             if self.per_batch {
                 emitted_before.push(false);
             }
@@ -222,7 +132,7 @@ impl SessionChanges {
                 .iter()
                 .zip(&starts)
                 .map(|(&row, &start)| {
-                    let sessions = &self.sessions[self.key_ids[row as usize]];
+                    let sessions = self.open.of_key(self.key_ids[row as usize]);
                     sessions
                         .binary_search_by_key(&start, |s| s.start)
                         .is_ok_and(|at| sessions[at].started_in == batch)
@@ -268,7 +178,9 @@ impl SessionChanges {
                 }
                 let key = self.key_ids[key_rows[i] as usize];
                 let start = starts[i];
-                let alive = self.sessions[key]
+                let alive = self
+                    .open
+                    .of_key(key)
                     .binary_search_by_key(&start, |s| s.start)
                     .is_ok();
                 alive && seen.insert((key, start))
@@ -293,7 +205,7 @@ impl SessionChanges {
                 .map(|a| a.iter().map(|c| c.slice(from, to - from)).collect())
                 .collect();
             this.running
-                .update(&row_groups[from..to], this.groups, &arguments)
+                .update(&row_groups[from..to], this.open.groups(), &arguments)
         };
         for &(row, from, into) in bridges {
             if row > from_row {
@@ -320,90 +232,27 @@ impl SessionChanges {
             .collect()
     }
 
-    /// Forgets the sessions `closed(last_event_time)` says are closed, and the keys left
-    /// without one when they are most of the keys.
+    /// Forgets the sessions `closed(last_event_time)` says are closed (their rows were
+    /// emitted as they came), renumbering groups and forgetting keys when most are idle.
     pub fn close(&mut self, closed: impl Fn(i64) -> bool) -> Result<()> {
-        let (mut live, mut live_keys) = (0, 0);
-        for sessions in &mut self.sessions {
-            sessions.retain(|s| !closed(s.last));
-            live += sessions.len();
-            live_keys += usize::from(!sessions.is_empty());
+        self.open.close(closed);
+        if self.open.groups_are_sparse() {
+            let keep = self.open.renumber_groups();
+            self.running.retain(&keep);
         }
-        if self.groups > COMPACT_AFTER && self.groups > 2 * live {
-            self.compact();
-        }
-        if self.sessions.len() > COMPACT_AFTER && self.sessions.len() > 2 * live_keys {
-            self.compact_keys()?;
-        }
-        Ok(())
-    }
-
-    /// Re-interns only the keys with an open session (ids `0..live` in their old order), so
-    /// an endless stream of new keys does not grow the key table without bound.
-    fn compact_keys(&mut self) -> Result<()> {
-        let Some(keys) = &mut self.keys else {
-            return Ok(());
-        };
-        let live: Vec<u32> = (0..self.sessions.len() as u32)
-            .filter(|&key| {
-                self.sessions
-                    .get(key as usize)
-                    .is_some_and(|s| !s.is_empty())
-            })
-            .collect();
-        // Emitting every group gives the key values by id and empties the table.
-        let values = keys.emit(EmitTo::All)?;
-        let live = UInt32Array::from(live);
-        let live_values = values
-            .iter()
-            .map(|column| Ok(take(column.as_ref(), &live, None)?))
-            .collect::<Result<Vec<_>>>()?;
-        let mut ids = Vec::new();
-        keys.intern(&live_values, &mut ids)?;
-        if !ids.iter().enumerate().all(|(row, &id)| row == id) {
-            return internal_err!("re-interned session keys were not numbered in order");
-        }
-        let mut sessions = std::mem::take(&mut self.sessions);
-        self.sessions = live
-            .values()
-            .iter()
-            .map(|&key| {
-                sessions
-                    .get_mut(key as usize)
-                    .map(std::mem::take)
-                    .unwrap_or_default()
-            })
-            .collect();
-        Ok(())
-    }
-
-    /// Renumbers the live sessions' groups `0..live`, dropping the dead ones' state.
-    fn compact(&mut self) {
-        let mut keep = Vec::new();
-        for sessions in &mut self.sessions {
-            for session in sessions.iter_mut() {
-                keep.push(session.group);
-                session.group = keep.len() - 1;
-            }
-        }
-        self.running.retain(&keep);
-        self.groups = keep.len();
+        self.open.forget_idle_keys()
     }
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        self.keys.as_ref().map_or(0, |k| k.size())
-            + self.running.size()
-            + self
-                .sessions
-                .iter()
-                .map(|s| s.capacity() * std::mem::size_of::<Session>())
-                .sum::<usize>()
+        self.open.size() + self.running.size()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use datafusion::functions_aggregate::count::count_udaf;
@@ -431,11 +280,11 @@ mod tests {
         changes
             .update(&[Arc::clone(&column)], &times, &[vec![column]])
             .unwrap();
-        assert_eq!(changes.sessions.len(), keys as usize);
+        assert_eq!(changes.open.open(), keys as usize);
         // Every session closes but the last key's: the key table keeps that key alone.
         let newest = (keys - 1) * 10;
         changes.close(|last| last < newest).unwrap();
-        assert_eq!(changes.sessions.len(), 1);
+        assert_eq!(changes.open.open(), 1);
         // Key 0 comes back in a new session counted afresh; the last key's session goes on.
         let again: ArrayRef = Arc::new(Int64Array::from(vec![0, keys - 1, 0]));
         let times = Int64Array::from(vec![newest + 10; 3]);
@@ -445,6 +294,6 @@ mod tests {
         let counts = log.values[0].as_primitive::<Int64Type>();
         assert_eq!(counts.null_count(), 0);
         assert_eq!(counts.values().to_vec(), vec![1, 2, 2]);
-        assert_eq!(changes.sessions.len(), 2);
+        assert_eq!(changes.open.open(), 2);
     }
 }

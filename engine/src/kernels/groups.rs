@@ -172,8 +172,33 @@ impl GroupTable {
         arguments: &[Vec<ArrayRef>],
         filters: &[Option<BooleanArray>],
     ) -> Result<()> {
+        let group_ids = std::mem::take(&mut self.group_ids);
+        let folded = self.fold(&group_ids, arguments, filters);
+        self.group_ids = group_ids;
+        folded
+    }
+
+    /// For a table without keys whose groups the caller numbers: folds rows into the groups
+    /// `group_ids` names, `groups` groups in all.
+    pub fn accumulate_groups(
+        &mut self,
+        group_ids: &[usize],
+        groups: usize,
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
+        self.groups = self.groups.max(groups);
+        self.fold(group_ids, arguments, filters)
+    }
+
+    fn fold(
+        &mut self,
+        group_ids: &[usize],
+        arguments: &[Vec<ArrayRef>],
+        filters: &[Option<BooleanArray>],
+    ) -> Result<()> {
         if let Some(fused) = &mut self.fused {
-            fused.update(arguments, filters, &self.group_ids, self.groups)?;
+            fused.update(arguments, filters, group_ids, self.groups)?;
         }
         for (index, ((accumulator, arguments), filter)) in self
             .accumulators
@@ -183,12 +208,7 @@ impl GroupTable {
             .enumerate()
         {
             if fused_at(&mut self.fused, index).is_none() {
-                accumulator.update_batch(
-                    arguments,
-                    &self.group_ids,
-                    filter.as_ref(),
-                    self.groups,
-                )?;
+                accumulator.update_batch(arguments, group_ids, filter.as_ref(), self.groups)?;
             }
         }
         Ok(())
@@ -203,10 +223,29 @@ impl GroupTable {
         rows: usize,
     ) -> Result<()> {
         self.intern(keys, rows)?;
+        let group_ids = std::mem::take(&mut self.group_ids);
+        let merged = self.merge_into(&group_ids, states);
+        self.group_ids = group_ids;
+        merged
+    }
+
+    /// For a table without keys whose groups the caller numbers: merges partial states into
+    /// the groups `group_ids` names, `groups` groups in all.
+    pub fn merge_groups(
+        &mut self,
+        group_ids: &[usize],
+        groups: usize,
+        states: &[Vec<ArrayRef>],
+    ) -> Result<()> {
+        self.groups = self.groups.max(groups);
+        self.merge_into(group_ids, states)
+    }
+
+    fn merge_into(&mut self, group_ids: &[usize], states: &[Vec<ArrayRef>]) -> Result<()> {
         for (index, (accumulator, states)) in self.accumulators.iter_mut().zip(states).enumerate() {
             match fused_at(&mut self.fused, index) {
-                Some(fused) => fused.merge(index, states, &self.group_ids, self.groups)?,
-                None => accumulator.merge_batch(states, &self.group_ids, self.groups)?,
+                Some(fused) => fused.merge(index, states, group_ids, self.groups)?,
+                None => accumulator.merge_batch(states, group_ids, self.groups)?,
             }
         }
         Ok(())

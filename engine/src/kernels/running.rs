@@ -1,4 +1,5 @@
-//! [`RunningAggregates`]: per-record changelog kernels for COUNT, SUM, AVG, MIN and MAX.
+//! [`RunningAggregates`]: per-record changelog kernels for COUNT, SUM, AVG, MIN and MAX, and
+//! the per-group states of open session windows.
 //!
 //! EMIT CHANGES emits, for every input record, its group's aggregates including that record.
 //! For these five functions the running value is kept per group in plain vectors indexed by
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Float64Array, Int64Array, new_null_array,
 };
+use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, Schema};
 use datafusion::common::Result;
@@ -142,10 +144,93 @@ impl RunningAggregates {
         if without_nulls(count) && without_nulls(sum) {
             return Some((count, sum));
         }
-        self.shared_count = None;
-        let counts = self.states[sum].counts.clone();
-        self.states[count].counts = counts;
+        self.stop_sharing_count();
         None
+    }
+
+    /// The shared COUNT takes the sum's counts as its own and keeps them from now on.
+    fn stop_sharing_count(&mut self) {
+        if let Some((count, sum)) = self.shared_count.take() {
+            let counts = self.states[sum].counts.clone();
+            self.states[count].counts = counts;
+        }
+    }
+
+    /// Folds rows into their groups (`group_ids`, `groups` groups in all) without the
+    /// per-row values [`Self::update`] gives, for states read with [`Self::values_of`].
+    pub fn fold(
+        &mut self,
+        group_ids: &[usize],
+        groups: usize,
+        arguments: &[Vec<ArrayRef>],
+    ) -> Result<()> {
+        self.stop_sharing_count();
+        for ((kernel, state), arguments) in self.kernels.iter().zip(&mut self.states).zip(arguments)
+        {
+            state.counts.resize(groups, 0);
+            let argument = match arguments.first() {
+                Some(a) if is_temporal_int64(a.data_type()) => {
+                    Some(cast(a.as_ref(), &DataType::Int64)?)
+                }
+                other => other.cloned(),
+            };
+            match (kernel, argument) {
+                (Kernel::Count, argument) => {
+                    let counts = state.counts.as_mut_slice();
+                    match argument.filter(|a| a.null_count() > 0) {
+                        None => group_ids.iter().for_each(|&g| counts[g] += 1),
+                        Some(values) => {
+                            for (row, &g) in group_ids.iter().enumerate() {
+                                counts[g] += i64::from(values.is_valid(row));
+                            }
+                        }
+                    }
+                }
+                (
+                    Kernel::SumInt | Kernel::AvgInt | Kernel::MinInt | Kernel::MaxInt,
+                    Some(values),
+                ) => {
+                    state.ints.resize(groups, initial_int(*kernel));
+                    let values = values.as_primitive::<Int64Type>();
+                    let (counts, totals) = (state.counts.as_mut_slice(), state.ints.as_mut_slice());
+                    for (row, (&g, &v)) in group_ids.iter().zip(values.values()).enumerate() {
+                        if values.is_valid(row) {
+                            counts[g] += 1;
+                            totals[g] = match kernel {
+                                Kernel::MinInt => totals[g].min(v),
+                                Kernel::MaxInt => totals[g].max(v),
+                                _ => totals[g].wrapping_add(v),
+                            };
+                        }
+                    }
+                }
+                (_, Some(values)) => {
+                    state.floats.resize(groups, 0.0);
+                    let values = values.as_primitive::<Float64Type>();
+                    let (counts, totals) =
+                        (state.counts.as_mut_slice(), state.floats.as_mut_slice());
+                    for (row, (&g, &v)) in group_ids.iter().zip(values.values()).enumerate() {
+                        if values.is_valid(row) {
+                            totals[g] = if counts[g] == 0 {
+                                v
+                            } else {
+                                match kernel {
+                                    Kernel::MinFloat if v.total_cmp(&totals[g]).is_lt() => v,
+                                    Kernel::MaxFloat if v.total_cmp(&totals[g]).is_gt() => v,
+                                    Kernel::MinFloat | Kernel::MaxFloat => totals[g],
+                                    _ => totals[g] + v,
+                                }
+                            };
+                            counts[g] += 1;
+                        }
+                    }
+                }
+                (_, None) => {
+                    return datafusion::common::internal_err!("{kernel:?} needs an argument");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Folds rows into their groups (`group_ids`, `groups` groups in all) and returns, per
@@ -229,6 +314,62 @@ impl RunningAggregates {
             values[count] = Arc::new(counts);
         }
         Ok(values)
+    }
+
+    /// The aggregates of `groups` as they stand, one row per group (NULL where no value
+    /// reached a group, as SQL's SUM, AVG, MIN and MAX give; COUNT 0).
+    pub fn values_of(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        self.kernels
+            .iter()
+            .zip(&self.states)
+            .zip(&self.output_types)
+            .enumerate()
+            .map(|(aggregate, ((kernel, state), output_type))| {
+                // A shared COUNT's counts are its sum's.
+                let counts = match self.shared_count {
+                    Some((count, sum)) if count == aggregate => &self.states[sum].counts,
+                    _ => &state.counts,
+                };
+                let count_of = |g: usize| counts.get(g).copied().unwrap_or(0);
+                let nulls = || -> Option<NullBuffer> {
+                    let valid: Vec<bool> = groups.iter().map(|&g| count_of(g) > 0).collect();
+                    Some(NullBuffer::from(valid)).filter(|n| n.null_count() > 0)
+                };
+                let int_of = |g: usize| state.ints.get(g).copied().unwrap_or(0);
+                let float_of = |g: usize| state.floats.get(g).copied().unwrap_or(0.0);
+                let values: ArrayRef = match kernel {
+                    Kernel::Count => Arc::new(Int64Array::from_iter_values(
+                        groups.iter().map(|&g| count_of(g)),
+                    )),
+                    Kernel::SumInt | Kernel::MinInt | Kernel::MaxInt => Arc::new(Int64Array::new(
+                        groups.iter().map(|&g| int_of(g)).collect(),
+                        nulls(),
+                    )),
+                    Kernel::AvgInt => Arc::new(Float64Array::new(
+                        groups
+                            .iter()
+                            .map(|&g| int_of(g) as f64 / count_of(g).max(1) as f64)
+                            .collect(),
+                        nulls(),
+                    )),
+                    Kernel::AvgFloat => Arc::new(Float64Array::new(
+                        groups
+                            .iter()
+                            .map(|&g| float_of(g) / count_of(g).max(1) as f64)
+                            .collect(),
+                        nulls(),
+                    )),
+                    Kernel::SumFloat | Kernel::MinFloat | Kernel::MaxFloat => Arc::new(
+                        Float64Array::new(groups.iter().map(|&g| float_of(g)).collect(), nulls()),
+                    ),
+                };
+                Ok(if values.data_type() == output_type {
+                    values
+                } else {
+                    cast(values.as_ref(), output_type)?
+                })
+            })
+            .collect()
     }
 
     /// Folds group `from`'s running state into group `into` (two sessions merging); `from`

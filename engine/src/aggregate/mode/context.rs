@@ -215,6 +215,14 @@ impl ModeContext {
         let times = times.as_primitive::<Int64Type>();
         let length = window.spec.size().saturating_add(self.allowed_lateness);
         let watermark = self.watermark;
+        if times.null_count() == 0
+            && times
+                .values()
+                .iter()
+                .all(|t| t.saturating_add(length) > watermark)
+        {
+            return Ok(Some(batch.clone()));
+        }
         let keep: BooleanArray = times
             .iter()
             .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) > watermark)))

@@ -4,7 +4,7 @@
 //! | mode | window | emit | state |
 //! |---|---|---|---|
 //! | [`WindowGroups`] | tumbling, hopping or none | FINAL, CHANGES per record or per batch | one group table over (window start, keys) |
-//! | [`SessionRows`] | session | FINAL | the rows of open sessions, aggregated when they close |
+//! | [`SessionFinal`] | session | FINAL | open sessions and their aggregate states, emitted when they close |
 //! | [`SessionChangelog`] | session | CHANGES | open sessions and their running aggregates |
 //! | [`MergePartials`] | tumbling, hopping or none | FINAL (two-phase) | [`WindowGroups`] fed partial states |
 //!
@@ -15,7 +15,7 @@
 mod context;
 mod merge;
 mod session_changelog;
-mod session_rows;
+mod session_final;
 #[cfg(test)]
 mod test_support;
 mod windows;
@@ -31,13 +31,13 @@ use crate::message_loop::MessageHandler;
 pub(super) use context::{ModeContext, ModeInputs};
 pub(super) use merge::MergePartials;
 pub(super) use session_changelog::SessionChangelog;
-pub(super) use session_rows::SessionRows;
+pub(super) use session_final::SessionFinal;
 pub(super) use windows::WindowGroups;
 
 /// The state of one output partition of the aggregation, by mode.
 pub(super) enum AggregateMode {
     Windows(WindowGroups),
-    SessionRows(SessionRows),
+    SessionFinal(SessionFinal),
     SessionChangelog(SessionChangelog),
     MergePartials(MergePartials),
 }
@@ -55,7 +55,7 @@ impl AggregateMode {
                 Self::MergePartials(MergePartials::try_new(spec, &partial, context)?)
             }
             (None, true, AggregateEmit::Final) => {
-                Self::SessionRows(SessionRows::try_new(spec, input_schema, context)?)
+                Self::SessionFinal(SessionFinal::try_new(spec, &input_schema, context)?)
             }
             (None, true, _) => {
                 Self::SessionChangelog(SessionChangelog::try_new(spec, &input_schema, context)?)
@@ -75,7 +75,7 @@ impl AggregateMode {
         match self {
             Self::Windows(mode) => mode.oldest_held_window(),
             Self::MergePartials(mode) => mode.groups.oldest_held_window(),
-            Self::SessionRows(_) | Self::SessionChangelog(_) => None,
+            Self::SessionFinal(_) | Self::SessionChangelog(_) => None,
         }
     }
 }
@@ -87,7 +87,7 @@ impl MessageHandler for AggregateMode {
         }
         match self {
             Self::Windows(mode) => mode.process(batch),
-            Self::SessionRows(mode) => mode.process(batch),
+            Self::SessionFinal(mode) => mode.process(batch),
             Self::SessionChangelog(mode) => mode.process(batch),
             Self::MergePartials(mode) => mode.process(batch),
         }
@@ -96,7 +96,7 @@ impl MessageHandler for AggregateMode {
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         match self {
             Self::Windows(mode) => mode.advance(watermark),
-            Self::SessionRows(mode) => mode.advance(watermark),
+            Self::SessionFinal(mode) => mode.advance(watermark),
             Self::SessionChangelog(mode) => mode.advance(watermark),
             Self::MergePartials(mode) => mode.advance(watermark),
         }

@@ -152,7 +152,7 @@ pub fn watermark(mode: &mut AggregateMode, watermark: i64) -> Vec<String> {
 pub fn context(mode: &AggregateMode) -> &ModeContext {
     match mode {
         AggregateMode::Windows(m) => &m.context,
-        AggregateMode::SessionRows(m) => &m.context,
+        AggregateMode::SessionFinal(m) => &m.context,
         AggregateMode::SessionChangelog(m) => &m.context,
         AggregateMode::MergePartials(m) => &m.groups.context,
     }
