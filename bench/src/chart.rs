@@ -86,15 +86,16 @@ pub fn scaling_svg(results: &[ScalingResult]) -> String {
     let height = 60.0 + results.len() as f64 * (2.0 * BAR + 10.0);
     let mut svg = header(
         height,
-        "S3a over Parquet replays: throughput and peak memory per input size",
+        "Scaling: throughput and peak memory per case and input size",
     );
     for (i, result) in results.iter().enumerate() {
         let top = 40.0 + i as f64 * (2.0 * BAR + 10.0);
         let _ = writeln!(
             svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{} M records</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{} {} M</text>"#,
             LABEL_WIDTH - 6.0,
             top + BAR + 4.0,
+            result.case,
             result.records as f64 / 1e6
         );
         let rate = result.records_per_second();
@@ -220,8 +221,10 @@ mod tests {
         assert!(svg.contains("20.0 M") && svg.contains("1.2 M"), "{svg}");
         assert!(svg.contains("S1 · 2 streams") && svg.ends_with("</svg>\n"));
         let scaling = scaling_svg(&[ScalingResult {
+            case: "S3a",
             records: 1_000_000,
             elapsed: Duration::from_millis(100),
+            cpu: Duration::from_millis(100),
             output_rows: 1,
             peak_rss_bytes: Some(100 << 20),
         }]);

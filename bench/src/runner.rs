@@ -500,6 +500,24 @@ pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+/// User plus system CPU time of the whole process so far (every thread, live or ended),
+/// from `getrusage`.
+pub(crate) fn cpu_time() -> Duration {
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which is plain data that
+    // zeroed bytes initialise validly.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
 /// The process's peak resident memory, from `/proc/self/status` (Linux).
 pub(crate) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -91,7 +91,7 @@ const S2_SQL: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_
 MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity \
 FROM market_data GROUP BY symbol";
 
-const S3A_SQL: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+pub const S3A_SQL: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
 SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol \
 WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
 

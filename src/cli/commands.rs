@@ -12,7 +12,7 @@ use datafusion::common::{Result, plan_err};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
-use freshet_bench::scaling::{run_scaling, scaling_table};
+use freshet_bench::scaling::{ScalingSource, run_scaling, scaling_cases, scaling_table};
 use freshet_bench::{
     BenchConfig, BenchSource, report, run_scenario, scenario, scenarios, variants,
 };
@@ -559,7 +559,20 @@ async fn bench_scaling(args: &BenchArgs) -> Result<()> {
     if partitions == 0 {
         return plan_err!("--partitions: stream counts must be at least 1");
     }
-    let results = run_scaling(&sizes, &bench_dir(args), partitions).await?;
+    let source = match args.source.as_slice() {
+        [] => ScalingSource::Generator,
+        [one] if one == "generator" => ScalingSource::Generator,
+        [one] if one == "parquet" => ScalingSource::Parquet,
+        _ => {
+            return plan_err!(
+                "--scaling reads generator or parquet (one of them), not {}",
+                args.source.join(",")
+            );
+        }
+    };
+    let cases = scaling_cases(&args.scenario)?;
+    let runs = if args.quick { 1 } else { args.runs.max(1) };
+    let results = run_scaling(&cases, &sizes, source, &bench_dir(args), partitions, runs).await?;
     print!("{}", scaling_table(&results));
     if let Some(path) = &args.svg {
         write_file(path, &scaling_svg(&results))?;
@@ -626,11 +639,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
         records,
         partitions: args.partitions.clone(),
         runs: if args.quick { 1 } else { args.runs.max(1) },
-        sources: args
-            .source
-            .iter()
-            .map(|s| s.parse())
-            .collect::<Result<Vec<BenchSource>>>()?,
+        sources: if args.source.is_empty() {
+            vec![BenchSource::Memory]
+        } else {
+            args.source
+                .iter()
+                .map(|s| s.parse())
+                .collect::<Result<Vec<BenchSource>>>()?
+        },
         dir: bench_dir(&args),
     };
     let selected = if args.scenario.is_empty() {

@@ -143,10 +143,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Where each scenario's records come from: memory (batches prepared in memory, split by
-    /// key where the scenario is keyed), parquet (a Parquet file written once per size into
-    /// --dir and read as `freshet query --table NAME=FILE` reads it, automatic strategy) or
-    /// generator (the `generator:` table); several separated by commas.
-    #[arg(long, value_delimiter = ',', default_value = "memory")]
+    /// key where the scenario is keyed; the default), parquet (a Parquet file written once per
+    /// size into --dir and read as `freshet query --table NAME=FILE` reads it, automatic
+    /// strategy) or generator (the `generator:` table); several separated by commas. The
+    /// scaling mode reads generator (its default) or parquet.
+    #[arg(long, value_delimiter = ',')]
     pub source: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "PATH")]
@@ -163,12 +164,16 @@ pub struct BenchArgs {
     /// Latency mode: the replay's rate in records per second (1M, 500k, …).
     #[arg(long, default_value = "1M")]
     pub rate: String,
-    /// Scaling mode instead: S3a over market_data Parquet files of each of --sizes records,
-    /// with throughput and peak memory per size (at the first --partitions count).
+    /// Scaling mode instead: queries whose state lives as long as the input (sessions that
+    /// never close, a window over the whole input, large OVER frames, a wide interval join,
+    /// a changelog over a long window; S3a for memory), or the --scenario ones among them,
+    /// over market_data replays of each of --sizes records, with wall time, CPU time, peak
+    /// memory and the growth from the smallest size to the largest (at the first --partitions
+    /// count).
     #[arg(long)]
     pub scaling: bool,
-    /// Scaling mode: the file sizes, in records.
-    #[arg(long, value_delimiter = ',', default_value = "1M,10M,100M")]
+    /// Scaling mode: the input sizes, in records.
+    #[arg(long, value_delimiter = ',', default_value = "1M,4M")]
     pub sizes: Vec<String>,
     /// Where the Parquet files of the parquet source and of the scaling mode are written (and
     /// reused from); default: the system's temporary directory.

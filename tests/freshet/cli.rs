@@ -208,9 +208,15 @@ fn bench_scaling_runs_s3a_over_growing_parquet_files() {
     let table = freshet_ok(&[
         "bench",
         "--scaling",
+        "--scenario",
+        "S3a",
+        "--source",
+        "parquet",
         "--sizes",
         "2000,6000",
         "--partitions",
+        "1",
+        "--runs",
         "1",
         "--dir",
         dir.path().to_str().unwrap(),
@@ -218,14 +224,49 @@ fn bench_scaling_runs_s3a_over_growing_parquet_files() {
     assert!(table.contains("peak RSS"), "{table}");
     // One row per size; S3a gives one row per (trader, symbol, minute): 20 per 60 records.
     assert!(
-        table.contains("| 2000 |") && table.contains("| 6000 |"),
+        table.contains("| S3a | 2000 |") && table.contains("| S3a | 6000 |"),
         "{table}"
     );
     assert!(
         table.contains("| 680 |") && table.contains("| 2000 | "),
         "{table}"
     );
-    assert!(dir.path().join("market_data_6000.parquet").exists());
+    // The growth from the smallest size to the largest.
+    assert!(table.contains("| S3a | 3.0x |"), "{table}");
+    assert!(dir.path().join("market_data_6000_10sym.parquet").exists());
+}
+
+/// Every case of the scaling sweep runs and gives its rows: a session that never closes
+/// emits one row per trader at the end; a changelog, an OVER window and the join one row
+/// per record or pair.
+#[test]
+fn bench_scaling_runs_every_long_lived_state_case() {
+    let table = freshet_ok(&["bench", "--scaling", "--sizes", "3000", "--runs", "1"]);
+    for case in [
+        "| session-final | 3000 |",
+        "| session-final-any | 3000 |",
+        "| session-changes | 3000 |",
+        "| whole-input-window | 3000 |",
+        "| long-window-changes | 3000 |",
+        "| over-rows-100k | 3000 |",
+        "| over-range-1d | 3000 |",
+        "| over-following-100k | 3000 |",
+        "| interval-join-6h | 3000 |",
+    ] {
+        assert!(table.contains(case), "{case} missing: {table}");
+    }
+    let rows = |case: &str| -> String {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {case} |")))
+            .unwrap();
+        line.split('|').nth(6).unwrap().trim().to_string()
+    };
+    assert_eq!(rows("session-final"), "20", "{table}");
+    assert_eq!(rows("session-changes"), "3000", "{table}");
+    assert_eq!(rows("over-rows-100k"), "3000", "{table}");
+    let error = freshet_error(&["bench", "--scaling", "--scenario", "S9"]);
+    assert!(error.contains("unknown scaling case 'S9'"), "{error}");
 }
 
 #[test]

@@ -206,7 +206,26 @@ impl OpenSessions {
     }
 
     /// Places a record of key `key` at `time`, arriving in batch `batch`.
+    #[inline]
     pub fn place(&mut self, key: usize, time: i64, batch: u64) -> Placed {
+        // The usual case first: a record within the key's last session, at or after its
+        // start, touches no other (the earlier ones end the gap before that start).
+        if let Some(last) = self.sessions.get_mut(key).and_then(|s| s.last_mut())
+            && time >= last.start
+            && time < last.last.saturating_add(self.gap)
+        {
+            last.last = last.last.max(time);
+            return Placed {
+                session: *last,
+                opened: false,
+                gone: None,
+                moved: None,
+            };
+        }
+        self.place_slowly(key, time, batch)
+    }
+
+    fn place_slowly(&mut self, key: usize, time: i64, batch: u64) -> Placed {
         if key >= self.sessions.len() {
             self.sessions.resize_with(key + 1, Vec::new);
         }
