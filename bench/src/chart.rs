@@ -225,6 +225,7 @@ mod tests {
             records: 1_000_000,
             elapsed: Duration::from_millis(100),
             cpu: Duration::from_millis(100),
+            rounds: Vec::new(),
             output_rows: 1,
             peak_rss_bytes: Some(100 << 20),
         }]);

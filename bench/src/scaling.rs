@@ -136,6 +136,8 @@ pub struct ScalingResult {
     pub cpu: Duration,
     pub output_rows: u64,
     pub peak_rss_bytes: Option<u64>,
+    /// Wall and CPU time of each round, in round order.
+    pub rounds: Vec<(Duration, Duration)>,
 }
 
 impl ScalingResult {
@@ -185,8 +187,9 @@ pub fn market_data_file(dir: &Path, records: u64, symbols: u64) -> Result<PathBu
     Ok(path)
 }
 
-/// Each case at each of `sizes` records on `partitions` streams, `runs` times: the median
-/// wall and CPU times (and the largest peak memory) are kept.
+/// Each case at each of `sizes` records on `partitions` streams, in `runs` rounds that run
+/// every size once (so a slow phase of the machine slows every size of a round): the median
+/// wall and CPU times (and the largest peak memory) are kept, with each round's times.
 pub async fn run_scaling(
     cases: &[ScalingCase],
     sizes: &[u64],
@@ -197,12 +200,14 @@ pub async fn run_scaling(
 ) -> Result<Vec<ScalingResult>> {
     let mut results = Vec::new();
     for case in cases {
-        for &records in sizes {
-            eprintln!("running {} over {records} records …", case.id);
-            let mut timed = Vec::new();
-            for _ in 0..runs.max(1) {
+        eprintln!("running {} over {sizes:?} records …", case.id);
+        let mut by_size: Vec<Vec<ScalingResult>> = vec![Vec::new(); sizes.len()];
+        for _ in 0..runs.max(1) {
+            for (timed, &records) in by_size.iter_mut().zip(sizes) {
                 timed.push(run_once(case, records, source, dir, partitions).await?);
             }
+        }
+        for timed in by_size {
             let median = |mut times: Vec<Duration>| {
                 times.sort();
                 times[times.len() / 2]
@@ -214,6 +219,7 @@ pub async fn run_scaling(
                 elapsed: median(timed.iter().map(|r| r.elapsed).collect()),
                 cpu: median(timed.iter().map(|r| r.cpu).collect()),
                 peak_rss_bytes: timed.iter().filter_map(|r| r.peak_rss_bytes).max(),
+                rounds: timed.iter().map(|r| (r.elapsed, r.cpu)).collect(),
                 ..first.clone()
             });
         }
@@ -260,11 +266,13 @@ async fn run_once(
         cpu: cpu_time().saturating_sub(cpu_start),
         output_rows,
         peak_rss_bytes: peak_rss(),
+        rounds: Vec::new(),
     })
 }
 
 /// The results as Markdown: every run, then per case the growth from the smallest size to
-/// the largest (time ratio over records ratio: 1.0 is linear).
+/// the largest (the median over rounds of the time ratio within a round; over the records
+/// ratio, 1.0 is linear).
 pub fn scaling_table(results: &[ScalingResult]) -> String {
     let mut out = String::from(
         "| case | records | wall time | CPU time | Freshet rec/s | output rows | peak RSS |\n\
@@ -272,7 +280,7 @@ pub fn scaling_table(results: &[ScalingResult]) -> String {
     );
     for result in results {
         out.push_str(&format!(
-            "| {} | {} | {:.2} s | {:.2} s | {:.1} M | {} | {} |\n",
+            "| {} | {} | {:.3} s | {:.3} s | {:.1} M | {} | {} |\n",
             result.case,
             result.records,
             result.elapsed.as_secs_f64(),
@@ -302,8 +310,19 @@ pub fn scaling_table(results: &[ScalingResult]) -> String {
             continue;
         }
         let records = large.records as f64 / small.records as f64;
-        let wall = large.elapsed.as_secs_f64() / small.elapsed.as_secs_f64().max(1e-9);
-        let cpu = large.cpu.as_secs_f64() / small.cpu.as_secs_f64().max(1e-9);
+        // The median over rounds of the ratio within a round.
+        let growth = |time: fn(&(Duration, Duration)) -> Duration| {
+            let mut ratios: Vec<f64> = small
+                .rounds
+                .iter()
+                .zip(&large.rounds)
+                .map(|(s, l)| time(l).as_secs_f64() / time(s).as_secs_f64().max(1e-9))
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        let wall = growth(|r| r.0);
+        let cpu = growth(|r| r.1);
         out.push_str(&format!(
             "| {case} | {records:.1}x | {wall:.2}x | {cpu:.2}x | {:.2} |\n",
             wall / records

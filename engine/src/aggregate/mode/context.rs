@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
-use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
+use datafusion::arrow::compute::{cast, concat_batches, filter, filter_record_batch};
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{Result, internal_err};
@@ -203,10 +203,13 @@ impl ModeContext {
         self.reservation.try_resize(bytes)
     }
 
-    /// The rows of `batch` that can still join an open session; drops and counts rows
-    /// without an event time and rows whose session would already have closed, and sends
-    /// the latter to the side output.
-    pub fn open_session_rows(&self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+    /// The rows of `batch` that can still join an open session, and their event times;
+    /// drops and counts rows without an event time and rows whose session would already have
+    /// closed, and sends the latter to the side output.
+    pub fn open_session_rows(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<Option<(RecordBatch, Int64Array)>> {
         let Some(window) = &self.window else {
             return Ok(None);
         };
@@ -221,7 +224,7 @@ impl ModeContext {
                 .iter()
                 .all(|t| t.saturating_add(length) > watermark)
         {
-            return Ok(Some(batch.clone()));
+            return Ok(Some((batch.clone(), times.clone())));
         }
         let keep: BooleanArray = times
             .iter()
@@ -240,6 +243,10 @@ impl ModeContext {
         if late_rows > 0 {
             self.late_records.send(batch, &late)?;
         }
-        Ok(Some(filter_record_batch(batch, &keep)?))
+        let kept = filter(times, &keep)?;
+        Ok(Some((
+            filter_record_batch(batch, &keep)?,
+            kept.as_primitive::<Int64Type>().clone(),
+        )))
     }
 }

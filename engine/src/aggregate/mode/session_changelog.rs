@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::{Int64Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
 
@@ -16,7 +15,6 @@ use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::session_changes::SessionChanges;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
 use crate::kernels::take_rows;
-use crate::watermark::event_times;
 
 /// See the module documentation.
 pub(crate) struct SessionChangelog {
@@ -60,16 +58,12 @@ impl SessionChangelog {
     }
 
     fn changelog(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        let (Some(rows), Some(window)) =
-            (self.context.open_session_rows(batch)?, &self.context.window)
-        else {
+        let Some((rows, times)) = self.context.open_session_rows(batch)? else {
             return Ok(None);
         };
         if rows.num_rows() == 0 {
             return Ok(None);
         }
-        let times = event_times(&window.time.evaluate(&rows)?.into_array(rows.num_rows())?)?;
-        let times = times.as_primitive::<Int64Type>().clone();
         let columns = self.inputs.evaluate(&rows)?;
         let changelog = self
             .changes

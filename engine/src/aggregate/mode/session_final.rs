@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, Int64Array};
-use datafusion::arrow::datatypes::{Int64Type, Schema, SchemaRef};
+use datafusion::arrow::array::Int64Array;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 
@@ -20,7 +20,6 @@ use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::open_sessions::OpenSessions;
 use crate::aggregate::session_states::SessionStates;
 use crate::aggregate::spec::AggregateSpec;
-use crate::watermark::event_times;
 
 /// See the module documentation.
 pub(crate) struct SessionFinal {
@@ -53,24 +52,18 @@ impl SessionFinal {
     /// Folds the rows of `batch` that can still join an open session into their sessions.
     pub fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         self.context.count_records(batch.num_rows());
-        let (Some(rows), Some(window)) =
-            (self.context.open_session_rows(batch)?, &self.context.window)
-        else {
+        let Some((rows, times)) = self.context.open_session_rows(batch)? else {
             return Ok(None);
         };
         let count = rows.num_rows();
         if count > 0 {
-            let times = event_times(&window.time.evaluate(&rows)?.into_array(count)?)?;
             let columns = self.inputs.evaluate(&rows)?;
             let (keys, arguments, filters) = columns.pick(&Assignment::whole_batch())?;
             let key_ids = self.open.intern(&keys, count)?.to_vec();
             self.row_groups.clear();
             let mut bridges = Vec::new();
             let sessions_before = self.open.groups();
-            for (&key, &time) in key_ids
-                .iter()
-                .zip(times.as_primitive::<Int64Type>().values())
-            {
+            for (&key, &time) in key_ids.iter().zip(times.values()) {
                 let placed = self.open.place(key, time, 0);
                 if let Some(gone) = placed.gone {
                     bridges.push((gone.group, placed.session.group));
