@@ -92,7 +92,7 @@ OVERS = ["ROW_NUMBER() OVER (PARTITION BY {p} ORDER BY {o})",
 
 def gen_query(r):
     form = os.environ.get("FORM") or r.choice(["stateless", "group", "global", "over", "over", "group", "window", "hop",
-                     "distinct", "union", "cte", "join", "join", "filteragg"])
+                     "distinct", "union", "cte", "join", "join", "filteragg", "session"])
     where = f" WHERE {r.choice(PREDS)}" if r.random() < 0.6 else ""
     if form == "stateless":
         items = ", ".join(f"{e} AS c{j}" for j, e in enumerate(r.sample(EXPRS, r.randint(1, 4))))
@@ -119,6 +119,17 @@ def gen_query(r):
         fq = f"SELECT {key} AS key0, window_start, {aggs} FROM t{where} GROUP BY {key} WINDOW HOPPING (ts, INTERVAL '{size}' SECOND, INTERVAL '{slide}' SECOND)"
         dq = (f"SELECT {key} AS key0, ws AS window_start, {aggs} FROM (SELECT *, unnest(generate_series(time_bucket(INTERVAL '{slide} seconds', ts) - INTERVAL '{size - slide} seconds', "
               f"time_bucket(INTERVAL '{slide} seconds', ts), INTERVAL '{slide} seconds')) AS ws FROM t{where}) GROUP BY {key}, ws")
+        return form, fq, dq
+    if form == "session":
+        gap = r.choice([1, 2, 5])
+        key = r.choice(["k", "g", "b"])
+        aggs = ", ".join(f"{a} AS a{j}" for j, a in enumerate(r.sample(AGGS, r.randint(1, 3))))
+        fq = f"SELECT {key} AS key0, window_start, {aggs} FROM t{where} GROUP BY {key} WINDOW SESSION (ts, INTERVAL '{gap}' SECOND)"
+        # DuckDB: a new session where the gap to the key's previous record is reached.
+        dq = (f"WITH kept AS (SELECT * FROM t{where}), "
+              f"marked AS (SELECT *, CASE WHEN ts - LAG(ts) OVER (PARTITION BY {key} ORDER BY ts) < INTERVAL '{gap} seconds' THEN 0 ELSE 1 END AS fresh FROM kept), "
+              f"numbered AS (SELECT *, SUM(fresh) OVER (PARTITION BY {key} ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM marked) "
+              f"SELECT {key} AS key0, MIN(ts) AS window_start, {aggs} FROM numbered GROUP BY {key}, sid")
         return form, fq, dq
     if form == "distinct":
         cols = r.choice(["k", "k, g", "b, g", "upper(k) AS uk", "g, d"])

@@ -196,11 +196,7 @@ impl RunningAggregates {
                     for (row, (&g, &v)) in group_ids.iter().zip(values.values()).enumerate() {
                         if values.is_valid(row) {
                             counts[g] += 1;
-                            totals[g] = match kernel {
-                                Kernel::MinInt => totals[g].min(v),
-                                Kernel::MaxInt => totals[g].max(v),
-                                _ => totals[g].wrapping_add(v),
-                            };
+                            totals[g] = next_int(*kernel, totals[g], v);
                         }
                     }
                 }
@@ -211,16 +207,7 @@ impl RunningAggregates {
                         (state.counts.as_mut_slice(), state.floats.as_mut_slice());
                     for (row, (&g, &v)) in group_ids.iter().zip(values.values()).enumerate() {
                         if values.is_valid(row) {
-                            totals[g] = if counts[g] == 0 {
-                                v
-                            } else {
-                                match kernel {
-                                    Kernel::MinFloat if v.total_cmp(&totals[g]).is_lt() => v,
-                                    Kernel::MaxFloat if v.total_cmp(&totals[g]).is_gt() => v,
-                                    Kernel::MinFloat | Kernel::MaxFloat => totals[g],
-                                    _ => totals[g] + v,
-                                }
-                            };
+                            totals[g] = next_float(*kernel, totals[g], counts[g] == 0, v);
                             counts[g] += 1;
                         }
                     }
@@ -391,22 +378,15 @@ impl RunningAggregates {
                     Kernel::Count => {}
                     Kernel::SumInt | Kernel::AvgInt | Kernel::MinInt | Kernel::MaxInt => {
                         let (a, b) = (state.ints[into], state.ints[from]);
-                        state.ints[into] = match kernel {
-                            _ if into_count == 0 => b,
-                            Kernel::MinInt => a.min(b),
-                            Kernel::MaxInt => a.max(b),
-                            _ => a.wrapping_add(b),
+                        state.ints[into] = if into_count == 0 {
+                            b
+                        } else {
+                            next_int(*kernel, a, b)
                         };
                     }
                     _ => {
                         let (a, b) = (state.floats[into], state.floats[from]);
-                        state.floats[into] = match kernel {
-                            _ if into_count == 0 => b,
-                            Kernel::MinFloat if b.total_cmp(&a).is_lt() => b,
-                            Kernel::MaxFloat if b.total_cmp(&a).is_gt() => b,
-                            Kernel::MinFloat | Kernel::MaxFloat => a,
-                            _ => a + b,
-                        };
+                        state.floats[into] = next_float(*kernel, a, into_count == 0, b);
                     }
                 }
             }
@@ -453,6 +433,29 @@ impl RunningAggregates {
             .iter()
             .map(|s| (s.counts.capacity() + s.ints.capacity() + s.floats.capacity()) * 8)
             .sum()
+    }
+}
+
+/// An integer kernel's state after folding in `v` (SUM and AVG wrap, as DataFusion's).
+#[inline]
+fn next_int(kernel: Kernel, total: i64, v: i64) -> i64 {
+    match kernel {
+        Kernel::MinInt => total.min(v),
+        Kernel::MaxInt => total.max(v),
+        _ => total.wrapping_add(v),
+    }
+}
+
+/// A float kernel's state after folding in `v` (`first`: the group had no value yet). MIN
+/// and MAX use the total order, as arrow's min/max: NaN is the largest value.
+#[inline]
+fn next_float(kernel: Kernel, total: f64, first: bool, v: f64) -> f64 {
+    match kernel {
+        _ if first => v,
+        Kernel::MinFloat if v.total_cmp(&total).is_lt() => v,
+        Kernel::MaxFloat if v.total_cmp(&total).is_gt() => v,
+        Kernel::MinFloat | Kernel::MaxFloat => total,
+        _ => total + v,
     }
 }
 
@@ -516,11 +519,7 @@ fn ints(
         if values.is_valid(row) {
             let v = values.value(row);
             counts[g] += 1;
-            totals[g] = match kernel {
-                Kernel::MinInt => totals[g].min(v),
-                Kernel::MaxInt => totals[g].max(v),
-                _ => totals[g].wrapping_add(v),
-            };
+            totals[g] = next_int(kernel, totals[g], v);
         }
         if has_nulls {
             valid.push(counts[g] > 0);
@@ -587,18 +586,7 @@ fn floats(
     let raw = values.values();
     for (row, &g) in group_ids.iter().enumerate() {
         if no_nulls || values.is_valid(row) {
-            let v = raw[row];
-            totals[g] = if counts[g] == 0 {
-                v
-            } else {
-                match kernel {
-                    // Total order, as arrow's min/max: NaN is the largest value.
-                    Kernel::MinFloat if v.total_cmp(&totals[g]).is_lt() => v,
-                    Kernel::MaxFloat if v.total_cmp(&totals[g]).is_gt() => v,
-                    Kernel::MinFloat | Kernel::MaxFloat => totals[g],
-                    _ => totals[g] + v,
-                }
-            };
+            totals[g] = next_float(kernel, totals[g], counts[g] == 0, raw[row]);
             counts[g] += 1;
         }
         if !no_nulls {
