@@ -125,10 +125,12 @@ def gen_query(r):
         key = r.choice(["k", "g", "b"])
         aggs = ", ".join(f"{a} AS a{j}" for j, a in enumerate(r.sample(AGGS, r.randint(1, 3))))
         fq = f"SELECT {key} AS key0, window_start, {aggs} FROM t{where} GROUP BY {key} WINDOW SESSION (ts, INTERVAL '{gap}' SECOND)"
-        # DuckDB: a new session where the gap to the key's previous record is reached.
+        # DuckDB: a new session where the gap to the key's previous record is reached. Both
+        # windows order ties by id: sorted apart, equal times could be numbered in another
+        # order than the one their breaks were marked in.
         dq = (f"WITH kept AS (SELECT * FROM t{where}), "
-              f"marked AS (SELECT *, CASE WHEN ts - LAG(ts) OVER (PARTITION BY {key} ORDER BY ts) < INTERVAL '{gap} seconds' THEN 0 ELSE 1 END AS fresh FROM kept), "
-              f"numbered AS (SELECT *, SUM(fresh) OVER (PARTITION BY {key} ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM marked) "
+              f"marked AS (SELECT *, CASE WHEN ts - LAG(ts) OVER (PARTITION BY {key} ORDER BY ts, id) < INTERVAL '{gap} seconds' THEN 0 ELSE 1 END AS fresh FROM kept), "
+              f"numbered AS (SELECT *, SUM(fresh) OVER (PARTITION BY {key} ORDER BY ts, id ROWS UNBOUNDED PRECEDING) AS sid FROM marked) "
               f"SELECT {key} AS key0, MIN(ts) AS window_start, {aggs} FROM numbered GROUP BY {key}, sid")
         return form, fq, dq
     if form == "distinct":
