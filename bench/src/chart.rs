@@ -206,6 +206,8 @@ mod tests {
             partitions: 1,
             freshet: Duration::from_millis(500),
             datafusion: Duration::from_secs(8),
+            freshet_cpu: Duration::from_millis(900),
+            datafusion_cpu: Duration::from_secs(15),
             output_rows: 10_000_000,
             peak_rss_bytes: Some(1 << 30),
             paired_ratio: 16.0,

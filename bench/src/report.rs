@@ -18,10 +18,12 @@ pub fn table(results: &[ScenarioResult]) -> String {
         "Freshet rec/s",
         "DataFusion rec/s",
         "ratio",
+        "Freshet CPU ns/rec",
+        "DataFusion CPU ns/rec",
         "output rows",
         "peak RSS",
     ];
-    let rows: Vec<[String; 9]> = results
+    let rows: Vec<[String; 11]> = results
         .iter()
         .map(|r| {
             [
@@ -32,6 +34,8 @@ pub fn table(results: &[ScenarioResult]) -> String {
                 millions(r.freshet_records_per_second()),
                 millions(r.datafusion_records_per_second()),
                 format!("{:.2}x", r.ratio()),
+                format!("{:.0}", r.freshet_cpu_ns_per_record()),
+                format!("{:.0}", r.datafusion_cpu_ns_per_record()),
                 r.output_rows.to_string(),
                 r.peak_rss_bytes
                     .map(|b| format!("{} MiB", b >> 20))
@@ -73,6 +77,40 @@ pub fn table(results: &[ScenarioResult]) -> String {
             &mut out,
         );
     }
+    out.push_str(&cpu_scaling(results));
+    out
+}
+
+/// Per scenario and source, Freshet's CPU time at each stream count over its CPU time at one
+/// stream (1.00x: an added stream costs no CPU; 2.00x: the work doubled), when one stream
+/// was run.
+fn cpu_scaling(results: &[ScenarioResult]) -> String {
+    let mut out = String::new();
+    for one in results.iter().filter(|r| r.partitions == 1) {
+        let more: Vec<String> = results
+            .iter()
+            .filter(|r| r.scenario == one.scenario && r.source == one.source && r.partitions > 1)
+            .map(|r| {
+                format!(
+                    "{} streams {:.2}x",
+                    r.partitions,
+                    r.freshet_cpu.as_secs_f64() / one.freshet_cpu.as_secs_f64().max(1e-9)
+                )
+            })
+            .collect();
+        if !more.is_empty() {
+            if out.is_empty() {
+                out.push_str("\nFreshet's CPU time over its CPU time at one stream:\n");
+            }
+            let _ = writeln!(
+                out,
+                "- {} from {}: {}",
+                one.scenario,
+                one.source,
+                more.join(", ")
+            );
+        }
+    }
     out
 }
 
@@ -82,7 +120,7 @@ pub fn json(results: &[ScenarioResult]) -> String {
         .iter()
         .map(|r| {
             format!(
-                "  {{\"scenario\": \"{}\", \"source\": \"{}\", \"records\": {}, \"streams\": {}, \"freshet_records_per_second\": {:.0}, \"datafusion_records_per_second\": {:.0}, \"ratio\": {:.4}, \"output_rows\": {}, \"peak_rss_bytes\": {}}}",
+                "  {{\"scenario\": \"{}\", \"source\": \"{}\", \"records\": {}, \"streams\": {}, \"freshet_records_per_second\": {:.0}, \"datafusion_records_per_second\": {:.0}, \"ratio\": {:.4}, \"freshet_cpu_seconds\": {:.4}, \"datafusion_cpu_seconds\": {:.4}, \"output_rows\": {}, \"peak_rss_bytes\": {}}}",
                 r.scenario,
                 r.source,
                 r.records,
@@ -90,6 +128,8 @@ pub fn json(results: &[ScenarioResult]) -> String {
                 r.freshet_records_per_second(),
                 r.datafusion_records_per_second(),
                 r.ratio(),
+                r.freshet_cpu.as_secs_f64(),
+                r.datafusion_cpu.as_secs_f64(),
                 r.output_rows,
                 r.peak_rss_bytes.map(|b| b.to_string()).unwrap_or_else(|| "null".to_string())
             )

@@ -110,6 +110,9 @@ pub struct ScenarioResult {
     /// Median wall time of Freshet and of DataFusion batch.
     pub freshet: Duration,
     pub datafusion: Duration,
+    /// Median CPU time (user plus system, every thread of the process) of each engine's run.
+    pub freshet_cpu: Duration,
+    pub datafusion_cpu: Duration,
     pub output_rows: u64,
     /// Peak resident memory of the process during the scenario, if the OS tells.
     pub peak_rss_bytes: Option<u64>,
@@ -124,6 +127,16 @@ impl ScenarioResult {
 
     pub fn datafusion_records_per_second(&self) -> f64 {
         self.records as f64 / self.datafusion.as_secs_f64()
+    }
+
+    /// Freshet's CPU time per input record, in nanoseconds.
+    pub fn freshet_cpu_ns_per_record(&self) -> f64 {
+        self.freshet_cpu.as_secs_f64() * 1e9 / self.records.max(1) as f64
+    }
+
+    /// DataFusion's CPU time per input record, in nanoseconds.
+    pub fn datafusion_cpu_ns_per_record(&self) -> f64 {
+        self.datafusion_cpu.as_secs_f64() * 1e9 / self.records.max(1) as f64
     }
 
     /// Freshet's throughput over DataFusion's: the median of the rounds' ratios.
@@ -200,12 +213,17 @@ async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<Scenario
     }
     let mut freshet_times = Vec::new();
     let mut datafusion_times = Vec::new();
+    let (mut freshet_cpu, mut datafusion_cpu) = (Vec::new(), Vec::new());
     for round in 0..=config.runs {
+        let cpu = cpu_time();
         let (freshet, _) = run.run_freshet(false).await?;
+        let between = cpu_time();
         let (datafusion, _) = run.run_datafusion(false).await?;
         if round > 0 {
             freshet_times.push(freshet);
             datafusion_times.push(datafusion);
+            freshet_cpu.push(between.saturating_sub(cpu));
+            datafusion_cpu.push(cpu_time().saturating_sub(between));
         }
     }
     Ok(ScenarioResult {
@@ -216,6 +234,8 @@ async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<Scenario
         paired_ratio: median_ratio(&freshet_times, &datafusion_times),
         freshet: median(freshet_times),
         datafusion: median(datafusion_times),
+        freshet_cpu: median(freshet_cpu),
+        datafusion_cpu: median(datafusion_cpu),
         output_rows: freshet_print.rows,
         peak_rss_bytes: peak_rss(),
     })

@@ -195,7 +195,14 @@ fn bench_quick_compares_freshet_with_datafusion() {
         2,
         "{table}"
     );
+    // CPU time per record beside the wall-clock figures, and its growth with the streams.
+    assert!(
+        table.contains("Freshet CPU ns/rec") && table.contains("DataFusion CPU ns/rec"),
+        "{table}"
+    );
+    assert!(table.contains("- S0 from memory: 2 streams "), "{table}");
     let json = std::fs::read_to_string(json).unwrap();
+    assert!(json.contains("\"freshet_cpu_seconds\": "), "{json}");
     assert!(
         json.contains("\"scenario\": \"S0\"") && json.contains("\"output_rows\": 200000"),
         "{json}"
