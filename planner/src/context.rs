@@ -13,6 +13,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::explain::ExplainExec;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
@@ -277,6 +278,13 @@ impl StreamingContext {
 /// ignoring it.
 fn check_emit_applies(plan: &Arc<dyn ExecutionPlan>, emit: EmitSetting) -> Result<()> {
     let mut aggregates = false;
+    // EXPLAIN's plan is text: the streaming plan it shows is read there.
+    if let Some(explain) = plan.downcast_ref::<ExplainExec>() {
+        aggregates = explain
+            .stringified_plans()
+            .iter()
+            .any(|shown| shown.plan.contains("WindowAggregateExec"));
+    }
     plan.apply(|node| {
         aggregates |= node.downcast_ref::<WindowAggregateExec>().is_some();
         Ok(if aggregates {

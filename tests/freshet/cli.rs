@@ -61,6 +61,30 @@ fn explain_shows_sources_watermark_and_partitioning() {
     assert!(plan.contains("partitioned_by=[symbol]"), "{plan}");
 }
 
+/// `EXPLAIN` written in the query shows an EMIT clause's aggregation like `freshet explain`
+/// does, and refuses an EMIT clause that no aggregation takes, as the query itself would.
+#[test]
+fn explain_in_sql_shows_an_emit_changes_aggregation() {
+    let table = "market_data=generator:market_data,records=1000";
+    let plan = freshet_ok(&[
+        "query",
+        "EXPLAIN SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol EMIT CHANGES",
+        "--table",
+        table,
+    ]);
+    assert!(plan.contains("emit=changes"), "{plan}");
+    let error = freshet_error(&[
+        "query",
+        "EXPLAIN SELECT symbol FROM market_data EMIT CHANGES",
+        "--table",
+        table,
+    ]);
+    assert!(
+        error.contains("EMIT CHANGES needs an aggregation"),
+        "{error}"
+    );
+}
+
 #[test]
 fn explain_shows_the_idle_timeout_of_a_windowed_query() {
     let plan = freshet_ok(&[
