@@ -41,7 +41,7 @@ use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
     below_exchanges, choose_strategy, end_of_input_time, event_time, holds_stream_join,
-    read_on_every_core, reads_stream,
+    read_on_every_core, reads_stream, stream_event_time,
 };
 
 /// See the module documentation.
@@ -208,7 +208,10 @@ fn streaming_aggregate(
     let event_time = match (&window, over_join_output) {
         (_, Some(end_of_input)) => Some(end_of_input),
         (Some(window), None) => Some(event_time(&input, &window.time)?),
-        (None, None) => None,
+        // No window needs a watermark, but the stream's partitions are still merged in
+        // event-time order, the order its source partitions were dealt for, where the
+        // event-time column reaches the aggregation.
+        (None, None) => stream_event_time(&input),
     };
     let allowed_lateness = match &window {
         Some(window) => duration_in_unit(

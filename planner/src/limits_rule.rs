@@ -31,8 +31,6 @@ use std::sync::Arc;
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWindows;
 use datafusion::physical_plan::ExecutionPlan;
@@ -44,7 +42,7 @@ use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::stateless_rule::{any_node, is};
-use crate::stream_inputs::{TimeOrigin, event_time, event_time_columns};
+use crate::stream_inputs::stream_event_time;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -128,16 +126,8 @@ fn gather_in_event_time_order(
     {
         return Ok(None);
     }
-    let Some(column) = event_time_columns(stream)
-        .into_iter()
-        .find_map(|(column, origin)| matches!(origin, TimeOrigin::Source { .. }).then_some(column))
-    else {
-        return Ok(None);
-    };
-    let schema = stream.schema();
-    let time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(column).name(), column));
     // A time the exchange cannot read its watermark from keeps DataFusion's gather.
-    let Ok(event_time) = event_time(stream, &time) else {
+    let Some(event_time) = stream_event_time(stream) else {
         return Ok(None);
     };
     let exchange = StreamExchangeExec::try_new(

@@ -452,6 +452,21 @@ pub(crate) fn event_time(
     })
 }
 
+/// The event time of the stream `plan` reads, when its output carries a source's declared
+/// event-time column: an exchange over it then merges its partitions in event-time order,
+/// even for an operator that needs no watermark. `None` if there is none, or the exchange
+/// could not read it.
+pub(crate) fn stream_event_time(plan: &Arc<dyn ExecutionPlan>) -> Option<EventTime> {
+    let column = event_time_columns(plan)
+        .into_iter()
+        .find_map(|(column, origin)| {
+            matches!(origin, TimeOrigin::Source { .. }).then_some(column)
+        })?;
+    let schema = plan.schema();
+    let time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(column).name(), column));
+    event_time(plan, &time).ok()
+}
+
 /// Where an event-time column's watermark comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum TimeOrigin {
