@@ -329,6 +329,17 @@ async fn zero_and_negative_window_sizes() {
         .await;
         assert!(error.contains("must be positive"), "{size}: {error}");
     }
+    // A zero gap is named as written, not as DataFusion's normalised interval.
+    for gap in ["INTERVAL '0' SECOND", "0s"] {
+        let error = market_error(&format!(
+            "SELECT trader_id, COUNT(*) FROM market_data GROUP BY trader_id WINDOW SESSION (trade_time, {gap})"
+        ))
+        .await;
+        assert!(
+            error.contains(&format!("a window's length must be positive, got {gap}")),
+            "{gap}: {error}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -182,7 +182,10 @@ fn rewrite_window_clause(
         "hop" => "SLIDING ([ts_col,] size, advance)",
         _ => "SESSION ([ts_col,] gap)",
     };
-    if let Some(negative) = arguments.iter().find(|a| is_negative_duration(a)) {
+    if let Some(negative) = arguments
+        .iter()
+        .find(|a| is_negative_duration(a) || is_zero_duration(a))
+    {
         return plan_err!(
             "WINDOW {keyword} at {}: a window's length must be positive, got {negative}",
             position(&tokens[window])
@@ -261,6 +264,24 @@ fn is_negative_duration(argument: &str) -> bool {
     let compact: String = argument.chars().filter(|c| !c.is_whitespace()).collect();
     let upper = compact.to_ascii_uppercase();
     compact.starts_with('-') || upper.starts_with("INTERVAL'-") || upper.starts_with("-INTERVAL")
+}
+
+/// Whether a window argument is a duration of zero (`INTERVAL '0' SECOND`, `0s`): a number
+/// that is zero, with no other digit after it.
+fn is_zero_duration(argument: &str) -> bool {
+    let upper = argument.trim().to_ascii_uppercase();
+    let value = match upper.strip_prefix("INTERVAL") {
+        Some(rest) => rest.trim_start().trim_start_matches('\''),
+        None => upper.as_str(),
+    };
+    let number: String = value
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let rest = &value[number.len()..];
+    !number.is_empty()
+        && number.parse::<f64>().is_ok_and(|n| n == 0.0)
+        && !rest.chars().any(|c| c.is_ascii_digit())
 }
 
 /// A declared column name as SQL: as it is when the parser keeps it so (lower case letters,
