@@ -130,8 +130,9 @@ pub struct BenchArgs {
     /// Input records per scenario (10M, 1M, 100000, …).
     #[arg(long, default_value = "10M")]
     pub records: String,
-    /// Scenarios to run (default: S0, S0-half, S1, S2, S3a, S3b); also the variants S1-frame10 and S1-frame10k.
-    #[arg(long)]
+    /// Scenarios to run, separated by commas or given again (default: S0, S0-half, S1, S2,
+    /// S3a, S3b); also the variants S1-frame10 and S1-frame10k; in the scaling mode, its cases.
+    #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
     /// Stream counts to run each scenario at.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]

@@ -298,6 +298,21 @@ fn bench_scaling_runs_every_long_lived_state_case() {
     assert_eq!(rows("over-rows-100k"), "3000", "{table}");
     let error = freshet_error(&["bench", "--scaling", "--scenario", "S9"]);
     assert!(error.contains("unknown scaling case 'S9'"), "{error}");
+    // Cases separated by commas, as --sizes and --partitions take theirs.
+    let two = freshet_ok(&[
+        "bench",
+        "--scaling",
+        "--scenario",
+        "session-final,S3a",
+        "--sizes",
+        "3000",
+        "--runs",
+        "1",
+    ]);
+    assert!(
+        two.contains("| session-final | 3000 |") && two.contains("| S3a | 3000 |"),
+        "{two}"
+    );
 }
 
 #[test]
