@@ -40,10 +40,24 @@ fn time_ordered_file_in_groups(
     group_rows: usize,
     per_second: i64,
 ) -> PathBuf {
+    let path = dir.join("market_data.parquet");
+    write_market_data(&path, records, group_rows, per_second, 1_700_000_000_000);
+    path
+}
+
+/// Writes market_data in time order from `start_ms` to `path`, as
+/// [`time_ordered_file_in_groups`] describes.
+fn write_market_data(
+    path: &Path,
+    records: usize,
+    group_rows: usize,
+    per_second: i64,
+    start_ms: i64,
+) {
     let symbol: Vec<String> = (0..records).map(|i| format!("SYM{}", i % 10)).collect();
     let trader: Vec<String> = (0..records).map(|i| format!("TRADER{}", i % 20)).collect();
     let price = (0..records).map(|i| 100.0 + (i % 50) as f64 + (i as f64 / 100.0).sin() * 10.0);
-    let time = (0..records).map(|i| 1_700_000_000_000 + (i as i64 / per_second) * 1_000);
+    let time = (0..records).map(|i| start_ms + (i as i64 / per_second) * 1_000);
     let batch = RecordBatch::try_from_iter([
         ("symbol", Arc::new(StringArray::from(symbol)) as ArrayRef),
         ("trader_id", Arc::new(StringArray::from(trader))),
@@ -54,15 +68,13 @@ fn time_ordered_file_in_groups(
         ),
     ])
     .unwrap();
-    let path = dir.join("market_data.parquet");
     let properties = WriterProperties::builder()
         .set_max_row_group_row_count(Some(group_rows))
         .build();
-    let file = std::fs::File::create(&path).unwrap();
+    let file = std::fs::File::create(path).unwrap();
     let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
     writer.write(&batch).unwrap();
     writer.close().unwrap();
-    path
 }
 
 /// The query's rows in output order, over `path` read as `source_partitions` partitions on
@@ -187,6 +199,43 @@ async fn unwindowed_changes_are_the_same_at_every_split() {
             per_second,
         )
         .await;
+    }
+}
+
+/// A directory whose file names do not follow event time is replayed in event-time order
+/// of its Parquet files (by their statistics): replayed by name, the later file would come
+/// first and every record of the earlier one would be late.
+#[tokio::test]
+async fn a_directory_is_replayed_in_event_time_order_of_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    // "a" holds the second hour, "b" the first.
+    write_market_data(
+        &dir.path().join("a.parquet"),
+        2_000,
+        500,
+        1,
+        1_700_003_600_000,
+    );
+    write_market_data(
+        &dir.path().join("b.parquet"),
+        2_000,
+        500,
+        1,
+        1_700_000_000_000,
+    );
+    let sql = "SELECT symbol, window_start, COUNT(*) AS n FROM market_data \
+               GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '10' MINUTE)";
+    for streams in [1, 2, 4] {
+        let options = StreamOptions {
+            event_time: Some("trade_time".into()),
+            ..StreamOptions::default()
+        };
+        let (_, rows) = run_with(dir.path(), sql, options, streams).await;
+        let counted: u64 = rows
+            .iter()
+            .map(|row| row.rsplit('|').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(counted, 4_000, "{streams} streams: every record counted");
     }
 }
 

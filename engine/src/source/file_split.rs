@@ -6,8 +6,8 @@
 //! give one partition that is entirely later than the other, and that partition would wait
 //! for the first to finish: one core idle.
 //!
-//! So the files (in name order) are cut into units in stored order, and unit `u` goes to
-//! source partition `u mod n`: every partition covers the whole time range, in order, and
+//! So the files are cut into units in stored order, and unit `u` goes to source partition
+//! `u mod n`: every partition covers the whole time range, in order, and
 //! all of them read at once. The exchange's merge orders records of equal event time by
 //! source partition, so a Parquet unit that may share an event time with the unit before it
 //! (by the row groups' statistics, or for want of them) is never dealt to a lower-numbered
@@ -20,6 +20,11 @@
 //!   range and skips the rest (the reader skips whole pages with the page index).
 //! - CSV and Arrow: a unit is a byte range of DataFusion's split of a file (files too small
 //!   to split stay whole), or a whole file of a directory.
+//!
+//! The files go in name order, except Parquet files with an event time: those go in order of
+//! their smallest event time by their row groups' statistics (ties, or any file whose
+//! statistics do not tell, in name order), so that a directory whose names do not follow
+//! time is not replayed with the records of its earlier files late.
 //!
 //! A source declared `partitioned_by` keys has its files dealt whole: each file's keys
 //! stay in one source partition, as the declaration says of the files.
@@ -45,6 +50,7 @@ use datafusion::datasource::physical_plan::{
 };
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::parquet::file::statistics::Statistics;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
@@ -85,15 +91,19 @@ impl FileSplit {
         let Some(config) = scan_config(plan) else {
             return Ok(None);
         };
+        let parquet = config.file_source().file_type() == "parquet";
         let groups = if partitions == 1 {
-            vec![FileGroup::new(files_in_order(config))]
+            vec![FileGroup::new(
+                files_in_replay_order(config, event_time, state).await?,
+            )]
         } else if whole_files {
             let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
-            for (index, file) in files_in_order(config).into_iter().enumerate() {
+            let files = files_in_replay_order(config, event_time, state).await?;
+            for (index, file) in files.into_iter().enumerate() {
                 groups[index % partitions].push(file);
             }
             groups.into_iter().map(FileGroup::new).collect()
-        } else if config.file_source().file_type() == "parquet" {
+        } else if parquet {
             parquet_units(config, partitions, event_time, state).await?
         } else {
             byte_range_units(plan, partitions, state.config_options())?
@@ -190,6 +200,58 @@ fn files_in_order(config: &FileScanConfig) -> Vec<PartitionedFile> {
     files
 }
 
+/// The files of `config` in replay order. Parquet files with an event time go in order of
+/// their smallest event time by their row groups' statistics (ties in name order), so that a
+/// directory whose names do not follow time is not replayed with most of its records late;
+/// if a file's statistics do not tell, every file stays in name order, as other formats'
+/// files do.
+async fn files_in_replay_order(
+    config: &FileScanConfig,
+    event_time: Option<&str>,
+    state: &dyn Session,
+) -> Result<Vec<PartitionedFile>> {
+    let files = files_in_order(config);
+    let Some(name) = event_time else {
+        return Ok(files);
+    };
+    if files.len() < 2 || config.file_source().file_type() != "parquet" {
+        return Ok(files);
+    }
+    let store = state.runtime_env().object_store(&config.object_store_url)?;
+    let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+    let mut firsts = Vec::with_capacity(files.len());
+    for file in &files {
+        let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
+            .with_file_metadata_cache(Some(Arc::clone(&cache)))
+            .fetch_metadata()
+            .await?;
+        let Some(column) = time_column(&metadata, name) else {
+            return Ok(files);
+        };
+        let mut first: Option<i64> = None;
+        for group in metadata.row_groups().iter().filter(|g| g.num_rows() > 0) {
+            let Some((min, _)) = group.column(column).statistics().and_then(time_range) else {
+                return Ok(files);
+            };
+            first = Some(first.map_or(min, |f| f.min(min)));
+        }
+        firsts.push(first.unwrap_or(i64::MAX));
+    }
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    // Stable: files of equal first times keep name order.
+    order.sort_by_key(|&index| firsts[index]);
+    Ok(order
+        .into_iter()
+        .map(|index| files[index].clone())
+        .collect())
+}
+
+/// The leaf column of a Parquet file named `name`, if there is one.
+fn time_column(metadata: &ParquetMetaData, name: &str) -> Option<usize> {
+    let schema = metadata.file_metadata().schema_descr();
+    (0..schema.num_columns()).find(|&c| schema.column(c).path().string() == name)
+}
+
 /// Parquet files cut into row-group and row-range units, dealt round-robin.
 async fn parquet_units(
     config: &FileScanConfig,
@@ -201,15 +263,12 @@ async fn parquet_units(
     let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
     let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
     let mut dealer = Dealer::new(partitions);
-    for file in files_in_order(config) {
+    for file in files_in_replay_order(config, event_time, state).await? {
         let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
             .with_file_metadata_cache(Some(Arc::clone(&cache)))
             .fetch_metadata()
             .await?;
-        let time_column = event_time.and_then(|name| {
-            let schema = metadata.file_metadata().schema_descr();
-            (0..schema.num_columns()).find(|&c| schema.column(c).path().string() == name)
-        });
+        let time_column = event_time.and_then(|name| time_column(&metadata, name));
         let row_groups: Vec<usize> = metadata
             .row_groups()
             .iter()
