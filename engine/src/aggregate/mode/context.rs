@@ -95,6 +95,16 @@ impl ModeContext {
         }
     }
 
+    /// For session windows: whether a session whose last event time is given has closed at
+    /// the current watermark — the watermark has passed that time plus the gap (and the
+    /// allowed lateness), or the input has ended. `None` without a window.
+    pub fn session_closed(&self) -> Option<impl Fn(i64) -> bool + use<>> {
+        let window = self.window.as_ref()?;
+        let length = window.spec.size().saturating_add(self.allowed_lateness);
+        let watermark = self.watermark;
+        Some(move |last: i64| watermark == i64::MAX || last.saturating_add(length) <= watermark)
+    }
+
     /// Window starts as the output's window column type.
     pub fn window_column(&self, starts: &Int64Array) -> Result<ArrayRef> {
         let position = self.window.as_ref().map_or(0, |w| w.position);
@@ -210,30 +220,21 @@ impl ModeContext {
         &self,
         batch: &RecordBatch,
     ) -> Result<Option<(RecordBatch, Int64Array)>> {
-        let Some(window) = &self.window else {
+        let (Some(window), Some(closed)) = (&self.window, self.session_closed()) else {
             return Ok(None);
         };
         let time = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
         let times = event_times(&time)?;
         let times = times.as_primitive::<Int64Type>();
-        let length = window.spec.size().saturating_add(self.allowed_lateness);
-        let watermark = self.watermark;
-        if times.null_count() == 0
-            && times
-                .values()
-                .iter()
-                .all(|t| t.saturating_add(length) > watermark)
-        {
+        // A row whose session would already have closed is late.
+        if times.null_count() == 0 && !times.values().iter().any(|&t| closed(t)) {
             return Ok(Some((batch.clone(), times.clone())));
         }
         let keep: BooleanArray = times
             .iter()
-            .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) > watermark)))
+            .map(|t| Some(t.is_some_and(|t| !closed(t))))
             .collect();
-        let late: BooleanArray = times
-            .iter()
-            .map(|t| Some(t.is_some_and(|t| t.saturating_add(length) <= watermark)))
-            .collect();
+        let late: BooleanArray = times.iter().map(|t| Some(t.is_some_and(&closed))).collect();
         let late_rows = late.true_count();
         self.metrics
             .stateful

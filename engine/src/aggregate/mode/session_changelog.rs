@@ -82,18 +82,10 @@ impl SessionChangelog {
     /// Forgets the sessions the watermark has closed (their rows were emitted as they came).
     pub fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.context.raise_watermark(watermark);
-        let Some(window) = &self.context.window else {
+        let Some(closed) = self.context.session_closed() else {
             return Ok(None);
         };
-        let (watermark, length) = (
-            self.context.watermark,
-            window
-                .spec
-                .size()
-                .saturating_add(self.context.allowed_lateness),
-        );
-        self.changes
-            .close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark)?;
+        self.changes.close(closed)?;
         self.report_state()?;
         Ok(None)
     }

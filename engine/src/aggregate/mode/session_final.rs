@@ -88,17 +88,10 @@ impl SessionFinal {
     /// Emits the sessions the watermark has closed.
     pub fn advance(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         self.context.raise_watermark(watermark);
-        let Some(window) = &self.context.window else {
+        let Some(session_closed) = self.context.session_closed() else {
             return Ok(None);
         };
-        let length = window
-            .spec
-            .size()
-            .saturating_add(self.context.allowed_lateness);
-        let watermark = self.context.watermark;
-        let mut closed = self
-            .open
-            .close(|last| watermark == i64::MAX || last.saturating_add(length) <= watermark);
+        let mut closed = self.open.close(session_closed);
         if closed.is_empty() {
             self.report_state()?;
             return Ok(None);
