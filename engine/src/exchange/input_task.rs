@@ -160,7 +160,12 @@ impl InputTask {
                 }
             };
             send_pieces(&self.senders, &mut self.merge_keys, pieces, newest).await?;
-            if let Some(newest) = newest {
+            // Merged by replay position, the outputs make the watermark themselves.
+            let by_position = self
+                .merge_keys
+                .as_ref()
+                .is_some_and(MergeKeys::is_by_position);
+            if let Some(newest) = newest.filter(|_| !by_position) {
                 let watermark = {
                     let mut progress = self.watermarks.lock();
                     progress
@@ -225,16 +230,27 @@ async fn send_pieces(
     }
     keys.sent(newest);
     let progress = keys.progress();
+    let by_position = keys.is_by_position();
     // To every output at once, each output's items in order: see the merge's documentation.
     let mut items: Vec<Vec<Routed>> = served
         .iter()
         .map(|served| match served {
             true => Vec::new(),
+            false if by_position => Vec::new(),
             false => vec![Routed::Progress(progress)],
         })
         .collect();
     for (output, piece_keys, piece) in keyed {
         items[output].push(Routed::Rows(piece, Some(piece_keys)));
+    }
+    if by_position {
+        // Every batch moves every output's watermark, as it moves one partition's.
+        for output in &mut items {
+            output.push(Routed::Passed {
+                key: progress,
+                newest,
+            });
+        }
     }
     let sends = senders.iter().zip(items).map(|(sender, items)| async move {
         for item in items {

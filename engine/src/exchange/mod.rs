@@ -127,7 +127,7 @@ enum OutputChannels {
     /// One channel that every input sends into: rows in arrival order.
     Shared(mpsc::Receiver<RoutedMessage>),
     /// A channel per input, merged in an order fixed by the data ([`OrderedMerge`]).
-    Merged(OrderedMerge),
+    Merged(Box<OrderedMerge>),
 }
 
 impl fmt::Debug for Running {
@@ -243,7 +243,7 @@ impl StreamExchangeExec {
                     Ok(Routed::Watermark { watermark, .. }) => {
                         Some(Ok(StreamMessage::Watermark(watermark)))
                     }
-                    Ok(Routed::Progress(_)) => None,
+                    Ok(Routed::Progress(_) | Routed::Passed { .. }) => None,
                     Err(error) => Some(Err(error)),
                 })
             })
@@ -272,14 +272,17 @@ impl StreamExchangeExec {
     /// [`OrderedMerge`]): where rows of one key come from several inputs and the consumer
     /// applies them in order. Sticky routing keeps a key in one input; round-robin feeds
     /// stateless operators only; a step's outputs are combined whatever their order; an endless
-    /// stream without event time has no key that a silent input could not hold; and inputs
+    /// stream without event time or replay positions has no key that a silent input could
+    /// not hold; and inputs
     /// fed by another exchange share its input tasks, so that waiting for one of them could
     /// hold back the rows it waits for (the same reason they are not aligned).
     fn merges_inputs(&self, inputs: usize) -> Result<bool> {
         Ok(inputs > 1
             && self.step.is_none()
             && self.strategy.interleaves_keys()
-            && (self.event_time.is_some() || !self.input.boundedness().is_unbounded())
+            && (self.event_time.is_some()
+                || !self.input.boundedness().is_unbounded()
+                || self.input_positions(inputs).is_some())
             && self.reads_source_partitions()?)
     }
 
@@ -328,6 +331,28 @@ impl StreamExchangeExec {
         }
     }
 
+    /// The replay positions of the source right below, through filters, projections and
+    /// lookups (which pass on one batch per batch), when it is a replay of files read unit
+    /// by unit and its partitions are the exchange's inputs (see `replay_units`).
+    fn input_positions(&self, inputs: usize) -> Option<Arc<PartitionProgress>> {
+        let mut node = &self.input;
+        loop {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                let positions = source.positions()?;
+                return (positions.partitions() == inputs).then(|| Arc::clone(positions));
+            }
+            node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
+                filter.input()
+            } else if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
+                lookup.stream()
+            } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+                projection.input()
+            } else {
+                return None;
+            };
+        }
+    }
+
     /// Whether the inputs are independent source partitions, with no exchange below.
     fn reads_source_partitions(&self) -> Result<bool> {
         Ok(!self
@@ -347,6 +372,8 @@ impl StreamExchangeExec {
     fn start(&self, context: Arc<TaskContext>) -> Result<Running> {
         let inputs = self.input.output_partitioning().partition_count();
         let merged = self.merges_inputs(inputs)?;
+        // A replay of files merges by replay position, which fixes the order to the file's.
+        let positions = merged.then(|| self.input_positions(inputs)).flatten();
         // `senders[input][output]`; shared channels are one per output, cloned per input.
         let mut senders: Vec<Vec<mpsc::Sender<RoutedMessage>>> = Vec::with_capacity(inputs);
         let receivers: Vec<OutputChannels> = if merged {
@@ -362,9 +389,17 @@ impl StreamExchangeExec {
             }
             let idle_timeout = self.event_time.and_then(|e| e.idle_timeout);
             let batch_rows = context.session_config().batch_size();
+            let delay = self.event_time.map_or(0, |e| e.delay);
             receivers
                 .into_iter()
-                .map(|r| OutputChannels::Merged(OrderedMerge::new(r, idle_timeout, batch_rows)))
+                .map(|r| {
+                    // A replay read as fast as it goes has no idle partition: one that is
+                    // slow to decode is waited for, to keep the replay's order.
+                    OutputChannels::Merged(Box::new(match positions {
+                        Some(_) => OrderedMerge::new(r, None, batch_rows).by_position(delay),
+                        None => OrderedMerge::new(r, idle_timeout, batch_rows),
+                    }))
+                })
                 .collect()
         } else {
             let (shared, receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
@@ -419,8 +454,18 @@ impl StreamExchangeExec {
                     context: Arc::clone(&context),
                     router,
                     senders: senders[input].clone(),
-                    watermark_senders: domain_senders(input),
-                    merge_keys: merged.then(|| MergeKeys::new(self.event_time)),
+                    // Merged by replay position, the outputs make the watermark themselves.
+                    watermark_senders: match positions {
+                        Some(_) => Vec::new(),
+                        None => domain_senders(input),
+                    },
+                    merge_keys: match (&positions, merged) {
+                        (Some(positions), _) => {
+                            Some(MergeKeys::by_position(Arc::clone(positions), input))
+                        }
+                        (None, true) => Some(MergeKeys::new(self.event_time)),
+                        (None, false) => None,
+                    },
                     input_progress: input_progress.clone(),
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
@@ -430,7 +475,8 @@ impl StreamExchangeExec {
                 };
                 tasks.push(SpawnedTask::spawn(task.run()));
             }
-            if let Some(timeout) = self.event_time.and_then(|e| e.idle_timeout) {
+            let idle_timeout = self.event_time.and_then(|e| e.idle_timeout);
+            if let Some(timeout) = idle_timeout.filter(|_| positions.is_none()) {
                 // Merged outputs read every input's channel, shared ones the one channel.
                 let watched: Vec<_> = if merged {
                     domain

@@ -35,7 +35,8 @@
 //! their rows.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::{concat_batches, interleave_record_batch};
@@ -47,7 +48,8 @@ use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 
-use crate::watermark::{EventTime, StreamMessage, event_times};
+use crate::progress::PartitionProgress;
+use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, event_times};
 
 /// What an exchange input sends to an output.
 pub enum Routed {
@@ -57,6 +59,9 @@ pub enum Routed {
     Progress(i64),
     /// A watermark, and its merge key.
     Watermark { watermark: i64, key: i64 },
+    /// Merging by replay position: the input has sent every row of its batch at position
+    /// `key` (to every output), and its event time has reached `newest`.
+    Passed { key: i64, newest: Option<i64> },
 }
 
 pub type RoutedMessage = Result<Routed>;
@@ -65,7 +70,10 @@ pub type RoutedMessage = Result<Routed>;
 #[derive(Debug)]
 pub struct MergeKeys {
     event_time: Option<EventTime>,
-    /// The largest event time sent so far, or the batches sent so far.
+    /// The source's replay positions and the input's partition, when merging by them.
+    positions: Option<(Arc<PartitionProgress>, usize)>,
+    /// The largest event time sent so far, the batches sent so far, or the position of the
+    /// last batch sent.
     progress: i64,
 }
 
@@ -73,12 +81,38 @@ impl MergeKeys {
     pub fn new(event_time: Option<EventTime>) -> Self {
         Self {
             event_time,
+            positions: None,
             progress: if event_time.is_some() { i64::MIN } else { 0 },
         }
     }
 
+    /// Keys that are the replay positions of the batches of source partition `input`.
+    pub fn by_position(positions: Arc<PartitionProgress>, input: usize) -> Self {
+        Self {
+            event_time: None,
+            positions: Some((positions, input)),
+            progress: i64::MIN,
+        }
+    }
+
+    /// Whether the keys are replay positions: the merge then makes the watermarks.
+    pub fn is_by_position(&self) -> bool {
+        self.positions.is_some()
+    }
+
+    /// The position of the batch the input last took from its source.
+    fn position(&self) -> i64 {
+        self.positions
+            .as_ref()
+            .and_then(|(positions, input)| positions.newest(*input))
+            .unwrap_or(self.progress)
+    }
+
     /// The keys of `piece`, part of the batch about to be sent.
     pub fn of(&self, piece: &RecordBatch) -> Result<Vec<i64>> {
+        if self.positions.is_some() {
+            return Ok(vec![self.position(); piece.num_rows()]);
+        }
         let Some(event_time) = self.event_time else {
             return Ok(vec![self.progress; piece.num_rows()]);
         };
@@ -97,6 +131,10 @@ impl MergeKeys {
 
     /// Records a sent batch whose largest event time is `newest`.
     pub fn sent(&mut self, newest: Option<i64>) {
+        if self.positions.is_some() {
+            self.progress = self.position();
+            return;
+        }
         match self.event_time {
             Some(_) => self.progress = self.progress.max(newest.unwrap_or(i64::MIN)),
             None => self.progress += 1,
@@ -130,6 +168,10 @@ enum Queued {
         watermark: i64,
         key: i64,
     },
+    Passed {
+        key: i64,
+        newest: Option<i64>,
+    },
 }
 
 impl Queued {
@@ -141,7 +183,7 @@ impl Queued {
                 offset,
                 ..
             } => keys[*offset].max(*floor),
-            Self::Progress(key) | Self::Watermark { key, .. } => *key,
+            Self::Progress(key) | Self::Watermark { key, .. } | Self::Passed { key, .. } => *key,
         }
     }
 }
@@ -192,6 +234,13 @@ impl MergeInput {
                     key: self.last_key,
                 }
             }
+            Routed::Passed { key, newest } => {
+                self.last_key = floor.max(key);
+                Queued::Passed {
+                    key: self.last_key,
+                    newest,
+                }
+            }
         };
         self.queue.push_back(queued);
         self.state = InputState::Open;
@@ -223,6 +272,9 @@ pub struct OrderedMerge {
     pending: PendingOutput,
     ready: VecDeque<Result<StreamMessage>>,
     sent_watermark: i64,
+    /// Merging by replay position: the watermark of the rows passed on, computed as one
+    /// partition reading the whole replay would (see the module documentation).
+    replay_watermark: Option<WatermarkTracker>,
     done: bool,
 }
 
@@ -247,8 +299,16 @@ impl OrderedMerge {
             pending: PendingOutput::default(),
             ready: VecDeque::new(),
             sent_watermark: i64::MIN,
+            replay_watermark: None,
             done: false,
         }
+    }
+
+    /// A merge by replay position, which makes the watermark itself from the inputs'
+    /// `Passed` items with the declared `delay`, ignoring any watermark the inputs send.
+    pub fn by_position(mut self, delay: i64) -> Self {
+        self.replay_watermark = Some(WatermarkTracker::new(1, delay));
+        self
     }
 
     pub fn into_stream(self) -> BoxStream<'static, Result<StreamMessage>> {
@@ -308,6 +368,10 @@ impl OrderedMerge {
             }
             if self.inputs.iter().all(|i| i.state == InputState::Finished) {
                 self.flush()?;
+                if let Some(tracker) = &mut self.replay_watermark {
+                    tracker.finish(0);
+                    self.pass_watermark()?;
+                }
                 self.done = true;
                 return Ok(());
             }
@@ -351,6 +415,13 @@ impl OrderedMerge {
     fn take_from(&mut self, index: usize) -> Result<()> {
         let input = &mut self.inputs[index];
         match input.queue.pop_front() {
+            Some(Queued::Passed { newest, .. }) => {
+                if let (Some(tracker), Some(newest)) = (&mut self.replay_watermark, newest) {
+                    tracker.observe(0, newest, Instant::now());
+                    self.pass_watermark()?;
+                }
+            }
+            Some(Queued::Watermark { .. }) if self.replay_watermark.is_some() => {}
             Some(Queued::Watermark { watermark, .. }) if watermark > self.sent_watermark => {
                 self.sent_watermark = watermark;
                 self.flush()?;
@@ -463,6 +534,21 @@ impl OrderedMerge {
         match received {
             Some(item) => input.push(item?),
             None => input.state = InputState::Finished,
+        }
+        Ok(())
+    }
+
+    /// Passes on the replay watermark, if it rose.
+    fn pass_watermark(&mut self) -> Result<()> {
+        let watermark = self
+            .replay_watermark
+            .as_ref()
+            .and_then(|tracker| tracker.watermark(Instant::now()));
+        if let Some(watermark) = watermark.filter(|w| *w > self.sent_watermark) {
+            self.sent_watermark = watermark;
+            self.flush()?;
+            self.ready
+                .push_back(Ok(StreamMessage::Watermark(watermark)));
         }
         Ok(())
     }

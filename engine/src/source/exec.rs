@@ -15,6 +15,7 @@
 //! hands out each batch only when it is not too far ahead in event time of the join's other
 //! sources ([`SourceAlignment`]).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -41,6 +42,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::options::{Pacing, StreamOptions};
@@ -49,6 +51,7 @@ use crate::plan_util::{single_child, unless_panicked};
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
+use super::replay_units::{read_units, reads_units};
 use super::text_errors::TextFiles;
 use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, newest_time, time_range};
@@ -194,6 +197,9 @@ pub struct StreamSourceExec {
     key_check: Option<Arc<PartitionKeyCheck>>,
     /// Each partition's largest event time handed out, and the event-time column.
     progress: Option<(Arc<PartitionProgress>, usize)>,
+    /// A replay of files read unit by unit: each partition's position in the replay (see
+    /// [`replay_units`](super::replay_units)), as of the last batch handed out.
+    positions: Option<Arc<PartitionProgress>>,
     /// Set to stop: every partition then ends as if its data had ended.
     stop: Arc<watch::Sender<bool>>,
     /// The same files split over more source partitions (one per core), for a query that
@@ -232,6 +238,13 @@ impl StreamSourceExec {
                 let partitions = properties.output_partitioning().partition_count();
                 (Arc::new(PartitionProgress::new(partitions)), column)
             });
+        // Pacing slices batches, and a paced replay of one reader is dealt by `DealExec`:
+        // positions are for replays read as fast as they go.
+        let positions = (matches!(options.pacing, Pacing::AsFastAsPossible) && reads_units(&input))
+            .then(|| {
+                let partitions = properties.output_partitioning().partition_count();
+                Arc::new(PartitionProgress::new(partitions))
+            });
         Ok(Self {
             input,
             table: table.to_string(),
@@ -241,6 +254,7 @@ impl StreamSourceExec {
             metrics: ExecutionPlanMetricsSet::new(),
             key_check,
             progress,
+            positions,
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
             read_here: AtomicBool::new(false),
@@ -323,6 +337,12 @@ impl StreamSourceExec {
         self.progress
             .as_ref()
             .map(|(progress, column)| (progress, *column))
+    }
+
+    /// Each partition's position in a replay of files, as of the last batch handed out (see
+    /// [`replay_units`](super::replay_units)), when the replay is read unit by unit.
+    pub fn positions(&self) -> Option<&Arc<PartitionProgress>> {
+        self.positions.as_ref()
     }
 
     /// Ends every partition of the stream after the batch it is handing out, as if the data
@@ -496,7 +516,24 @@ impl ExecutionPlan for StreamSourceExec {
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
         let context = with_batch_rows_for_width(context, schema.fields().len());
-        let input = self.input.execute(partition, context)?;
+        // Read unit by unit, the positions of the batches queue here in order until each
+        // batch is handed out (the read ahead and the checks between keep the order).
+        let positions = self
+            .positions
+            .as_ref()
+            .map(|positions| (Arc::clone(positions), Arc::new(Mutex::new(VecDeque::new()))));
+        let input = match &positions {
+            Some((_, queued)) => {
+                let queued = Arc::clone(queued);
+                let batches = read_units(&self.input, partition, context)?.map(move |item| {
+                    let (batch, position) = item?;
+                    queued.lock().push_back(position);
+                    Ok(batch)
+                });
+                Box::pin(RecordBatchStreamAdapter::new(self.input.schema(), batches))
+            }
+            None => self.input.execute(partition, context)?,
+        };
         let reading = || Reading {
             what: format!("reading stream '{}'", self.table),
             text_files: TextFiles::of_plan(&self.input),
@@ -526,6 +563,11 @@ impl ExecutionPlan for StreamSourceExec {
         let record_progress = move |batch: Result<RecordBatch>| {
             if let Ok(batch) = &batch {
                 metrics.record_output(batch.num_rows());
+                if let Some((positions, queued)) = &positions
+                    && let Some(position) = queued.lock().pop_front()
+                {
+                    positions.record(partition, position);
+                }
             }
             if let (Ok(batch), Some((progress, column))) = (&batch, &progress)
                 && let Some(newest) =

@@ -6,14 +6,13 @@
 //! give one partition that is entirely later than the other, and that partition would wait
 //! for the first to finish: one core idle.
 //!
-//! So the files are cut into units in stored order, and unit `u` goes to source partition
-//! `u mod n`: every partition covers the whole time range, in order, and
-//! all of them read at once. The exchange's merge orders records of equal event time by
-//! source partition, so a Parquet unit that may share an event time with the unit before it
-//! (by the row groups' statistics, or for want of them) is never dealt to a lower-numbered
-//! partition than that unit: it stays on the same one instead of wrapping around, and ties
-//! keep stored order. A stream without an event time has no such ties: its merge takes the
-//! partitions' batches in turn, and its units are dealt plainly in turn.
+//! So the files are cut into units in replay order, and unit `u` goes to source partition
+//! `u mod n`: every partition covers the whole time range, in order, and all of them read at
+//! once. Each partition reads its units one at a time and tags every batch with its unit's
+//! index ([`super::replay_units`]); the exchange merges the partitions by that index, which
+//! is the replay's order whatever the event times. The units do not depend on `n` (one
+//! partition reads the same units, in the same batches), so a replay gives the same records
+//! in the same batches at any number of source partitions.
 //!
 //! - Parquet: a unit is a row group, or a range of at most [`UNIT_ROWS`] rows of a larger
 //!   one: a file entry with a `ParquetAccessPlan` that scans that row group or selects that
@@ -65,8 +64,9 @@ use super::prefetch::PrefetchingReaderFactory;
 /// it then skips.
 pub const UNIT_ROWS: usize = 128 * 1024;
 
-/// Byte ranges per source partition that a CSV or Arrow file is cut into.
-const RANGES_PER_PARTITION: usize = 16;
+/// Byte ranges a replay of CSV or Arrow files is cut into (DataFusion leaves files smaller
+/// than its `repartition_file_min_size` whole).
+const BYTE_RANGE_UNITS: usize = 64;
 
 /// A scan of files dealt into source partitions: each partition's units, and the Parquet
 /// reader factory the partitions' read ahead wraps.
@@ -92,11 +92,8 @@ impl FileSplit {
             return Ok(None);
         };
         let parquet = config.file_source().file_type() == "parquet";
-        let groups = if partitions == 1 {
-            vec![FileGroup::new(
-                files_in_replay_order(config, event_time, state).await?,
-            )]
-        } else if whole_files {
+        // One partition reads the same units as many: the same batches at any split.
+        let groups = if whole_files {
             let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
             let files = files_in_replay_order(config, event_time, state).await?;
             for (index, file) in files.into_iter().enumerate() {
@@ -153,7 +150,7 @@ impl FileSplit {
 }
 
 /// The file scan `plan` is, if it is one.
-fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+pub(super) fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
     plan.downcast_ref::<DataSourceExec>()
         .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
 }
@@ -262,34 +259,20 @@ async fn parquet_units(
     let store = state.runtime_env().object_store(&config.object_store_url)?;
     let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
     let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
-    let mut dealer = Dealer::new(partitions);
+    let mut units = 0;
     for file in files_in_replay_order(config, event_time, state).await? {
         let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
             .with_file_metadata_cache(Some(Arc::clone(&cache)))
             .fetch_metadata()
             .await?;
-        let time_column = event_time.and_then(|name| time_column(&metadata, name));
         let row_groups: Vec<usize> = metadata
             .row_groups()
             .iter()
             .map(|group| group.num_rows().max(0) as usize)
             .collect();
-        let times: Vec<UnitTimes> = metadata
-            .row_groups()
-            .iter()
-            .map(|group| match (event_time, time_column) {
-                (None, _) => UnitTimes::Untimed,
-                (Some(_), None) => UnitTimes::Unknown,
-                (Some(_), Some(c)) => group
-                    .column(c)
-                    .statistics()
-                    .and_then(time_range)
-                    .map_or(UnitTimes::Unknown, |(min, max)| UnitTimes::Range(min, max)),
-            })
-            .collect();
-        for (access, group) in unit_plans(&row_groups) {
-            let partition = dealer.deal(times[group]);
-            groups[partition].push(file.clone().with_extension(access));
+        for access in unit_plans(&row_groups) {
+            groups[units % partitions].push(file.clone().with_extension(access));
+            units += 1;
         }
     }
     Ok(groups.into_iter().map(FileGroup::new).collect())
@@ -306,58 +289,10 @@ fn time_range(statistics: &Statistics) -> Option<(i64, i64)> {
     }
 }
 
-/// What a unit's row-group statistics say of its event times.
-#[derive(Debug, Clone, Copy)]
-enum UnitTimes {
-    /// The stream has no event time: the merge takes the partitions' batches in turn.
-    Untimed,
-    /// No statistics: the unit may hold any event time.
-    Unknown,
-    /// The smallest and largest event time in the unit.
-    Range(i64, i64),
-}
-
-/// Deals units round-robin, in stored order, but never to a lower-numbered partition than
-/// the unit before when the two may hold records of one event time: the exchange's merge
-/// orders records of equal time by source partition, which is then stored order.
-struct Dealer {
-    partitions: usize,
-    /// The last unit's partition and event times.
-    last: Option<(usize, UnitTimes)>,
-}
-
-impl Dealer {
-    fn new(partitions: usize) -> Self {
-        Self {
-            partitions,
-            last: None,
-        }
-    }
-
-    /// The partition of the next unit, whose event times lie in `times`.
-    fn deal(&mut self, times: UnitTimes) -> usize {
-        let partition = match self.last {
-            None => 0,
-            Some((last, last_times)) => {
-                let next = (last + 1) % self.partitions;
-                let may_tie = match (last_times, times) {
-                    (UnitTimes::Untimed, _) | (_, UnitTimes::Untimed) => false,
-                    (UnitTimes::Range(_, last_max), UnitTimes::Range(min, _)) => min <= last_max,
-                    _ => true,
-                };
-                if next < last && may_tie { last } else { next }
-            }
-        };
-        self.last = Some((partition, times));
-        partition
-    }
-}
-
 /// One access plan per unit of a file whose row groups have `row_groups` rows, in stored
-/// order, with the unit's row group. Each unit is a file entry of its own, so that no batch of the reader spans two
-/// units: a merge without event times, which takes each partition's batches in turn, then
-/// takes units in turn.
-fn unit_plans(row_groups: &[usize]) -> Vec<(ParquetAccessPlan, usize)> {
+/// order. Each unit is a file entry of its own, read by a scan of its own (see
+/// [`super::replay_units`]): no batch spans two units.
+fn unit_plans(row_groups: &[usize]) -> Vec<ParquetAccessPlan> {
     let mut plans = Vec::new();
     for (group, &rows) in row_groups.iter().enumerate() {
         let units = rows.div_ceil(UNIT_ROWS).max(1);
@@ -377,20 +312,20 @@ fn unit_plans(row_groups: &[usize]) -> Vec<(ParquetAccessPlan, usize)> {
                     RowGroupAccess::Selection(RowSelection::from(selectors)),
                 );
             }
-            plans.push((plan, group));
+            plans.push(plan);
         }
     }
     plans
 }
 
-/// CSV or Arrow files cut into byte ranges by DataFusion, dealt round-robin.
+/// CSV or Arrow files cut into byte ranges by DataFusion, dealt round-robin. The ranges do
+/// not depend on the number of partitions, so that a replay's batches are the same at any.
 fn byte_range_units(
     plan: &Arc<dyn ExecutionPlan>,
     partitions: usize,
     options: &ConfigOptions,
 ) -> Result<Vec<FileGroup>> {
-    let ranges = partitions * RANGES_PER_PARTITION;
-    let split = match plan.repartitioned(ranges, options)? {
+    let split = match plan.repartitioned(BYTE_RANGE_UNITS, options)? {
         Some(split) if split.output_partitioning().partition_count() > 1 => split,
         _ => Arc::clone(plan),
     };
@@ -421,10 +356,10 @@ mod tests {
     use super::*;
 
     /// Each plan's rows, as `group:first+rows`.
-    fn selected(plans: &[(ParquetAccessPlan, usize)]) -> Vec<String> {
+    fn selected(plans: &[ParquetAccessPlan]) -> Vec<String> {
         plans
             .iter()
-            .map(|(plan, _)| {
+            .map(|plan| {
                 let picked: Vec<String> = plan
                     .inner()
                     .iter()
@@ -456,32 +391,6 @@ mod tests {
             selected(&unit_plans(&[10, 3, 7])),
             ["0:all", "1:all", "2:all"]
         );
-    }
-
-    #[test]
-    fn units_take_turns_but_never_go_back_across_a_possible_tie() {
-        let mut dealer = Dealer::new(3);
-        let dealt: Vec<usize> = [
-            UnitTimes::Range(0, 9),
-            UnitTimes::Range(9, 19), // ties with the last: partition 0 < 1 keeps stored order
-            UnitTimes::Range(20, 29),
-            UnitTimes::Range(29, 39), // would wrap to 0 across a tie: stays on 2
-            UnitTimes::Range(40, 49), // no tie: wraps
-            UnitTimes::Unknown,       // unknown times count as a tie, but 1 > 0
-            UnitTimes::Unknown,
-            UnitTimes::Unknown, // a wrap after unknown times: stays
-        ]
-        .into_iter()
-        .map(|times| dealer.deal(times))
-        .collect();
-        assert_eq!(dealt, [0, 1, 2, 2, 0, 1, 2, 2]);
-    }
-
-    #[test]
-    fn units_of_a_stream_without_event_time_take_plain_turns() {
-        let mut dealer = Dealer::new(2);
-        let dealt: Vec<usize> = (0..5).map(|_| dealer.deal(UnitTimes::Untimed)).collect();
-        assert_eq!(dealt, [0, 1, 0, 1, 0]);
     }
 
     #[test]

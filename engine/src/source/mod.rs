@@ -11,6 +11,7 @@ mod files;
 mod generator;
 mod key_check;
 mod prefetch;
+mod replay_units;
 mod table;
 mod text_errors;
 
