@@ -26,7 +26,9 @@ use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::window::SlidingAggregateWindowExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::windows::{
@@ -43,6 +45,7 @@ use freshet_engine::over::{
 };
 use freshet_engine::window::{duration_in_unit, duration_text};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
+use freshet_partitioner::RoutingStrategy;
 
 use crate::options::FreshetOptions;
 use crate::stream_inputs::{choose_strategy, event_time, reads_stream};
@@ -169,25 +172,32 @@ fn plan_over(
         as Arc<dyn PhysicalExpr>;
     let event_time = event_time(input, &order_time)?;
     let keys = first.partition_by().to_vec();
-    // A strategy the user chose that would give wrong results is refused, as for GROUP BY:
-    // not a window Freshet cannot stream, so not left to DataFusion's operator either.
-    let (strategy, reason) = choose_strategy(
-        options.partitioning_strategy.as_str(),
-        keys.clone(),
-        input,
-        "PARTITION BY",
-    )
-    .map_err(|error| match error {
-        DataFusionError::Plan(message) => DataFusionError::Configuration(message),
-        other => other,
-    })?;
-    let exchange = StreamExchangeExec::try_new(
-        Arc::clone(input),
-        strategy,
-        config.execution.target_partitions,
-        Some(event_time),
-    )?
-    .with_reason(reason);
+    let partitions = config.execution.target_partitions;
+    // Over the window functions below, this one reads its rows in their order only if
+    // each of its keys stays on one of their streams (see `group_windows_below`).
+    let input = &group_windows_below(input, &keys, partitions)?;
+    let (strategy, reason) = if windows_below(input) {
+        (
+            RoutingStrategy::Sticky,
+            "auto: the window functions below keep each key on one stream".to_string(),
+        )
+    } else {
+        // A strategy the user chose that would give wrong results is refused, as for GROUP
+        // BY: not a window Freshet cannot stream, so not left to DataFusion's operator either.
+        choose_strategy(
+            options.partitioning_strategy.as_str(),
+            keys.clone(),
+            input,
+            "PARTITION BY",
+        )
+        .map_err(|error| match error {
+            DataFusionError::Plan(message) => DataFusionError::Configuration(message),
+            other => other,
+        })?
+    };
+    let exchange =
+        StreamExchangeExec::try_new(Arc::clone(input), strategy, partitions, Some(event_time))?
+            .with_reason(reason);
     let expire_after = match options.expire_after_ms.0 {
         0 => None,
         ms => Some(duration_in_unit(
@@ -203,6 +213,84 @@ fn plan_over(
         schema,
     };
     Ok(Arc::new(OverWindowExec::try_new(Arc::new(exchange), spec)?))
+}
+
+/// `input`, a chain of window operators (or anything else, returned as it is), with every
+/// operator of the chain partitioned by keys among `keys`, the PARTITION BY of the window
+/// above it.
+///
+/// A window function over another one's output reads that operator's streams. Hashed again
+/// on other keys, a key's rows would come from several streams in the order they arrive,
+/// and ties in the ORDER BY (ROW_NUMBER's numbers, a frame's rows) would depend on timing.
+/// So each window below is hashed only on the keys it shares with every window above it
+/// (on one stream if they share none: a window without PARTITION BY above one with), and the
+/// windows above keep each stream's rows where they are (sticky), in the order the first
+/// exchange gave them: the replay's.
+fn group_windows_below(
+    input: &Arc<dyn ExecutionPlan>,
+    keys: &[Arc<dyn PhysicalExpr>],
+    partitions: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if let Some(projection) = input.downcast_ref::<ProjectionExec>() {
+        // The keys as the projection's input has them; a key it computes is not shared.
+        let below: Vec<Arc<dyn PhysicalExpr>> = keys
+            .iter()
+            .filter_map(|key| {
+                let column = key.downcast_ref::<Column>()?;
+                Some(Arc::clone(&projection.expr().get(column.index())?.expr))
+            })
+            .collect();
+        let child = group_windows_below(projection.input(), &below, partitions)?;
+        if Arc::ptr_eq(&child, projection.input()) {
+            return Ok(Arc::clone(input));
+        }
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        return Arc::clone(input).replace_children(vec![child], options);
+    }
+    let Some(over) = input.downcast_ref::<OverWindowExec>() else {
+        return Ok(Arc::clone(input));
+    };
+    let own = &over.spec().partition_by;
+    let shared: Vec<Arc<dyn PhysicalExpr>> = own
+        .iter()
+        .filter(|key| keys.iter().any(|k| k.eq(*key)))
+        .cloned()
+        .collect();
+    let exchange = over.exchange();
+    let below = group_windows_below(exchange.input(), &shared, partitions)?;
+    let unchanged = shared.len() == own.len() && Arc::ptr_eq(&below, exchange.input());
+    if unchanged {
+        return Ok(Arc::clone(input));
+    }
+    let (strategy, reason) = match (windows_below(&below), shared.is_empty()) {
+        (true, _) => (
+            RoutingStrategy::Sticky,
+            "auto: the window functions below keep each key on one stream".to_string(),
+        ),
+        (false, true) => (
+            RoutingStrategy::FanIn,
+            "auto: one stream, as a window above shares no PARTITION BY key".to_string(),
+        ),
+        (false, false) => (
+            RoutingStrategy::Hash(shared),
+            "auto: hash on the PARTITION BY keys shared with the windows above".to_string(),
+        ),
+    };
+    let exchange = StreamExchangeExec::try_new(below, strategy, partitions, exchange.event_time())?
+        .with_reason(reason);
+    Ok(Arc::new(OverWindowExec::try_new(
+        Arc::new(exchange),
+        over.spec().clone(),
+    )?))
+}
+
+/// Whether `plan` is a window operator, or projections over one.
+fn windows_below(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut node = plan;
+    while let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+        node = projection.input();
+    }
+    node.downcast_ref::<OverWindowExec>().is_some()
 }
 
 /// The ORDER BY column of a window function: one ascending time or integer column.
@@ -512,6 +600,12 @@ fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>
         let next = if let Some(sort) = plan.downcast_ref::<SortExec>()
             && sort.fetch().is_none()
         {
+            Arc::clone(sort.input())
+        } else if let Some(sort) = plan.downcast_ref::<PartialSortExec>()
+            && sort.fetch().is_none()
+        {
+            // Sorts the rows of each prefix run (what the window below emits) by time:
+            // the stream's operators take rows in time order per key as they come.
             Arc::clone(sort.input())
         } else if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
             Arc::clone(repartition.input())

@@ -247,8 +247,34 @@ async fn a_disordered_file_is_applied_in_file_order_at_every_split() {
         "SELECT symbol, window_start, COUNT(*) AS n, SUM(price) AS total FROM market_data \
          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '5' SECOND) EMIT CHANGES",
     ];
+    assert_file_order_at_every_split(&path, &queries).await;
+}
+
+/// Window functions over other window functions' output with other PARTITION BY keys number
+/// ties in file order at any split: the windows below are hashed on the keys they share
+/// with those above (none: one stream), and those above keep the rows where they are.
+#[tokio::test]
+async fn stacked_window_functions_number_ties_in_file_order_at_every_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = disordered_file(dir.path(), 3_000);
+    let queries = [
+        "SELECT price, ROW_NUMBER() OVER (ORDER BY trade_time) AS everywhere, \
+         ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS per_symbol \
+         FROM market_data",
+        "SELECT price, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS a, \
+         SUM(price) OVER (PARTITION BY symbol, trader_id ORDER BY trade_time \
+                          ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS b, \
+         ROW_NUMBER() OVER (PARTITION BY trader_id ORDER BY trade_time) AS c \
+         FROM market_data",
+    ];
+    assert_file_order_at_every_split(&path, &queries).await;
+}
+
+/// Runs each query over the file at (source partitions, streams) = (1, 1), (2, 2), (4, 4)
+/// and (3, 2), bounded and not: the rows and the late records are the first run's.
+async fn assert_file_order_at_every_split(path: &Path, queries: &[&str]) {
     for bounded in [true, false] {
-        for sql in queries {
+        for &sql in queries {
             let mut reference: Option<(Vec<String>, usize)> = None;
             for (source_partitions, streams) in [(1, 1), (2, 2), (4, 4), (3, 2)] {
                 let options = StreamOptions {

@@ -416,6 +416,10 @@ impl OrderedMerge {
         let input = &mut self.inputs[index];
         match input.queue.pop_front() {
             Some(Queued::Passed { newest, .. }) => {
+                // Each source batch's rows leave as a batch of their own, as one partition
+                // reading the replay hands them out: what an operator emits can depend on
+                // how its input is cut into batches.
+                self.flush()?;
                 if let (Some(tracker), Some(newest)) = (&mut self.replay_watermark, newest) {
                     tracker.observe(0, newest, Instant::now());
                     self.pass_watermark()?;
