@@ -62,6 +62,9 @@ pub(super) struct InputTask {
     /// Woken whenever the combined watermark rises or an input ends.
     pub advanced: Arc<Notify>,
     pub event_time: Option<EventTime>,
+    /// Whether this input waits for the others when it runs ahead in event time (see
+    /// `wait_for_slower_inputs`).
+    pub aligned: bool,
     pub step: Option<Box<dyn InputStepState>>,
     /// Held from reading the watermark for the step to having sent its output and any new
     /// watermark (see [`input_step`]).
@@ -125,11 +128,15 @@ impl InputTask {
         let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
+            // The batch's span in event time sets how far ahead an input may run, when the
+            // inputs are aligned here.
             let (newest, span) = match &self.event_time {
-                Some(event_time) => match event_time.range_in(&batch)? {
+                Some(event_time) if self.aligned => match event_time.range_in(&batch)? {
                     Some((oldest, newest)) => (Some(newest), newest.saturating_sub(oldest)),
                     None => (None, 0),
                 },
+                Some(_) if self.input_progress.is_some() => (None, 0),
+                Some(event_time) => (event_time.newest_in(&batch)?, 0),
                 None => (None, 0),
             };
             // The operator's progress, where it publishes one, says how far it has got; the

@@ -470,6 +470,7 @@ impl StreamExchangeExec {
                     watermarks: Arc::clone(&watermarks),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
+                    aligned: aligned && !merged,
                     step,
                     turns: turns.clone(),
                 };
