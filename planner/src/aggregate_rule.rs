@@ -12,7 +12,8 @@
 //! unbounded-input check refuses it); over plain tables it stays DataFusion's.
 //!
 //! With two-phase aggregation (`two_phase`, or automatically for a keyless tumbling or
-//! hopping EMIT FINAL aggregation and for a plain GROUP BY with parallel work) the exchange
+//! hopping EMIT FINAL aggregation that does not read a replay of files, and for a plain
+//! GROUP BY with parallel work) the exchange
 //! also runs a [`PartialAggregate`] per source partition and routes its states. EMIT CHANGES
 //! on session windows makes the aggregate columns nullable (deletions of merged sessions), so
 //! the projections above are rebuilt.
@@ -41,7 +42,7 @@ use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
     below_exchanges, choose_strategy, end_of_input_time, event_time, holds_stream_join,
-    read_on_every_core, reads_stream, stream_event_time,
+    read_on_every_core, reads_stream, replays_in_file_order, stream_event_time,
 };
 
 /// See the module documentation.
@@ -257,7 +258,9 @@ fn streaming_aggregate(
     // More than one stream or source partition: the partial step runs in parallel.
     let parallel =
         config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;
-    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec, parallel)? {
+    let file_order = replays_in_file_order(&input);
+    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec, parallel, file_order)?
+    {
         Some((partial, reason)) => {
             let partial = Arc::new(partial);
             let strategy = if keys.is_empty() {
@@ -357,12 +360,16 @@ fn lift_window_predicates(input: &Arc<dyn ExecutionPlan>) -> Result<Lifted> {
 /// hopping windows with EMIT FINAL, whose single final stream would otherwise receive every
 /// raw row, and for a plain GROUP BY (no window, EMIT FINAL) run by several streams or read
 /// from several source partitions, which then shuffles a state row per group and batch
-/// instead of every row (as DataFusion's partial and final aggregation do).
+/// instead of every row (as DataFusion's partial and final aggregation do). Not
+/// automatically for windows over a replay of files: each source partition's step would
+/// judge its records late at the watermark of all partitions, not at the one the files'
+/// order gives (which one stream merging the partitions by unit keeps).
 fn two_phase(
     setting: &str,
     keys: &[Arc<dyn PhysicalExpr>],
     spec: &AggregateSpec,
     parallel: bool,
+    file_order: bool,
 ) -> Result<Option<(PartialAggregate, String)>> {
     let destination = if keys.is_empty() {
         "one final stream"
@@ -375,6 +382,7 @@ fn two_phase(
             format!("user: partial aggregates per source partition, {destination}"),
         ))),
         "" if keys.is_empty()
+            && !file_order
             && spec.emit == AggregateEmit::Final
             && spec.window.as_ref().is_some_and(|w| !w.is_session()) =>
         {

@@ -467,6 +467,25 @@ pub(crate) fn stream_event_time(plan: &Arc<dyn ExecutionPlan>) -> Option<EventTi
     event_time(plan, &time).ok()
 }
 
+/// Whether `plan` is a replay of files read unit by unit, through filters and projections:
+/// an exchange over it applies its records in the files' order, and makes watermarks as
+/// one partition reading the whole replay would (see `StreamSourceExec::positions`).
+pub(crate) fn replays_in_file_order(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut node = plan;
+    loop {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+            return source.positions().is_some();
+        }
+        let row_wise = node.downcast_ref::<ProjectionExec>().is_some()
+            || node.downcast_ref::<FilterExec>().is_some()
+            || node.downcast_ref::<StreamFilterExec>().is_some();
+        match node.children().as_slice() {
+            [child] if row_wise => node = child,
+            _ => return false,
+        }
+    }
+}
+
 /// Where an event-time column's watermark comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum TimeOrigin {
