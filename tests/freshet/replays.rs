@@ -446,8 +446,13 @@ async fn light_consumers_read_their_sources_where_they_consume_them() {
     rows.sort();
     reference.sort();
     assert_eq!(rows, reference);
+    // A hash exchange's input task routes the rows it decodes: over a file, no task between.
     let (plan, _) = run_planned(&path, S3B, Some(cores), cores).await;
-    assert!(!plan.contains("read where consumed"), "{plan}");
+    assert!(plan.contains("read where consumed"), "{plan}");
+    // Under an OVER window at one stream per source partition too, but not below one
+    // stream reading one partition of a file on several cores: it reads ahead.
+    let (plan, _) = run_planned(&path, S1, Some(1), 1).await;
+    assert_eq!(plan.contains("read where consumed"), cores == 1, "{plan}");
 }
 
 /// A Parquet file replayed without an event time is dealt to its source partitions in turn,
