@@ -54,17 +54,42 @@ fn write_market_data(
     per_second: i64,
     start_ms: i64,
 ) {
-    let symbol: Vec<String> = (0..records).map(|i| format!("SYM{}", i % 10)).collect();
+    write_rows(
+        path,
+        records,
+        group_rows,
+        10,
+        |i| 100.0 + (i % 50) as f64 + (i as f64 / 100.0).sin() * 10.0,
+        |i| start_ms + (i as i64 / per_second) * 1_000,
+    );
+}
+
+/// Writes `records` market_data rows over `symbols` symbols, with the prices and times
+/// given per row, in row groups of `group_rows` rows.
+fn write_rows(
+    path: &Path,
+    records: usize,
+    group_rows: usize,
+    symbols: usize,
+    price: impl Fn(usize) -> f64,
+    time: impl Fn(usize) -> i64,
+) {
+    let symbol: Vec<String> = (0..records)
+        .map(|i| format!("SYM{}", i % symbols))
+        .collect();
     let trader: Vec<String> = (0..records).map(|i| format!("TRADER{}", i % 20)).collect();
-    let price = (0..records).map(|i| 100.0 + (i % 50) as f64 + (i as f64 / 100.0).sin() * 10.0);
-    let time = (0..records).map(|i| start_ms + (i as i64 / per_second) * 1_000);
     let batch = RecordBatch::try_from_iter([
         ("symbol", Arc::new(StringArray::from(symbol)) as ArrayRef),
         ("trader_id", Arc::new(StringArray::from(trader))),
-        ("price", Arc::new(Float64Array::from_iter_values(price))),
+        (
+            "price",
+            Arc::new(Float64Array::from_iter_values((0..records).map(price))),
+        ),
         (
             "trade_time",
-            Arc::new(TimestampMillisecondArray::from_iter_values(time)),
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                (0..records).map(time),
+            )),
         ),
     ])
     .unwrap();
@@ -109,6 +134,17 @@ async fn run_with(
     options: StreamOptions,
     streams: usize,
 ) -> (String, Vec<String>) {
+    let (plan, rows, _) = run_counting_late(path, sql, options, streams).await;
+    (plan, rows)
+}
+
+/// As [`run_with`], also with the records the query dropped as late.
+async fn run_counting_late(
+    path: &Path,
+    sql: &str,
+    options: StreamOptions,
+    streams: usize,
+) -> (String, Vec<String>, usize) {
     let ctx = StreamingContext::with_partitions(streams);
     // Split the small file into byte ranges as a large one would be.
     ctx.session()
@@ -129,7 +165,8 @@ async fn run_with(
         .into_iter()
         .map(|cells| cells.join("|"))
         .collect();
-    (query.explain(), rows)
+    let late = query.metric_total("late_records_dropped");
+    (query.explain(), rows, late)
 }
 
 /// Runs `sql` at 1, 2 and 4 source partitions and streams: one stream gives the one-partition
@@ -206,30 +243,17 @@ async fn unwindowed_changes_are_the_same_at_every_split() {
 /// would have in order, with ties, in row groups of 97 rows.
 fn disordered_file(dir: &Path, records: usize) -> PathBuf {
     let path = dir.join("disordered.parquet");
-    let symbol: Vec<String> = (0..records).map(|i| format!("SYM{}", i % 7)).collect();
-    let trader: Vec<String> = (0..records).map(|i| format!("TRADER{}", i % 20)).collect();
-    let price = (0..records).map(|i| (i % 13) as f64);
-    let time = (0..records).map(|i| {
-        let jitter = (i as i64 * 7_919) % 13;
-        1_700_000_000_000 + (i as i64 / 3 - jitter) * 1_000
-    });
-    let batch = RecordBatch::try_from_iter([
-        ("symbol", Arc::new(StringArray::from(symbol)) as ArrayRef),
-        ("trader_id", Arc::new(StringArray::from(trader))),
-        ("price", Arc::new(Float64Array::from_iter_values(price))),
-        (
-            "trade_time",
-            Arc::new(TimestampMillisecondArray::from_iter_values(time)),
-        ),
-    ])
-    .unwrap();
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(97))
-        .build();
-    let file = std::fs::File::create(&path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    write_rows(
+        &path,
+        records,
+        97,
+        7,
+        |i| (i % 13) as f64,
+        |i| {
+            let jitter = (i as i64 * 7_919) % 13;
+            1_700_000_000_000 + (i as i64 / 3 - jitter) * 1_000
+        },
+    );
     path
 }
 
@@ -287,23 +311,8 @@ async fn assert_file_order_at_every_split(path: &Path, queries: &[&str]) {
                     bounded: Some(bounded),
                     ..StreamOptions::default()
                 };
-                let ctx = StreamingContext::with_partitions(streams);
-                ctx.register_parquet("market_data", path.to_str().unwrap(), options)
-                    .await
-                    .unwrap();
-                let query = ctx.sql(sql).await.unwrap();
-                let collect = query.execute_merged().unwrap().try_collect::<Vec<_>>();
-                let batches = tokio::time::timeout(Duration::from_secs(60), collect)
-                    .await
-                    .expect("a result within 60 s")
-                    .unwrap();
-                let mut rows: Vec<String> = display_rows(&batches)
-                    .unwrap()
-                    .into_iter()
-                    .map(|cells| cells.join("|"))
-                    .collect();
+                let (_, mut rows, late) = run_counting_late(path, sql, options, streams).await;
                 rows.sort();
-                let late = query.metric_total("late_records_dropped");
                 match &reference {
                     None => reference = Some((rows, late)),
                     Some((expected, expected_late)) => {
