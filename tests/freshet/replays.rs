@@ -297,6 +297,47 @@ async fn stacked_window_functions_number_ties_in_file_order_at_every_split() {
     assert_file_order_at_every_split(&path, &queries).await;
 }
 
+/// A paced replay read by one reader and dealt to several partitions in slices, a dealing
+/// that depends on timing, is applied in the file's order all the same: the slices are
+/// numbered and the exchange merges them by number.
+#[tokio::test]
+async fn a_paced_replay_is_applied_in_file_order_at_every_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = disordered_file(dir.path(), 3_000);
+    let queries = [
+        "SELECT symbol, SUM(price) AS total, COUNT(*) AS n FROM market_data \
+         GROUP BY symbol EMIT CHANGES",
+        "SELECT symbol, window_start, COUNT(*) AS n FROM market_data \
+         GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '5' SECOND)",
+        "SELECT price, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS n \
+         FROM market_data",
+    ];
+    for sql in queries {
+        let mut reference: Option<(Vec<String>, usize)> = None;
+        for partitions in [1, 2, 4] {
+            let options = StreamOptions {
+                event_time: Some("trade_time".into()),
+                out_of_orderness: Duration::from_secs(4),
+                partitions: Some(partitions),
+                pacing: Pacing::RecordsPerSecond(50_000.0),
+                ..StreamOptions::default()
+            };
+            let (plan, mut rows, late) = run_counting_late(&path, sql, options, partitions).await;
+            if partitions > 1 {
+                assert!(plan.contains("DealExec"), "{plan}");
+            }
+            rows.sort();
+            match &reference {
+                None => reference = Some((rows, late)),
+                Some((expected, expected_late)) => {
+                    assert_eq!(late, *expected_late, "late records at {partitions}: {sql}");
+                    assert!(rows == *expected, "{partitions} partitions differ: {sql}");
+                }
+            }
+        }
+    }
+}
+
 /// Runs each query over the file at (source partitions, streams) = (1, 1), (2, 2), (4, 4)
 /// and (3, 2), bounded and not: the rows and the late records are the first run's.
 async fn assert_file_order_at_every_split(path: &Path, queries: &[&str]) {

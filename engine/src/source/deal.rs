@@ -21,6 +21,9 @@
 //!
 //! Each output partition keeps the input's order; paced at `rate / n` records per second
 //! each (by [`super::StreamSourceExec`]), the partitions stay within a slice of each other.
+//! Each slice carries its number in the replay ([`DealExec::execute_positioned`]): the
+//! exchange merges the partitions by it, so the dealing, which depends on timing, does not
+//! change the order records are applied in.
 
 use std::fmt;
 use std::sync::Arc;
@@ -35,6 +38,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
+use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -42,6 +46,9 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::file_split::keep_split;
 use crate::plan_util::{single_child, unless_panicked};
+
+/// A slice of the replay and its number.
+type Slice = Result<(RecordBatch, i64)>;
 
 /// Slices each output partition's channel holds ahead of its consumer.
 const SLICES_AHEAD: usize = 4;
@@ -62,7 +69,7 @@ pub struct DealExec {
 /// receivers not yet handed out.
 struct Dealt {
     task: Option<Arc<SpawnedTask<()>>>,
-    receivers: Vec<Option<mpsc::Receiver<Result<RecordBatch>>>>,
+    receivers: Vec<Option<mpsc::Receiver<Slice>>>,
 }
 
 impl fmt::Debug for Dealt {
@@ -104,6 +111,7 @@ impl DealExec {
         let slice_rows = self.slice_rows;
         let task = SpawnedTask::spawn(async move {
             let mut dealer = Dealer { senders, turn: 0 };
+            let mut dealt = 0i64;
             loop {
                 let next = unless_panicked("reading the replay", async {
                     input.next().await.transpose()
@@ -119,9 +127,10 @@ impl DealExec {
                 };
                 for start in (0..batch.num_rows()).step_by(slice_rows) {
                     let rows = slice_rows.min(batch.num_rows() - start);
-                    if !dealer.send(Ok(batch.slice(start, rows))).await {
+                    if !dealer.send(Ok((batch.slice(start, rows), dealt))).await {
                         return;
                     }
+                    dealt += 1;
                 }
             }
         });
@@ -132,9 +141,45 @@ impl DealExec {
     }
 }
 
+impl DealExec {
+    /// Output `partition`'s slices, each with its number in the replay (the order the reader
+    /// cut them in).
+    pub fn execute_positioned(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Slice>> {
+        let mut dealt = self.dealt.lock();
+        if dealt.is_none() {
+            *dealt = Some(self.start(context)?);
+        }
+        let Some(Dealt { task, receivers }) = dealt.as_mut() else {
+            return internal_err!("DealExec started no deal");
+        };
+        let (Some(receiver), Some(held)) = (
+            receivers.get_mut(partition).and_then(Option::take),
+            task.as_ref(),
+        ) else {
+            return internal_err!("DealExec partition {partition} executed twice or not there");
+        };
+        // Each output holds the task: it stops when the last output is dropped.
+        let held = Arc::clone(held);
+        if receivers.iter().all(Option::is_none) {
+            *task = None;
+        }
+        Ok(
+            futures::stream::unfold((receiver, held), |(mut receiver, held)| async {
+                let slice = receiver.recv().await?;
+                Some((slice, (receiver, held)))
+            })
+            .boxed(),
+        )
+    }
+}
+
 /// The outputs' senders and whose turn it is.
 struct Dealer {
-    senders: Vec<mpsc::Sender<Result<RecordBatch>>>,
+    senders: Vec<mpsc::Sender<Slice>>,
     turn: usize,
 }
 
@@ -143,7 +188,7 @@ impl Dealer {
     /// else to the first that makes room. An output whose consumer waits (an event-time
     /// merge holding back a partition that is ahead) never holds up the others, which the
     /// consumer may be waiting for. False once every output is gone (the query ended).
-    async fn send(&mut self, item: Result<RecordBatch>) -> bool {
+    async fn send(&mut self, item: Slice) -> bool {
         let outputs = self.senders.len();
         let open = (0..outputs).map(|step| (self.turn + step) % outputs);
         let mut waits = Vec::with_capacity(outputs);
@@ -231,28 +276,9 @@ impl ExecutionPlan for DealExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let mut dealt = self.dealt.lock();
-        if dealt.is_none() {
-            *dealt = Some(self.start(context)?);
-        }
-        let Some(Dealt { task, receivers }) = dealt.as_mut() else {
-            return internal_err!("DealExec started no deal");
-        };
-        let (Some(receiver), Some(held)) = (
-            receivers.get_mut(partition).and_then(Option::take),
-            task.as_ref(),
-        ) else {
-            return internal_err!("DealExec partition {partition} executed twice or not there");
-        };
-        // Each output holds the task: it stops when the last output is dropped.
-        let held = Arc::clone(held);
-        if receivers.iter().all(Option::is_none) {
-            *task = None;
-        }
-        let batches = futures::stream::unfold((receiver, held), |(mut receiver, held)| async {
-            let batch = receiver.recv().await?;
-            Some((batch, (receiver, held)))
-        });
+        let batches = self
+            .execute_positioned(partition, context)?
+            .map(|item| item.map(|(batch, _)| batch));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
             batches,

@@ -49,6 +49,7 @@ use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
 
 use super::alignment::{AlignedPartition, SourceAlignment};
+use super::deal::DealExec;
 use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
 use super::replay_units::{read_units, reads_units};
@@ -238,13 +239,16 @@ impl StreamSourceExec {
                 let partitions = properties.output_partitioning().partition_count();
                 (Arc::new(PartitionProgress::new(partitions)), column)
             });
-        // Pacing slices batches, and a paced replay of one reader is dealt by `DealExec`:
-        // positions are for replays read as fast as they go.
-        let positions = (matches!(options.pacing, Pacing::AsFastAsPossible) && reads_units(&input))
-            .then(|| {
-                let partitions = properties.output_partitioning().partition_count();
-                Arc::new(PartitionProgress::new(partitions))
-            });
+        // A replay read as fast as it goes is read unit by unit; a paced one read by several
+        // partitions is dealt by `DealExec`, which numbers its slices. (Read by one paced
+        // partition, nothing is merged.)
+        let dealt = input.downcast_ref::<DealExec>().is_some();
+        let unit_by_unit =
+            matches!(options.pacing, Pacing::AsFastAsPossible) && reads_units(&input);
+        let positions = (dealt || unit_by_unit).then(|| {
+            let partitions = properties.output_partitioning().partition_count();
+            Arc::new(PartitionProgress::new(partitions))
+        });
         Ok(Self {
             input,
             table: table.to_string(),
@@ -525,7 +529,11 @@ impl ExecutionPlan for StreamSourceExec {
         let input = match &positions {
             Some((_, queued)) => {
                 let queued = Arc::clone(queued);
-                let batches = read_units(&self.input, partition, context)?.map(move |item| {
+                let positioned = match self.input.downcast_ref::<DealExec>() {
+                    Some(deal) => deal.execute_positioned(partition, context)?,
+                    None => read_units(&self.input, partition, context)?,
+                };
+                let batches = positioned.map(move |item| {
                     let (batch, position) = item?;
                     queued.lock().push_back(position);
                     Ok(batch)
@@ -606,8 +614,14 @@ impl ExecutionPlan for StreamSourceExec {
         let rate_per_partition =
             rate / self.properties.output_partitioning().partition_count() as f64;
         // Batches are released in slices of about 10 ms worth of records, so that a slow rate
-        // gives a steady flow of rows, not a whole batch and then a long pause.
-        let slice_rows = ((rate_per_partition / 100.0).ceil() as usize).max(1);
+        // gives a steady flow of rows, not a whole batch and then a long pause. A dealt
+        // replay's slices are 10 ms of the whole stream already, cut as one partition
+        // reading the replay cuts them, and stay whole: numbered, they keep the replay's order.
+        let slice_rate = match self.input.downcast_ref::<DealExec>() {
+            Some(_) => rate,
+            None => rate_per_partition,
+        };
+        let slice_rows = ((slice_rate / 100.0).ceil() as usize).max(1);
         let sliced = counted.flat_map(move |batch| {
             let slices = match batch {
                 Ok(batch) if batch.num_rows() > slice_rows => (0..batch.num_rows())
