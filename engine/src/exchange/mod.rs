@@ -16,9 +16,14 @@
 //! close until the slowest partition catches up. Only independent source partitions are
 //! aligned: the outputs of another exchange share its input tasks, and one waiting for
 //! another could hold back the rows the other needs to advance. Outputs that merge their
-//! inputs in event-time order ([`OrderedMerge`]) align them by themselves — a partition ahead
-//! waits in its channel until the others catch up — and the inputs do not wait here as well
-//! (both waits together could deadlock).
+//! inputs in an order fixed by the data ([`OrderedMerge`]) align them by themselves — a
+//! partition ahead waits in its channel until the others catch up — and the inputs do not
+//! wait here as well (both waits together could deadlock).
+//!
+//! Over a replay of files the outputs merge the source partitions by replay position (the
+//! unit each batch comes from, see `source::replay_units`) and make the watermark
+//! themselves, as one partition reading the whole replay would: the input tasks then send no
+//! watermarks and no idle input is left out. Elsewhere they merge by event time.
 //!
 //! Under sticky routing an output gets the rows of its own inputs only, so the watermark is
 //! combined per output, over the inputs that feed it (a watermark domain), and goes to that

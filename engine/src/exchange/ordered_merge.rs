@@ -2,9 +2,16 @@
 //! data alone, so that a replay gives the same changelog on every run and at any number of
 //! source partitions.
 //!
-//! Every row an input sends carries a merge key: the largest event time its input has sent
-//! up to and including that row (a running maximum, so keys never fall within one input),
-//! or, without an event time, the input's batch number. After each batch an input also
+//! Every row an input sends carries a merge key. Over a replay of files it is the row's
+//! position in the replay: its unit's index (or a paced replay's slice number), which no two
+//! inputs share, so the merge passes units on in the replay's order. The merge then also makes
+//! the watermark: after each input batch, every output gets a `Passed` item with the batch's
+//! position and the input's largest event time so far, and the watermark is the largest
+//! event time passed so far minus the delay — what one partition reading the whole replay
+//! would hold after that batch; watermarks the inputs send are ignored. Over in-memory
+//! replays and generators the key is the largest event time its input has sent up to and
+//! including that row (a running maximum, so keys never fall within one input), or, without
+//! an event time, the input's batch number. After each batch an input also
 //! sends every output that got none of its rows a `Progress` key, and watermarks travel as
 //! items of their own with a key at least `watermark + delay`. The merge passes on the rows
 //! of the input with the smallest head `(key, input)` up to the next input's head, and
