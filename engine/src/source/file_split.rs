@@ -20,10 +20,11 @@
 //! - CSV and Arrow: a unit is a byte range of DataFusion's split of a file (files too small
 //!   to split stay whole), or a whole file of a directory.
 //!
-//! The files go in name order, except Parquet files with an event time: those go in order of
-//! their smallest event time by their row groups' statistics (ties, or any file whose
-//! statistics do not tell, in name order), so that a directory whose names do not follow
-//! time is not replayed with the records of its earlier files late.
+//! The files go in name order, except that a Parquet file with an event time goes after
+//! every file whose records all come before its own by the row groups' statistics (see
+//! [`replay_order`]), so that a directory whose names do not follow time is not replayed
+//! with the records of its earlier files late, while files whose times overlap keep name
+//! order.
 //!
 //! A source declared `partitioned_by` keys has its files dealt whole: each file's keys
 //! stay in one source partition, as the declaration says of the files.
@@ -202,11 +203,12 @@ fn files_in_order(config: &FileScanConfig) -> Vec<PartitionedFile> {
     files
 }
 
-/// The files of `config` in replay order. Parquet files with an event time go in order of
-/// their smallest event time by their row groups' statistics (ties in name order), so that a
-/// directory whose names do not follow time is not replayed with most of its records late;
-/// if a file's statistics do not tell, every file stays in name order, as other formats'
-/// files do.
+/// The files of `config` in replay order: name order, except that a Parquet file with an
+/// event time goes after every file whose records all come before its own by the row
+/// groups' statistics. So a directory whose names do not follow time is not replayed with
+/// most of its records late, while files whose times overlap (records out of order across
+/// a file boundary, within the watermark) keep name order. If a file's statistics do not
+/// tell, every file stays in name order, as other formats' files do.
 async fn files_in_replay_order(
     config: &FileScanConfig,
     event_time: Option<&str>,
@@ -221,7 +223,7 @@ async fn files_in_replay_order(
     }
     let store = state.runtime_env().object_store(&config.object_store_url)?;
     let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-    let mut firsts = Vec::with_capacity(files.len());
+    let mut ranges = Vec::with_capacity(files.len());
     for file in &files {
         let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
             .with_file_metadata_cache(Some(Arc::clone(&cache)))
@@ -230,22 +232,39 @@ async fn files_in_replay_order(
         let Some(column) = time_column(&metadata, name) else {
             return Ok(files);
         };
-        let mut first: Option<i64> = None;
+        let mut range: Option<(i64, i64)> = None;
         for group in metadata.row_groups().iter().filter(|g| g.num_rows() > 0) {
-            let Some((min, _)) = group.column(column).statistics().and_then(time_range) else {
+            let Some((min, max)) = group.column(column).statistics().and_then(time_range) else {
                 return Ok(files);
             };
-            first = Some(first.map_or(min, |f| f.min(min)));
+            range = Some(range.map_or((min, max), |(lo, hi)| (lo.min(min), hi.max(max))));
         }
-        firsts.push(first.unwrap_or(i64::MAX));
+        ranges.push(range);
     }
-    let mut order: Vec<usize> = (0..files.len()).collect();
-    // Stable: files of equal first times keep name order.
-    order.sort_by_key(|&index| firsts[index]);
-    Ok(order
+    Ok(replay_order(&ranges)
         .into_iter()
         .map(|index| files[index].clone())
         .collect())
+}
+
+/// The order to replay files in whose event times lie in `ranges` (`None`: an empty file),
+/// given in name order: each time the first remaining file in name order that no remaining
+/// file entirely precedes in time. Empty files keep their place.
+fn replay_order(ranges: &[Option<(i64, i64)>]) -> Vec<usize> {
+    let mut remaining: Vec<usize> = (0..ranges.len()).collect();
+    let mut order = Vec::with_capacity(ranges.len());
+    while !remaining.is_empty() {
+        let precedes = |before: usize, after: usize| match (ranges[before], ranges[after]) {
+            (Some((_, before_max)), Some((after_min, _))) => before_max < after_min,
+            _ => false,
+        };
+        let position = remaining
+            .iter()
+            .position(|&file| !remaining.iter().any(|&other| precedes(other, file)))
+            .unwrap_or(0);
+        order.push(remaining.remove(position));
+    }
+    order
 }
 
 /// The leaf column of a Parquet file named `name`, if there is one.
@@ -403,6 +422,20 @@ mod tests {
         assert_eq!(
             selected(&unit_plans(&[10, 3, 7])),
             ["0:all", "1:all", "2:all"]
+        );
+    }
+
+    #[test]
+    fn files_go_after_the_files_entirely_before_them_and_otherwise_in_name_order() {
+        // b lies entirely before a: b first. c overlaps a (records out of order across the
+        // boundary): name order between them. The empty file keeps its place.
+        let ranges = [Some((200, 300)), Some((0, 100)), Some((250, 400)), None];
+        assert_eq!(replay_order(&ranges), [1, 0, 2, 3]);
+        // Overlapping files whose smallest times are inverted stay in name order.
+        assert_eq!(replay_order(&[Some((558, 734)), Some((496, 879))]), [0, 1]);
+        assert_eq!(
+            replay_order(&[Some((5, 9)), Some((0, 4)), Some((10, 12))]),
+            [1, 0, 2]
         );
     }
 
