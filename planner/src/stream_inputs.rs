@@ -467,9 +467,10 @@ pub(crate) fn stream_event_time(plan: &Arc<dyn ExecutionPlan>) -> Option<EventTi
     event_time(plan, &time).ok()
 }
 
-/// Whether `plan` is a replay of files read unit by unit, through filters and projections:
-/// an exchange over it applies its records in the files' order, and makes watermarks as
-/// one partition reading the whole replay would (see `StreamSourceExec::positions`).
+/// Whether `plan` is a replay of files read unit by unit, through filters and projections
+/// (and the repartitions DataFusion put between, which the streaming rules take out): an
+/// exchange over it applies its records in the files' order, and makes watermarks as one
+/// partition reading the whole replay would (see `StreamSourceExec::positions`).
 pub(crate) fn replays_in_file_order(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let mut node = plan;
     loop {
@@ -478,7 +479,8 @@ pub(crate) fn replays_in_file_order(plan: &Arc<dyn ExecutionPlan>) -> bool {
         }
         let row_wise = node.downcast_ref::<ProjectionExec>().is_some()
             || node.downcast_ref::<FilterExec>().is_some()
-            || node.downcast_ref::<StreamFilterExec>().is_some();
+            || node.downcast_ref::<StreamFilterExec>().is_some()
+            || node.downcast_ref::<RepartitionExec>().is_some();
         match node.children().as_slice() {
             [child] if row_wise => node = child,
             _ => return false,
