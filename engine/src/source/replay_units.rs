@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::TaskContext;
@@ -62,11 +62,10 @@ pub fn read_units(
     partition: usize,
     context: Arc<TaskContext>,
 ) -> Result<BoxStream<'static, Result<Positioned>>> {
-    let Some((scan, parent)) = scan_and_parent(plan) else {
-        return datafusion::common::internal_err!("read_units reads a file scan");
-    };
-    let Some(config) = scan_config(scan) else {
-        return datafusion::common::internal_err!("read_units reads a file scan");
+    let Some((config, parent)) =
+        scan_and_parent(plan).and_then(|(scan, parent)| Some((scan_config(scan)?, parent)))
+    else {
+        return internal_err!("read_units reads a file scan");
     };
     let partitions = config.file_groups.len();
     let units = config
