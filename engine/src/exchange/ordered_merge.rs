@@ -61,7 +61,7 @@ use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, event_times};
 /// What an exchange input sends to an output.
 pub enum Routed {
     /// Rows, with their merge keys when the output merges its inputs.
-    Rows(RecordBatch, Option<Vec<i64>>),
+    Rows(RecordBatch, Option<RowKeys>),
     /// Nothing for this output up to `key` (merging outputs only).
     Progress(i64),
     /// A watermark, and its merge key.
@@ -72,6 +72,23 @@ pub enum Routed {
 }
 
 pub type RoutedMessage = Result<Routed>;
+
+/// The merge keys of a piece's rows: one per row, or one for all of them (a replay
+/// position, or the batch number without event time), which needs no vector per piece.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowKeys {
+    PerRow(Vec<i64>),
+    All(i64),
+}
+
+impl RowKeys {
+    fn at(&self, row: usize) -> i64 {
+        match self {
+            Self::PerRow(keys) => keys[row],
+            Self::All(key) => *key,
+        }
+    }
+}
 
 /// The merge keys an input gives its rows (see the module documentation).
 #[derive(Debug)]
@@ -116,24 +133,26 @@ impl MergeKeys {
     }
 
     /// The keys of `piece`, part of the batch about to be sent.
-    pub fn of(&self, piece: &RecordBatch) -> Result<Vec<i64>> {
+    pub fn of(&self, piece: &RecordBatch) -> Result<RowKeys> {
         if self.positions.is_some() {
-            return Ok(vec![self.position(); piece.num_rows()]);
+            return Ok(RowKeys::All(self.position()));
         }
         let Some(event_time) = self.event_time else {
-            return Ok(vec![self.progress; piece.num_rows()]);
+            return Ok(RowKeys::All(self.progress));
         };
         let times = event_times(piece.column(event_time.column))?;
         let times = times.as_primitive::<Int64Type>();
         let mut running = self.progress;
-        Ok((0..times.len())
-            .map(|row| {
-                if times.is_valid(row) {
-                    running = running.max(times.value(row));
-                }
-                running
-            })
-            .collect())
+        Ok(RowKeys::PerRow(
+            (0..times.len())
+                .map(|row| {
+                    if times.is_valid(row) {
+                        running = running.max(times.value(row));
+                    }
+                    running
+                })
+                .collect(),
+        ))
     }
 
     /// Records a sent batch whose largest event time is `newest`.
@@ -163,7 +182,7 @@ impl MergeKeys {
 enum Queued {
     Rows {
         batch: RecordBatch,
-        keys: Vec<i64>,
+        keys: RowKeys,
         /// Keys below the input's previous key count as that key.
         floor: i64,
         offset: usize,
@@ -189,7 +208,7 @@ impl Queued {
                 floor,
                 offset,
                 ..
-            } => keys[*offset].max(*floor),
+            } => keys.at(*offset).max(*floor),
             Self::Progress(key) | Self::Watermark { key, .. } | Self::Passed { key, .. } => *key,
         }
     }
@@ -220,8 +239,8 @@ impl MergeInput {
                 if batch.num_rows() == 0 {
                     return;
                 }
-                let keys = keys.unwrap_or_else(|| vec![floor; batch.num_rows()]);
-                self.last_key = floor.max(keys[keys.len() - 1]);
+                let keys = keys.unwrap_or(RowKeys::All(floor));
+                self.last_key = floor.max(keys.at(batch.num_rows() - 1));
                 Queued::Rows {
                     batch,
                     keys,
@@ -467,7 +486,7 @@ impl OrderedMerge {
                 else {
                     continue;
                 };
-                let head = (keys[*offset].max(*floor), index);
+                let head = (keys.at(*offset).max(*floor), index);
                 match smallest {
                     Some(first) if head > first => {
                         if second.is_none_or(|second| head < second) {
@@ -496,11 +515,12 @@ impl OrderedMerge {
                 return internal_err!("ordered merge: the smallest head is not a row");
             };
             let start = *offset;
-            let end = run_end(keys, *floor, index, start, second);
+            let rows = batch.num_rows();
+            let end = run_end(keys, rows, *floor, index, start, second);
             let source = self.pending.source(batch, pending);
             self.pending.push(source, start, end - start);
             *offset = end;
-            let batch_ended = end == keys.len();
+            let batch_ended = end == rows;
             if batch_ended {
                 input.queue.pop_front();
             }
@@ -580,16 +600,22 @@ impl OrderedMerge {
 /// before `limit`, the next head; runs are often a row or two long, so the first rows are
 /// looked at one by one before a binary search.
 fn run_end(
-    keys: &[i64],
+    keys: &RowKeys,
+    rows: usize,
     floor: i64,
     index: usize,
     start: usize,
     limit: Option<(i64, usize)>,
 ) -> usize {
     let Some(limit) = limit else {
-        return keys.len();
+        return rows;
     };
     let before = |key: i64| (key.max(floor), index) < limit;
+    let keys = match keys {
+        RowKeys::PerRow(keys) => keys,
+        // The run starts at the smallest head: with one key for all rows, it is all of them.
+        RowKeys::All(_) => return rows,
+    };
     let scanned = (start + 8).min(keys.len());
     match (start + 1..scanned).find(|&row| !before(keys[row])) {
         Some(end) => end,
@@ -693,7 +719,7 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Int64, false)]));
         let column = Arc::new(Int64Array::from(values.to_vec()));
         let batch = RecordBatch::try_new(schema, vec![column]).unwrap();
-        Routed::Rows(batch, Some(values.to_vec()))
+        Routed::Rows(batch, Some(RowKeys::PerRow(values.to_vec())))
     }
 
     /// Merges what each input sends (then closes) into the values and watermarks seen.
