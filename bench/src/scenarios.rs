@@ -41,6 +41,7 @@ impl Scenario {
         match self.data {
             GeneratorKind::MarketData => "market_data",
             GeneratorKind::Orders => "orders",
+            GeneratorKind::Nexmark(table) => table.name(),
         }
     }
 

@@ -34,8 +34,8 @@ pub use plan_util::{machine_cores, panic_becomes_error, unless_panicked};
 pub use progress::PartitionProgress;
 pub use sort::StreamSortExec;
 pub use source::{
-    CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, PartitionKeyCheck,
-    ReplaySource, StreamSourceExec, StreamTable, open_file_source, splitmix64,
+    CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, NexmarkTable,
+    PartitionKeyCheck, ReplaySource, StreamSourceExec, StreamTable, open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use window::WindowSpec;

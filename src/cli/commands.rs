@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::common::config::ExtensionOptions;
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
@@ -18,7 +18,7 @@ use freshet_bench::{
 };
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain, write_generated};
-use freshet_engine::{GeneratorKind, GeneratorSpec, MAX_PARTITIONS};
+use freshet_engine::{GeneratorKind, GeneratorSpec, MAX_PARTITIONS, NexmarkTable};
 use freshet_planner::{FreshetOptions, StreamingContext, StreamingQuery};
 
 use super::tables::{TableSource, TableSpec, register_tables};
@@ -512,19 +512,21 @@ pub(super) async fn run_query(
 }
 
 fn generate(args: GenArgs) -> Result<()> {
-    let kind: GeneratorKind = args.kind.parse()?;
-    let mut spec = GeneratorSpec::new(kind, Some(parse_count("records", &args.records)? as u64));
-    for pair in &args.params {
-        let Some((key, value)) = pair.split_once('=') else {
-            return plan_err!("--set {pair}: expected KEY=VALUE");
-        };
-        if key == "records" || !spec.set(key.trim(), value.trim())? {
-            return plan_err!(
-                "unknown generator parameter '{key}'; valid parameters are {}",
-                spec.keys()[1..].join(", ")
-            );
-        }
+    if args.kind == "nexmark" {
+        return generate_nexmark(&args);
     }
+    let kind: GeneratorKind = args.kind.parse()?;
+    let Some(records) = &args.records else {
+        return plan_err!(
+            "gen {}: give the number of records with --records",
+            args.kind
+        );
+    };
+    if args.events.is_some() {
+        return plan_err!("gen {}: --events is nexmark's; give --records", args.kind);
+    }
+    let mut spec = GeneratorSpec::new(kind, Some(parse_count("records", records)? as u64));
+    set_generator_params(&mut spec, &args.params)?;
     let sink = match output_kind(&args.out) {
         Some("parquet") => SinkSpec::Parquet(args.out.clone()),
         Some("csv") => SinkSpec::Csv(Some(args.out.clone())),
@@ -543,6 +545,58 @@ fn generate(args: GenArgs) -> Result<()> {
         args.kind,
         args.out.display()
     );
+    Ok(())
+}
+
+/// `gen nexmark`: the three streams of one event sequence, a file each in `--out`.
+fn generate_nexmark(args: &GenArgs) -> Result<()> {
+    let Some(events) = &args.events else {
+        return plan_err!("gen nexmark: give the number of events with --events");
+    };
+    if args.records.is_some() {
+        return plan_err!("gen nexmark: give --events (the records of each stream follow from it)");
+    }
+    let events = parse_count("events", events)? as u64;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| DataFusionError::Execution(format!("--out {}: {e}", args.out.display())))?;
+    for table in NexmarkTable::ALL {
+        let mut spec = GeneratorSpec::nexmark(table, Some(events));
+        set_generator_params(&mut spec, &args.params)?;
+        let path = args.out.join(format!("{table}.{}", args.format));
+        let sink = match args.format.as_str() {
+            "parquet" => SinkSpec::Parquet(path.clone()),
+            "csv" => SinkSpec::Csv(Some(path.clone())),
+            "arrow" => SinkSpec::Arrow(path.clone()),
+            "jsonl" => SinkSpec::JsonLines(Some(path.clone())),
+            other => {
+                return plan_err!("--format {other}: expected parquet, csv, arrow or jsonl");
+            }
+        };
+        let records = write_generated(&spec, &sink)?;
+        eprintln!("wrote {records} {table} records to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Applies `--set KEY=VALUE` parameters to `spec`.
+fn set_generator_params(spec: &mut GeneratorSpec, params: &[String]) -> Result<()> {
+    for pair in params {
+        let Some((key, value)) = pair.split_once('=') else {
+            return plan_err!("--set {pair}: expected KEY=VALUE");
+        };
+        let key = key.trim();
+        if matches!(key, "records" | "events") || !spec.set(key, value.trim())? {
+            let valid: Vec<_> = spec
+                .keys()
+                .into_iter()
+                .filter(|k| !matches!(*k, "records" | "events"))
+                .collect();
+            return plan_err!(
+                "unknown generator parameter '{key}'; valid parameters are {}",
+                valid.join(", ")
+            );
+        }
+    }
     Ok(())
 }
 

@@ -112,17 +112,24 @@ pub struct QueryArgs {
 
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// The generator: market_data or orders.
+    /// The generator: market_data, orders or nexmark (its three streams person, auction and
+    /// bid, written as DIR/person.parquet, DIR/auction.parquet and DIR/bid.parquet).
     pub kind: String,
-    /// Number of records (10000, 10k, 10M).
+    /// Number of records (10000, 10k, 10M): market_data and orders.
     #[arg(long)]
-    pub records: String,
+    pub records: Option<String>,
+    /// Number of events (10000, 10k, 10M): nexmark.
+    #[arg(long)]
+    pub events: Option<String>,
     /// A generator parameter, e.g. --set symbols=5 --set disorder_ms=2000.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
-    /// Output file: .parquet, .csv, .arrow or .jsonl.
+    /// Output file: .parquet, .csv, .arrow or .jsonl; for nexmark a directory.
     #[arg(long)]
     pub out: PathBuf,
+    /// nexmark: the files' format, parquet (the default), csv, arrow or jsonl.
+    #[arg(long, default_value = "parquet")]
+    pub format: String,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use datafusion::common::{Result, plan_err};
-use freshet_engine::{GeneratorKind, GeneratorSpec, StreamOptions, parse_duration};
+use freshet_engine::{GeneratorKind, GeneratorSpec, NexmarkTable, StreamOptions, parse_duration};
 use freshet_planner::StreamingContext;
 
 /// Records of the default generator tables the command line registers.
@@ -30,7 +30,7 @@ impl std::str::FromStr for TableSpec {
     fn from_str(text: &str) -> Result<Self> {
         let Some((name, rest)) = text.split_once('=') else {
             return plan_err!(
-                "--table {text}: expected NAME=PATH or NAME=generator:market_data|orders"
+                "--table {text}: expected NAME=PATH or NAME=generator:market_data|orders|nexmark"
             );
         };
         let name = name.trim();
@@ -55,15 +55,23 @@ impl std::str::FromStr for TableSpec {
         };
         let location = location.trim();
         let parts = options_text.split(',');
-        let mut source = match location.strip_prefix("generator:") {
-            Some(kind) => TableSource::Generator(GeneratorSpec::new(
+        let mut source = match (
+            location.strip_prefix("generator:"),
+            NexmarkTable::from_name(name),
+        ) {
+            // The Nexmark stream of the table's name.
+            (Some("nexmark"), Some(table)) => TableSource::Generator(GeneratorSpec::nexmark(
+                table,
+                Some(DEFAULT_GENERATOR_RECORDS),
+            )),
+            (Some(kind), _) => TableSource::Generator(GeneratorSpec::new(
                 kind.parse::<GeneratorKind>()?,
                 Some(DEFAULT_GENERATOR_RECORDS),
             )),
-            None if location.is_empty() => {
+            (None, _) if location.is_empty() => {
                 return plan_err!("--table {text}: no path or generator given for '{name}'");
             }
-            None => TableSource::Files(location.to_string()),
+            (None, _) => TableSource::Files(location.to_string()),
         };
         let mut options = StreamOptions::default();
         for pair in parts.filter(|p| !p.trim().is_empty()) {
@@ -98,7 +106,8 @@ impl std::str::FromStr for TableSpec {
 }
 
 /// Registers `specs` on `ctx`, then the default generator tables `market_data` and `orders`
-/// under the names not taken. `event_time` and `watermark` apply to every given table that
+/// and the Nexmark streams `person`, `auction` and `bid` (one sequence of 1 M events) under
+/// the names not taken. `event_time` and `watermark` apply to every given table that
 /// does not set its own.
 pub async fn register_tables(
     ctx: &StreamingContext,
@@ -123,10 +132,14 @@ pub async fn register_tables(
         }
         register_table(ctx, spec).await?;
     }
+    let nexmark = NexmarkTable::ALL.map(|table| (table.name(), GeneratorKind::Nexmark(table)));
     for (name, kind) in [
         ("market_data", GeneratorKind::MarketData),
         ("orders", GeneratorKind::Orders),
-    ] {
+    ]
+    .into_iter()
+    .chain(nexmark)
+    {
         if !taken.contains(name) {
             let options = StreamOptions {
                 out_of_orderness: watermark.unwrap_or_default(),

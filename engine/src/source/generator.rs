@@ -1,5 +1,5 @@
 //! The built-in generator streams `market_data` and `orders` (shapes in the project's
-//! `scenarios.md`).
+//! `scenarios.md`) and the three Nexmark streams (see [`super::nexmark`]).
 //!
 //! Record `i` is a pure function of `i` and the spec, so any batch can be produced on its own:
 //! the records are cut into blocks, and source partition `p` of `n` produces blocks `p, p + n,
@@ -25,6 +25,10 @@ use datafusion::physical_plan::execution_plan::Boundedness;
 use datafusion::physical_plan::memory::LazyBatchGenerator;
 use parking_lot::RwLock;
 
+use super::nexmark::{
+    NEXMARK_BASE_TIME_MS, NEXMARK_EVENT_RATE, NexmarkClock, NexmarkStrings, NexmarkTable,
+    nexmark_batch, parse_events,
+};
 use crate::options::parse_count;
 
 /// Which generator.
@@ -34,14 +38,17 @@ pub enum GeneratorKind {
     MarketData,
     /// Orders: order_id, customer_id, order_date, total_amount.
     Orders,
+    /// One of the Nexmark streams person, auction and bid.
+    Nexmark(NexmarkTable),
 }
 
 impl std::fmt::Display for GeneratorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::MarketData => "market_data",
-            Self::Orders => "orders",
-        })
+        match self {
+            Self::MarketData => f.write_str("market_data"),
+            Self::Orders => f.write_str("orders"),
+            Self::Nexmark(table) => write!(f, "nexmark.{table}"),
+        }
     }
 }
 
@@ -51,7 +58,18 @@ impl std::str::FromStr for GeneratorKind {
         match name {
             "market_data" => Ok(Self::MarketData),
             "orders" => Ok(Self::Orders),
-            _ => plan_err!("unknown generator '{name}': expected market_data or orders"),
+            "nexmark" => plan_err!(
+                "generator nexmark makes three streams: name one (nexmark.person, nexmark.auction or nexmark.bid), or register generator:nexmark as a table named person, auction or bid"
+            ),
+            _ => match name
+                .strip_prefix("nexmark.")
+                .and_then(NexmarkTable::from_name)
+            {
+                Some(table) => Ok(Self::Nexmark(table)),
+                None => plan_err!(
+                    "unknown generator '{name}': expected market_data, orders or nexmark (nexmark.person, nexmark.auction, nexmark.bid)"
+                ),
+            },
         }
     }
 }
@@ -60,31 +78,40 @@ impl std::str::FromStr for GeneratorKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratorSpec {
     pub kind: GeneratorKind,
-    /// Number of records; `None` generates forever.
+    /// Number of records; `None` generates forever. For a Nexmark stream, its rows among
+    /// `events` events.
     pub records: Option<u64>,
     /// Records per batch.
     pub batch_size: usize,
     /// market_data: distinct symbols and traders.
     pub symbols: u64,
     pub traders: u64,
-    /// market_data: event time of record 0 and the step between records, in milliseconds.
+    /// Event time of record (or Nexmark event) 0, in milliseconds.
     pub start_ms: i64,
+    /// market_data: the step between records, in milliseconds.
     pub step_ms: i64,
-    /// market_data: the largest amount a record's event time moves back (bounded disorder).
+    /// The largest amount a record's event time moves back (bounded disorder).
     pub disorder_ms: i64,
-    /// Seed of the disorder.
+    /// Seed of the disorder and of Nexmark's values.
     pub seed: u64,
     /// orders: distinct customers.
     pub customers: u64,
     /// orders: `total_amount = amount_base + (i % 100)`; 150 passes S0's filter always,
     /// 51 makes about half the rows fail it.
     pub amount_base: f64,
+    /// Nexmark: events in the whole sequence (`None`: endless) and events per second of
+    /// event time.
+    pub events: Option<u64>,
+    pub event_rate: u64,
+    /// Nexmark: the strings of this seed, made once and shared by clones.
+    strings: SharedStrings,
 }
 
 impl GeneratorSpec {
-    /// The spec of `scenarios.md` for `kind`, with `records` records.
+    /// The spec of `scenarios.md` for `kind`, with `records` records; for a Nexmark stream,
+    /// the standard sequence of `records` events (of which the stream holds its own kind).
     pub fn new(kind: GeneratorKind, records: Option<u64>) -> Self {
-        Self {
+        let mut spec = Self {
             kind,
             records,
             batch_size: 8192,
@@ -96,45 +123,71 @@ impl GeneratorSpec {
             seed: 42,
             customers: 1_000,
             amount_base: 150.0,
+            events: None,
+            event_rate: NEXMARK_EVENT_RATE,
+            strings: SharedStrings::default(),
+        };
+        if let GeneratorKind::Nexmark(_) = kind {
+            spec.start_ms = NEXMARK_BASE_TIME_MS;
+            spec.set_events(records);
+        }
+        spec
+    }
+
+    /// The standard Nexmark sequence of `events` events (`None`: endless), stream `table`.
+    pub fn nexmark(table: NexmarkTable, events: Option<u64>) -> Self {
+        Self::new(GeneratorKind::Nexmark(table), events)
+    }
+
+    fn set_events(&mut self, events: Option<u64>) {
+        self.events = events;
+        if let GeneratorKind::Nexmark(table) = self.kind {
+            self.records = events.map(|events| table.rows_among(events));
         }
     }
 
     /// The parameter names [`GeneratorSpec::set`] accepts for every generator.
-    const COMMON_KEYS: &'static [&'static str] = &[
-        "records",
-        "batch_size",
-        "start_ms",
-        "step_ms",
-        "disorder_ms",
-        "seed",
-    ];
+    const COMMON_KEYS: &'static [&'static str] = &["batch_size", "start_ms", "disorder_ms", "seed"];
 
-    /// The parameter names of one generator only, with its kind.
-    const KIND_KEYS: &'static [(&'static str, GeneratorKind)] = &[
-        ("symbols", GeneratorKind::MarketData),
-        ("traders", GeneratorKind::MarketData),
-        ("customers", GeneratorKind::Orders),
-        ("amount_base", GeneratorKind::Orders),
-    ];
+    /// The parameter names of one generator only.
+    fn kind_keys(kind: GeneratorKind) -> &'static [&'static str] {
+        match kind {
+            GeneratorKind::MarketData => &["records", "step_ms", "symbols", "traders"],
+            GeneratorKind::Orders => &["records", "step_ms", "customers", "amount_base"],
+            GeneratorKind::Nexmark(_) => &["events", "event_rate"],
+        }
+    }
 
     /// The parameter names [`GeneratorSpec::set`] accepts for this generator.
     pub fn keys(&self) -> Vec<&'static str> {
-        let own = Self::KIND_KEYS
-            .iter()
-            .filter(|(_, kind)| *kind == self.kind)
-            .map(|(key, _)| *key);
-        Self::COMMON_KEYS.iter().copied().chain(own).collect()
+        let own = Self::kind_keys(self.kind);
+        own.iter().chain(Self::COMMON_KEYS).copied().collect()
     }
 
     /// Sets a parameter from text; `Ok(false)` when `key` is not a generator parameter, an
     /// error when it is another generator's.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
-        if let Some((_, kind)) = Self::KIND_KEYS
-            .iter()
-            .find(|(name, kind)| *name == key && *kind != self.kind)
-        {
+        if key == "records" && matches!(self.kind, GeneratorKind::Nexmark(_)) {
             return plan_err!(
-                "option {key}={value} is a parameter of generator {kind}, not of {}; its parameters are {}",
+                "option records={value}: a Nexmark stream is sized by the events of the whole sequence (events=N), of which it holds its own kind"
+            );
+        }
+        let others = [
+            GeneratorKind::MarketData,
+            GeneratorKind::Orders,
+            GeneratorKind::Nexmark(NexmarkTable::Bid),
+        ];
+        if !self.keys().contains(&key)
+            && let Some(other) = others
+                .into_iter()
+                .find(|kind| Self::kind_keys(*kind).contains(&key))
+        {
+            let other = match other {
+                GeneratorKind::Nexmark(_) => "nexmark".to_string(),
+                kind => kind.to_string(),
+            };
+            return plan_err!(
+                "option {key}={value} is a parameter of generator {other}, not of {}; its parameters are {}",
                 self.kind,
                 self.keys().join(", ")
             );
@@ -154,6 +207,8 @@ impl GeneratorSpec {
         match key {
             "records" if value == "unbounded" => self.records = None,
             "records" => self.records = Some(parse_count(key, value)? as u64),
+            "events" => self.set_events(parse_events(value)?),
+            "event_rate" => self.event_rate = positive(key, value)?,
             "batch_size" => self.batch_size = positive(key, value)? as usize,
             "symbols" => self.symbols = positive(key, value)?,
             "traders" => self.traders = positive(key, value)?,
@@ -166,7 +221,10 @@ impl GeneratorSpec {
                     return plan_err!("option disorder_ms={value}: must not be negative");
                 }
             }
-            "seed" => self.seed = integer(key, value)? as u64,
+            "seed" => {
+                self.seed = integer(key, value)? as u64;
+                self.strings = SharedStrings::default();
+            }
             "amount_base" => match value.parse::<f64>() {
                 Ok(v) if v.is_finite() => self.amount_base = v,
                 _ => return plan_err!("option amount_base={value}: expected a number"),
@@ -174,6 +232,16 @@ impl GeneratorSpec {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// The Nexmark clock of this spec.
+    fn nexmark_clock(&self) -> NexmarkClock {
+        NexmarkClock {
+            seed: self.seed,
+            start_ms: self.start_ms,
+            event_rate: self.event_rate,
+            disorder_ms: self.disorder_ms,
+        }
     }
 
     /// The schema of the generated records.
@@ -196,6 +264,7 @@ impl GeneratorSpec {
                 Field::new("order_date", DataType::Utf8, false),
                 Field::new("total_amount", DataType::Float64, false),
             ],
+            GeneratorKind::Nexmark(table) => return table.schema(),
         };
         Arc::new(Schema::new(fields))
     }
@@ -205,6 +274,7 @@ impl GeneratorSpec {
         match self.kind {
             GeneratorKind::MarketData => Some("trade_time"),
             GeneratorKind::Orders => None,
+            GeneratorKind::Nexmark(_) => Some("date_time"),
         }
     }
 
@@ -249,6 +319,10 @@ impl GeneratorSpec {
                     ids.map(|i| self.amount_base + (i % 100) as f64),
                 )),
             ],
+            GeneratorKind::Nexmark(table) => {
+                let strings = self.strings.get(self.seed);
+                return nexmark_batch(table, &self.nexmark_clock(), &strings, ids);
+            }
         };
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
@@ -308,6 +382,24 @@ impl GeneratorSpec {
                 })) as Arc<RwLock<dyn LazyBatchGenerator>>
             })
             .collect()
+    }
+}
+
+/// Nexmark's strings for a seed, made on first use and shared by the spec's clones (a spec
+/// whose seed changes gets a new one).
+#[derive(Debug, Clone, Default)]
+struct SharedStrings(Arc<std::sync::OnceLock<Arc<NexmarkStrings>>>);
+
+impl SharedStrings {
+    fn get(&self, seed: u64) -> Arc<NexmarkStrings> {
+        Arc::clone(self.0.get_or_init(|| Arc::new(NexmarkStrings::new(seed))))
+    }
+}
+
+impl PartialEq for SharedStrings {
+    /// Derived from the seed, which the spec compares.
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 

@@ -25,7 +25,7 @@ use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use super::deal::DealExec;
 use super::exec::StreamSourceExec;
 use super::file_split::FileSplit;
-use super::generator::GeneratorSpec;
+use super::generator::{GeneratorKind, GeneratorSpec};
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::machine_cores;
 
@@ -116,6 +116,14 @@ impl StreamTable {
             && let ReplaySource::Generator(spec) = &source
         {
             options.event_time = spec.event_time_column().map(str::to_string);
+        }
+        // A Nexmark stream's rate counts the events of the whole sequence, so that its three
+        // streams paced at one rate keep together in event time.
+        if let (ReplaySource::Generator(spec), Pacing::RecordsPerSecond(rate)) =
+            (&source, options.pacing)
+            && let GeneratorKind::Nexmark(table) = spec.kind
+        {
+            options.pacing = Pacing::RecordsPerSecond(rate * table.share());
         }
         if let Some(column) = &options.event_time {
             check_event_time_column(name, &schema, column)?;
