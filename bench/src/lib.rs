@@ -7,6 +7,7 @@
 pub mod chart;
 pub mod compare;
 pub mod latency;
+pub mod nexmark;
 pub mod report;
 pub mod runner;
 pub mod scaling;

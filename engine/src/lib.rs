@@ -35,7 +35,8 @@ pub use progress::PartitionProgress;
 pub use sort::StreamSortExec;
 pub use source::{
     CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, NexmarkTable,
-    PartitionKeyCheck, ReplaySource, StreamSourceExec, StreamTable, open_file_source, splitmix64,
+    PartitionKeyCheck, ReplaySource, StreamSourceExec, StreamTable, nexmark_side_input,
+    open_file_source, splitmix64,
 };
 pub use watermark::{EventTime, StreamMessage, WatermarkTracker};
 pub use window::WindowSpec;

@@ -9,6 +9,7 @@ mod aggregate_rule;
 mod alignment_rule;
 mod changelog_rule;
 mod context;
+mod count_char;
 mod dialect;
 mod distribution_repair;
 mod execution_errors;
@@ -32,6 +33,7 @@ mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;
 pub use context::StreamingContext;
+pub use count_char::count_char_function;
 pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite, rewrite_with};
 pub use distribution_repair::DistributionRepair;
 pub use functions::window_functions;

@@ -18,7 +18,9 @@ use freshet_bench::{
 };
 use freshet_engine::options::parse_count;
 use freshet_engine::sink::{SinkSpec, drain, write_generated};
-use freshet_engine::{GeneratorKind, GeneratorSpec, MAX_PARTITIONS, NexmarkTable};
+use freshet_engine::{
+    GeneratorKind, GeneratorSpec, MAX_PARTITIONS, NexmarkTable, nexmark_side_input,
+};
 use freshet_planner::{FreshetOptions, StreamingContext, StreamingQuery};
 
 use super::tables::{TableSource, TableSpec, register_tables};
@@ -575,6 +577,18 @@ fn generate_nexmark(args: &GenArgs) -> Result<()> {
         let records = write_generated(&spec, &sink)?;
         eprintln!("wrote {records} {table} records to {}", path.display());
     }
+    // q13's bounded side input, as a CSV file with a header.
+    let path = args.out.join("side_input.csv");
+    let side_input = nexmark_side_input();
+    let mut writer =
+        SinkSpec::Csv(Some(path.clone())).open(&side_input.schema(), Box::new(std::io::sink()))?;
+    writer.write(&side_input)?;
+    writer.finish()?;
+    eprintln!(
+        "wrote {} side_input records to {}",
+        side_input.num_rows(),
+        path.display()
+    );
     Ok(())
 }
 

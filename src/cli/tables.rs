@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 
 use datafusion::common::{Result, plan_err};
-use freshet_engine::{GeneratorKind, GeneratorSpec, NexmarkTable, StreamOptions, parse_duration};
+use freshet_engine::{
+    GeneratorKind, GeneratorSpec, NexmarkTable, StreamOptions, nexmark_side_input, parse_duration,
+};
 use freshet_planner::StreamingContext;
 
 /// Records of the default generator tables the command line registers.
@@ -105,9 +107,9 @@ impl std::str::FromStr for TableSpec {
     }
 }
 
-/// Registers `specs` on `ctx`, then the default generator tables `market_data` and `orders`
-/// and the Nexmark streams `person`, `auction` and `bid` (one sequence of 1 M events) under
-/// the names not taken. `event_time` and `watermark` apply to every given table that
+/// Registers `specs` on `ctx`, then the default generator tables `market_data` and `orders`,
+/// the Nexmark streams `person`, `auction` and `bid` (one sequence of 1 M events) and
+/// Nexmark's bounded `side_input` under the names not taken. `event_time` and `watermark` apply to every given table that
 /// does not set its own.
 pub async fn register_tables(
     ctx: &StreamingContext,
@@ -151,6 +153,14 @@ pub async fn register_tables(
                 options,
             )?;
         }
+    }
+    if !taken.contains("side_input") {
+        let side_input = nexmark_side_input();
+        let options = StreamOptions {
+            bounded: Some(true),
+            ..StreamOptions::default()
+        };
+        ctx.register_batches("side_input", side_input.schema(), vec![side_input], options)?;
     }
     Ok(())
 }

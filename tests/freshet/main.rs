@@ -8,6 +8,7 @@ mod fuzz;
 mod joins;
 mod live;
 mod lookups;
+mod nexmark;
 mod oracle;
 mod over;
 mod partitioning;

@@ -21,5 +21,5 @@ pub use exec::StreamSourceExec;
 pub use files::{FileFormatKind, open_file_source};
 pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
 pub use key_check::{CoPartitionedSide, PartitionKeyCheck, PartitionKeys};
-pub use nexmark::{NexmarkTable, nexmark_batch};
+pub use nexmark::{NexmarkTable, nexmark_batch, nexmark_side_input};
 pub use table::{ReplaySource, StreamTable};

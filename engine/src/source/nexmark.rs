@@ -629,6 +629,21 @@ impl EventRandom {
     }
 }
 
+/// Rows of Nexmark q13's bounded side input.
+pub const SIDE_INPUT_ROWS: i64 = 10_000;
+
+/// Nexmark q13's bounded table `side_input(key, value)`: rows `(i, i)` for `i` below 10 000,
+/// as the standard `SideInputGenerator` writes them.
+pub fn nexmark_side_input() -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Int64, false),
+        Field::new("value", DataType::Int64, false),
+    ]));
+    let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..SIDE_INPUT_ROWS));
+    RecordBatch::try_new(schema, vec![Arc::clone(&column), column])
+        .unwrap_or_else(|_| unreachable!("two Int64 columns of equal length"))
+}
+
 /// Parses `events`: a count or `unbounded`.
 pub fn parse_events(value: &str) -> Result<Option<u64>> {
     if value == "unbounded" {
