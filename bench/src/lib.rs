@@ -8,6 +8,7 @@ pub mod chart;
 pub mod compare;
 pub mod latency;
 pub mod nexmark;
+pub mod nexmark_runner;
 pub mod report;
 pub mod runner;
 pub mod scaling;

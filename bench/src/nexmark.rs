@@ -68,7 +68,11 @@ pub const NEXMARK_QUERIES: [NexmarkQuery; 23] = [
     query!("q3", PERSON_AUCTION),
     query!("q4", AUCTION_BID),
     windowed!("q5", BID),
-    query!("q6", AUCTION_BID),
+    // A seller's auctions closing in the same millisecond tie in the OVER window's order.
+    NexmarkQuery {
+        tie_free_columns: Some(&["seller"]),
+        ..query!("q6", AUCTION_BID)
+    },
     windowed!("q7", BID),
     windowed!("q8", PERSON_AUCTION),
     NexmarkQuery {

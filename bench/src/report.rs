@@ -16,6 +16,7 @@ pub fn table(results: &[ScenarioResult]) -> String {
         "records",
         "streams",
         "Freshet rec/s",
+        "per stream",
         "DataFusion rec/s",
         "ratio",
         "Freshet CPU ns/rec",
@@ -23,7 +24,7 @@ pub fn table(results: &[ScenarioResult]) -> String {
         "output rows",
         "peak RSS",
     ];
-    let rows: Vec<[String; 11]> = results
+    let rows: Vec<[String; 12]> = results
         .iter()
         .map(|r| {
             [
@@ -32,6 +33,7 @@ pub fn table(results: &[ScenarioResult]) -> String {
                 r.records.to_string(),
                 r.partitions.to_string(),
                 millions(r.freshet_records_per_second()),
+                millions(r.freshet_records_per_second() / r.partitions.max(1) as f64),
                 millions(r.datafusion_records_per_second()),
                 format!("{:.2}x", r.ratio()),
                 format!("{:.0}", r.freshet_cpu_ns_per_record()),

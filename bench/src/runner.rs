@@ -198,47 +198,107 @@ pub async fn run_scenario(
 
 /// Checks that both engines agree on `run`, then times them alternately.
 async fn measure(run: &ScenarioRun<'_>, config: &BenchConfig) -> Result<ScenarioResult> {
-    reset_peak_rss();
-    let (freshet_print, datafusion_print) = (
-        run.run_freshet(true).await?.1,
-        run.run_datafusion(true).await?.1,
+    let label = format!(
+        "{} from {} at {} streams",
+        run.scenario.id,
+        run.input.source(),
+        run.streams
     );
-    if !freshet_print.matches(&datafusion_print) {
-        return exec_err!(
-            "{} from {} at {} streams: Freshet's result differs from DataFusion batch ({freshet_print:?} vs {datafusion_print:?}); no speed reported",
-            run.scenario.id,
-            run.input.source(),
-            run.streams
-        );
-    }
-    let mut freshet_times = Vec::new();
-    let mut datafusion_times = Vec::new();
-    let (mut freshet_cpu, mut datafusion_cpu) = (Vec::new(), Vec::new());
-    for round in 0..=config.runs {
-        let cpu = cpu_time();
-        let (freshet, _) = run.run_freshet(false).await?;
-        let between = cpu_time();
-        let (datafusion, _) = run.run_datafusion(false).await?;
-        if round > 0 {
-            freshet_times.push(freshet);
-            datafusion_times.push(datafusion);
-            freshet_cpu.push(between.saturating_sub(cpu));
-            datafusion_cpu.push(cpu_time().saturating_sub(between));
+    let timings = time_alternately(
+        &label,
+        config.runs,
+        |fingerprint| run.run_freshet(fingerprint),
+        |fingerprint| run.run_datafusion(fingerprint),
+    )
+    .await?;
+    Ok(timings.result(
+        run.scenario.id,
+        run.input.source(),
+        config.records * run.scenario.reads,
+        run.streams,
+    ))
+}
+
+/// What [`time_alternately`] measured.
+pub(crate) struct Timings {
+    freshet: Vec<Duration>,
+    datafusion: Vec<Duration>,
+    freshet_cpu: Vec<Duration>,
+    datafusion_cpu: Vec<Duration>,
+    output_rows: u64,
+    peak_rss_bytes: Option<u64>,
+}
+
+impl Timings {
+    /// The medians, as the result of `scenario` over `records` input records.
+    pub(crate) fn result(
+        self,
+        scenario: &str,
+        source: BenchSource,
+        records: u64,
+        partitions: usize,
+    ) -> ScenarioResult {
+        ScenarioResult {
+            scenario: scenario.to_string(),
+            source,
+            records,
+            partitions,
+            paired_ratio: median_ratio(&self.freshet, &self.datafusion),
+            freshet: median(self.freshet),
+            datafusion: median(self.datafusion),
+            freshet_cpu: median(self.freshet_cpu),
+            datafusion_cpu: median(self.datafusion_cpu),
+            output_rows: self.output_rows,
+            peak_rss_bytes: self.peak_rss_bytes,
         }
     }
-    Ok(ScenarioResult {
-        scenario: run.scenario.id.to_string(),
-        source: run.input.source(),
-        records: config.records * run.scenario.reads,
-        partitions: run.streams,
-        paired_ratio: median_ratio(&freshet_times, &datafusion_times),
-        freshet: median(freshet_times),
-        datafusion: median(datafusion_times),
-        freshet_cpu: median(freshet_cpu),
-        datafusion_cpu: median(datafusion_cpu),
+}
+
+/// Runs `freshet` and `datafusion` once each with fingerprints, which must agree, then `runs`
+/// times each alternately after a warm-up round, taking wall and CPU time of each run.
+pub(crate) async fn time_alternately<F, D, FF, DF>(
+    label: &str,
+    runs: usize,
+    freshet: F,
+    datafusion: D,
+) -> Result<Timings>
+where
+    F: Fn(bool) -> FF,
+    D: Fn(bool) -> DF,
+    FF: Future<Output = Result<(Duration, Fingerprint)>>,
+    DF: Future<Output = Result<(Duration, Fingerprint)>>,
+{
+    reset_peak_rss();
+    let (freshet_print, datafusion_print) = (freshet(true).await?.1, datafusion(true).await?.1);
+    if !freshet_print.matches(&datafusion_print) {
+        return exec_err!(
+            "{label}: Freshet's result differs from DataFusion batch ({freshet_print:?} vs {datafusion_print:?}); no speed reported"
+        );
+    }
+    let mut timings = Timings {
+        freshet: Vec::new(),
+        datafusion: Vec::new(),
+        freshet_cpu: Vec::new(),
+        datafusion_cpu: Vec::new(),
         output_rows: freshet_print.rows,
-        peak_rss_bytes: peak_rss(),
-    })
+        peak_rss_bytes: None,
+    };
+    for round in 0..=runs {
+        let cpu = cpu_time();
+        let (freshet_time, _) = freshet(false).await?;
+        let between = cpu_time();
+        let (datafusion_time, _) = datafusion(false).await?;
+        if round > 0 {
+            timings.freshet.push(freshet_time);
+            timings.datafusion.push(datafusion_time);
+            timings.freshet_cpu.push(between.saturating_sub(cpu));
+            timings
+                .datafusion_cpu
+                .push(cpu_time().saturating_sub(between));
+        }
+    }
+    timings.peak_rss_bytes = peak_rss();
+    Ok(timings)
 }
 
 /// The Parquet file of `scenario`'s data with `records` records in `dir`, written if missing
@@ -458,7 +518,7 @@ impl ScenarioRun<'_> {
 }
 
 /// Drains every stream in its own task; counts rows, and fingerprints them if asked.
-async fn drain_all(
+pub(crate) async fn drain_all(
     streams: Vec<SendableRecordBatchStream>,
     fingerprint: bool,
 ) -> Result<Fingerprint> {

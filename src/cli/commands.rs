@@ -12,6 +12,8 @@ use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
+use freshet_bench::nexmark::{NEXMARK_QUERIES, NexmarkQuery, nexmark_query};
+use freshet_bench::nexmark_runner::run_nexmark_query;
 use freshet_bench::scaling::{ScalingSource, run_scaling, scaling_cases, scaling_table};
 use freshet_bench::{
     BenchConfig, BenchSource, report, run_scenario, scenario, scenarios, variants,
@@ -670,6 +672,19 @@ async fn bench(args: BenchArgs) -> Result<()> {
     if args.scaling && args.latency {
         return plan_err!("--scaling and --latency are two runs: give one");
     }
+    match args.suite.as_str() {
+        "scenarios" => {}
+        "nexmark" if args.scaling || args.latency => {
+            return plan_err!(
+                "--suite nexmark measures throughput: --scaling and --latency are the scenarios' modes"
+            );
+        }
+        "nexmark" => return bench_nexmark(&args).await,
+        other => return plan_err!("--suite {other}: expected scenarios or nexmark"),
+    }
+    if args.events.is_some() || !args.query.is_empty() {
+        return plan_err!("--events and --query belong to --suite nexmark");
+    }
     if args.scaling {
         return bench_scaling(&args).await;
     }
@@ -743,6 +758,62 @@ async fn bench(args: BenchArgs) -> Result<()> {
             scenario.id, scenario.description
         );
         results.extend(run_scenario(scenario, &config).await?);
+    }
+    print!("{}", report::table(&results));
+    if let Some(path) = &args.json {
+        write_file(path, &report::json(&results))?;
+    }
+    if let Some(path) = &args.svg {
+        write_file(path, &throughput_svg(&results))?;
+    }
+    Ok(())
+}
+
+/// `bench --suite nexmark`.
+async fn bench_nexmark(args: &BenchArgs) -> Result<()> {
+    if !args.scenario.is_empty() {
+        return plan_err!("--suite nexmark runs queries: give --query, not --scenario");
+    }
+    let events = match (&args.events, args.quick) {
+        (_, true) => 200_000,
+        (Some(events), false) => parse_count("events", events)? as u64,
+        (None, false) => 10_000_000,
+    };
+    if events == 0 {
+        return plan_err!("--events must be at least 1");
+    }
+    if args.partitions.contains(&0) {
+        return plan_err!("--partitions: stream counts must be at least 1");
+    }
+    let config = BenchConfig {
+        records: events,
+        partitions: args.partitions.clone(),
+        runs: if args.quick { 1 } else { args.runs.max(1) },
+        sources: if args.source.is_empty() {
+            vec![BenchSource::Generator]
+        } else {
+            args.source
+                .iter()
+                .map(|s| s.parse())
+                .collect::<Result<Vec<BenchSource>>>()?
+        },
+        dir: bench_dir(args),
+    };
+    let selected: Vec<&NexmarkQuery> = if args.query.is_empty() {
+        NEXMARK_QUERIES.iter().collect()
+    } else {
+        args.query
+            .iter()
+            .map(|name| match nexmark_query(name) {
+                Some(query) => Ok(query),
+                None => plan_err!("unknown Nexmark query '{name}'; the queries are q0 to q22"),
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut results = Vec::new();
+    for query in selected {
+        eprintln!("running Nexmark {} on {events} events …", query.name);
+        results.extend(run_nexmark_query(query, &config).await?);
     }
     print!("{}", report::table(&results));
     if let Some(path) = &args.json {

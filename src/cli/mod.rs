@@ -134,9 +134,20 @@ pub struct GenArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// What to run: the reference scenarios (scenarios, the default) or the Nexmark queries
+    /// (nexmark: q0–q22 of bench/nexmark over one event sequence, or the --query ones).
+    #[arg(long, default_value = "scenarios")]
+    pub suite: String,
     /// Input records per scenario (10M, 1M, 100000, …).
     #[arg(long, default_value = "10M")]
     pub records: String,
+    /// Nexmark: events in the sequence (all three streams together; default 10M).
+    #[arg(long)]
+    pub events: Option<String>,
+    /// Nexmark: the queries to run (q5 or 5), separated by commas or given again (default:
+    /// every query).
+    #[arg(long, value_delimiter = ',')]
+    pub query: Vec<String>,
     /// Scenarios to run, separated by commas or given again (default: S0, S0-half, S1, S2,
     /// S3a, S3b); also the variants S1-frame10 and S1-frame10k; in the scaling mode, its cases.
     #[arg(long, value_delimiter = ',')]
