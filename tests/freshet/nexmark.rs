@@ -7,6 +7,8 @@ use freshet::testing::{Differential, TestSource, TestTable};
 use freshet_bench::nexmark::{NEXMARK_QUERIES, NexmarkQuery};
 use freshet_engine::nexmark_side_input;
 
+use crate::support::freshet_ok;
+
 /// 20 000 events at 500 a second of event time: 40 seconds, so that the 10-second windows,
 /// hops and sessions of q5, q7, q8, q11 and q12 close several times.
 fn events(table: NexmarkTable) -> GeneratorSpec {
@@ -52,4 +54,59 @@ async fn every_query_equals_batch_sql_at_1_2_and_4_streams() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `freshet gen nexmark` writes the events the generator makes, and a query file runs over
+/// them as over the generator: q8 (a window join of two streams) and q13 (the side input),
+/// from the command line, as a user would.
+#[test]
+fn the_files_gen_nexmark_writes_replay_the_generators_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    freshet_ok(&["gen", "nexmark", "--events", "20000", "--out", out]);
+    for file in ["person.parquet", "auction.parquet", "bid.parquet", "side_input.csv"] {
+        assert!(dir.path().join(file).exists(), "{file} is missing");
+    }
+    for query in ["q8", "q13"] {
+        let file = format!("bench/nexmark/{query}.sql");
+        let generated = sorted_rows(&freshet_ok(&[
+            "query",
+            "-f",
+            &file,
+            "--table",
+            "person=generator:nexmark,events=20000",
+            "--table",
+            "auction=generator:nexmark,events=20000",
+            "--table",
+            "bid=generator:nexmark,events=20000",
+            "-o",
+            "csv",
+        ]));
+        let table = |name: &str| format!("{name}={out}/{name}.parquet,event_time=date_time,watermark=4s");
+        let replayed = sorted_rows(&freshet_ok(&[
+            "query",
+            "-f",
+            &file,
+            "--table",
+            &table("person"),
+            "--table",
+            &table("auction"),
+            "--table",
+            &table("bid"),
+            "--table",
+            &format!("side_input={out}/side_input.csv,bounded=true"),
+            "--partitions",
+            "2",
+            "-o",
+            "csv",
+        ]));
+        assert!(generated.len() > 100, "{query}: {} rows", generated.len());
+        assert_eq!(generated, replayed, "{query}");
+    }
+}
+
+fn sorted_rows(csv: &str) -> Vec<String> {
+    let mut rows: Vec<String> = csv.lines().skip(1).map(str::to_string).collect();
+    rows.sort();
+    rows
 }
