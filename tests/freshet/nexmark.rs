@@ -64,7 +64,12 @@ fn the_files_gen_nexmark_writes_replay_the_generators_events() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     freshet_ok(&["gen", "nexmark", "--events", "20000", "--out", out]);
-    for file in ["person.parquet", "auction.parquet", "bid.parquet", "side_input.csv"] {
+    for file in [
+        "person.parquet",
+        "auction.parquet",
+        "bid.parquet",
+        "side_input.csv",
+    ] {
         assert!(dir.path().join(file).exists(), "{file} is missing");
     }
     for query in ["q8", "q13"] {
@@ -82,7 +87,8 @@ fn the_files_gen_nexmark_writes_replay_the_generators_events() {
             "-o",
             "csv",
         ]));
-        let table = |name: &str| format!("{name}={out}/{name}.parquet,event_time=date_time,watermark=4s");
+        let table =
+            |name: &str| format!("{name}={out}/{name}.parquet,event_time=date_time,watermark=4s");
         let replayed = sorted_rows(&freshet_ok(&[
             "query",
             "-f",
