@@ -35,6 +35,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::changelog::{OP_COLUMN, op_column};
+use freshet_engine::over::TopNExec;
 use freshet_engine::{StreamExchangeExec, StreamFilterExec};
 use freshet_partitioner::RoutingStrategy;
 
@@ -61,6 +62,13 @@ impl PhysicalOptimizerRule for ChangelogRule {
             // A changelog aggregation: its output gains the op column the nodes above read.
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>()
                 && let Some(with_op) = aggregate.with_op_column()?
+            {
+                let with_op: Arc<dyn ExecutionPlan> = Arc::new(with_op);
+                return Ok(Transformed::yes(with_op));
+            }
+            // So is a top-N that emits changes.
+            if let Some(top) = node.downcast_ref::<TopNExec>()
+                && let Some(with_op) = top.with_op_column()?
             {
                 let with_op: Arc<dyn ExecutionPlan> = Arc::new(with_op);
                 return Ok(Transformed::yes(with_op));
@@ -167,6 +175,15 @@ fn with_op(projection: &ProjectionExec) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(op) = op_column(&input.schema()) else {
         return Ok(Arc::new(projection.clone()));
     };
+    // A top-N of more than one row per key is keyed by its rank as well.
+    if let Some((_, limit)) = top_n_rank(input)
+        && limit > 1
+        && top_n_rank(&(Arc::new(projection.clone()) as Arc<dyn ExecutionPlan>)).is_none()
+    {
+        return plan_err!(
+            "a top-{limit} over a stream emits an upsert changelog keyed by the PARTITION BY keys and the ROW_NUMBER: select the ROW_NUMBER column too, so that each row's key is in the output"
+        );
+    }
     if schema.field_with_name(OP_COLUMN).is_ok() {
         return plan_err!(
             "a changelog (EMIT CHANGES) has a column named '{OP_COLUMN}' for each row's operation; \
@@ -182,4 +199,21 @@ fn with_op(projection: &ProjectionExec) -> Result<Arc<dyn ExecutionPlan>> {
         expressions,
         Arc::clone(input),
     )?))
+}
+
+/// Where the rank column of the top-N that `plan` passes on is, with the top-N's N: the
+/// top-N's last column, followed through the projections above it.
+fn top_n_rank(plan: &Arc<dyn ExecutionPlan>) -> Option<(usize, usize)> {
+    if let Some(top) = plan.downcast_ref::<TopNExec>() {
+        return Some((top.spec().schema.fields().len() - 1, top.spec().limit));
+    }
+    let projection = plan.downcast_ref::<ProjectionExec>()?;
+    let (rank, limit) = top_n_rank(projection.input())?;
+    let position = projection.expr().iter().position(|projected| {
+        projected
+            .expr
+            .downcast_ref::<Column>()
+            .is_some_and(|column| column.index() == rank)
+    })?;
+    Some((position, limit))
 }

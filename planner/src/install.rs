@@ -22,6 +22,7 @@ use crate::stateless_rule::StatelessExchangeRule;
 use crate::stream_filter_rule::StreamFilterRule;
 use crate::stream_safe_rules::stream_safe;
 use crate::stream_sort_rule::StreamSortRule;
+use crate::top_n_rule::TopNRule;
 use crate::unbounded_check::UnboundedInputCheck;
 
 /// Adds Freshet's window functions and planning rules to `builder`, keeping whatever else
@@ -70,6 +71,9 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));
     rules.insert(sanity_check, Arc::new(ChangelogRule));
+    // Before the changelog rule (which gives an emitting top-N its op column) and the OVER
+    // rule (which would refuse its window over an endless stream).
+    rules.insert(sanity_check, Arc::new(TopNRule));
     // Again, for windows over joins planned in the pass before.
     rules.insert(
         sanity_check,

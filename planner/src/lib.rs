@@ -29,6 +29,7 @@ mod stream_safe_rules;
 mod stream_sort_rule;
 #[cfg(test)]
 mod test_support;
+mod top_n_rule;
 mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;

@@ -594,7 +594,7 @@ fn reads_ahead_below(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
 
 /// `plan` without the sorts and repartitions DataFusion put under a window operator, down to
 /// the stream (a sort pushed below a stream's source goes too).
-fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+pub(crate) fn without_sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let mut plan = Arc::clone(plan);
     loop {
         let next = if let Some(sort) = plan.downcast_ref::<SortExec>()

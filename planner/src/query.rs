@@ -16,7 +16,7 @@ use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateRecords, side_output_schema};
-use freshet_engine::over::OverWindowExec;
+use freshet_engine::over::{OverWindowExec, TopNEmit, TopNExec};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -153,7 +153,12 @@ impl StreamingQuery {
     pub fn explain(&self) -> String {
         let mut aggregation = None;
         let mut changelog_key = String::new();
+        let mut top_n = None;
         let _ = self.plan.apply(|node| {
+            if let Some(top) = node.downcast_ref::<TopNExec>() {
+                top_n = Some((top.spec().emit, top.spec().limit, top.changelog_key()));
+                return Ok(TreeNodeRecursion::Stop);
+            }
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
                 aggregation = Some((aggregate.emit(), aggregate.window().is_some()));
                 let schema = aggregate.schema();
@@ -175,6 +180,12 @@ impl StreamingQuery {
             )
         };
         let emit = match (aggregation, self.plan.pipeline_behavior()) {
+            _ if let Some((TopNEmit::Final, limit, _)) = &top_n => {
+                format!("final (the first {limit} rows of each key at the end of the input)")
+            }
+            _ if let Some((TopNEmit::Changes, _, key)) = &top_n => format!(
+                "changes (an upsert changelog keyed by ({key}), its op column +I or +U; a row per changed rank and input batch)"
+            ),
             (Some((AggregateEmit::Final, true)), _) => {
                 "final (one row per group when its window closes)".to_string()
             }

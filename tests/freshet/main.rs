@@ -17,4 +17,5 @@ mod reproductions;
 mod s0;
 mod sql_fixtures;
 mod support;
+mod top_n;
 mod two_phase;

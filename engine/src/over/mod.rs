@@ -1,6 +1,6 @@
 //! Streaming window functions over ROWS frames, and RANGE frames reaching back a fixed
 //! distance (`OVER (PARTITION BY … ORDER BY …)`): one output row per input row, computed as
-//! soon as its frame is complete.
+//! soon as its frame is complete; and the top N rows of each key (`ROW_NUMBER() … <= N`).
 
 mod frame_aggregate;
 mod frame_sum;
@@ -13,8 +13,10 @@ mod ranking;
 pub(crate) mod reorder;
 mod ring;
 mod sparse_nulls;
+mod top_n;
 
 pub use frame_aggregate::FrameAggregateKind;
 pub use functions::{FrameStart, OverFunction, OverFunctionKind, OverKernel};
 pub use over_window::{OverSpec, OverWindowExec};
 pub use ranking::RankingKind;
+pub use top_n::{TieOrder, TopNEmit, TopNExec, TopNSpec};

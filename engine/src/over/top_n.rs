@@ -1,0 +1,614 @@
+//! [`TopNExec`]: the top N rows of each key by an ORDER BY, kept as the rows come
+//! (`… ROW_NUMBER() OVER (PARTITION BY k ORDER BY s) AS rn … WHERE rn <= N`), with keep-last
+//! de-duplication (`ORDER BY ts DESC`, `rn = 1`) as its N = 1 case.
+//!
+//! Each key holds a list of at most N rows sorted by the ORDER BY; rows of equal ORDER BY
+//! values are in the order they arrived, the earlier one ranked first, except in keep-last
+//! de-duplication (one row per key, ordered by the stream's event time descending), where the
+//! later arrival replaces the row of an equal time, as Flink's de-duplication does. A row is
+//! placed by a binary search over the ORDER BY values encoded as arrow rows (their bytes
+//! compare in the ORDER BY's order, directions and nulls included); a row that cannot enter a
+//! full list is dropped after one comparison with its last row. Rows are kept as arrow rows
+//! of every input column and decoded when they leave.
+//!
+//! What leaves depends on [`TopNEmit`]:
+//! - `Final` (a bounded input): at the end of the input, each key's list with its ranks, the
+//!   batch answer.
+//! - `Changes` (an endless input, or EMIT CHANGES): an upsert changelog keyed by the PARTITION
+//!   BY keys and the rank (see [`crate::changelog`]). After each input batch, every rank of a
+//!   key whose row changed gives a row: `+I` for a rank filled the first time, `+U` for a rank
+//!   that now holds another row. Over append-only input a key's list only grows or changes
+//!   rows, so no rank is ever deleted. Applied in order by (keys, rank), the changelog holds
+//!   each key's top N so far, and at the end of a bounded input the `Final` answer.
+//!
+//! The state grows with the number of keys (N rows each); it is not freed by the watermark.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
+};
+use futures::{StreamExt, stream};
+
+use crate::changelog::{ChangeOp, op_array, with_op_column};
+use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+
+/// When a [`TopNExec`]'s rows leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopNEmit {
+    /// Each key's top N at the end of the input.
+    Final,
+    /// An upsert changelog keyed by (keys, rank), after each input batch.
+    Changes,
+}
+
+/// Which of two rows with equal ORDER BY values ranks first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieOrder {
+    /// The earlier arrival (top-N).
+    EarlierFirst,
+    /// The later arrival (keep-last de-duplication).
+    LaterFirst,
+}
+
+/// What a [`TopNExec`] computes.
+#[derive(Debug, Clone)]
+pub struct TopNSpec {
+    /// The PARTITION BY expressions, over the input.
+    pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
+    /// The ORDER BY, over the input.
+    pub order_by: Vec<PhysicalSortExpr>,
+    /// N: the rows kept per key (at least 1).
+    pub limit: usize,
+    pub ties: TieOrder,
+    pub emit: TopNEmit,
+    /// The output: the input's columns, then the rank (UInt64), without the op column.
+    pub schema: SchemaRef,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct TopNExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: TopNSpec,
+    /// Whether the output carries the changelog's op column (set by the planner's changelog
+    /// rule, as for an EMIT CHANGES aggregation).
+    with_op: bool,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl TopNExec {
+    pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: TopNSpec) -> Result<Self> {
+        if spec.limit == 0 {
+            return internal_err!("TopNExec: N must be at least 1");
+        }
+        if spec.schema.fields().len() != input.schema().fields().len() + 1 {
+            return internal_err!("TopNExec: the schema must be the input's and the rank");
+        }
+        Self::build(input, spec, false)
+    }
+
+    fn build(input: Arc<dyn ExecutionPlan>, spec: TopNSpec, with_op: bool) -> Result<Self> {
+        let schema = match with_op {
+            true => with_op_column(&spec.schema),
+            false => Arc::clone(&spec.schema),
+        };
+        let properties = Arc::new(stateful_properties(&input, &schema));
+        Ok(Self {
+            input,
+            spec,
+            with_op,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    pub fn spec(&self) -> &TopNSpec {
+        &self.spec
+    }
+
+    /// This operator with the changelog's op column, if it emits changes.
+    pub fn with_op_column(&self) -> Result<Option<Self>> {
+        if self.spec.emit != TopNEmit::Changes || self.with_op {
+            return Ok(None);
+        }
+        Self::build(Arc::clone(&self.input), self.spec.clone(), true).map(Some)
+    }
+
+    /// The changelog's key as EXPLAIN names it: the PARTITION BY keys and the rank.
+    pub fn changelog_key(&self) -> String {
+        let keys = self
+            .spec
+            .partition_by
+            .iter()
+            .map(|key| match key.downcast_ref::<Column>() {
+                Some(column) => column.name().to_string(),
+                None => key.to_string(),
+            });
+        keys.chain(["the ROW_NUMBER".to_string()])
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl DisplayAs for TopNExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let keys: Vec<String> = self
+            .spec
+            .partition_by
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        let order: Vec<String> = self.spec.order_by.iter().map(|s| s.to_string()).collect();
+        let ties = match self.spec.ties {
+            TieOrder::EarlierFirst => "the earlier arrival first",
+            TieOrder::LaterFirst => "the later arrival first (keep last)",
+        };
+        let emit = match self.spec.emit {
+            TopNEmit::Final => "final (each key's rows at the end of the input)",
+            TopNEmit::Changes => "changes (upserts keyed by the keys and the rank, per batch)",
+        };
+        write!(
+            f,
+            "TopNExec: n={}, partition_by=[{}], order_by=[{}], ties: {ties}, emit={emit}",
+            self.spec.limit,
+            keys.join(", "),
+            order.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for TopNExec {
+    fn name(&self) -> &str {
+        "TopNExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let sorts = self.spec.order_by.iter().map(|s| &s.expr);
+        visit_expressions(self.spec.partition_by.iter().chain(sorts), f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = single_child("TopNExec", children)?;
+        Ok(Arc::new(Self::build(
+            input,
+            self.spec.clone(),
+            self.with_op,
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let batch_size = context.session_config().batch_size();
+        let input = self.input.execute(partition, context)?;
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let ranked = TopNState::try_new(&self.spec, &self.input.schema(), self.with_op)?;
+        let output = stream::unfold(
+            (input, ranked, Phase::Reading),
+            move |(mut input, mut ranked, phase)| {
+                let metrics = metrics.clone();
+                async move {
+                    let mut phase = phase;
+                    loop {
+                        match phase {
+                            Phase::Reading => match input.next().await {
+                                Some(Ok(batch)) => {
+                                    let timer = metrics.elapsed_compute().timer();
+                                    let changes = ranked.push(&batch);
+                                    timer.done();
+                                    match changes {
+                                        Ok(Some(out)) => {
+                                            metrics.record_output(out.num_rows());
+                                            return Some((Ok(out), (input, ranked, phase)));
+                                        }
+                                        Ok(None) => continue,
+                                        Err(e) => {
+                                            return Some((Err(e), (input, ranked, Phase::Done)));
+                                        }
+                                    }
+                                }
+                                Some(Err(e)) => {
+                                    return Some((Err(e), (input, ranked, Phase::Done)));
+                                }
+                                None => match ranked.finish(batch_size) {
+                                    Ok(batches) => phase = Phase::Flushing(batches.into()),
+                                    Err(e) => {
+                                        return Some((Err(e), (input, ranked, Phase::Done)));
+                                    }
+                                },
+                            },
+                            Phase::Flushing(mut batches) => match batches.pop_front() {
+                                Some(out) => {
+                                    metrics.record_output(out.num_rows());
+                                    let next = Phase::Flushing(batches);
+                                    return Some((Ok(out), (input, ranked, next)));
+                                }
+                                None => phase = Phase::Done,
+                            },
+                            Phase::Done => return None,
+                        }
+                    }
+                }
+            },
+        );
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            output,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Where a [`TopNExec`] stream is.
+enum Phase {
+    Reading,
+    /// The input ended; the final rows left to hand out.
+    Flushing(VecDeque<RecordBatch>),
+    Done,
+}
+
+/// One kept row: its ORDER BY values and all its columns, as arrow rows.
+#[derive(Debug)]
+struct Ranked {
+    order: OwnedRow,
+    row: OwnedRow,
+}
+
+/// The top N of each key of one partition.
+struct TopNState {
+    spec: TopNSpec,
+    schema: SchemaRef,
+    with_op: bool,
+    keys: RowConverter,
+    order: RowConverter,
+    rows: RowConverter,
+    /// Key (encoded) to its index in `lists`.
+    key_index: HashMap<Box<[u8]>, usize>,
+    lists: Vec<Vec<Ranked>>,
+    /// Per key changed by the current batch: its list's length before the batch and the
+    /// first rank that changed.
+    changed: HashMap<usize, (usize, usize)>,
+}
+
+impl TopNState {
+    fn try_new(spec: &TopNSpec, input: &SchemaRef, with_op: bool) -> Result<Self> {
+        let key_fields = spec
+            .partition_by
+            .iter()
+            .map(|k| Ok(SortField::new(k.data_type(input)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let order_fields = spec
+            .order_by
+            .iter()
+            .map(|s| {
+                Ok(SortField::new_with_options(
+                    s.expr.data_type(input)?,
+                    s.options,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let row_fields = input
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Self {
+            spec: spec.clone(),
+            schema: match with_op {
+                true => with_op_column(&spec.schema),
+                false => Arc::clone(&spec.schema),
+            },
+            with_op,
+            keys: RowConverter::new(key_fields)?,
+            order: RowConverter::new(order_fields)?,
+            rows: RowConverter::new(row_fields)?,
+            key_index: HashMap::new(),
+            lists: Vec::new(),
+            changed: HashMap::new(),
+        })
+    }
+
+    /// Places the rows of `batch`; in `Changes` mode, the changelog rows they give.
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        let evaluate = |exprs: &mut dyn Iterator<Item = &Arc<dyn PhysicalExpr>>| {
+            exprs
+                .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
+                .collect::<Result<Vec<ArrayRef>>>()
+        };
+        // Without PARTITION BY every row has the one, empty key (a converter of no columns
+        // makes no rows).
+        let keys = match self.spec.partition_by.is_empty() {
+            true => None,
+            false => Some(
+                self.keys
+                    .convert_columns(&evaluate(&mut self.spec.partition_by.iter())?)?,
+            ),
+        };
+        let order = self
+            .order
+            .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
+        let mut rows: Option<Rows> = None;
+        let limit = self.spec.limit;
+        for i in 0..batch.num_rows() {
+            let key = keys.as_ref().map_or(&[][..], |keys| keys.row(i).data());
+            let list = match self.key_index.get(key) {
+                Some(&list) => list,
+                None => {
+                    self.key_index.insert(key.into(), self.lists.len());
+                    self.lists.push(Vec::new());
+                    self.lists.len() - 1
+                }
+            };
+            let ranked = &mut self.lists[list];
+            let value = order.row(i);
+            let position = match self.spec.ties {
+                TieOrder::EarlierFirst => ranked.partition_point(|r| r.order.row() <= value),
+                TieOrder::LaterFirst => ranked.partition_point(|r| r.order.row() < value),
+            };
+            if position >= limit {
+                continue;
+            }
+            let all = match &rows {
+                Some(all) => all,
+                None => rows.insert(self.rows.convert_columns(batch.columns())?),
+            };
+            let before = ranked.len();
+            ranked.insert(
+                position,
+                Ranked {
+                    order: value.owned(),
+                    row: all.row(i).owned(),
+                },
+            );
+            ranked.truncate(limit);
+            let change = self.changed.entry(list).or_insert((before, position));
+            change.1 = change.1.min(position);
+        }
+        match self.spec.emit {
+            TopNEmit::Final => {
+                self.changed.clear();
+                Ok(None)
+            }
+            TopNEmit::Changes => self.changes(),
+        }
+    }
+
+    /// The changelog rows of the keys the last batch changed, and forgets the changes.
+    fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        if self.changed.is_empty() {
+            return Ok(None);
+        }
+        let mut changed: Vec<(usize, (usize, usize))> = self.changed.drain().collect();
+        changed.sort_unstable_by_key(|(list, _)| *list);
+        let mut out = Vec::new();
+        for (list, (before, first)) in changed {
+            for rank in first..self.lists[list].len() {
+                let op = ChangeOp::of_upsert(rank >= before);
+                out.push((list, rank, op));
+            }
+        }
+        self.rows_of(&out).map(Some)
+    }
+
+    /// At the end of the input: in `Final` mode every key's rows, in batches of about
+    /// `batch_size` rows.
+    fn finish(&mut self, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        if self.spec.emit != TopNEmit::Final {
+            return Ok(Vec::new());
+        }
+        let all: Vec<(usize, usize, ChangeOp)> = self
+            .lists
+            .iter()
+            .enumerate()
+            .flat_map(|(list, ranked)| {
+                (0..ranked.len()).map(move |rank| (list, rank, ChangeOp::Insert))
+            })
+            .collect();
+        all.chunks(batch_size.max(1))
+            .map(|chunk| self.rows_of(chunk))
+            .collect()
+    }
+
+    /// The output rows of (key, rank) pairs, with their ranks (and ops).
+    fn rows_of(&self, picked: &[(usize, usize, ChangeOp)]) -> Result<RecordBatch> {
+        let mut columns = self.rows.convert_rows(
+            picked
+                .iter()
+                .map(|(list, rank, _)| self.lists[*list][*rank].row.row()),
+        )?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            picked.iter().map(|(_, rank, _)| *rank as u64 + 1),
+        )));
+        if self.with_op {
+            columns.push(op_array(picked.iter().map(|(_, _, op)| *op)));
+        }
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{AsArray, Int64Array};
+    use datafusion::arrow::compute::SortOptions;
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt64Type};
+
+    use super::*;
+
+    fn input_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+            Field::new("seq", DataType::Int64, false),
+        ]))
+    }
+
+    fn spec(limit: usize, ties: TieOrder, emit: TopNEmit) -> TopNSpec {
+        let mut fields: Vec<Field> = input_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("rn", DataType::UInt64, false));
+        TopNSpec {
+            partition_by: vec![Arc::new(Column::new("k", 0))],
+            order_by: vec![PhysicalSortExpr::new(
+                Arc::new(Column::new("v", 1)),
+                SortOptions::new(true, true),
+            )],
+            limit,
+            ties,
+            emit,
+            schema: Arc::new(Schema::new(fields)),
+        }
+    }
+
+    fn batch(rows: &[(i64, i64, i64)]) -> RecordBatch {
+        let column = |f: fn(&(i64, i64, i64)) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(f)))
+        };
+        RecordBatch::try_new(
+            input_schema(),
+            vec![column(|r| r.0), column(|r| r.1), column(|r| r.2)],
+        )
+        .unwrap()
+    }
+
+    /// (k, v, seq, rank, op) of a changelog batch.
+    fn rows(batch: &RecordBatch) -> Vec<(i64, i64, i64, u64, String)> {
+        let int = |c: usize| batch.column(c).as_primitive::<Int64Type>().clone();
+        let (k, v, seq) = (int(0), int(1), int(2));
+        let rank = batch.column(3).as_primitive::<UInt64Type>();
+        let op = batch.column(4).as_string::<i32>();
+        (0..batch.num_rows())
+            .map(|i| {
+                (
+                    k.value(i),
+                    v.value(i),
+                    seq.value(i),
+                    rank.value(i),
+                    op.value(i).to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_the_largest_values_with_earlier_arrivals_first_among_ties() {
+        let mut state = TopNState::try_new(
+            &spec(2, TieOrder::EarlierFirst, TopNEmit::Changes),
+            &input_schema(),
+            true,
+        )
+        .unwrap();
+        let first = state
+            .push(&batch(&[(1, 5, 0), (1, 7, 1), (2, 1, 2)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            rows(&first),
+            [
+                (1, 7, 1, 1, "+I".to_string()),
+                (1, 5, 0, 2, "+I".to_string()),
+                (2, 1, 2, 1, "+I".to_string()),
+            ]
+        );
+        // A tie with the first row ranks after it; 6 pushes 5 out; 3 cannot enter.
+        let second = state
+            .push(&batch(&[(1, 7, 3), (1, 3, 4), (1, 6, 5)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows(&second), [(1, 7, 3, 2, "+U".to_string())]);
+        let third = state.push(&batch(&[(1, 6, 6)])).unwrap();
+        assert!(third.is_none(), "a row below a full list changes nothing");
+    }
+
+    #[test]
+    fn keep_last_replaces_the_row_of_an_equal_value() {
+        let mut state = TopNState::try_new(
+            &spec(1, TieOrder::LaterFirst, TopNEmit::Changes),
+            &input_schema(),
+            true,
+        )
+        .unwrap();
+        state.push(&batch(&[(1, 5, 0)])).unwrap();
+        let tie = state.push(&batch(&[(1, 5, 1)])).unwrap().unwrap();
+        assert_eq!(rows(&tie), [(1, 5, 1, 1, "+U".to_string())]);
+        let older = state.push(&batch(&[(1, 4, 2)])).unwrap();
+        assert!(older.is_none());
+    }
+
+    #[test]
+    fn final_mode_gives_every_keys_rows_at_the_end() {
+        let mut state = TopNState::try_new(
+            &spec(2, TieOrder::EarlierFirst, TopNEmit::Final),
+            &input_schema(),
+            false,
+        )
+        .unwrap();
+        assert!(
+            state
+                .push(&batch(&[(1, 5, 0), (2, 9, 1), (1, 8, 2), (1, 6, 3)]))
+                .unwrap()
+                .is_none()
+        );
+        let out = state.finish(2).unwrap();
+        assert_eq!(out.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), [2, 1]);
+        let v: Vec<i64> = out
+            .iter()
+            .flat_map(|b| b.column(1).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        assert_eq!(v, [8, 6, 9]);
+    }
+}

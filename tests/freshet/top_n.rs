@@ -1,0 +1,195 @@
+//! Top-N and keep-last de-duplication over streams (`ROW_NUMBER() … <= N`): the batch answer
+//! on bounded input with ties ranked by arrival, at 1, 2 and 4 streams; an upsert changelog
+//! keyed by the keys and the rank on endless input, which applied in order gives the batch
+//! answer.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray,
+};
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
+use freshet::testing::{Differential, TestSource, TestTable};
+use freshet::{StreamOptions, StreamingContext};
+use futures::TryStreamExt;
+
+/// Rows `(k, v, seq, ts)`: 23 keys, values 0–29 (many ties), `seq` the arrival order, `ts`
+/// four rows to a millisecond (ties in time too).
+fn rows(count: i64) -> RecordBatch {
+    let k = (0..count).map(|i| (i * 7919) % 23);
+    let v = (0..count).map(|i| (i * 104_729 + i / 5) % 30);
+    RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from_iter_values(k)) as ArrayRef),
+        ("v", Arc::new(Int64Array::from_iter_values(v))),
+        ("seq", Arc::new(Int64Array::from_iter_values(0..count))),
+        (
+            "ts",
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                (0..count).map(|i| 1_700_000_000_000 + i / 4),
+            )),
+        ),
+    ])
+    .unwrap()
+}
+
+/// `rows(count)` as a Parquet file of row groups of 97 rows (ties cross row groups).
+fn parquet(path: &Path, count: i64) {
+    let batch = rows(count);
+    let properties = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(97))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+fn table(path: &Path) -> TestTable {
+    TestTable::new("t", TestSource::Parquet(path.to_path_buf())).with_options(StreamOptions {
+        event_time: Some("ts".to_string()),
+        ..StreamOptions::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_top_n_ranks_equal_values_by_arrival_at_every_stream_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    parquet(&path, 3_000);
+    let top = |order: &str| {
+        format!(
+            "SELECT k, v, seq, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY {order}) AS rn FROM t) WHERE rn <= 3"
+        )
+    };
+    Differential::new(&top("v DESC"), &top("v DESC, seq"))
+        .table(table(&path))
+        .with_plan_text("TopNExec: n=3")
+        .run()
+        .await
+        .unwrap();
+    // The same rows replayed from memory in batches of 100.
+    let batch = rows(3_000);
+    let batches = (0..30).map(|i| batch.slice(i * 100, 100)).collect();
+    let memory = TestTable::batches("t", batch.schema(), batches).with_options(StreamOptions {
+        event_time: Some("ts".to_string()),
+        ..StreamOptions::default()
+    });
+    Differential::new(&top("v DESC"), &top("v DESC, seq"))
+        .table(memory)
+        .run()
+        .await
+        .unwrap();
+    // Without keys, `rn < 6` and the number first.
+    Differential::new(
+        "SELECT v, seq FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY v) AS rn FROM t) WHERE 6 > rn",
+        "SELECT v, seq FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY v, seq) AS rn FROM t) WHERE rn <= 5",
+    )
+    .table(table(&path))
+    .with_plan_text("TopNExec: n=5")
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_last_de_duplication_keeps_the_later_arrival_of_equal_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    parquet(&path, 3_000);
+    Differential::new(
+        "SELECT k, seq FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) WHERE rn = 1",
+        "SELECT k, seq FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, seq DESC) AS rn FROM t) WHERE rn = 1",
+    )
+    .table(table(&path))
+    .with_plan_text("ties: the later arrival first (keep last)")
+    .run()
+    .await
+    .unwrap();
+}
+
+/// On an endless stream the top-N is a changelog; applied by (k, rank) it is the batch answer
+/// (a file replayed as endless, applied in the file's order at every stream count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_top_n_is_a_changelog_that_applies_to_the_batch_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    parquet(&path, 3_000);
+    let batch = rows(3_000);
+    for streams in [1, 2, 4] {
+        let ctx = StreamingContext::with_partitions(streams);
+        let options = StreamOptions {
+            event_time: Some("ts".to_string()),
+            bounded: Some(false),
+            ..StreamOptions::default()
+        };
+        ctx.register_parquet("t", path.to_str().unwrap(), options)
+            .await
+            .unwrap();
+        let query = ctx
+            .sql("SELECT k, seq, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM t) WHERE rn <= 3")
+            .await
+            .unwrap();
+        assert!(
+            query.explain().contains("emit=changes"),
+            "{}",
+            query.explain()
+        );
+        let out: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        let mut applied = BTreeMap::new();
+        let mut updates = 0;
+        for batch in &out {
+            let k = batch.column(0).as_primitive::<Int64Type>();
+            let seq = batch.column(1).as_primitive::<Int64Type>();
+            let rank = batch.column(2).as_primitive::<UInt64Type>();
+            let op = batch.column(3).as_string::<i32>();
+            for i in 0..batch.num_rows() {
+                assert!(["+I", "+U"].contains(&op.value(i)), "{}", op.value(i));
+                updates += (op.value(i) == "+U") as usize;
+                applied.insert((k.value(i), rank.value(i)), seq.value(i));
+            }
+        }
+        assert!(updates > 0, "later rows replace earlier ones");
+        // The batch answer, ties to the earlier arrival.
+        let mut expected = BTreeMap::new();
+        let (k, v) = (
+            batch.column(0).as_primitive::<Int64Type>(),
+            batch.column(1).as_primitive::<Int64Type>(),
+        );
+        let mut by_key: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+        for i in 0..batch.num_rows() {
+            by_key
+                .entry(k.value(i))
+                .or_default()
+                .push((-v.value(i), i as i64));
+        }
+        for (key, mut ranked) in by_key {
+            ranked.sort();
+            for (rank, (_, seq)) in ranked.into_iter().take(3).enumerate() {
+                expected.insert((key, rank as u64 + 1), seq);
+            }
+        }
+        assert_eq!(applied, expected, "at {streams} streams");
+    }
+}
+
+#[tokio::test]
+async fn an_endless_top_n_must_show_its_rank() {
+    let batch = rows(100);
+    let ctx = StreamingContext::with_partitions(2);
+    let options = StreamOptions {
+        bounded: Some(false),
+        ..StreamOptions::default()
+    };
+    ctx.register_batches("t", batch.schema(), vec![batch], options)
+        .unwrap();
+    let error = crate::support::planning_error(
+        &ctx,
+        "SELECT k, v FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM t) WHERE rn <= 3",
+    )
+    .await;
+    assert!(error.contains("select the ROW_NUMBER column"), "{error}");
+}
