@@ -9,7 +9,8 @@
 //! placed by a binary search over the ORDER BY values encoded as arrow rows (their bytes
 //! compare in the ORDER BY's order, directions and nulls included); a row that cannot enter a
 //! full list is dropped after one comparison with its last row. Rows are kept as arrow rows
-//! of every input column and decoded when they leave.
+//! of every input column — encoded once their batch is placed, only those still kept — and
+//! decoded when they leave.
 //!
 //! What leaves depends on [`TopNEmit`]:
 //! - `Final` (a bounded input): at the end of the input, each key's list with its ranks, the
@@ -27,9 +28,10 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::arrow::row::{OwnedRow, Row, RowConverter, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -300,7 +302,25 @@ enum Phase {
 #[derive(Debug)]
 struct Ranked {
     order: OwnedRow,
-    row: OwnedRow,
+    row: Stored,
+}
+
+/// A kept row's columns.
+#[derive(Debug)]
+enum Stored {
+    Encoded(OwnedRow),
+    /// Row `n` of the batch being placed: encoded once the batch is placed, if the row is
+    /// still kept then (most rows that enter a top N early leave it within their batch).
+    Pending(usize),
+}
+
+impl Stored {
+    fn encoded(&self) -> Result<Row<'_>> {
+        match self {
+            Self::Encoded(row) => Ok(row.row()),
+            Self::Pending(_) => internal_err!("TopNExec: a row was not encoded"),
+        }
+    }
 }
 
 /// The top N of each key of one partition.
@@ -379,7 +399,6 @@ impl TopNState {
         let order = self
             .order
             .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
-        let mut rows: Option<Rows> = None;
         let limit = self.spec.limit;
         for i in 0..batch.num_rows() {
             let key = keys.as_ref().map_or(&[][..], |keys| keys.row(i).data());
@@ -400,22 +419,19 @@ impl TopNState {
             if position >= limit {
                 continue;
             }
-            let all = match &rows {
-                Some(all) => all,
-                None => rows.insert(self.rows.convert_columns(batch.columns())?),
-            };
             let before = ranked.len();
             ranked.insert(
                 position,
                 Ranked {
                     order: value.owned(),
-                    row: all.row(i).owned(),
+                    row: Stored::Pending(i),
                 },
             );
             ranked.truncate(limit);
             let change = self.changed.entry(list).or_insert((before, position));
             change.1 = change.1.min(position);
         }
+        self.encode_pending(batch)?;
         match self.spec.emit {
             TopNEmit::Final => {
                 self.changed.clear();
@@ -423,6 +439,29 @@ impl TopNState {
             }
             TopNEmit::Changes => self.changes(),
         }
+    }
+
+    /// Encodes the rows of `batch` that its placing left in the lists (only changed keys
+    /// can hold them), with one gather and one conversion.
+    fn encode_pending(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut pending = Vec::new();
+        for &list in self.changed.keys() {
+            for (rank, ranked) in self.lists[list].iter().enumerate() {
+                if let Stored::Pending(row) = ranked.row {
+                    pending.push((list, rank, row as u32));
+                }
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let indices = UInt32Array::from_iter_values(pending.iter().map(|(_, _, row)| *row));
+        let kept = take_record_batch(batch, &indices)?;
+        let encoded = self.rows.convert_columns(kept.columns())?;
+        for (at, (list, rank, _)) in pending.into_iter().enumerate() {
+            self.lists[list][rank].row = Stored::Encoded(encoded.row(at).owned());
+        }
+        Ok(())
     }
 
     /// The changelog rows of the keys the last batch changed, and forgets the changes.
@@ -463,11 +502,11 @@ impl TopNState {
 
     /// The output rows of (key, rank) pairs, with their ranks (and ops).
     fn rows_of(&self, picked: &[(usize, usize, ChangeOp)]) -> Result<RecordBatch> {
-        let mut columns = self.rows.convert_rows(
-            picked
-                .iter()
-                .map(|(list, rank, _)| self.lists[*list][*rank].row.row()),
-        )?;
+        let rows = picked
+            .iter()
+            .map(|(list, rank, _)| self.lists[*list][*rank].row.encoded())
+            .collect::<Result<Vec<_>>>()?;
+        let mut columns = self.rows.convert_rows(rows)?;
         columns.push(Arc::new(UInt64Array::from_iter_values(
             picked.iter().map(|(_, rank, _)| *rank as u64 + 1),
         )));
