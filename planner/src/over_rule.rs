@@ -184,16 +184,7 @@ fn plan_over(
     } else {
         // A strategy the user chose that would give wrong results is refused, as for GROUP
         // BY: not a window Freshet cannot stream, so not left to DataFusion's operator either.
-        choose_strategy(
-            options.partitioning_strategy.as_str(),
-            keys.clone(),
-            input,
-            "PARTITION BY",
-        )
-        .map_err(|error| match error {
-            DataFusionError::Plan(message) => DataFusionError::Configuration(message),
-            other => other,
-        })?
+        partition_by_strategy(options, &keys, input)?
     };
     let exchange =
         StreamExchangeExec::try_new(Arc::clone(input), strategy, partitions, Some(event_time))?
@@ -213,6 +204,26 @@ fn plan_over(
         schema,
     };
     Ok(Arc::new(OverWindowExec::try_new(Arc::new(exchange), spec)?))
+}
+
+/// The exchange strategy for a window's PARTITION BY `keys` over `input`. A strategy the
+/// user chose that would give wrong results is a configuration error, not a reason to leave
+/// the window to DataFusion's operator.
+pub(crate) fn partition_by_strategy(
+    options: &FreshetOptions,
+    keys: &[Arc<dyn PhysicalExpr>],
+    input: &Arc<dyn ExecutionPlan>,
+) -> Result<(RoutingStrategy, String)> {
+    choose_strategy(
+        options.partitioning_strategy.as_str(),
+        keys.to_vec(),
+        input,
+        "PARTITION BY",
+    )
+    .map_err(|error| match error {
+        DataFusionError::Plan(message) => DataFusionError::Configuration(message),
+        other => other,
+    })
 }
 
 /// `input`, a chain of window operators (or anything else, returned as it is), with every

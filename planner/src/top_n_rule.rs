@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
@@ -32,9 +32,9 @@ use freshet_engine::over::{TieOrder, TopNEmit, TopNExec, TopNSpec};
 use freshet_partitioner::RoutingStrategy;
 
 use crate::options::{EmitSetting, FreshetOptions};
-use crate::over_rule::without_sorts;
+use crate::over_rule::{partition_by_strategy, without_sorts};
 use crate::stream_filter_rule::with_filter_projection;
-use crate::stream_inputs::{choose_strategy, reads_stream, stream_event_time};
+use crate::stream_inputs::{reads_stream, stream_event_time};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -143,16 +143,7 @@ fn top_n(
             "auto: no PARTITION BY keys: one stream".to_string(),
         )
     } else {
-        choose_strategy(
-            options.partitioning_strategy.as_str(),
-            keys.clone(),
-            &input,
-            "PARTITION BY",
-        )
-        .map_err(|error| match error {
-            DataFusionError::Plan(message) => DataFusionError::Configuration(message),
-            other => other,
-        })?
+        partition_by_strategy(options, &keys, &input)?
     };
     let exchange =
         StreamExchangeExec::try_new(input, strategy, partitions, event_time)?.with_reason(reason);

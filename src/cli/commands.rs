@@ -14,6 +14,7 @@ use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
 use freshet_bench::nexmark::{NEXMARK_QUERIES, NexmarkQuery, nexmark_query};
 use freshet_bench::nexmark_runner::run_nexmark_query;
+use freshet_bench::runner::ScenarioResult;
 use freshet_bench::scaling::{ScalingSource, run_scaling, scaling_cases, scaling_table};
 use freshet_bench::{
     BenchConfig, BenchSource, report, run_scenario, scenario, scenarios, variants,
@@ -759,14 +760,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         );
         results.extend(run_scenario(scenario, &config).await?);
     }
-    print!("{}", report::table(&results));
-    if let Some(path) = &args.json {
-        write_file(path, &report::json(&results))?;
-    }
-    if let Some(path) = &args.svg {
-        write_file(path, &throughput_svg(&results))?;
-    }
-    Ok(())
+    report_results(&args, &results)
 }
 
 /// `bench --suite nexmark`.
@@ -815,12 +809,17 @@ async fn bench_nexmark(args: &BenchArgs) -> Result<()> {
         eprintln!("running Nexmark {} on {events} events …", query.name);
         results.extend(run_nexmark_query(query, &config).await?);
     }
-    print!("{}", report::table(&results));
+    report_results(args, &results)
+}
+
+/// Prints the throughput table of `results`, and writes `--json` and `--svg` if asked.
+fn report_results(args: &BenchArgs, results: &[ScenarioResult]) -> Result<()> {
+    print!("{}", report::table(results));
     if let Some(path) = &args.json {
-        write_file(path, &report::json(&results))?;
+        write_file(path, &report::json(results))?;
     }
     if let Some(path) = &args.svg {
-        write_file(path, &throughput_svg(&results))?;
+        write_file(path, &throughput_svg(results))?;
     }
     Ok(())
 }
