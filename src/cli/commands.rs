@@ -562,21 +562,26 @@ fn generate_nexmark(args: &GenArgs) -> Result<()> {
         return plan_err!("gen nexmark: give --events (the records of each stream follow from it)");
     }
     let events = parse_count("events", events)? as u64;
+    let sink_for = |path: PathBuf| -> Result<SinkSpec> {
+        Ok(match args.format.as_str() {
+            "parquet" => SinkSpec::Parquet(path),
+            "csv" => SinkSpec::Csv(Some(path)),
+            "arrow" => SinkSpec::Arrow(path),
+            "jsonl" => SinkSpec::JsonLines(Some(path)),
+            other => {
+                return plan_err!("--format {other}: expected parquet, csv, arrow or jsonl");
+            }
+        })
+    };
+    // The format is checked before anything is written.
+    sink_for(args.out.clone())?;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| DataFusionError::Execution(format!("--out {}: {e}", args.out.display())))?;
     for table in NexmarkTable::ALL {
         let mut spec = GeneratorSpec::nexmark(table, Some(events));
         set_generator_params(&mut spec, &args.params)?;
         let path = args.out.join(format!("{table}.{}", args.format));
-        let sink = match args.format.as_str() {
-            "parquet" => SinkSpec::Parquet(path.clone()),
-            "csv" => SinkSpec::Csv(Some(path.clone())),
-            "arrow" => SinkSpec::Arrow(path.clone()),
-            "jsonl" => SinkSpec::JsonLines(Some(path.clone())),
-            other => {
-                return plan_err!("--format {other}: expected parquet, csv, arrow or jsonl");
-            }
-        };
+        let sink = sink_for(path.clone())?;
         let records = write_generated(&spec, &sink)?;
         eprintln!("wrote {records} {table} records to {}", path.display());
     }

@@ -213,7 +213,9 @@ impl NexmarkClock {
             Some(ms_times_rate) => ms_times_rate / self.event_rate,
             None => (n as u128 * 1000 / self.event_rate as u128) as u64,
         };
-        self.start_ms + since_start as i64
+        // Saturating: a start near the end of time stays there rather than wrapping around.
+        self.start_ms
+            .saturating_add(since_start.min(i64::MAX as u64) as i64)
     }
 
     /// Event `n`'s time.
