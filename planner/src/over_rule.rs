@@ -327,7 +327,7 @@ fn order_column(expr: &dyn WindowExpr, schema: &SchemaRef) -> Result<usize> {
             ""
         };
         return plan_err!(
-            "{name}: ORDER BY {}{direction} ({data_type}) cannot be streamed: a window over a stream is ordered by its event time (a timestamp or Int64 column), ascending, as records come; a ranking by another column or in descending order (a top-N) is not supported on streams",
+            "{name}: ORDER BY {}{direction} ({data_type}) cannot be streamed: a window over a stream is ordered by its event time (a timestamp or Int64 column), ascending, as records come; a ranking by another column or in descending order is streamed only as a top-N, a query that keeps its first rows: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…) AS rn FROM stream) WHERE rn <= N",
             column.name()
         );
     }
