@@ -24,7 +24,9 @@ use freshet_planner::{StreamingContext, count_char_function};
 
 use crate::compare::Fingerprint;
 use crate::nexmark::NexmarkQuery;
-use crate::runner::{BenchConfig, BenchSource, ScenarioResult, drain_all, time_alternately};
+use crate::runner::{
+    BenchConfig, BenchSource, ScenarioResult, drain_all, round_robin, time_alternately,
+};
 
 /// The standard watermark of the Nexmark streams.
 const WATERMARK: Duration = Duration::from_secs(4);
@@ -153,10 +155,7 @@ impl NexmarkRun<'_> {
         for (index, table) in self.query.reads.iter().enumerate() {
             match self.input {
                 NexmarkInput::Memory(batches) | NexmarkInput::Generator(batches) => {
-                    let mut split = vec![Vec::new(); self.streams];
-                    for (at, batch) in batches[index].iter().enumerate() {
-                        split[at % self.streams].push(batch.clone());
-                    }
+                    let split = round_robin(&batches[index], self.streams);
                     let memory = MemTable::try_new(table.schema(), split)?;
                     ctx.register_table(table.name(), Arc::new(memory))?;
                 }

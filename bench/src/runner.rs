@@ -330,7 +330,7 @@ pub fn scenario_file(dir: &Path, scenario: &Scenario, records: u64) -> Result<Pa
 }
 
 /// Whole batches round-robin over `partitions`.
-fn round_robin(batches: &[RecordBatch], partitions: usize) -> Vec<Vec<RecordBatch>> {
+pub(crate) fn round_robin(batches: &[RecordBatch], partitions: usize) -> Vec<Vec<RecordBatch>> {
     let mut split = vec![Vec::new(); partitions];
     for (index, batch) in batches.iter().enumerate() {
         split[index % partitions].push(batch.clone());
