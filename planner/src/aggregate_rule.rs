@@ -135,7 +135,13 @@ fn streaming_aggregate(
         .filter(|(_, (e, _))| window_function_call(e).is_some())
         .map(|(i, _)| i)
         .collect();
-    let changes = options.emit == EmitSetting::Changes;
+    // A GROUP BY without a window over an endless stream has no end to wait for: unless the
+    // query asks for final rows, it emits its changes as EMIT CHANGES does.
+    let changes = match options.emit {
+        EmitSetting::Changes => true,
+        EmitSetting::Default => windows.is_empty() && raw.input().boundedness().is_unbounded(),
+        EmitSetting::Final => false,
+    };
     // A plain GROUP BY runs as Freshet's aggregation when it reads a stream (on bounded
     // input it gives the batch result at the end; on unbounded input the unbounded-input
     // check has already refused it); over plain tables DataFusion's stays.

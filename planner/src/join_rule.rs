@@ -425,10 +425,10 @@ fn read_bound(
     // The conjuncts and keys the bound stands for exactly.
     let mut in_bound = Vec::new();
     let mut keys_in_bound = Vec::new();
+    // Comparisons of one side's event time with another column of the other side, as
+    // `right - left op constant`: candidates for an until column.
+    let mut until_candidates = Vec::new();
     for (a, op, b, source) in comparisons {
-        let (Some(a), Some(b)) = (inputs.on_time_column(a), inputs.on_time_column(b)) else {
-            continue;
-        };
         if a.side == b.side {
             continue;
         }
@@ -439,6 +439,15 @@ fn read_bound(
                 Some(op) => (op, a.offset.saturating_sub(b.offset), a, b),
                 None => continue,
             },
+        };
+        let (l, r) = match (inputs.on_time_column(l), inputs.on_time_column(r)) {
+            (Some(l), Some(r)) => (l, r),
+            (time_l, time_r) => {
+                if time_l.is_some() != time_r.is_some() {
+                    until_candidates.push((time_l.unwrap_or(l), op, constant, time_r.unwrap_or(r)));
+                }
+                continue;
+            }
         };
         if columns.is_some_and(|c| c != (l.column, r.column)) {
             continue;
@@ -463,8 +472,51 @@ fn read_bound(
     let Some((left_time, right_time)) = columns else {
         return Ok(None);
     };
-    if lower == i64::MIN || upper == i64::MAX {
+    // A missing upper bound may come from a column of the left side that ends its rows'
+    // reach (`right.time <= left.expires`), a missing lower one from such a column of the
+    // right side (`right.expires >= left.time`).
+    let mut bound = TimeBound::between_times(left_time, right_time, lower, upper);
+    let time_type = left.schema().field(left_time).data_type().clone();
+    for (l, op, constant, r) in until_candidates {
+        let same_type = |side: JoinSide, column: usize| {
+            inputs.time_type(side, column).as_ref() == Some(&time_type)
+        };
+        if upper == i64::MAX
+            && r.column == right_time
+            && l.column != left_time
+            && same_type(JoinSide::Left, l.column)
+        {
+            let limit = match op {
+                Operator::LtEq => constant,
+                Operator::Lt => constant.saturating_sub(1),
+                _ => continue,
+            };
+            bound.upper = bound.upper.min(limit);
+            bound.left_until = Some(l.column);
+        } else if lower == i64::MIN
+            && l.column == left_time
+            && r.column != right_time
+            && same_type(JoinSide::Right, r.column)
+        {
+            let limit = match op {
+                Operator::GtEq => constant,
+                Operator::Gt => constant.saturating_add(1),
+                _ => continue,
+            };
+            bound.lower = bound.lower.max(limit);
+            bound.right_until = Some(r.column);
+        }
+    }
+    if bound.left_until.is_some() && bound.right_until.is_some() {
         return Ok(None);
+    }
+    if bound.lower == i64::MIN || bound.upper == i64::MAX {
+        return Ok(None);
+    }
+    // With an until column the join's probe reads only a part of the bound: the filter
+    // checks all of it.
+    if bound.left_until.is_some() || bound.right_until.is_some() {
+        in_bound.clear();
     }
     let left_type = left.schema().field(left_time).data_type().clone();
     let right_type = right.schema().field(right_time).data_type().clone();
@@ -489,12 +541,6 @@ fn read_bound(
             )
         })
     });
-    let bound = TimeBound {
-        left_time,
-        right_time,
-        lower,
-        upper,
-    };
     Ok(Some(BoundRead {
         bound,
         filter: rest,

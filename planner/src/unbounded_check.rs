@@ -118,7 +118,7 @@ fn clause_of(node: &Arc<dyn ExecutionPlan>) -> (&'static str, &'static str) {
     match node.name() {
         "WindowAggregateExec" | "AggregateExec" => (
             "its GROUP BY without a window (or an aggregate over the whole stream)",
-            "aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), add EMIT CHANGES",
+            "aggregate over a window (GROUP BY ... WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)), emit its changes (EMIT CHANGES, or no EMIT clause)",
         ),
         "SortExec" | "SortPreservingMergeExec" | "PartialSortExec" => (
             "its ORDER BY",

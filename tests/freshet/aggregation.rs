@@ -12,7 +12,9 @@ use freshet::testing::{Differential, RandomStream, TestSource, TestTable};
 use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
 
-use crate::support::{endless_market_data, execution_error, memory_limited_context};
+use crate::support::{
+    endless_market_data, execution_error, memory_limited_context, planning_error,
+};
 
 const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
 const S3A_BATCH: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol, date_bin(INTERVAL '1 minute', trade_time)";
@@ -483,6 +485,25 @@ async fn windows_close_on_the_watermark_of_an_endless_stream() {
         counts.iter().all(|n| *n == 60 || *n == 40 || *n == 20),
         "{counts:?}"
     );
+}
+
+/// A GROUP BY without a window over an endless stream has no end to wait for: without an
+/// EMIT clause it emits its changelog as EMIT CHANGES does (an updating result, as Flink's),
+/// and EMIT FINAL is refused with advice.
+#[tokio::test]
+async fn a_group_by_without_a_window_over_an_endless_stream_emits_its_changes() {
+    let ctx = endless_market_data();
+    let sql = "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol";
+    let query = ctx.sql(&format!("{sql} LIMIT 50")).await.unwrap();
+    let plan = query.explain();
+    assert!(plan.contains("emit=changes"), "{plan}");
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let rows: usize = results.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, 50);
+    let schema = results[0].schema();
+    assert_eq!(schema.fields().last().unwrap().name(), "op", "{schema:?}");
+    let error = planning_error(&ctx, &format!("{sql} EMIT FINAL")).await;
+    assert!(error.contains("never produces a result"), "{error}");
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! stays bounded on endless streams; and joins Freshet cannot bound are refused with advice.
 
 use freshet::testing::{Differential, TestSource, TestTable};
-use freshet::{GeneratorKind, GeneratorSpec, StreamOptions, StreamingContext};
+use freshet::{GeneratorKind, GeneratorSpec, NexmarkTable, StreamOptions, StreamingContext};
 use futures::StreamExt;
 
 use crate::support::{endless_market_data, planning_error};
@@ -102,6 +102,63 @@ async fn every_spelling_of_the_bound_equals_batch() {
              AND a.price > b.price - 5 GROUP BY b.symbol"
         );
         two_streams_equal_batch(&sql).await;
+    }
+}
+
+/// Nexmark's `table` over 20 000 events, 40 seconds of event time, out of order by up to
+/// two seconds (the declared watermark delay).
+fn nexmark(table: NexmarkTable) -> TestTable {
+    let mut spec = GeneratorSpec::nexmark(table, Some(20_000));
+    spec.set("event_rate", "500").unwrap();
+    spec.set("disorder_ms", "2000").unwrap();
+    let options = StreamOptions {
+        event_time: Some("date_time".to_string()),
+        out_of_orderness: std::time::Duration::from_secs(2),
+        ..StreamOptions::default()
+    };
+    TestTable::new(table.name(), TestSource::Generator(spec)).with_options(options)
+}
+
+/// A bound ended by a column of one side (a bid during its auction's life, `b.date_time
+/// BETWEEN a.date_time AND a.expires`) is an interval join whose auctions are kept until
+/// the bids' watermark passes their own `expires`: with the auction on either side, in
+/// every join type.
+#[tokio::test]
+async fn a_bound_ended_by_a_column_of_one_side_equals_batch() {
+    let during = "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires";
+    let mut queries = Vec::new();
+    for join in ["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"] {
+        for (from, ended_by) in [
+            (format!("auction a {join} bid b"), "left.expires"),
+            (format!("bid b {join} auction a"), "right.expires"),
+        ] {
+            queries.push((
+                format!(
+                    "SELECT a.id, a.expires, b.bidder, b.price, b.date_time AS bt \
+                     FROM {from} ON {during}"
+                ),
+                ended_by,
+            ));
+        }
+    }
+    for exists in ["EXISTS", "NOT EXISTS"] {
+        queries.push((
+            format!(
+                "SELECT a.id, a.seller FROM auction a WHERE {exists} \
+                 (SELECT 1 FROM bid b WHERE {during})"
+            ),
+            "expires",
+        ));
+    }
+    for (sql, ended_by) in queries {
+        Differential::same_sql(&sql)
+            .table(nexmark(NexmarkTable::Auction))
+            .table(nexmark(NexmarkTable::Bid))
+            .with_plan_text("IntervalJoinExec")
+            .with_plan_text(ended_by)
+            .run()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
 

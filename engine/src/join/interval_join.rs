@@ -48,7 +48,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, UInt32Array, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, Int64Array, UInt32Array,
+    new_null_array,
 };
 use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
@@ -85,6 +86,12 @@ use freshet_partitioner::RoutingStrategy;
 
 /// The time bound of an interval join: `right.time - left.time` in `[lower, upper]`, in the
 /// event-time columns' unit.
+///
+/// A side may end its rows' reach with a column of its own (its "until" column) in place of
+/// its event time: `b.ts BETWEEN a.ts AND a.expires` is `right.time - left.time >= 0` and
+/// `right.time - left.expires <= 0`. A row then spans `[time, until]`, and the bound reads
+/// `right.until - left.time >= lower` and `right.time - left.until <= upper` (a side without
+/// one has `until = time`). The rows a side keeps are ordered and freed by `until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeBound {
     /// The event-time column of each input.
@@ -92,9 +99,53 @@ pub struct TimeBound {
     pub right_time: usize,
     pub lower: i64,
     pub upper: i64,
+    /// The column of each input that ends its rows' reach, if not its event time.
+    pub left_until: Option<usize>,
+    pub right_until: Option<usize>,
 }
 
 impl TimeBound {
+    /// A bound between the two event times alone.
+    pub fn between_times(left_time: usize, right_time: usize, lower: i64, upper: i64) -> Self {
+        Self {
+            left_time,
+            right_time,
+            lower,
+            upper,
+            left_until: None,
+            right_until: None,
+        }
+    }
+
+    fn until(&self, side: JoinSide) -> Option<usize> {
+        match side {
+            JoinSide::Left => self.left_until,
+            _ => self.right_until,
+        }
+    }
+
+    /// The other side's `until` values a row of `side` spanning `[time, until]` can match:
+    /// the range its probe reads from the other side's kept rows.
+    fn probe_range(&self, side: JoinSide, time: i64, until: i64) -> (i64, i64) {
+        let other_has_until = self.until(side.negate()).is_some();
+        match side {
+            JoinSide::Left => (
+                time.saturating_add(self.lower),
+                match other_has_until {
+                    true => i64::MAX,
+                    false => until.saturating_add(self.upper),
+                },
+            ),
+            _ => (
+                time.saturating_sub(self.upper),
+                match other_has_until {
+                    true => i64::MAX,
+                    false => until.saturating_sub(self.lower),
+                },
+            ),
+        }
+    }
+
     /// How far past a row's own time the other side's times it can match reach.
     fn reach(&self, side: JoinSide) -> i64 {
         match side {
@@ -292,23 +343,37 @@ impl DisplayAs for IntervalJoinExec {
             .collect();
         let bound = self.spec.bound;
         let lateness = self.spec.allowed_lateness;
-        let left_time = self.left.schema().field(bound.left_time).name().clone();
-        let right_time = self.right.schema().field(bound.right_time).name().clone();
+        let column = |plan: &Arc<dyn ExecutionPlan>, c: usize| plan.schema().field(c).name().clone();
+        let left_time = column(&self.left, bound.left_time);
+        let right_time = column(&self.right, bound.right_time);
+        let left_until = bound.left_until.map_or(left_time.clone(), |c| column(&self.left, c));
+        let right_until = bound
+            .right_until
+            .map_or(right_time.clone(), |c| column(&self.right, c));
         write!(
             f,
-            "IntervalJoinExec: join_type={}, on=[{}], time=right.{right_time} - left.{left_time} in [{}, {}]",
+            "IntervalJoinExec: join_type={}, on=[{}], ",
             self.spec.join_type,
-            on.join(", "),
-            bound.lower,
-            bound.upper
+            on.join(", ")
         )?;
+        let (lower, upper) = (bound.lower, bound.upper);
+        match bound.left_until.is_some() || bound.right_until.is_some() {
+            true => write!(
+                f,
+                "time=right.{right_until} - left.{left_time} >= {lower} and right.{right_time} - left.{left_until} <= {upper}"
+            )?,
+            false => write!(
+                f,
+                "time=right.{right_time} - left.{left_time} in [{lower}, {upper}]"
+            )?,
+        }
         if let Some(filter) = &self.spec.filter {
             write!(f, ", filter={}", filter.expression())?;
         }
         let (left_name, right_name) = (stream_names(&self.left), stream_names(&self.right));
         write!(
             f,
-            ", state: rows of {left_name} kept while {right_name}'s watermark <= {left_time} + {}, rows of {right_name} while {left_name}'s watermark <= {right_time} + {}",
+            ", state: rows of {left_name} kept while {right_name}'s watermark <= {left_until} + {}, rows of {right_name} while {left_name}'s watermark <= {right_until} + {}",
             bound.reach(JoinSide::Left).saturating_add(lateness),
             bound.reach(JoinSide::Right).saturating_add(lateness),
         )?;
@@ -447,6 +512,8 @@ struct Side {
     /// The left side's key types, which this side's keys are cast to.
     key_types: Vec<DataType>,
     time_column: usize,
+    /// The column that ends its rows' reach, if not the event time.
+    until_column: Option<usize>,
     role: SideRole,
     late_records: LateRecords,
 }
@@ -585,6 +652,7 @@ impl JoinStream {
             keys,
             key_types: key_types.clone(),
             time_column,
+            until_column: spec.bound.until(which),
             role: SideRole::of(spec.join_type, which),
             late_records: exec.late_records[usize::from(which == JoinSide::Right)].clone(),
         };
@@ -641,8 +709,16 @@ impl JoinStream {
             return Ok(None);
         }
         let (side, other, common) = self.sides(which);
-        let times_array = event_times(batch.column(side.time_column))?;
-        let times = times_array.as_primitive::<Int64Type>().clone();
+        let times = event_times(batch.column(side.time_column))?
+            .as_primitive::<Int64Type>()
+            .clone();
+        // Where each row's reach ends: its `until` column, or its own time.
+        let untils = match side.until_column {
+            Some(column) => event_times(batch.column(column))?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            None => times.clone(),
+        };
         let mut keys = evaluate(&side.keys, batch)?;
         for (key, key_type) in keys.iter_mut().zip(&side.key_types) {
             if key.data_type() != key_type {
@@ -661,25 +737,34 @@ impl JoinStream {
         let mut late = Vec::new();
         let mut unmatchable = Vec::new();
         let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
-        let time_nulls = times.null_count() > 0;
-        // The earliest and latest time of the matchable rows. Usually no key or time is
-        // null and no row is late: then every row can match, found in one pass.
+        let time_nulls = times.null_count() > 0 || untils.null_count() > 0;
+        // The time and until ranges of the matchable rows. Usually no key or time is null
+        // and no row is late: then every row can match, found in one pass.
         let mut time_range = batch_time_range(&times)
             .filter(|(earliest, _)| nullable.is_empty() && !time_nulls && *earliest >= own_limit);
         let every_row_matchable = time_range.is_some();
+        let mut until_range = match side.until_column {
+            Some(_) if every_row_matchable => batch_time_range(&untils),
+            _ => time_range,
+        };
         let matchable: Vec<u32> = if every_row_matchable {
             (0..rows as u32).collect()
         } else {
             let mut matchable = Vec::with_capacity(rows);
             for row in 0..rows {
-                if (time_nulls && times.is_null(row)) || nullable.iter().any(|k| k.is_null(row)) {
+                if (time_nulls && (times.is_null(row) || untils.is_null(row)))
+                    || nullable.iter().any(|k| k.is_null(row))
+                {
                     unmatchable.push(row as u32);
                 } else if times.value(row) < own_limit {
                     late.push(row);
                 } else {
-                    let time = times.value(row);
-                    let (first, last) = time_range.unwrap_or((time, time));
-                    time_range = Some((first.min(time), last.max(time)));
+                    let widen = |range: &mut Option<(i64, i64)>, value: i64| {
+                        let (first, last) = range.unwrap_or((value, value));
+                        *range = Some((first.min(value), last.max(value)));
+                    };
+                    widen(&mut time_range, times.value(row));
+                    widen(&mut until_range, untils.value(row));
                     matchable.push(row as u32);
                 }
             }
@@ -694,20 +779,13 @@ impl JoinStream {
             side.late_records
                 .send(batch, &BooleanArray::from(selected))?;
         }
-        // The other side's times a row at `time` can match.
+        // The other side's until values a row can match.
         let bound = common.bound;
-        let reach = |time: i64| match which {
-            JoinSide::Left => (
-                time.saturating_add(bound.lower),
-                time.saturating_add(bound.upper),
-            ),
-            _ => (
-                time.saturating_sub(bound.upper),
-                time.saturating_sub(bound.lower),
-            ),
-        };
-        if let Some((first, last)) = time_range {
-            other.state.index_reaching(reach(first).0, reach(last).1);
+        let reach = |row: usize| bound.probe_range(which, times.value(row), untils.value(row));
+        if let (Some((first, _)), Some((_, last))) = (time_range, until_range) {
+            let from = bound.probe_range(which, first, last).0;
+            let to = bound.probe_range(which, first, last).1;
+            other.state.index_reaching(from, to);
         }
         // Probe the other side's rows.
         // Most rows find one match or none.
@@ -723,7 +801,7 @@ impl JoinStream {
         let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
         for &row in &matchable {
             let row_index = row as usize;
-            let (from, to) = reach(times.value(row_index));
+            let (from, to) = reach(row_index);
             candidates.clear();
             other
                 .state
@@ -801,12 +879,12 @@ impl JoinStream {
         // Keep the rows a later row of the other side may still match; the outer side's
         // others go out unmatched now. Usually every row is kept.
         let mut unmatched = unmatchable;
-        let kept = match time_range {
+        let kept = match until_range {
             Some((earliest, _)) if every_row_matchable && earliest > keep_through => matchable,
             _ => {
                 let mut kept = Vec::new();
                 for &row in &matchable {
-                    if times.value(row as usize) > keep_through {
+                    if untils.value(row as usize) > keep_through {
                         kept.push(row);
                     } else if !matched_row(row) {
                         unmatched.push(row);
@@ -825,34 +903,43 @@ impl JoinStream {
             });
             // Usually every row is kept: the batch is kept as it is, not copied.
             let kept_all = kept.len() == rows;
-            let (chunk_batch, chunk_times, chunk_keys, chunk_hashes) = if kept_all {
-                (batch.clone(), times, keys, hashes)
+            let (chunk_batch, chunk_times, chunk_untils, chunk_keys, chunk_hashes) = if kept_all
+            {
+                (batch.clone(), times, untils, keys, hashes)
             } else {
                 let rows = UInt32Array::from(kept);
                 let chunk_keys = keys
                     .iter()
                     .map(|key| Ok(take(key.as_ref(), &rows, None)?))
                     .collect::<Result<Vec<_>>>()?;
+                let take_times = |times: &Int64Array| -> Result<Int64Array> {
+                    Ok(take(times, &rows, None)?.as_primitive::<Int64Type>().clone())
+                };
                 (
                     take_record(batch, &rows)?,
-                    take(&times, &rows, None)?
-                        .as_primitive::<Int64Type>()
-                        .clone(),
+                    take_times(&times)?,
+                    take_times(&untils)?,
                     chunk_keys,
                     rows.values().iter().map(|&r| hashes[r as usize]).collect(),
                 )
             };
-            let (min_time, max_time) = match time_range {
+            let (min_time, max_time) = match until_range {
                 Some(range) if kept_all => range,
-                _ => batch_time_range(&chunk_times).unwrap_or((i64::MAX, i64::MIN)),
+                _ => batch_time_range(&chunk_untils).unwrap_or((i64::MAX, i64::MIN)),
+            };
+            let earliest_event_time = match (side.until_column, time_range) {
+                (None, _) => min_time,
+                (Some(_), Some((earliest, _))) if kept_all => earliest,
+                (Some(_), _) => batch_time_range(&chunk_times).map_or(i64::MAX, |(e, _)| e),
             };
             let chunk = Chunk {
                 batch: chunk_batch,
-                times: chunk_times,
+                times: chunk_untils,
                 keys: chunk_keys,
                 matched,
                 max_time,
                 min_time,
+                earliest_event_time,
             };
             side.state.insert(chunk, chunk_hashes);
         }
@@ -938,10 +1025,17 @@ impl JoinStream {
         let (left, right) = (self.left.watermark, self.right.watermark);
         let mut moved = false;
         for (time, recorded) in &mut self.output_times {
-            let next = match time.side {
-                JoinSide::Left => at(left, 0).min(at(right, bound.upper.saturating_neg())),
-                _ => at(right, 0).min(at(left, bound.lower)),
+            let (own, other, shift) = match time.side {
+                JoinSide::Left => (&self.left, right, bound.upper.saturating_neg()),
+                _ => (&self.right, left, bound.lower),
             };
+            // A row still to come is not late; a kept one is not freed yet, and with an
+            // until column its own time may lie anywhere before that: the earliest kept.
+            let kept = match own.until_column {
+                None => at(other, shift),
+                Some(_) => own.state.earliest_event_time(),
+            };
+            let next = at(own.watermark, 0).min(kept);
             if next > *recorded {
                 *recorded = next;
                 time.progress.record(self.partition, next);

@@ -30,6 +30,8 @@ use crate::kernels::PrehashedMap;
 /// One batch of kept rows.
 pub(super) struct Chunk {
     pub batch: RecordBatch,
+    /// Where each row's reach ends (its event time, or the side's until column): the time
+    /// by which rows are ordered, probed and freed.
     pub times: Int64Array,
     /// The join key columns (none without equality keys).
     pub keys: Vec<ArrayRef>,
@@ -39,6 +41,8 @@ pub(super) struct Chunk {
     /// The largest event time of the chunk: once it is free, the whole chunk is.
     pub max_time: i64,
     pub min_time: i64,
+    /// The smallest event time of the chunk's rows (its `min_time` without an until column).
+    pub earliest_event_time: i64,
 }
 
 /// A row of the state: chunk sequence number and row.
@@ -243,6 +247,16 @@ impl SideState {
             .filter_map(move |(slot, chunk)| Some((first + slot as u64, chunk.as_mut()?)))
     }
 
+    /// The smallest event time of the rows held (`i64::MAX` when none).
+    pub fn earliest_event_time(&self) -> i64 {
+        self.chunks
+            .iter()
+            .flatten()
+            .map(|chunk| chunk.earliest_event_time)
+            .min()
+            .unwrap_or(i64::MAX)
+    }
+
     /// Frees the rows at or below `free_through` in event time: whole chunks once all their
     /// rows are.
     pub fn free_through(&mut self, free_through: i64) {
@@ -333,6 +347,7 @@ mod tests {
             times,
             keys: Vec::new(),
             matched: None,
+            earliest_event_time: i64::MIN,
         };
         (chunk, hashes)
     }
