@@ -32,8 +32,10 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
-use freshet_engine::aggregate::WindowAggregateExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, Partitioning, ReplaceChildrenOptions,
+};
+use freshet_engine::aggregate::{ChangelogAggregateExec, WindowAggregateExec};
 use freshet_engine::changelog::{OP_COLUMN, op_column};
 use freshet_engine::over::TopNExec;
 use freshet_engine::{StreamExchangeExec, StreamFilterExec};
@@ -49,7 +51,7 @@ impl PhysicalOptimizerRule for ChangelogRule {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
             let reads_changelog = node
@@ -57,7 +59,7 @@ impl PhysicalOptimizerRule for ChangelogRule {
                 .iter()
                 .any(|child| op_column(&child.schema()).is_some());
             if reads_changelog {
-                return carry_changelog(node);
+                return carry_changelog(node, config);
             }
             // A changelog aggregation: its output gains the op column the nodes above read.
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>()
@@ -90,7 +92,10 @@ impl PhysicalOptimizerRule for ChangelogRule {
 
 /// `node`, one of whose inputs is a changelog, made to pass the changelog on; an error for
 /// an operator that cannot.
-fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+fn carry_changelog(
+    node: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
         return with_op(projection).map(Transformed::yes);
     }
@@ -125,6 +130,11 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
     if passes_rows_on(&node) {
         return Ok(Transformed::no(node));
     }
+    if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>()
+        && let Some(over_changelog) = changelog_aggregate(aggregate, config)?
+    {
+        return Ok(Transformed::yes(over_changelog));
+    }
     let what = if node.is::<WindowAggregateExec>() || node.name().contains("Aggregate") {
         "an aggregation"
     } else if node.name().contains("Join") {
@@ -146,6 +156,122 @@ fn carry_changelog(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
          (a window over an inner window's window_start, for example)",
         node.name()
     )
+}
+
+/// A GROUP BY without a window over an aggregation's changelog, as Freshet's changelog
+/// aggregation (which retracts the row each upsert replaces); `None` where the changelog's
+/// key cannot be traced to it.
+fn changelog_aggregate(
+    aggregate: &WindowAggregateExec,
+    config: &ConfigOptions,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let spec = aggregate.spec();
+    if spec.window.is_some() {
+        return Ok(None);
+    }
+    if spec.filters.iter().any(Option::is_some) {
+        return plan_err!(
+            "an aggregate with FILTER over a changelog is not supported: an aggregation over a changelog retracts the rows it replaces; filter in a WHERE instead"
+        );
+    }
+    let Some((input, key)) = keyed_changelog(aggregate.exchange().input())? else {
+        return Ok(None);
+    };
+    // A changelog key's rows meet in one stream, in order: hashed on the GROUP BY keys when
+    // each is a column of the changelog's key (a key's group never changes), else one stream.
+    let group_in_key = spec.group_by.iter().all(|(expr, _)| {
+        expr.downcast_ref::<Column>()
+            .is_some_and(|column| key.contains(&column.index()))
+    });
+    let (strategy, reason) = match group_in_key && !spec.group_by.is_empty() {
+        true => (
+            RoutingStrategy::Hash(spec.group_by.iter().map(|(e, _)| Arc::clone(e)).collect()),
+            "auto: a GROUP BY over a changelog, hashed on its keys, which are the changelog's",
+        ),
+        false => (
+            RoutingStrategy::FanIn,
+            "auto: a GROUP BY over a changelog by other keys than the changelog's: one stream",
+        ),
+    };
+    let exchange =
+        StreamExchangeExec::try_new(input, strategy, config.execution.target_partitions, None)?
+            .with_reason(reason);
+    Ok(Some(Arc::new(ChangelogAggregateExec::try_new(
+        Arc::new(exchange),
+        key,
+        spec.group_by.clone(),
+        spec.aggregates.clone(),
+        &spec.schema,
+    )?)))
+}
+
+/// A changelog's plan and the columns of its key.
+type KeyedChangelog = (Arc<dyn ExecutionPlan>, Vec<usize>);
+
+/// `plan`, a changelog, with the columns of its key: `plan` itself, or with the key's
+/// columns added to the projections that dropped them (as `__changelog_key_N`, before
+/// `op`); `None` if the key cannot be traced through it.
+fn keyed_changelog(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<KeyedChangelog>> {
+    if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
+        let keyed = op_column(&plan.schema()).is_some();
+        return Ok(keyed.then(|| (Arc::clone(plan), (0..aggregate.group_by().len()).collect())));
+    }
+    if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
+        let Some((input, key)) = keyed_changelog(projection.input())? else {
+            return Ok(None);
+        };
+        let input_schema = input.schema();
+        let mut expressions: Vec<ProjectionExpr> = projection
+            .expr()
+            .iter()
+            .filter(|e| e.alias != OP_COLUMN)
+            .cloned()
+            .collect();
+        let mut positions = Vec::with_capacity(key.len());
+        for (n, &column) in key.iter().enumerate() {
+            let passed = expressions.iter().position(|e| {
+                e.expr
+                    .downcast_ref::<Column>()
+                    .is_some_and(|c| c.index() == column)
+            });
+            positions.push(passed.unwrap_or_else(|| {
+                expressions.push(ProjectionExpr::new(
+                    Arc::new(Column::new(input_schema.field(column).name(), column)),
+                    format!("__changelog_key_{n}"),
+                ));
+                expressions.len() - 1
+            }));
+        }
+        let Some(op) = op_column(&input_schema) else {
+            return Ok(None);
+        };
+        expressions.push(ProjectionExpr::new(
+            Arc::new(Column::new(OP_COLUMN, op)),
+            OP_COLUMN.to_string(),
+        ));
+        let projected = ProjectionExec::try_new(expressions, input)?;
+        return Ok(Some((Arc::new(projected), positions)));
+    }
+    if let Some(filter) = plan.downcast_ref::<StreamFilterExec>() {
+        let Some((input, key)) = keyed_changelog(filter.input())? else {
+            return Ok(None);
+        };
+        let filtered = StreamFilterExec::try_new(input, Arc::clone(filter.predicate()))?;
+        return Ok(Some((Arc::new(filtered), key)));
+    }
+    if passes_rows_on(plan)
+        && let [input] = plan.children().as_slice()
+    {
+        let Some((below, key)) = keyed_changelog(input)? else {
+            return Ok(None);
+        };
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        return Ok(Some((
+            Arc::clone(plan).replace_children(vec![below], options)?,
+            key,
+        )));
+    }
+    Ok(None)
 }
 
 /// Whether `node` passes every input row on as it is, in order, so the changelog keeps its

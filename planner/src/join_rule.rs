@@ -432,6 +432,11 @@ fn read_bound(
         if a.side == b.side {
             continue;
         }
+        // Each term on its side's event time where it is one (through a projection that
+        // shifts it, whose shift joins the term's offset).
+        let (time_a, time_b) = (inputs.on_time_column(a), inputs.on_time_column(b));
+        let both_times = time_a.is_some() && time_b.is_some();
+        let (a, b) = (time_a.unwrap_or(a), time_b.unwrap_or(b));
         // `a op b` as `right - left op' constant`.
         let (op, constant, l, r) = match a.side {
             JoinSide::Right => (op, b.offset.saturating_sub(a.offset), b, a),
@@ -440,15 +445,12 @@ fn read_bound(
                 None => continue,
             },
         };
-        let (l, r) = match (inputs.on_time_column(l), inputs.on_time_column(r)) {
-            (Some(l), Some(r)) => (l, r),
-            (time_l, time_r) => {
-                if time_l.is_some() != time_r.is_some() {
-                    until_candidates.push((time_l.unwrap_or(l), op, constant, time_r.unwrap_or(r)));
-                }
-                continue;
+        if !both_times {
+            if time_a.is_some() != time_b.is_some() {
+                until_candidates.push((l, op, constant, r));
             }
-        };
+            continue;
+        }
         if columns.is_some_and(|c| c != (l.column, r.column)) {
             continue;
         }

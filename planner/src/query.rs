@@ -13,7 +13,7 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
 use freshet_engine::StreamSourceExec;
-use freshet_engine::aggregate::{AggregateEmit, WindowAggregateExec};
+use freshet_engine::aggregate::{AggregateEmit, ChangelogAggregateExec, WindowAggregateExec};
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateRecords, side_output_schema};
 use freshet_engine::over::{OverWindowExec, TopNEmit, TopNExec};
@@ -157,6 +157,16 @@ impl StreamingQuery {
         let _ = self.plan.apply(|node| {
             if let Some(top) = node.downcast_ref::<TopNExec>() {
                 top_n = Some((top.spec().emit, top.spec().limit, top.changelog_key()));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            if let Some(aggregate) = node.downcast_ref::<ChangelogAggregateExec>() {
+                aggregation = Some((AggregateEmit::ChangesPerBatch, false));
+                let names: Vec<&str> = aggregate
+                    .group_by()
+                    .iter()
+                    .map(|(_, n)| n.as_str())
+                    .collect();
+                changelog_key = names.join(", ");
                 return Ok(TreeNodeRecursion::Stop);
             }
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {

@@ -890,6 +890,46 @@ async fn applied_changelog_and_final(
     (applied, finals)
 }
 
+/// An aggregation over another's changelog retracts the row each upsert replaces: applied
+/// by its key, its own changelog ends at the final answer, at 1, 2 and 4 streams. Groups
+/// among the changelog's keys (Nexmark q4's average of each auction's highest bid), groups
+/// by an aggregate (a histogram of counts, whose groups empty and are deleted), MIN and MAX
+/// over a changelog filtered by a WHERE (which deletes keys), and a projection that drops
+/// the changelog's key.
+#[tokio::test]
+async fn an_aggregation_over_a_changelog_ends_at_the_final_answer() {
+    let queries = [
+        "SELECT q.category, AVG(q.final) AS final, COUNT(*) AS auctions FROM (\
+         SELECT MAX(b.price) AS final, a.category FROM auction a, bid b \
+         WHERE a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires \
+         GROUP BY a.id, a.category) q GROUP BY q.category",
+        "SELECT n, COUNT(*) AS bidders FROM (SELECT bidder, COUNT(*) AS n FROM bid GROUP BY bidder) \
+         GROUP BY n",
+        "SELECT c, MIN(top) AS low, MAX(top) AS high, SUM(top) AS total FROM (\
+         SELECT auction % 7 AS c, auction, MAX(price) AS top FROM bid GROUP BY auction) \
+         WHERE top < 5000000 GROUP BY c",
+    ];
+    for partitions in [1, 2, 4] {
+        let ctx = StreamingContext::with_partitions(partitions);
+        for table in [freshet::NexmarkTable::Auction, freshet::NexmarkTable::Bid] {
+            let mut spec = GeneratorSpec::nexmark(table, Some(20_000));
+            spec.set("event_rate", "500").unwrap();
+            spec.batch_size = 500;
+            ctx.register_generator(table.name(), spec, StreamOptions::default())
+                .unwrap();
+        }
+        for query in queries {
+            let changes = format!("{query} EMIT CHANGES");
+            let plan = ctx.sql(&changes).await.unwrap().explain();
+            assert!(plan.contains("ChangelogAggregateExec"), "{plan}");
+            let (mut applied, finals) = applied_changelog_and_final(&ctx, &changes, query).await;
+            applied.sort();
+            assert!(finals.len() > 2, "{finals:?}");
+            assert_eq!(applied, finals, "{query} at {partitions} streams");
+        }
+    }
+}
+
 #[tokio::test]
 async fn having_under_emit_changes_deletes_the_windows_it_no_longer_holds() {
     // One record per batch, out of order within the watermark: windows 0 s and 10 s reach a

@@ -252,7 +252,7 @@ async fn aggregate_without_window_on_an_unbounded_stream() {
     .unwrap();
     let error = planning_error(
         &ctx,
-        "SELECT customer_id, count(*) FROM orders GROUP BY customer_id",
+        "SELECT customer_id, count(*) FROM orders GROUP BY customer_id EMIT FINAL",
     )
     .await;
     assert!(error.contains("unbounded stream 'orders'"), "{error}");
@@ -908,7 +908,7 @@ async fn unclear_errors_say_what_to_write() {
     let ctx = endless_market_data();
     for (sql, expected) in [
         (
-            "SELECT DISTINCT symbol FROM market_data",
+            "SELECT DISTINCT symbol FROM market_data EMIT FINAL",
             "SELECT DISTINCT or UNION",
         ),
         (

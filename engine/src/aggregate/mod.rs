@@ -5,6 +5,8 @@
 //! - [`WindowAggregateExec`] (`window_aggregate.rs`): the operator; each output partition
 //!   runs one of the modes in `mode/` (windows, final sessions, session changelog, merge of
 //!   partial states).
+//! - [`ChangelogAggregateExec`] (`changelog_aggregate.rs`): a GROUP BY over another
+//!   aggregation's changelog, retracting the rows each upsert replaces.
 //! - [`PartialAggregate`] (`partial.rs`): the partial step of two-phase aggregation, which
 //!   the exchange runs on each input partition; `partial_states.rs` is the format of the
 //!   states it sends.
@@ -15,6 +17,7 @@
 //! The group tables and accumulators they use are in [`crate::kernels`].
 
 mod assignment;
+mod changelog_aggregate;
 mod inputs;
 mod mode;
 mod open_sessions;
@@ -25,6 +28,7 @@ mod session_states;
 pub mod spec;
 mod window_aggregate;
 
+pub use changelog_aggregate::{ChangelogAggregateExec, RetractableExtremum};
 pub use partial::PartialAggregate;
 pub use partial_states::{PartialStateFormat, PartialStates};
 pub use spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey};

@@ -233,6 +233,10 @@ impl WindowAggregateExec {
     }
 
     /// Whether the exchange routes partial states rather than input rows.
+    pub fn spec(&self) -> &AggregateSpec {
+        &self.spec
+    }
+
     pub fn is_two_phase(&self) -> bool {
         self.partial.is_some()
     }

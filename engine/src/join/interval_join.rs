@@ -343,10 +343,13 @@ impl DisplayAs for IntervalJoinExec {
             .collect();
         let bound = self.spec.bound;
         let lateness = self.spec.allowed_lateness;
-        let column = |plan: &Arc<dyn ExecutionPlan>, c: usize| plan.schema().field(c).name().clone();
+        let column =
+            |plan: &Arc<dyn ExecutionPlan>, c: usize| plan.schema().field(c).name().clone();
         let left_time = column(&self.left, bound.left_time);
         let right_time = column(&self.right, bound.right_time);
-        let left_until = bound.left_until.map_or(left_time.clone(), |c| column(&self.left, c));
+        let left_until = bound
+            .left_until
+            .map_or(left_time.clone(), |c| column(&self.left, c));
         let right_until = bound
             .right_until
             .map_or(right_time.clone(), |c| column(&self.right, c));
@@ -903,8 +906,7 @@ impl JoinStream {
             });
             // Usually every row is kept: the batch is kept as it is, not copied.
             let kept_all = kept.len() == rows;
-            let (chunk_batch, chunk_times, chunk_untils, chunk_keys, chunk_hashes) = if kept_all
-            {
+            let (chunk_batch, chunk_times, chunk_untils, chunk_keys, chunk_hashes) = if kept_all {
                 (batch.clone(), times, untils, keys, hashes)
             } else {
                 let rows = UInt32Array::from(kept);
@@ -913,7 +915,9 @@ impl JoinStream {
                     .map(|key| Ok(take(key.as_ref(), &rows, None)?))
                     .collect::<Result<Vec<_>>>()?;
                 let take_times = |times: &Int64Array| -> Result<Int64Array> {
-                    Ok(take(times, &rows, None)?.as_primitive::<Int64Type>().clone())
+                    Ok(take(times, &rows, None)?
+                        .as_primitive::<Int64Type>()
+                        .clone())
                 };
                 (
                     take_record(batch, &rows)?,

@@ -1,0 +1,629 @@
+//! [`ChangelogAggregateExec`]: a GROUP BY over a changelog — an aggregation that reads the
+//! upsert changelog of another one (`SELECT category, AVG(final) FROM (SELECT id, category,
+//! MAX(price) AS final … GROUP BY id, category) GROUP BY category` over an endless stream).
+//!
+//! Its input's rows are upserts and deletions keyed by the changelog's key (the inner
+//! aggregation's GROUP BY keys): a row replaces the key's earlier row. So the operator keeps,
+//! per input key, the row it counts now (its group and its aggregate arguments, row-encoded),
+//! and a retractable accumulator per aggregate and group. An upsert retracts the key's
+//! earlier row from its group, if it had one, and adds the new row to its group; a deletion
+//! retracts it. Within a batch, each group's additions are applied before its retractions
+//! (a row added and replaced in one batch is then retracted after it was added).
+//!
+//! After each input batch, every group it touched goes out as a changelog row of its own,
+//! keyed by the outer GROUP BY keys: `+I` the first time, `+U` after, and `-D` when its
+//! last counted row is retracted (its accumulators then start afresh).
+//!
+//! The aggregates are those whose accumulators can retract: DataFusion's sliding
+//! accumulators where they support `retract_batch` (COUNT, SUM, AVG, variance and standard
+//! deviation, …), and MIN and MAX through [`RetractableExtremum`], a count of each value
+//! ordered by its row encoding. DISTINCT and FILTER are refused at planning.
+//!
+//! One input key's rows must reach one output partition in order: the input exchange hashes
+//! on the outer keys when they are all columns of the changelog's key (a key's group never
+//! changes), and otherwise feeds one stream.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, ScalarValue, internal_err, plan_err};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Accumulator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
+};
+use futures::StreamExt;
+
+use super::spec::GroupExpr;
+use crate::changelog::{ChangeOp, OP_COLUMN, op_array, op_column, op_field};
+use crate::exchange::StreamExchangeExec;
+use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct ChangelogAggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// The input's columns that key its changelog.
+    input_key: Vec<usize>,
+    group_by: Vec<GroupExpr>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl ChangelogAggregateExec {
+    /// Aggregates the changelog `exchange` brings, keyed by its columns `input_key`, by
+    /// `group_by`; `aggregate_schema` is DataFusion's aggregate schema (the output without
+    /// `op`).
+    pub fn try_new(
+        exchange: Arc<StreamExchangeExec>,
+        input_key: Vec<usize>,
+        group_by: Vec<GroupExpr>,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        aggregate_schema: &SchemaRef,
+    ) -> Result<Self> {
+        let input: Arc<dyn ExecutionPlan> = Arc::clone(&exchange) as _;
+        if op_column(&input.schema()).is_none() {
+            return internal_err!("ChangelogAggregateExec reads a changelog");
+        }
+        for aggregate in &aggregates {
+            if aggregate.is_distinct() {
+                return plan_err!(
+                    "{}(DISTINCT …) over a changelog is not supported: an aggregation over a changelog retracts the rows it replaces, and DISTINCT cannot",
+                    aggregate.fun().name()
+                );
+            }
+            retractable_accumulator(aggregate)?;
+        }
+        let mut fields: Vec<Field> = aggregate_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(op_field());
+        let schema = Arc::new(Schema::new(fields));
+        let properties = stateful_properties(&input, &schema);
+        Ok(Self {
+            input,
+            input_key,
+            group_by,
+            aggregates,
+            schema,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    pub fn group_by(&self) -> &[GroupExpr] {
+        &self.group_by
+    }
+}
+
+/// An accumulator of `aggregate` that can retract rows in any order.
+fn retractable_accumulator(aggregate: &AggregateFunctionExpr) -> Result<Box<dyn Accumulator>> {
+    let name = aggregate.fun().name().to_ascii_lowercase();
+    if name == "min" || name == "max" {
+        let data_type = aggregate.field().data_type().clone();
+        return Ok(Box::new(RetractableExtremum::try_new(
+            data_type,
+            name == "max",
+        )?));
+    }
+    let accumulator = aggregate.create_sliding_accumulator()?;
+    if !accumulator.supports_retract_batch() {
+        return plan_err!(
+            "{} over a changelog is not supported: an aggregation over a changelog retracts the rows it replaces; COUNT, SUM, AVG, MIN, MAX, STDDEV and VAR can",
+            aggregate.fun().name()
+        );
+    }
+    Ok(accumulator)
+}
+
+impl DisplayAs for ChangelogAggregateExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let input_schema = self.input.schema();
+        let key: Vec<&str> = self
+            .input_key
+            .iter()
+            .map(|&c| input_schema.field(c).name().as_str())
+            .collect();
+        let group_by: Vec<&str> = self.group_by.iter().map(|(_, n)| n.as_str()).collect();
+        let aggregates: Vec<&str> = self.aggregates.iter().map(|a| a.name()).collect();
+        write!(
+            f,
+            "ChangelogAggregateExec: gby=[{}], aggr=[{}], reads a changelog keyed by ({}): each row replaces its key's earlier one, retracted from its group",
+            group_by.join(", "),
+            aggregates.join(", "),
+            key.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for ChangelogAggregateExec {
+    fn name(&self) -> &str {
+        "ChangelogAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let expressions: Vec<Arc<dyn PhysicalExpr>> = self
+            .group_by
+            .iter()
+            .map(|(e, _)| Arc::clone(e))
+            .chain(self.aggregates.iter().flat_map(|a| a.expressions()))
+            .collect();
+        visit_expressions(&expressions, f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Ok([input]) = <[_; 1]>::try_from(children) else {
+            return internal_err!("ChangelogAggregateExec takes one child");
+        };
+        let exchange = StreamExchangeExec::from_plan(input, "ChangelogAggregateExec")?;
+        let aggregate_schema = Arc::new(Schema::new(
+            self.schema.fields()[..self.schema.fields().len() - 1].to_vec(),
+        ));
+        Ok(Arc::new(Self::try_new(
+            exchange,
+            self.input_key.clone(),
+            self.group_by.clone(),
+            self.aggregates.clone(),
+            &aggregate_schema,
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let reservation = MemoryConsumer::new(format!("ChangelogAggregateExec[{partition}]"))
+            .register(context.memory_pool());
+        let input = self.input.execute(partition, context)?;
+        let mut state = ChangelogGroups::try_new(self, partition, reservation)?;
+        let outputs = input.filter_map(move |batch| {
+            let output = batch.and_then(|batch| state.on_batch(&batch));
+            futures::future::ready(output.transpose())
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            outputs,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// The row an input key counts now: its group and its aggregate arguments.
+struct Counted {
+    group: usize,
+    arguments: OwnedRow,
+}
+
+/// One output group.
+struct Group {
+    key: OwnedRow,
+    accumulators: Vec<Box<dyn Accumulator>>,
+    /// Input keys whose row it counts.
+    rows: usize,
+    /// Whether its row is out (and not deleted since).
+    emitted: bool,
+}
+
+/// One output partition's state.
+struct ChangelogGroups {
+    input_key: Vec<usize>,
+    group_by: Vec<Arc<dyn PhysicalExpr>>,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// Per aggregate, its arguments' positions among all the aggregates' arguments.
+    argument_ranges: Vec<std::ops::Range<usize>>,
+    key_rows: RowConverter,
+    group_rows: RowConverter,
+    argument_rows: RowConverter,
+    /// Per input key (row-encoded), the row it counts now.
+    counted: HashMap<Box<[u8]>, Counted>,
+    group_index: HashMap<Box<[u8]>, usize>,
+    groups: Vec<Group>,
+    schema: SchemaRef,
+    op: usize,
+    reservation: MemoryReservation,
+    bytes: usize,
+    name: String,
+    baseline: BaselineMetrics,
+}
+
+impl ChangelogGroups {
+    fn try_new(
+        exec: &ChangelogAggregateExec,
+        partition: usize,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        let input_schema = exec.input.schema();
+        let Some(op) = op_column(&input_schema) else {
+            return internal_err!("ChangelogAggregateExec reads a changelog");
+        };
+        // No columns (a whole-stream aggregation's key, COUNT(*)'s arguments) are encoded
+        // as one constant column, so that each row has its row.
+        let sort_fields = |types: Vec<DataType>| -> Vec<SortField> {
+            match types.is_empty() {
+                true => vec![SortField::new(DataType::Boolean)],
+                false => types.into_iter().map(SortField::new).collect(),
+            }
+        };
+        let key_types = exec
+            .input_key
+            .iter()
+            .map(|&c| input_schema.field(c).data_type().clone())
+            .collect();
+        let group_types = exec
+            .group_by
+            .iter()
+            .map(|(e, _)| e.data_type(&input_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let mut argument_types = Vec::new();
+        let mut argument_ranges = Vec::new();
+        for aggregate in &exec.aggregates {
+            let start = argument_types.len();
+            for argument in aggregate.expressions() {
+                argument_types.push(argument.data_type(&input_schema)?);
+            }
+            argument_ranges.push(start..argument_types.len());
+        }
+        Ok(Self {
+            input_key: exec.input_key.clone(),
+            group_by: exec.group_by.iter().map(|(e, _)| Arc::clone(e)).collect(),
+            aggregates: exec.aggregates.clone(),
+            argument_ranges,
+            key_rows: RowConverter::new(sort_fields(key_types))?,
+            group_rows: RowConverter::new(sort_fields(group_types))?,
+            argument_rows: RowConverter::new(sort_fields(argument_types))?,
+            counted: HashMap::new(),
+            group_index: HashMap::new(),
+            groups: Vec::new(),
+            schema: Arc::clone(&exec.schema),
+            op,
+            reservation,
+            bytes: 0,
+            name: format!("ChangelogAggregateExec[{partition}]"),
+            baseline: BaselineMetrics::new(&exec.metrics, partition),
+        })
+    }
+
+    fn fresh_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| retractable_accumulator(a))
+            .collect()
+    }
+
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(None);
+        }
+        let ops = batch.column(self.op).as_string_opt::<i32>().map(|ops| {
+            (0..rows)
+                .map(|row| ChangeOp::parse(ops.value(row)))
+                .collect::<Vec<_>>()
+        });
+        let Some(ops) = ops else {
+            return internal_err!("a changelog's {OP_COLUMN} column is not a string");
+        };
+        let keys: Vec<ArrayRef> = self
+            .input_key
+            .iter()
+            .map(|&c| Arc::clone(batch.column(c)))
+            .collect();
+        let keys = encode(&self.key_rows, keys, rows)?;
+        let group_values = evaluate(&self.group_by, batch)?;
+        let group_values = encode(&self.group_rows, group_values, rows)?;
+        let mut arguments = Vec::new();
+        for aggregate in &self.aggregates {
+            arguments.extend(evaluate(&aggregate.expressions(), batch)?);
+        }
+        let argument_values = encode(&self.argument_rows, arguments.clone(), rows)?;
+        // Per group touched, in the order first touched: the batch's rows it adds, and the
+        // arguments of the rows it retracts.
+        let mut touched: Vec<usize> = Vec::new();
+        let mut changes: HashMap<usize, (Vec<u32>, Vec<OwnedRow>)> = HashMap::new();
+        for (row, op) in ops.into_iter().enumerate() {
+            let Some(op) = op else {
+                return plan_err!("a changelog row's op is not +I, +U or -D");
+            };
+            let key = keys.row(row);
+            if let Some(earlier) = self.counted.remove(key.as_ref()) {
+                let group = earlier.group;
+                self.groups[group].rows -= 1;
+                self.bytes -= key.as_ref().len() + 64 + row_bytes(&earlier.arguments);
+                changes
+                    .entry(group)
+                    .or_insert_with(|| {
+                        touched.push(group);
+                        Default::default()
+                    })
+                    .1
+                    .push(earlier.arguments);
+            }
+            if op == ChangeOp::Delete {
+                continue;
+            }
+            let group = self.group_of(&group_values, row)?;
+            self.groups[group].rows += 1;
+            changes
+                .entry(group)
+                .or_insert_with(|| {
+                    touched.push(group);
+                    Default::default()
+                })
+                .0
+                .push(row as u32);
+            let arguments = argument_values.row(row).owned();
+            let key: Box<[u8]> = key.as_ref().into();
+            self.bytes += key.len() + 64 + row_bytes(&arguments);
+            self.counted.insert(key, Counted { group, arguments });
+        }
+        let mut output_ops = Vec::with_capacity(touched.len());
+        let mut output_groups = Vec::with_capacity(touched.len());
+        let mut output_values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.aggregates.len()];
+        for group in touched {
+            let Some((added, retracted)) = changes.remove(&group) else {
+                continue;
+            };
+            self.apply(group, &arguments, &added, &retracted)?;
+            if self.groups[group].rows == 0 {
+                // Start afresh, not from the sums of what was added and retracted.
+                self.groups[group].accumulators = self.fresh_accumulators()?;
+            }
+            let op = match (self.groups[group].rows, self.groups[group].emitted) {
+                (0, false) => continue,
+                (0, true) => ChangeOp::Delete,
+                (_, emitted) => ChangeOp::of_upsert(!emitted),
+            };
+            let entry = &mut self.groups[group];
+            entry.emitted = op != ChangeOp::Delete;
+            for (values, accumulator) in output_values.iter_mut().zip(&mut entry.accumulators) {
+                values.push(accumulator.evaluate()?);
+            }
+            output_ops.push(op);
+            output_groups.push(group);
+        }
+        self.account()?;
+        if output_ops.is_empty() {
+            return Ok(None);
+        }
+        let mut columns = match self.group_by.is_empty() {
+            true => Vec::new(),
+            false => self
+                .group_rows
+                .convert_rows(output_groups.iter().map(|&g| self.groups[g].key.row()))?,
+        };
+        for (values, field) in output_values
+            .into_iter()
+            .zip(&self.schema.fields()[self.group_by.len()..])
+        {
+            let array = ScalarValue::iter_to_array(values)?;
+            columns.push(match array.data_type() == field.data_type() {
+                true => array,
+                false => datafusion::arrow::compute::cast(&array, field.data_type())?,
+            });
+        }
+        columns.push(op_array(output_ops));
+        let output = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        self.baseline.record_output(output.num_rows());
+        Ok(Some(output))
+    }
+
+    /// The group of `values`' row `row`, created if new.
+    fn group_of(&mut self, values: &Rows, row: usize) -> Result<usize> {
+        let value = values.row(row);
+        if let Some(&group) = self.group_index.get(value.as_ref()) {
+            return Ok(group);
+        }
+        let group = self.groups.len();
+        let key = value.owned();
+        self.bytes += 2 * row_bytes(&key);
+        self.group_index.insert(value.as_ref().into(), group);
+        self.groups.push(Group {
+            key,
+            accumulators: self.fresh_accumulators()?,
+            rows: 0,
+            emitted: false,
+        });
+        Ok(group)
+    }
+
+    /// Adds the batch's rows `added` to `group`, then retracts the rows `retracted`.
+    fn apply(
+        &mut self,
+        group: usize,
+        arguments: &[ArrayRef],
+        added: &[u32],
+        retracted: &[OwnedRow],
+    ) -> Result<()> {
+        let added = UInt32Array::from(added.to_vec());
+        let retracted = match retracted.is_empty() {
+            true => Vec::new(),
+            false => self
+                .argument_rows
+                .convert_rows(retracted.iter().map(|r| r.row()))?,
+        };
+        let entry = &mut self.groups[group];
+        for (accumulator, range) in entry.accumulators.iter_mut().zip(&self.argument_ranges) {
+            if !added.is_empty() {
+                let values = arguments[range.clone()]
+                    .iter()
+                    .map(|a| Ok(take(a.as_ref(), &added, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                accumulator.update_batch(&values)?;
+            }
+            if !retracted.is_empty() {
+                accumulator.retract_batch(&retracted[range.clone()])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn account(&mut self) -> Result<()> {
+        if let Err(e) = self.reservation.try_resize(self.bytes) {
+            return plan_err!(
+                "{} keeps more rows than the memory limit allows ({} bytes): raise the limit ({e})",
+                self.name,
+                self.bytes
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `columns`' `rows` rows, encoded by `converter` (one constant column for none).
+fn encode(converter: &RowConverter, columns: Vec<ArrayRef>, rows: usize) -> Result<Rows> {
+    let columns = match columns.is_empty() {
+        true => vec![Arc::new(BooleanArray::from(vec![true; rows])) as ArrayRef],
+        false => columns,
+    };
+    Ok(converter.convert_columns(&columns)?)
+}
+
+/// Bytes an owned row holds, with its map entry's share.
+fn row_bytes(row: &OwnedRow) -> usize {
+    row.as_ref().len() + 64
+}
+
+/// MIN or MAX that can retract any value it holds: a count per distinct value, ordered by
+/// the value's row encoding (which orders as the values do).
+#[derive(Debug)]
+pub struct RetractableExtremum {
+    rows: RowConverter,
+    counts: BTreeMap<Vec<u8>, usize>,
+    data_type: DataType,
+    max: bool,
+}
+
+impl RetractableExtremum {
+    pub fn try_new(data_type: DataType, max: bool) -> Result<Self> {
+        Ok(Self {
+            rows: RowConverter::new(vec![SortField::new(data_type.clone())])?,
+            counts: BTreeMap::new(),
+            data_type,
+            max,
+        })
+    }
+}
+
+impl Accumulator for RetractableExtremum {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let Some(values) = values.first() else {
+            return Ok(());
+        };
+        let rows = self.rows.convert_columns(&[Arc::clone(values)])?;
+        for (row, valid) in rows.iter().zip(
+            values
+                .logical_nulls()
+                .map_or_else(|| vec![true; values.len()], |nulls| nulls.iter().collect()),
+        ) {
+            if valid {
+                *self.counts.entry(row.as_ref().to_vec()).or_default() += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let Some(values) = values.first() else {
+            return Ok(());
+        };
+        let rows = self.rows.convert_columns(&[Arc::clone(values)])?;
+        for (row, valid) in rows.iter().zip(
+            values
+                .logical_nulls()
+                .map_or_else(|| vec![true; values.len()], |nulls| nulls.iter().collect()),
+        ) {
+            if !valid {
+                continue;
+            }
+            let key = row.as_ref();
+            match self.counts.get_mut(key) {
+                Some(count) if *count > 1 => *count -= 1,
+                Some(_) => {
+                    self.counts.remove(key);
+                }
+                None => return internal_err!("MIN/MAX retracted a value it does not hold"),
+            }
+        }
+        Ok(())
+    }
+
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let extreme = match self.max {
+            true => self.counts.keys().next_back(),
+            false => self.counts.keys().next(),
+        };
+        let Some(bytes) = extreme else {
+            return ScalarValue::try_from(&self.data_type);
+        };
+        let parser = self.rows.parser();
+        let row = parser.parse(bytes);
+        let arrays = self.rows.convert_rows([row])?;
+        ScalarValue::try_from_array(&arrays[0], 0)
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.counts.keys().map(|k| k.len() + 48).sum::<usize>()
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![self.evaluate()?])
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.update_batch(states)
+    }
+}
