@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, plan_err};
@@ -41,8 +42,8 @@ use freshet_partitioner::RoutingStrategy;
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
-    below_exchanges, choose_strategy, end_of_input_time, event_time, holds_stream_join,
-    read_on_every_core, reads_stream, replays_in_file_order, stream_event_time,
+    below_exchanges, choose_strategy, end_of_input_time, event_time, event_time_columns,
+    holds_stream_join, read_on_every_core, reads_stream, replays_in_file_order, stream_event_time,
 };
 
 /// See the module documentation.
@@ -107,6 +108,31 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
     }
 }
 
+/// A window one unit of time wide on the first GROUP BY key that is an event time of
+/// `input` with a watermark, if any.
+fn aligned_window(
+    input: &Arc<dyn ExecutionPlan>,
+    group_by: &[(Arc<dyn PhysicalExpr>, String)],
+) -> Result<Option<WindowKey>> {
+    let times = event_time_columns(input);
+    let schema = input.schema();
+    for (position, (expr, _)) in group_by.iter().enumerate() {
+        let Some(column) = expr.downcast_ref::<Column>() else {
+            continue;
+        };
+        let is_time = times.iter().any(|(c, _)| *c == column.index());
+        let time_type = schema.field(column.index()).data_type();
+        if is_time && matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
+            return Ok(Some(WindowKey {
+                position,
+                spec: WindowSpec::Tumble { size: 1, offset: 0 },
+                time: Arc::clone(expr),
+            }));
+        }
+    }
+    Ok(None)
+}
+
 /// The streaming replacement of `node`, if it is an aggregation Freshet runs.
 fn streaming_aggregate(
     node: &Arc<dyn ExecutionPlan>,
@@ -137,7 +163,7 @@ fn streaming_aggregate(
         .collect();
     // A GROUP BY without a window over an endless stream has no end to wait for: unless the
     // query asks for final rows, it emits its changes as EMIT CHANGES does.
-    let changes = match options.emit {
+    let mut changes = match options.emit {
         EmitSetting::Changes => true,
         EmitSetting::Default => windows.is_empty() && raw.input().boundedness().is_unbounded(),
         EmitSetting::Final => false,
@@ -194,6 +220,17 @@ fn streaming_aggregate(
                 time,
             })
         }
+    };
+    // Over an endless stream, a GROUP BY without a window whose keys hold an event time of
+    // its input (an inner window's `window_start`, a join's time) closes each group when the
+    // watermark passes that time: a tumbling window one unit wide on it (whose start is the
+    // time itself), emitting final rows with an event time of their own, unless the query
+    // asks for changes.
+    let window = match window {
+        None if changes && options.emit == EmitSetting::Default => {
+            aligned_window(&input, group_by.expr())?.inspect(|_| changes = false)
+        }
+        window => window,
     };
     let over_join_output = match &window {
         Some(window) => match window.time.downcast_ref::<Column>() {

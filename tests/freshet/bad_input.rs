@@ -912,7 +912,7 @@ async fn unclear_errors_say_what_to_write() {
             "SELECT DISTINCT or UNION",
         ),
         (
-            "SELECT symbol FROM market_data UNION SELECT symbol FROM market_data",
+            "SELECT symbol FROM market_data UNION SELECT symbol FROM market_data EMIT FINAL",
             "SELECT DISTINCT or UNION",
         ),
         (

@@ -56,6 +56,29 @@ async fn every_query_equals_batch_sql_at_1_2_and_4_streams() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// On streams declared endless (replays of the same events that end), q5's second
+/// aggregation groups by the first one's window columns: each of its groups closes when the
+/// watermark passes that window, so its rows carry an event time and the join of the two
+/// aggregations is a join of streams bounded by it. The answer is still the batch one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q5_on_endless_streams_closes_its_windows_on_the_watermark() {
+    let query = freshet_bench::nexmark::nexmark_query("q5").expect("q5");
+    let mut spec = events(NexmarkTable::Bid);
+    spec.set("disorder_ms", "1000").unwrap();
+    let options = freshet::StreamOptions {
+        bounded: Some(false),
+        out_of_orderness: std::time::Duration::from_secs(1),
+        ..freshet::StreamOptions::default()
+    };
+    Differential::new(query.sql, query.batch_sql)
+        .table(TestTable::new("bid", TestSource::Generator(spec)).with_options(options))
+        .with_plan_text("IntervalJoinExec")
+        .with_plan_text("window=Tumble { size: 1,")
+        .run()
+        .await
+        .unwrap();
+}
+
 /// `freshet gen nexmark` writes the events the generator makes, and a query file runs over
 /// them as over the generator: q8 (a window join of two streams) and q13 (the side input),
 /// from the command line, as a user would.
