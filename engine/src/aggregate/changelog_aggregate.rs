@@ -554,42 +554,37 @@ impl RetractableExtremum {
     }
 }
 
-impl Accumulator for RetractableExtremum {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+impl RetractableExtremum {
+    /// The row encodings of `values`' first column, without its nulls.
+    fn encoded(&self, values: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
         let Some(values) = values.first() else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let rows = self.rows.convert_columns(&[Arc::clone(values)])?;
-        for (row, valid) in rows.iter().zip(
-            values
-                .logical_nulls()
-                .map_or_else(|| vec![true; values.len()], |nulls| nulls.iter().collect()),
-        ) {
-            if valid {
-                *self.counts.entry(row.as_ref().to_vec()).or_default() += 1;
-            }
+        let nulls = values.logical_nulls();
+        Ok(rows
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| nulls.as_ref().is_none_or(|n| n.is_valid(*i)))
+            .map(|(_, row)| row.as_ref().to_vec())
+            .collect())
+    }
+}
+
+impl Accumulator for RetractableExtremum {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        for value in self.encoded(values)? {
+            *self.counts.entry(value).or_default() += 1;
         }
         Ok(())
     }
 
     fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let Some(values) = values.first() else {
-            return Ok(());
-        };
-        let rows = self.rows.convert_columns(&[Arc::clone(values)])?;
-        for (row, valid) in rows.iter().zip(
-            values
-                .logical_nulls()
-                .map_or_else(|| vec![true; values.len()], |nulls| nulls.iter().collect()),
-        ) {
-            if !valid {
-                continue;
-            }
-            let key = row.as_ref();
-            match self.counts.get_mut(key) {
+        for value in self.encoded(values)? {
+            match self.counts.get_mut(&value) {
                 Some(count) if *count > 1 => *count -= 1,
                 Some(_) => {
-                    self.counts.remove(key);
+                    self.counts.remove(&value);
                 }
                 None => return internal_err!("MIN/MAX retracted a value it does not hold"),
             }

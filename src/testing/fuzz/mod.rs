@@ -211,13 +211,13 @@ impl FuzzCase {
             ];
             query.having = Some(having_rng.pick(&having).to_string());
         }
-        // A changelog read by another aggregation: refused, never a wrong count. (Over a
-        // changelog without keys DataFusion folds the count of its one row away.)
+        // A changelog read by another aggregation, which applies it. (Over a changelog
+        // without keys DataFusion folds the count of its one row away.)
         let keyed = query.items.iter().any(|item| item.changelog_key);
         if query.is_changelog() && keyed && having_rng.chance(0.05) {
             query.wrap = Wrap::Counted;
         }
-        // Or joined to itself on a GROUP BY key: refused too.
+        // Or joined to itself on a GROUP BY key: refused.
         let key_alias = query.keys.first().and_then(|(_, alias)| {
             query::KEY_CHOICES
                 .iter()
