@@ -27,7 +27,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
-use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
@@ -85,7 +85,10 @@ pub(crate) struct JoinParts<'a> {
 impl<'a> JoinParts<'a> {
     pub fn of(node: &'a Arc<dyn ExecutionPlan>) -> Option<Self> {
         if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-            return (join.null_equality() == NullEquality::NullEqualsNothing).then(|| Self {
+            // A null-aware anti join (NOT IN) has SQL's rule for NULLs, which a join of
+            // pairs does not keep.
+            let plain = join.null_equality() == NullEquality::NullEqualsNothing && !join.null_aware;
+            return plain.then(|| Self {
                 left: join.left(),
                 right: join.right(),
                 on: join.on().to_vec(),
@@ -131,11 +134,12 @@ fn interval_join(
     if !INTERVAL_JOIN_TYPES.contains(&parts.join_type) {
         return Ok(None);
     }
-    let left = &unmerged(parts.left)?;
-    let right = &unmerged(parts.right)?;
-    if !reads_stream(left)? || !reads_stream(right)? {
+    let mut left = unmerged(parts.left)?;
+    let mut right = unmerged(parts.right)?;
+    if !reads_stream(&left)? || !reads_stream(&right)? {
         return Ok(None);
     }
+    let mut projection = parts.projection.clone();
     let time_columns = |plan: &Arc<dyn ExecutionPlan>| -> Vec<usize> {
         let declared = declared_event_times(plan);
         let schema = plan.schema();
@@ -147,32 +151,69 @@ fn interval_join(
         columns.dedup();
         columns
     };
+    let mut left_times = time_columns(&left);
+    let mut right_times = time_columns(&right);
+    let bound_read = read_bound(
+        &parts.on,
+        parts.filter,
+        &left_times,
+        &right_times,
+        &left,
+        &right,
+    )?;
+    let endless = left.boundedness().is_unbounded() || right.boundedness().is_unbounded();
+    let mut regular = false;
     let Some(BoundRead {
         bound,
         filter,
         keys_in_bound,
-    }) = read_bound(
-        &parts.on,
-        parts.filter,
-        &time_columns(left),
-        &time_columns(right),
-        left,
-        right,
-    )?
-    else {
-        // Over bounded streams such a join is DataFusion's, which answers at the end.
-        let endless = left.boundedness().is_unbounded() || right.boundedness().is_unbounded();
-        if let Some(interval) = parts
-            .filter
-            .filter(|_| endless)
-            .and_then(|f| calendar_interval(f.expression()))
-        {
-            return plan_err!(
-                "the join's time bound uses {interval}, whose length varies with the calendar: an interval join's bound is a fixed duration; write it in days or smaller units (INTERVAL '30' DAY)"
-            );
+    }) = (match bound_read {
+        Some(read) => Some(read),
+        None => {
+            // Over endless streams a bound of months is refused by name.
+            if let Some(interval) = parts
+                .filter
+                .filter(|_| endless)
+                .and_then(|f| calendar_interval(f.expression()))
+            {
+                return plan_err!(
+                    "the join's time bound uses {interval}, whose length varies with the calendar: an interval join's bound is a fixed duration; write it in days or smaller units (INTERVAL '30' DAY)"
+                );
+            }
+            // A regular join keys its state by each side's event time: one a projection
+            // right above the stream dropped is carried through it, at its end.
+            let constant = !endless && options.state_ttl_ms.0 == 0;
+            if left_times.is_empty()
+                && let Some((with_time, time)) = with_time_column(&left, constant)?
+            {
+                projection = Some(projection_past_left_column(
+                    projection.as_deref(),
+                    parts.join_type,
+                    left.schema().fields().len(),
+                    right.schema().fields().len(),
+                ));
+                (left, left_times) = (with_time, vec![time]);
+            }
+            if right_times.is_empty()
+                && let Some((with_time, time)) = with_time_column(&right, constant)?
+            {
+                let join_width = match parts.join_type {
+                    JoinType::LeftSemi | JoinType::LeftAnti => left.schema().fields().len(),
+                    JoinType::RightSemi | JoinType::RightAnti => right.schema().fields().len(),
+                    _ => left.schema().fields().len() + right.schema().fields().len(),
+                };
+                projection = Some(projection.unwrap_or_else(|| (0..join_width).collect()));
+                (right, right_times) = (with_time, vec![time]);
+            }
+            let read = regular_join(&parts, &left_times, &right_times, &left, options, endless)?;
+            regular = read.as_ref().is_some_and(|r| r.bound.is_unbounded());
+            read
         }
+    })
+    else {
         return Ok(None);
     };
+    let (left, right) = (&left, &right);
     let left_time: Arc<dyn PhysicalExpr> = Arc::new(Column::new(
         left.schema().field(bound.left_time).name(),
         bound.left_time,
@@ -182,10 +223,14 @@ fn interval_join(
         bound.right_time,
     ));
     let time_type = left_time.data_type(&left.schema())?;
-    let allowed_lateness = duration_in_unit(
-        &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms.0 as i64)),
-        &time_type,
-    )?;
+    // A regular join's rows are never freed before the end, so none of its rows is late.
+    let allowed_lateness = match regular {
+        true => i64::MAX,
+        false => duration_in_unit(
+            &ScalarValue::DurationMillisecond(Some(options.allowed_lateness_ms.0 as i64)),
+            &time_type,
+        )?,
+    };
     let streams = config.execution.target_partitions;
     // Every key routes (equal keys meet in one stream); the keys the bound stands for are
     // checked as the bound.
@@ -228,9 +273,14 @@ fn interval_join(
                 "auto: hash on the join keys".to_string(),
             )
         };
-        let event_time = event_time(input, time)?;
+        // A regular join needs no watermark (its state lasts to the end): a side whose
+        // time is a constant has none.
+        let event_time = match regular {
+            true => event_time(input, time).ok(),
+            false => Some(event_time(input, time)?),
+        };
         Ok(Arc::new(
-            StreamExchangeExec::try_new(Arc::clone(input), strategy, streams, Some(event_time))?
+            StreamExchangeExec::try_new(Arc::clone(input), strategy, streams, event_time)?
                 .with_reason(reason),
         ))
     };
@@ -247,7 +297,7 @@ fn interval_join(
         join_type: parts.join_type,
         bound,
         allowed_lateness,
-        projection: parts.projection,
+        projection,
     };
     let join = IntervalJoinExec::try_new(
         exchange(left, left_keys, &left_time)?,
@@ -255,6 +305,125 @@ fn interval_join(
         spec,
     )?;
     Ok(Some(Arc::new(join)))
+}
+
+/// A join of two streams with equality keys but no time bound (a regular join), as an
+/// interval join: with `state_ttl_ms`, rows match within that much event time of each other
+/// and are kept that long; without it, over bounded streams only, every row is kept to the
+/// end of the other input (`[i64::MIN, i64::MAX]`). `None` where neither applies (an endless
+/// stream without a TTL is refused by the unbounded-input check) or a side has no event time.
+fn regular_join(
+    parts: &JoinParts,
+    left_times: &[usize],
+    right_times: &[usize],
+    left: &Arc<dyn ExecutionPlan>,
+    options: &FreshetOptions,
+    endless: bool,
+) -> Result<Option<BoundRead>> {
+    // Only streams read as they are (filtered, projected): joins of aggregations' outputs
+    // (window joins) and of tables keep their own plans.
+    if parts.on.is_empty() || !reads_stream_alone(parts.left) || !reads_stream_alone(parts.right) {
+        return Ok(None);
+    }
+    let (Some(&left_time), Some(&right_time)) = (left_times.first(), right_times.first()) else {
+        if options.state_ttl_ms.0 > 0 {
+            let unread: Vec<String> = [(left_times, parts.left), (right_times, parts.right)]
+                .into_iter()
+                .filter(|(times, _)| times.is_empty())
+                .flat_map(|(_, plan)| declared_stream_times(plan))
+                .collect();
+            return plan_err!(
+                "a join with state_ttl_ms keeps each row for that long in event time, but the query reads no event time of {}: select it too (for example in the SELECT list)",
+                unread.join(" or ")
+            );
+        }
+        return Ok(None);
+    };
+    let (lower, upper) = match options.state_ttl_ms.0 {
+        0 if endless => return Ok(None),
+        0 => (i64::MIN, i64::MAX),
+        ttl => {
+            let time_type = left.schema().field(left_time).data_type().clone();
+            let ttl = duration_in_unit(
+                &ScalarValue::DurationMillisecond(Some(ttl as i64)),
+                &time_type,
+            )?;
+            (ttl.saturating_neg(), ttl)
+        }
+    };
+    Ok(Some(BoundRead {
+        bound: TimeBound::between_times(left_time, right_time, lower, upper),
+        filter: parts.filter.cloned(),
+        keys_in_bound: Vec::new(),
+    }))
+}
+
+/// `plan` with a time column appended to its output, and the column's position: the
+/// declared event time that a projection right above the stream dropped or, where
+/// `constant` allows and there is none (DataFusion read no time from the stream), a
+/// constant 0; `None` if neither.
+fn with_time_column(
+    plan: &Arc<dyn ExecutionPlan>,
+    constant: bool,
+) -> Result<Option<(Arc<dyn ExecutionPlan>, usize)>> {
+    let (mut expressions, input): (Vec<ProjectionExpr>, Arc<dyn ExecutionPlan>) =
+        match plan.downcast_ref::<ProjectionExec>() {
+            Some(projection) => (projection.expr().to_vec(), Arc::clone(projection.input())),
+            None => {
+                let schema = plan.schema();
+                let passed = (0..schema.fields().len())
+                    .map(|i| {
+                        let name = schema.field(i).name();
+                        ProjectionExpr::new(Arc::new(Column::new(name, i)), name.clone())
+                    })
+                    .collect();
+                (passed, Arc::clone(plan))
+            }
+        };
+    let declared = declared_event_times(&input);
+    let schema = input.schema();
+    let time: Arc<dyn PhysicalExpr> =
+        match (0..schema.fields().len()).find(|&i| declared.contains(schema.field(i).name())) {
+            Some(time) if plan.is::<ProjectionExec>() => {
+                Arc::new(Column::new(schema.field(time).name(), time))
+            }
+            _ if constant => Arc::new(Literal::new(ScalarValue::Int64(Some(0)))),
+            _ => return Ok(None),
+        };
+    expressions.push(ProjectionExpr::new(time, "__event_time".to_string()));
+    let position = expressions.len() - 1;
+    let projected = ProjectionExec::try_new(expressions, input)?;
+    Ok(Some((Arc::new(projected), position)))
+}
+
+/// A join's output projection (`None`: every column) once its left input gains a column at
+/// its end (`left_width` columns before): the right side's columns move one on.
+fn projection_past_left_column(
+    projection: Option<&[usize]>,
+    join_type: JoinType,
+    left_width: usize,
+    right_width: usize,
+) -> Vec<usize> {
+    let both_sides = !matches!(
+        join_type,
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::RightSemi | JoinType::RightAnti
+    );
+    let width = match join_type {
+        JoinType::LeftSemi | JoinType::LeftAnti => left_width,
+        JoinType::RightSemi | JoinType::RightAnti => right_width,
+        _ => left_width + right_width,
+    };
+    let columns: Vec<usize> = match projection {
+        Some(columns) => columns.to_vec(),
+        None => (0..width).collect(),
+    };
+    columns
+        .into_iter()
+        .map(|c| match both_sides && c >= left_width {
+            true => c + 1,
+            false => c,
+        })
+        .collect()
 }
 
 /// `plan` without the repartitions and merges DataFusion put above the streams for its own
@@ -279,6 +448,48 @@ fn unmerged(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         }
     }
     Ok(Arc::clone(plan))
+}
+
+/// Whether `plan` reads one stream with a declared event time through filters, projections
+/// and repartitions only.
+fn reads_stream_alone(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut sources = 0;
+    let mut other = false;
+    let _ = plan.apply(|node| {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+            sources += 1;
+            other |= source.options().event_time.is_none();
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        let name = node.name();
+        other |= [
+            "Aggregate",
+            "Join",
+            "Window",
+            "Sort",
+            "TopN",
+            "Union",
+            "Over",
+        ]
+        .iter()
+        .any(|operator| name.contains(operator));
+        Ok(TreeNodeRecursion::Continue)
+    });
+    sources == 1 && !other
+}
+
+/// The streams under `plan` with their declared event-time columns, as `stream.column`.
+fn declared_stream_times(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>()
+            && let Some(name) = &source.options().event_time
+        {
+            names.push(format!("'{}' ({}.{name})", source.table(), source.table()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    names
 }
 
 /// The event-time columns the streams under `plan` declare.

@@ -171,6 +171,10 @@ extensions_options! {
         /// Window functions (OVER): forget a PARTITION BY key after this many milliseconds of
         /// event time without a row (0: never). `EXPIRE AFTER … INACTIVITY` in OVER sets it.
         pub expire_after_ms: EventMillis, default = EventMillis(0)
+        /// Joins of two streams without a time bound (regular joins): keep each row this
+        /// many milliseconds of event time, matching rows whose event times lie within it of
+        /// each other (0: keep every row, only where both streams are bounded).
+        pub state_ttl_ms: EventMillis, default = EventMillis(0)
     }
 }
 

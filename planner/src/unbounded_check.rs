@@ -77,7 +77,7 @@ impl PhysicalOptimizerRule for UnboundedInputCheck {
         })?;
         if let Some((join, streams)) = join {
             return plan_err!(
-                "{join} would keep every row of the unbounded stream {streams}: a join of two streams needs a bound on their event times, e.g. ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL '5' SECOND AND a.ts + INTERVAL '1' SECOND (each side's declared event_time column), so that the watermarks can free its state. Otherwise join bounded replays (bounded=true, or a generator with records=N), or look an unbounded stream up in a bounded table"
+                "{join} would keep every row of the unbounded stream {streams}: a join of two streams needs a bound on their event times, e.g. ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL '5' SECOND AND a.ts + INTERVAL '1' SECOND (each side's declared event_time column), so that the watermarks can free its state. Otherwise give the join a state time-to-live (SET freshet.state_ttl_ms = '1h': rows then match within that much event time of each other and are kept that long), join bounded replays (bounded=true, or a generator with records=N), or look an unbounded stream up in a bounded table"
             );
         }
         match failure {
@@ -200,9 +200,9 @@ mod tests {
     use crate::test_support::plan_over;
 
     #[test]
-    fn a_plain_group_by_over_an_endless_stream_is_refused_with_advice() {
+    fn a_plain_group_by_with_emit_final_over_an_endless_stream_is_refused_with_advice() {
         let error = plan_over(
-            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol",
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol EMIT FINAL",
             None,
             1,
             1,
@@ -210,6 +210,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("market_data"), "{error}");
+        assert!(error.contains("no EMIT clause"), "{error}");
     }
 
     #[test]

@@ -117,6 +117,11 @@ impl TimeBound {
         }
     }
 
+    /// A regular join's: every pair of rows with equal keys matches, whatever their times.
+    pub fn is_unbounded(&self) -> bool {
+        self.lower == i64::MIN && self.upper == i64::MAX
+    }
+
     fn until(&self, side: JoinSide) -> Option<usize> {
         match side {
             JoinSide::Left => self.left_until,
@@ -360,6 +365,20 @@ impl DisplayAs for IntervalJoinExec {
             on.join(", ")
         )?;
         let (lower, upper) = (bound.lower, bound.upper);
+        if bound.is_unbounded() {
+            write!(
+                f,
+                "time=unbounded (a regular join), filter={}, state: every row kept to the end of the other input",
+                self.spec
+                    .filter
+                    .as_ref()
+                    .map_or("none".to_string(), |f| f.expression().to_string())
+            )?;
+            if matches!(self.left_exchange.strategy(), RoutingStrategy::FanIn) {
+                write!(f, " (no equality keys: one stream)")?;
+            }
+            return Ok(());
+        }
         match bound.left_until.is_some() || bound.right_until.is_some() {
             true => write!(
                 f,
@@ -740,7 +759,9 @@ impl JoinStream {
         let mut late = Vec::new();
         let mut unmatchable = Vec::new();
         let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
-        let time_nulls = times.null_count() > 0 || untils.null_count() > 0;
+        // A regular join's rows match whatever their times, null ones included.
+        let time_nulls =
+            !common.bound.is_unbounded() && (times.null_count() > 0 || untils.null_count() > 0);
         // The time and until ranges of the matchable rows. Usually no key or time is null
         // and no row is late: then every row can match, found in one pass.
         let mut time_range = batch_time_range(&times)
