@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{JoinSide, JoinType, NullEquality, Result, ScalarValue, plan_err};
+use datafusion::common::{JoinSide, JoinType, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::utils::{conjunction_opt, split_conjunction};
@@ -26,7 +26,6 @@ use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
-use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{
@@ -38,6 +37,7 @@ use freshet_engine::window::{duration_in_unit, duration_text};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
+use crate::join_parts::JoinParts;
 use crate::options::FreshetOptions;
 use crate::stream_inputs::{
     SidesAlike, below_exchanges, event_time, event_time_columns, partitioned_alike, reads_stream,
@@ -69,55 +69,6 @@ impl PhysicalOptimizerRule for StreamingJoinRule {
 
     fn schema_check(&self) -> bool {
         true
-    }
-}
-
-/// What the rule reads of a DataFusion join.
-pub(crate) struct JoinParts<'a> {
-    pub left: &'a Arc<dyn ExecutionPlan>,
-    pub right: &'a Arc<dyn ExecutionPlan>,
-    on: Vec<(PhysicalExprRef, PhysicalExprRef)>,
-    filter: Option<&'a JoinFilter>,
-    pub join_type: JoinType,
-    pub projection: Option<Vec<usize>>,
-}
-
-impl<'a> JoinParts<'a> {
-    pub fn of(node: &'a Arc<dyn ExecutionPlan>) -> Option<Self> {
-        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-            // A null-aware anti join (NOT IN) has SQL's rule for NULLs, which a join of
-            // pairs does not keep.
-            let plain = join.null_equality() == NullEquality::NullEqualsNothing && !join.null_aware;
-            return plain.then(|| Self {
-                left: join.left(),
-                right: join.right(),
-                on: join.on().to_vec(),
-                filter: join.filter(),
-                join_type: *join.join_type(),
-                projection: join.projection.as_ref().map(|p| p.to_vec()),
-            });
-        }
-        if let Some(join) = node.downcast_ref::<SymmetricHashJoinExec>() {
-            return (join.null_equality() == NullEquality::NullEqualsNothing).then(|| Self {
-                left: join.left(),
-                right: join.right(),
-                on: join.on().to_vec(),
-                filter: join.filter(),
-                join_type: *join.join_type(),
-                projection: None,
-            });
-        }
-        if let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() {
-            return Some(Self {
-                left: join.left(),
-                right: join.right(),
-                on: Vec::new(),
-                filter: join.filter(),
-                join_type: *join.join_type(),
-                projection: join.projection().as_ref().map(|p| p.to_vec()),
-            });
-        }
-        None
     }
 }
 

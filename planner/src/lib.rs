@@ -15,6 +15,7 @@ mod distribution_repair;
 mod execution_errors;
 mod functions;
 mod install;
+mod join_parts;
 mod join_rule;
 mod limits_rule;
 mod lookup_join_rule;

@@ -27,7 +27,7 @@ use freshet_engine::{
 };
 use freshet_partitioner::RoutingStrategy;
 
-use crate::join_rule::JoinParts;
+use crate::join_parts::JoinParts;
 
 /// The exchange strategy feeding a keyed operator (`role` names its keys: "GROUP BY" or
 /// "PARTITION BY"), and why: the user's choice (query option or session setting) when it

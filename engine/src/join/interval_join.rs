@@ -44,20 +44,17 @@
 //! likewise with `− lower`. The exchange above takes that progress as its watermark, so
 //! windows, OVER windows and joins compose over a join's output.
 
+//!
+//! This file holds the plan; `interval_stream.rs` one output partition at work (probing,
+//! keeping, freeing, progress) and `join_output.rs` the rows it puts out.
+
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, Int64Array, UInt32Array,
-    new_null_array,
-};
-use datafusion::arrow::compute::{cast, concat_batches, interleave, interleave_record_batch, take};
-use datafusion::arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::common::hash_utils::{RandomState, create_hashes};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinSide, JoinType, Result, internal_err, plan_err};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use datafusion::physical_plan::execution_plan::Boundedness;
@@ -71,17 +68,14 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use futures::stream::PollNext;
-use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
-use super::side_state::{Chunk, Position, SideState};
-use super::{KeyEquality, key_comparator};
+use super::interval_stream::JoinStream;
 use crate::exchange::StreamExchangeExec;
 use crate::late_records::LateRecords;
-use crate::operator_metrics::StatefulMetrics;
-use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
+use crate::plan_util::{stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
-use crate::watermark::{StreamMessage, event_times, time_range as batch_time_range};
+use crate::watermark::StreamMessage;
 use freshet_partitioner::RoutingStrategy;
 
 /// The time bound of an interval join: `right.time - left.time` in `[lower, upper]`, in the
@@ -122,7 +116,7 @@ impl TimeBound {
         self.lower == i64::MIN && self.upper == i64::MAX
     }
 
-    fn until(&self, side: JoinSide) -> Option<usize> {
+    pub(super) fn until(&self, side: JoinSide) -> Option<usize> {
         match side {
             JoinSide::Left => self.left_until,
             _ => self.right_until,
@@ -131,7 +125,7 @@ impl TimeBound {
 
     /// The other side's `until` values a row of `side` spanning `[time, until]` can match:
     /// the range its probe reads from the other side's kept rows.
-    fn probe_range(&self, side: JoinSide, time: i64, until: i64) -> (i64, i64) {
+    pub(super) fn probe_range(&self, side: JoinSide, time: i64, until: i64) -> (i64, i64) {
         let other_has_until = self.until(side.negate()).is_some();
         match side {
             JoinSide::Left => (
@@ -152,7 +146,7 @@ impl TimeBound {
     }
 
     /// How far past a row's own time the other side's times it can match reach.
-    fn reach(&self, side: JoinSide) -> i64 {
+    pub(super) fn reach(&self, side: JoinSide) -> i64 {
         match side {
             JoinSide::Left => self.upper,
             _ => self.lower.saturating_neg(),
@@ -188,27 +182,27 @@ pub struct IntervalJoinSpec {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct IntervalJoinExec {
-    left: Arc<dyn ExecutionPlan>,
-    right: Arc<dyn ExecutionPlan>,
-    left_exchange: Arc<StreamExchangeExec>,
-    right_exchange: Arc<StreamExchangeExec>,
-    spec: IntervalJoinSpec,
-    join_schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
+    pub(super) left: Arc<dyn ExecutionPlan>,
+    pub(super) right: Arc<dyn ExecutionPlan>,
+    pub(super) left_exchange: Arc<StreamExchangeExec>,
+    pub(super) right_exchange: Arc<StreamExchangeExec>,
+    pub(super) spec: IntervalJoinSpec,
+    pub(super) join_schema: SchemaRef,
+    pub(super) properties: Arc<PlanProperties>,
+    pub(super) metrics: ExecutionPlanMetricsSet,
     /// Per side whose time column is an event time of the output: the column's position in
     /// the output and each output partition's progress in it.
-    output_times: Vec<OutputTime>,
+    pub(super) output_times: Vec<OutputTime>,
     /// The side outputs of each side's late rows.
-    late_records: [LateRecords; 2],
+    pub(super) late_records: [LateRecords; 2],
 }
 
 /// An event-time column of the join's output: the time column of `side`.
 #[derive(Debug, Clone)]
-struct OutputTime {
-    side: JoinSide,
-    column: usize,
-    progress: Arc<PartitionProgress>,
+pub(super) struct OutputTime {
+    pub(super) side: JoinSide,
+    pub(super) column: usize,
+    pub(super) progress: Arc<PartitionProgress>,
 }
 
 impl IntervalJoinExec {
@@ -524,779 +518,4 @@ impl ExecutionPlan for IntervalJoinExec {
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
-}
-
-/// One side of a running join.
-struct Side {
-    state: SideState,
-    watermark: i64,
-    keys: Vec<PhysicalExprRef>,
-    /// The left side's key types, which this side's keys are cast to.
-    key_types: Vec<DataType>,
-    time_column: usize,
-    /// The column that ends its rows' reach, if not the event time.
-    until_column: Option<usize>,
-    role: SideRole,
-    late_records: LateRecords,
-}
-
-/// What a side's rows become in the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SideRole {
-    /// Pairs only (an inner join, the inner side of an outer join).
-    Paired,
-    /// Pairs, and rows that never matched with nulls for the other side (the outer side).
-    Outer,
-    /// A row alone, the first time it matches (the kept side of a semi join).
-    Semi,
-    /// A row alone, when it is freed without having matched (the kept side of an anti join).
-    Anti,
-    /// Nothing: only filters the other side's rows (the other side of a semi or anti join).
-    Filter,
-}
-
-impl SideRole {
-    fn of(join_type: JoinType, side: JoinSide) -> Self {
-        let left = side == JoinSide::Left;
-        match join_type {
-            JoinType::Inner => Self::Paired,
-            JoinType::Left | JoinType::Right | JoinType::Full
-                if join_type == JoinType::Full || (join_type == JoinType::Left) == left =>
-            {
-                Self::Outer
-            }
-            JoinType::Left | JoinType::Right => Self::Paired,
-            JoinType::LeftSemi | JoinType::RightSemi
-                if (join_type == JoinType::LeftSemi) == left =>
-            {
-                Self::Semi
-            }
-            JoinType::LeftAnti | JoinType::RightAnti
-                if (join_type == JoinType::LeftAnti) == left =>
-            {
-                Self::Anti
-            }
-            _ => Self::Filter,
-        }
-    }
-
-    /// Whether the pairs its rows find go out (inner and outer joins).
-    fn emits_pairs(self) -> bool {
-        matches!(self, Self::Paired | Self::Outer)
-    }
-
-    /// Whether its kept rows remember if they matched.
-    fn tracks_matches(self) -> bool {
-        matches!(self, Self::Outer | Self::Semi | Self::Anti)
-    }
-
-    /// Whether rows that never matched go out when freed.
-    fn emits_unmatched(self) -> bool {
-        matches!(self, Self::Outer | Self::Anti)
-    }
-}
-
-/// Both sides' watermarks, read by the choice of which side to read next.
-#[derive(Default)]
-struct Progress {
-    left: AtomicI64,
-    right: AtomicI64,
-}
-
-impl Progress {
-    fn watermarks(&self) -> (i64, i64) {
-        (
-            self.left.load(AtomicOrdering::Relaxed),
-            self.right.load(AtomicOrdering::Relaxed),
-        )
-    }
-
-    fn set(&self, side: JoinSide, watermark: i64) {
-        let slot = match side {
-            JoinSide::Left => &self.left,
-            _ => &self.right,
-        };
-        slot.store(watermark, AtomicOrdering::Relaxed);
-    }
-}
-
-/// The state of one output partition of the join.
-struct JoinStream {
-    left: Side,
-    right: Side,
-    progress: Arc<Progress>,
-    common: Common,
-    reservation: MemoryReservation,
-    partition: usize,
-    /// The output's event-time columns, and the progress last recorded in each.
-    output_times: Vec<(OutputTime, i64)>,
-}
-
-/// What both sides of a running join read.
-struct Common {
-    bound: TimeBound,
-    allowed_lateness: i64,
-    filter: Option<JoinFilter>,
-    join_schema: SchemaRef,
-    left_schema: SchemaRef,
-    right_schema: SchemaRef,
-    projection: Option<Vec<usize>>,
-    random_state: RandomState,
-    metrics: StatefulMetrics,
-    name: String,
-    output_schema: SchemaRef,
-}
-
-/// The pairs one probe found: rows of the probing batch and positions in the other side.
-#[derive(Default)]
-struct Pairs {
-    probe: Vec<u32>,
-    kept: Vec<Position>,
-}
-
-impl JoinStream {
-    fn try_new(
-        exec: &IntervalJoinExec,
-        partition: usize,
-        reservation: MemoryReservation,
-    ) -> Result<Self> {
-        let spec = &exec.spec;
-        let left_schema = exec.left.schema();
-        let right_schema = exec.right.schema();
-        let key_types = spec
-            .on
-            .iter()
-            .map(|(l, _)| l.data_type(&left_schema))
-            .collect::<Result<Vec<_>>>()?;
-        let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
-            state: SideState::default(),
-            watermark: i64::MIN,
-            keys,
-            key_types: key_types.clone(),
-            time_column,
-            until_column: spec.bound.until(which),
-            role: SideRole::of(spec.join_type, which),
-            late_records: exec.late_records[usize::from(which == JoinSide::Right)].clone(),
-        };
-        Ok(Self {
-            left: side(
-                JoinSide::Left,
-                spec.on.iter().map(|(l, _)| Arc::clone(l)).collect(),
-                spec.bound.left_time,
-            ),
-            right: side(
-                JoinSide::Right,
-                spec.on.iter().map(|(_, r)| Arc::clone(r)).collect(),
-                spec.bound.right_time,
-            ),
-            progress: Arc::new(Progress {
-                left: AtomicI64::new(i64::MIN),
-                right: AtomicI64::new(i64::MIN),
-            }),
-            common: Common {
-                bound: spec.bound,
-                allowed_lateness: spec.allowed_lateness,
-                filter: spec.filter.clone(),
-                join_schema: Arc::clone(&exec.join_schema),
-                left_schema,
-                right_schema,
-                projection: spec.projection.clone(),
-                random_state: RandomState::with_seed(0x10_1e),
-                metrics: StatefulMetrics::new(&exec.metrics, partition),
-                name: format!("IntervalJoinExec[{partition}]"),
-                output_schema: exec.schema(),
-            },
-            reservation,
-            partition,
-            output_times: exec
-                .output_times
-                .iter()
-                .map(|t| (t.clone(), i64::MIN))
-                .collect(),
-        })
-    }
-
-    /// The side `which` and the other one.
-    fn sides(&mut self, which: JoinSide) -> (&mut Side, &mut Side, &Common) {
-        match which {
-            JoinSide::Left => (&mut self.left, &mut self.right, &self.common),
-            _ => (&mut self.right, &mut self.left, &self.common),
-        }
-    }
-
-    fn on_batch(&mut self, which: JoinSide, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        let rows = batch.num_rows();
-        self.common.metrics.records_in.add(rows);
-        if rows == 0 {
-            return Ok(None);
-        }
-        let (side, other, common) = self.sides(which);
-        let times = event_times(batch.column(side.time_column))?
-            .as_primitive::<Int64Type>()
-            .clone();
-        // Where each row's reach ends: its `until` column, or its own time.
-        let untils = match side.until_column {
-            Some(column) => event_times(batch.column(column))?
-                .as_primitive::<Int64Type>()
-                .clone(),
-            None => times.clone(),
-        };
-        let mut keys = evaluate(&side.keys, batch)?;
-        for (key, key_type) in keys.iter_mut().zip(&side.key_types) {
-            if key.data_type() != key_type {
-                *key = cast(key, key_type)?;
-            }
-        }
-        let own_limit = if side.watermark == i64::MIN {
-            i64::MIN
-        } else {
-            side.watermark.saturating_sub(common.allowed_lateness)
-        };
-        let keep_through = common.freed_through(which, other.watermark);
-        let mut hashes = vec![0; rows];
-        create_hashes(&keys, &common.random_state, &mut hashes)?;
-        // Rows that can match, and the rows that are late.
-        let mut late = Vec::new();
-        let mut unmatchable = Vec::new();
-        let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
-        // A regular join's rows match whatever their times, null ones included.
-        let time_nulls =
-            !common.bound.is_unbounded() && (times.null_count() > 0 || untils.null_count() > 0);
-        // The time and until ranges of the matchable rows. Usually no key or time is null
-        // and no row is late: then every row can match, found in one pass.
-        let mut time_range = batch_time_range(&times)
-            .filter(|(earliest, _)| nullable.is_empty() && !time_nulls && *earliest >= own_limit);
-        let every_row_matchable = time_range.is_some();
-        let mut until_range = match side.until_column {
-            Some(_) if every_row_matchable => batch_time_range(&untils),
-            _ => time_range,
-        };
-        let matchable: Vec<u32> = if every_row_matchable {
-            (0..rows as u32).collect()
-        } else {
-            let mut matchable = Vec::with_capacity(rows);
-            for row in 0..rows {
-                if (time_nulls && (times.is_null(row) || untils.is_null(row)))
-                    || nullable.iter().any(|k| k.is_null(row))
-                {
-                    unmatchable.push(row as u32);
-                } else if times.value(row) < own_limit {
-                    late.push(row);
-                } else {
-                    let widen = |range: &mut Option<(i64, i64)>, value: i64| {
-                        let (first, last) = range.unwrap_or((value, value));
-                        *range = Some((first.min(value), last.max(value)));
-                    };
-                    widen(&mut time_range, times.value(row));
-                    widen(&mut until_range, untils.value(row));
-                    matchable.push(row as u32);
-                }
-            }
-            matchable
-        };
-        common.metrics.late_dropped.add(late.len());
-        if !late.is_empty() && side.late_records.wanted() {
-            let mut selected = vec![false; rows];
-            for &row in &late {
-                selected[row] = true;
-            }
-            side.late_records
-                .send(batch, &BooleanArray::from(selected))?;
-        }
-        // The other side's until values a row can match.
-        let bound = common.bound;
-        let reach = |row: usize| bound.probe_range(which, times.value(row), untils.value(row));
-        if let (Some((first, _)), Some((_, last))) = (time_range, until_range) {
-            let from = bound.probe_range(which, first, last).0;
-            let to = bound.probe_range(which, first, last).1;
-            other.state.index_reaching(from, to);
-        }
-        // Probe the other side's rows.
-        // Most rows find one match or none.
-        let mut pairs = Pairs {
-            probe: Vec::with_capacity(matchable.len()),
-            kept: Vec::with_capacity(matchable.len()),
-        };
-        let mut candidates = Vec::new();
-        // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
-        // another key's). Without equality keys every pair within the bound is a candidate.
-        // Indexed by the chunk's sequence number from the oldest kept one.
-        let first_chunk = other.state.first_sequence();
-        let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
-        for &row in &matchable {
-            let row_index = row as usize;
-            let (from, to) = reach(row_index);
-            candidates.clear();
-            other
-                .state
-                .probe(hashes[row_index], from, to, &mut candidates);
-            for &position in &candidates {
-                let same_key = keys.is_empty() || {
-                    let slot = (position.chunk - first_chunk) as usize;
-                    if same_keys.len() <= slot {
-                        same_keys.resize_with(slot + 1, || None);
-                    }
-                    let compare = match &mut same_keys[slot] {
-                        Some(compare) => compare,
-                        empty => {
-                            let Some(chunk) = other.state.chunk(position.chunk) else {
-                                continue;
-                            };
-                            empty.insert(key_comparator(&chunk.keys, &keys)?)
-                        }
-                    };
-                    compare.is_equal(position.row as usize, row_index)
-                };
-                if same_key {
-                    pairs.probe.push(row);
-                    pairs.kept.push(position);
-                }
-            }
-        }
-        let pairs = match &common.filter {
-            Some(filter) if !pairs.probe.is_empty() => {
-                apply_filter(filter, which, batch, &other.state, pairs)?
-            }
-            _ => pairs,
-        };
-        let mut outputs = Vec::new();
-        // The probing rows that matched, where this side's role asks (an inner join's does
-        // not).
-        let probe_matched = (side.role == SideRole::Semi
-            || side.role.tracks_matches()
-            || side.role.emits_unmatched())
-        .then(|| {
-            let mut matched = vec![false; rows];
-            for &row in &pairs.probe {
-                matched[row as usize] = true;
-            }
-            matched
-        });
-        let matched_row = |row: u32| probe_matched.as_ref().is_some_and(|m| m[row as usize]);
-        if other.role.tracks_matches() {
-            // The kept rows matching for the first time: a semi join's output.
-            let mut first_matches = Vec::new();
-            for position in &pairs.kept {
-                if let Some(chunk) = other.state.chunk_mut(position.chunk)
-                    && let Some(matched) = chunk.matched.as_mut()
-                    && !matched.get_bit(position.row as usize)
-                {
-                    matched.set_bit(position.row as usize, true);
-                    first_matches.push(*position);
-                }
-            }
-            if other.role == SideRole::Semi && !first_matches.is_empty() {
-                let rows = gather(&other.state, &first_matches)?;
-                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
-            }
-        }
-        if side.role == SideRole::Semi {
-            let matched: Vec<u32> = (0..rows as u32).filter(|&row| matched_row(row)).collect();
-            if !matched.is_empty() {
-                let rows = take_record(batch, &UInt32Array::from(matched))?;
-                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
-            }
-        }
-        if side.role.emits_pairs() && !pairs.probe.is_empty() {
-            outputs.push(common.paired(which, batch, &other.state, pairs)?);
-        }
-        // Keep the rows a later row of the other side may still match; the outer side's
-        // others go out unmatched now. Usually every row is kept.
-        let mut unmatched = unmatchable;
-        let kept = match until_range {
-            Some((earliest, _)) if every_row_matchable && earliest > keep_through => matchable,
-            _ => {
-                let mut kept = Vec::new();
-                for &row in &matchable {
-                    if untils.value(row as usize) > keep_through {
-                        kept.push(row);
-                    } else if !matched_row(row) {
-                        unmatched.push(row);
-                    }
-                }
-                kept
-            }
-        };
-        if !kept.is_empty() {
-            let matched = side.role.tracks_matches().then(|| {
-                let mut matched = BooleanBufferBuilder::new(kept.len());
-                for &r in &kept {
-                    matched.append(matched_row(r));
-                }
-                matched
-            });
-            // Usually every row is kept: the batch is kept as it is, not copied.
-            let kept_all = kept.len() == rows;
-            let (chunk_batch, chunk_times, chunk_untils, chunk_keys, chunk_hashes) = if kept_all {
-                (batch.clone(), times, untils, keys, hashes)
-            } else {
-                let rows = UInt32Array::from(kept);
-                let chunk_keys = keys
-                    .iter()
-                    .map(|key| Ok(take(key.as_ref(), &rows, None)?))
-                    .collect::<Result<Vec<_>>>()?;
-                let take_times = |times: &Int64Array| -> Result<Int64Array> {
-                    Ok(take(times, &rows, None)?
-                        .as_primitive::<Int64Type>()
-                        .clone())
-                };
-                (
-                    take_record(batch, &rows)?,
-                    take_times(&times)?,
-                    take_times(&untils)?,
-                    chunk_keys,
-                    rows.values().iter().map(|&r| hashes[r as usize]).collect(),
-                )
-            };
-            let (min_time, max_time) = match until_range {
-                Some(range) if kept_all => range,
-                _ => batch_time_range(&chunk_untils).unwrap_or((i64::MAX, i64::MIN)),
-            };
-            let earliest_event_time = match (side.until_column, time_range) {
-                (None, _) => min_time,
-                (Some(_), Some((earliest, _))) if kept_all => earliest,
-                (Some(_), _) => batch_time_range(&chunk_times).map_or(i64::MAX, |(e, _)| e),
-            };
-            let chunk = Chunk {
-                batch: chunk_batch,
-                times: chunk_untils,
-                keys: chunk_keys,
-                matched,
-                max_time,
-                min_time,
-                earliest_event_time,
-            };
-            side.state.insert(chunk, chunk_hashes);
-        }
-        if side.role.emits_unmatched() && !unmatched.is_empty() {
-            unmatched.sort_unstable();
-            let rows = UInt32Array::from(unmatched);
-            let own = take_record(batch, &rows)?;
-            outputs.push(common.project(common.unmatched(which, side.role, own)?)?);
-        }
-        self.account()?;
-        self.common.output(outputs)
-    }
-
-    fn on_watermark(&mut self, which: JoinSide, watermark: i64) -> Result<Option<RecordBatch>> {
-        let other_side = match which {
-            JoinSide::Left => JoinSide::Right,
-            _ => JoinSide::Left,
-        };
-        let (side, _, _) = self.sides(which);
-        if watermark <= side.watermark {
-            return Ok(None);
-        }
-        side.watermark = watermark;
-        self.progress.set(which, watermark);
-        let freed_through = self.common.freed_through(other_side, watermark);
-        let (other, _, _) = self.sides(other_side);
-        let mut outputs = Vec::new();
-        let other_role = other.role;
-        if other_role.emits_unmatched() {
-            let mut positions = Vec::new();
-            for (sequence, chunk) in other.state.live_chunks() {
-                if chunk.min_time > freed_through {
-                    continue;
-                }
-                let Some(matched) = chunk.matched.as_mut() else {
-                    continue;
-                };
-                for row in 0..chunk.times.len() {
-                    if !matched.get_bit(row) && chunk.times.value(row) <= freed_through {
-                        matched.set_bit(row, true);
-                        positions.push(Position {
-                            chunk: sequence,
-                            row: row as u32,
-                        });
-                    }
-                }
-            }
-            if !positions.is_empty() {
-                let rows = gather(&other.state, &positions)?;
-                outputs.push(rows);
-            }
-        }
-        let (other, _, _) = self.sides(other_side);
-        other.state.free_through(freed_through);
-        let outputs = outputs
-            .into_iter()
-            .map(|rows| {
-                let rows = self.common.unmatched(other_side, other_role, rows)?;
-                self.common.project(rows)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.account()?;
-        let output = self.common.output(outputs)?;
-        // Only progress moved: an empty batch wakes the exchange above to read it.
-        match (output, self.record_progress()) {
-            (None, true) => Ok(Some(RecordBatch::new_empty(Arc::clone(
-                &self.common.output_schema,
-            )))),
-            (output, _) => Ok(output),
-        }
-    }
-
-    /// Records, per event-time column of the output, the smallest time this partition may
-    /// still emit in it (see the module documentation); whether any moved.
-    fn record_progress(&mut self) -> bool {
-        let lateness = self.common.allowed_lateness;
-        let bound = self.common.bound;
-        // `watermark - lateness + shift`, where a finished input (+infinity) stays finished.
-        let at = |watermark: i64, shift: i64| match watermark {
-            i64::MAX => i64::MAX,
-            _ => watermark.saturating_sub(lateness).saturating_add(shift),
-        };
-        let (left, right) = (self.left.watermark, self.right.watermark);
-        let mut moved = false;
-        for (time, recorded) in &mut self.output_times {
-            let (own, other, shift) = match time.side {
-                JoinSide::Left => (&self.left, right, bound.upper.saturating_neg()),
-                _ => (&self.right, left, bound.lower),
-            };
-            // A row still to come is not late; a kept one is not freed yet, and with an
-            // until column its own time may lie anywhere before that: the earliest kept.
-            let kept = match own.until_column {
-                None => at(other, shift),
-                Some(_) => own.state.earliest_event_time(),
-            };
-            let next = at(own.watermark, 0).min(kept);
-            if next > *recorded {
-                *recorded = next;
-                time.progress.record(self.partition, next);
-                moved = true;
-            }
-        }
-        moved
-    }
-
-    /// Accounts both sides' state in the memory pool.
-    fn account(&mut self) -> Result<()> {
-        let bytes = self.left.state.size() + self.right.state.size();
-        self.common.metrics.state_bytes.set(bytes);
-        if let Err(e) = self.reservation.try_resize(bytes) {
-            return plan_err!(
-                "{} keeps more rows than the memory limit allows ({bytes} bytes of join state): narrow the join's time bound or raise the limit ({e})",
-                self.common.name
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Common {
-    /// The last event time of a row of `side` the other side's watermark `watermark` no
-    /// longer keeps: later rows of the other side, not late, are all beyond its reach.
-    fn freed_through(&self, side: JoinSide, watermark: i64) -> i64 {
-        if watermark == i64::MAX {
-            return i64::MAX;
-        }
-        watermark
-            .saturating_sub(self.allowed_lateness)
-            .saturating_sub(self.bound.reach(side))
-            .saturating_sub(1)
-    }
-
-    /// Rows of side `which` (in `role`) that never matched, as output rows: alone in an anti
-    /// join, with nulls for the other side's columns in an outer one.
-    fn unmatched(&self, which: JoinSide, role: SideRole, rows: RecordBatch) -> Result<RecordBatch> {
-        match role {
-            SideRole::Anti => Ok(rows.with_schema(Arc::clone(&self.join_schema))?),
-            _ => self.null_padded(which, rows),
-        }
-    }
-
-    /// Rows of side `which` with nulls for the other side's columns.
-    fn null_padded(&self, which: JoinSide, rows: RecordBatch) -> Result<RecordBatch> {
-        let count = rows.num_rows();
-        let nulls = |schema: &Schema| -> Vec<ArrayRef> {
-            schema
-                .fields()
-                .iter()
-                .map(|f| new_null_array(f.data_type(), count))
-                .collect()
-        };
-        let columns = match which {
-            JoinSide::Left => [rows.columns().to_vec(), nulls(&self.right_schema)].concat(),
-            _ => [nulls(&self.left_schema), rows.columns().to_vec()].concat(),
-        };
-        Ok(RecordBatch::try_new(
-            Arc::clone(&self.join_schema),
-            columns,
-        )?)
-    }
-
-    /// The pairs' rows, `batch`'s rows `pairs.probe` beside the other side's kept rows
-    /// `pairs.kept`, as output rows: only the columns the output keeps are built.
-    fn paired(
-        &self,
-        which: JoinSide,
-        batch: &RecordBatch,
-        kept: &SideState,
-        pairs: Pairs,
-    ) -> Result<RecordBatch> {
-        let left_width = self.left_schema.fields().len();
-        let (probe_first, kept_first) = match which {
-            JoinSide::Left => (0, left_width),
-            _ => (left_width, 0),
-        };
-        let probe_columns = probe_first..probe_first + batch.num_columns();
-        let probe_rows = UInt32Array::from(pairs.probe);
-        let (kept_batches, kept_rows) = chunk_indices(kept, &pairs.kept)?;
-        // Pairs that all met one kept chunk (the usual case) gather from it with `take`.
-        let one_chunk_rows = match kept_batches.as_slice() {
-            [_] => Some(UInt32Array::from_iter_values(
-                kept_rows.iter().map(|&(_, row)| row as u32),
-            )),
-            _ => None,
-        };
-        let column = |c: usize| -> Result<ArrayRef> {
-            if probe_columns.contains(&c) {
-                return Ok(take(batch.column(c - probe_first), &probe_rows, None)?);
-            }
-            if let (Some(rows), [kept]) = (&one_chunk_rows, kept_batches.as_slice()) {
-                return Ok(take(kept.column(c - kept_first), rows, None)?);
-            }
-            let arrays: Vec<&dyn Array> = kept_batches
-                .iter()
-                .map(|kept| kept.column(c - kept_first).as_ref())
-                .collect();
-            Ok(interleave(&arrays, &kept_rows)?)
-        };
-        let columns: Result<Vec<ArrayRef>> = match &self.projection {
-            Some(columns) => columns.iter().map(|&c| column(c)).collect(),
-            None => (0..self.join_schema.fields().len()).map(column).collect(),
-        };
-        let options = RecordBatchOptions::new().with_row_count(Some(probe_rows.len()));
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.output_schema),
-            columns?,
-            &options,
-        )?)
-    }
-
-    /// `batch`, in the join's schema, as the output keeps it.
-    fn project(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        Ok(match &self.projection {
-            Some(columns) => batch.project(columns)?,
-            None => batch,
-        })
-    }
-
-    /// The output pieces (each as the output keeps it) as one batch.
-    fn output(&self, pieces: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
-        let mut pieces: Vec<RecordBatch> =
-            pieces.into_iter().filter(|b| b.num_rows() > 0).collect();
-        let batch = match (pieces.pop(), pieces.is_empty()) {
-            (None, _) => return Ok(None),
-            (Some(only), true) => only,
-            (Some(last), false) => {
-                pieces.push(last);
-                concat_batches(&self.output_schema, &pieces)?
-            }
-        };
-        self.metrics.baseline.record_output(batch.num_rows());
-        Ok(Some(batch))
-    }
-}
-
-/// `batch`'s columns at `rows`.
-fn take_columns(batch: &RecordBatch, rows: &UInt32Array) -> Result<Vec<ArrayRef>> {
-    Ok(batch
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), rows, None))
-        .collect::<std::result::Result<_, _>>()?)
-}
-
-fn take_record(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch> {
-    Ok(RecordBatch::try_new(
-        batch.schema(),
-        take_columns(batch, rows)?,
-    )?)
-}
-
-/// The kept rows at `positions`, in that order.
-fn gather(state: &SideState, positions: &[Position]) -> Result<RecordBatch> {
-    let (batches, indices) = chunk_indices(state, positions)?;
-    Ok(interleave_record_batch(&batches, &indices)?)
-}
-
-/// The chunks `positions` name, and each position as `(chunk in that list, row)`.
-#[allow(clippy::type_complexity)]
-fn chunk_indices<'a>(
-    state: &'a SideState,
-    positions: &[Position],
-) -> Result<(Vec<&'a RecordBatch>, Vec<(usize, usize)>)> {
-    // Per kept chunk (by sequence number from the oldest held), its place in `batches`.
-    const ABSENT: usize = usize::MAX;
-    let first = state.first_sequence();
-    let mut slots: Vec<usize> = Vec::new();
-    let mut batches = Vec::new();
-    let mut indices = Vec::with_capacity(positions.len());
-    for position in positions {
-        let Some(offset) = position.chunk.checked_sub(first).map(|o| o as usize) else {
-            return internal_err!("interval join: a freed chunk was referenced");
-        };
-        if slots.len() <= offset {
-            slots.resize(offset + 1, ABSENT);
-        }
-        if slots[offset] == ABSENT {
-            let Some(chunk) = state.chunk(position.chunk) else {
-                return internal_err!("interval join: a freed chunk was referenced");
-            };
-            batches.push(&chunk.batch);
-            slots[offset] = batches.len() - 1;
-        }
-        indices.push((slots[offset], position.row as usize));
-    }
-    Ok((batches, indices))
-}
-
-/// The pairs for which the join's filter is true. The filter reads columns of both sides,
-/// gathered per pair into its own schema.
-fn apply_filter(
-    filter: &JoinFilter,
-    probing: JoinSide,
-    batch: &RecordBatch,
-    state: &SideState,
-    pairs: Pairs,
-) -> Result<Pairs> {
-    let probe_rows = UInt32Array::from(pairs.probe.clone());
-    let (batches, indices) = chunk_indices(state, &pairs.kept)?;
-    let columns = filter
-        .column_indices()
-        .iter()
-        .map(|column| {
-            if column.side == probing {
-                Ok(take(
-                    batch.column(column.index).as_ref(),
-                    &probe_rows,
-                    None,
-                )?)
-            } else {
-                let arrays: Vec<&dyn Array> = batches
-                    .iter()
-                    .map(|b| b.column(column.index).as_ref())
-                    .collect();
-                Ok(interleave(&arrays, &indices)?)
-            }
-        })
-        .collect::<Result<Vec<ArrayRef>>>()?;
-    let intermediate = RecordBatch::try_new(Arc::clone(filter.schema()), columns)?;
-    let verdict = filter
-        .expression()
-        .evaluate(&intermediate)?
-        .into_array(intermediate.num_rows())?;
-    let Some(verdict) = verdict.as_any().downcast_ref::<BooleanArray>() else {
-        return internal_err!("a join filter gave {}", verdict.data_type());
-    };
-    let mut kept = Pairs::default();
-    for (index, pass) in verdict.iter().enumerate() {
-        if pass == Some(true) {
-            kept.probe.push(pairs.probe[index]);
-            kept.kept.push(pairs.kept[index]);
-        }
-    }
-    Ok(kept)
 }

@@ -8,6 +8,8 @@ use datafusion::common::{NullEquality, Result};
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
 mod interval_join;
+mod interval_stream;
+mod join_output;
 mod lookup_join;
 mod lookup_table;
 mod side_state;

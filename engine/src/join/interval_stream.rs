@@ -1,0 +1,572 @@
+//! One output partition of an [`IntervalJoinExec`] at work: both sides' kept rows and
+//! watermarks, a batch probed against the other side's rows and kept for its rows to come, a
+//! watermark that frees what it puts out of reach (see `interval_join.rs` for the
+//! algorithm).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, Int64Array, UInt32Array,
+};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::hash_utils::{RandomState, create_hashes};
+use datafusion::common::{JoinSide, JoinType, Result, plan_err};
+use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_expr::PhysicalExprRef;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::interval_join::{IntervalJoinExec, OutputTime};
+use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
+use super::side_state::{Chunk, Position, SideState};
+use super::{KeyEquality, key_comparator};
+use crate::late_records::LateRecords;
+use crate::operator_metrics::StatefulMetrics;
+use crate::plan_util::evaluate;
+use crate::watermark::{event_times, time_range as batch_time_range};
+
+/// One side of a running join.
+struct Side {
+    state: SideState,
+    watermark: i64,
+    keys: Vec<PhysicalExprRef>,
+    /// The left side's key types, which this side's keys are cast to.
+    key_types: Vec<DataType>,
+    time_column: usize,
+    /// The column that ends its rows' reach, if not the event time.
+    until_column: Option<usize>,
+    role: SideRole,
+    late_records: LateRecords,
+}
+
+/// What a side's rows become in the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SideRole {
+    /// Pairs only (an inner join, the inner side of an outer join).
+    Paired,
+    /// Pairs, and rows that never matched with nulls for the other side (the outer side).
+    Outer,
+    /// A row alone, the first time it matches (the kept side of a semi join).
+    Semi,
+    /// A row alone, when it is freed without having matched (the kept side of an anti join).
+    Anti,
+    /// Nothing: only filters the other side's rows (the other side of a semi or anti join).
+    Filter,
+}
+
+impl SideRole {
+    fn of(join_type: JoinType, side: JoinSide) -> Self {
+        let left = side == JoinSide::Left;
+        match join_type {
+            JoinType::Inner => Self::Paired,
+            JoinType::Left | JoinType::Right | JoinType::Full
+                if join_type == JoinType::Full || (join_type == JoinType::Left) == left =>
+            {
+                Self::Outer
+            }
+            JoinType::Left | JoinType::Right => Self::Paired,
+            JoinType::LeftSemi | JoinType::RightSemi
+                if (join_type == JoinType::LeftSemi) == left =>
+            {
+                Self::Semi
+            }
+            JoinType::LeftAnti | JoinType::RightAnti
+                if (join_type == JoinType::LeftAnti) == left =>
+            {
+                Self::Anti
+            }
+            _ => Self::Filter,
+        }
+    }
+
+    /// Whether the pairs its rows find go out (inner and outer joins).
+    fn emits_pairs(self) -> bool {
+        matches!(self, Self::Paired | Self::Outer)
+    }
+
+    /// Whether its kept rows remember if they matched.
+    fn tracks_matches(self) -> bool {
+        matches!(self, Self::Outer | Self::Semi | Self::Anti)
+    }
+
+    /// Whether rows that never matched go out when freed.
+    fn emits_unmatched(self) -> bool {
+        matches!(self, Self::Outer | Self::Anti)
+    }
+}
+
+/// Both sides' watermarks, read by the choice of which side to read next.
+#[derive(Default)]
+pub(super) struct Progress {
+    left: AtomicI64,
+    right: AtomicI64,
+}
+
+impl Progress {
+    pub(super) fn watermarks(&self) -> (i64, i64) {
+        (
+            self.left.load(AtomicOrdering::Relaxed),
+            self.right.load(AtomicOrdering::Relaxed),
+        )
+    }
+
+    fn set(&self, side: JoinSide, watermark: i64) {
+        let slot = match side {
+            JoinSide::Left => &self.left,
+            _ => &self.right,
+        };
+        slot.store(watermark, AtomicOrdering::Relaxed);
+    }
+}
+
+/// The state of one output partition of the join.
+pub(super) struct JoinStream {
+    left: Side,
+    right: Side,
+    pub(super) progress: Arc<Progress>,
+    common: Common,
+    reservation: MemoryReservation,
+    partition: usize,
+    /// The output's event-time columns, and the progress last recorded in each.
+    output_times: Vec<(OutputTime, i64)>,
+}
+
+impl JoinStream {
+    pub(super) fn try_new(
+        exec: &IntervalJoinExec,
+        partition: usize,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        let spec = &exec.spec;
+        let left_schema = exec.left.schema();
+        let right_schema = exec.right.schema();
+        let key_types = spec
+            .on
+            .iter()
+            .map(|(l, _)| l.data_type(&left_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
+            state: SideState::default(),
+            watermark: i64::MIN,
+            keys,
+            key_types: key_types.clone(),
+            time_column,
+            until_column: spec.bound.until(which),
+            role: SideRole::of(spec.join_type, which),
+            late_records: exec.late_records[usize::from(which == JoinSide::Right)].clone(),
+        };
+        Ok(Self {
+            left: side(
+                JoinSide::Left,
+                spec.on.iter().map(|(l, _)| Arc::clone(l)).collect(),
+                spec.bound.left_time,
+            ),
+            right: side(
+                JoinSide::Right,
+                spec.on.iter().map(|(_, r)| Arc::clone(r)).collect(),
+                spec.bound.right_time,
+            ),
+            progress: Arc::new(Progress {
+                left: AtomicI64::new(i64::MIN),
+                right: AtomicI64::new(i64::MIN),
+            }),
+            common: Common {
+                bound: spec.bound,
+                allowed_lateness: spec.allowed_lateness,
+                filter: spec.filter.clone(),
+                join_schema: Arc::clone(&exec.join_schema),
+                left_schema,
+                right_schema,
+                projection: spec.projection.clone(),
+                random_state: RandomState::with_seed(0x10_1e),
+                metrics: StatefulMetrics::new(&exec.metrics, partition),
+                name: format!("IntervalJoinExec[{partition}]"),
+                output_schema: exec.schema(),
+            },
+            reservation,
+            partition,
+            output_times: exec
+                .output_times
+                .iter()
+                .map(|t| (t.clone(), i64::MIN))
+                .collect(),
+        })
+    }
+
+    /// The side `which` and the other one.
+    fn sides(&mut self, which: JoinSide) -> (&mut Side, &mut Side, &Common) {
+        match which {
+            JoinSide::Left => (&mut self.left, &mut self.right, &self.common),
+            _ => (&mut self.right, &mut self.left, &self.common),
+        }
+    }
+
+    pub(super) fn on_batch(
+        &mut self,
+        which: JoinSide,
+        batch: &RecordBatch,
+    ) -> Result<Option<RecordBatch>> {
+        let rows = batch.num_rows();
+        self.common.metrics.records_in.add(rows);
+        if rows == 0 {
+            return Ok(None);
+        }
+        let (side, other, common) = self.sides(which);
+        let times = event_times(batch.column(side.time_column))?
+            .as_primitive::<Int64Type>()
+            .clone();
+        // Where each row's reach ends: its `until` column, or its own time.
+        let untils = match side.until_column {
+            Some(column) => event_times(batch.column(column))?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            None => times.clone(),
+        };
+        let mut keys = evaluate(&side.keys, batch)?;
+        for (key, key_type) in keys.iter_mut().zip(&side.key_types) {
+            if key.data_type() != key_type {
+                *key = cast(key, key_type)?;
+            }
+        }
+        let own_limit = if side.watermark == i64::MIN {
+            i64::MIN
+        } else {
+            side.watermark.saturating_sub(common.allowed_lateness)
+        };
+        let keep_through = common.freed_through(which, other.watermark);
+        let mut hashes = vec![0; rows];
+        create_hashes(&keys, &common.random_state, &mut hashes)?;
+        // Rows that can match, and the rows that are late.
+        let mut late = Vec::new();
+        let mut unmatchable = Vec::new();
+        let nullable: Vec<&ArrayRef> = keys.iter().filter(|k| k.null_count() > 0).collect();
+        // A regular join's rows match whatever their times, null ones included.
+        let time_nulls =
+            !common.bound.is_unbounded() && (times.null_count() > 0 || untils.null_count() > 0);
+        // The time and until ranges of the matchable rows. Usually no key or time is null
+        // and no row is late: then every row can match, found in one pass.
+        let mut time_range = batch_time_range(&times)
+            .filter(|(earliest, _)| nullable.is_empty() && !time_nulls && *earliest >= own_limit);
+        let every_row_matchable = time_range.is_some();
+        let mut until_range = match side.until_column {
+            Some(_) if every_row_matchable => batch_time_range(&untils),
+            _ => time_range,
+        };
+        let matchable: Vec<u32> = if every_row_matchable {
+            (0..rows as u32).collect()
+        } else {
+            let mut matchable = Vec::with_capacity(rows);
+            for row in 0..rows {
+                if (time_nulls && (times.is_null(row) || untils.is_null(row)))
+                    || nullable.iter().any(|k| k.is_null(row))
+                {
+                    unmatchable.push(row as u32);
+                } else if times.value(row) < own_limit {
+                    late.push(row);
+                } else {
+                    let widen = |range: &mut Option<(i64, i64)>, value: i64| {
+                        let (first, last) = range.unwrap_or((value, value));
+                        *range = Some((first.min(value), last.max(value)));
+                    };
+                    widen(&mut time_range, times.value(row));
+                    widen(&mut until_range, untils.value(row));
+                    matchable.push(row as u32);
+                }
+            }
+            matchable
+        };
+        common.metrics.late_dropped.add(late.len());
+        if !late.is_empty() && side.late_records.wanted() {
+            let mut selected = vec![false; rows];
+            for &row in &late {
+                selected[row] = true;
+            }
+            side.late_records
+                .send(batch, &BooleanArray::from(selected))?;
+        }
+        // The other side's until values a row can match.
+        let bound = common.bound;
+        let reach = |row: usize| bound.probe_range(which, times.value(row), untils.value(row));
+        if let (Some((first, _)), Some((_, last))) = (time_range, until_range) {
+            let from = bound.probe_range(which, first, last).0;
+            let to = bound.probe_range(which, first, last).1;
+            other.state.index_reaching(from, to);
+        }
+        // Probe the other side's rows.
+        // Most rows find one match or none.
+        let mut pairs = Pairs {
+            probe: Vec::with_capacity(matchable.len()),
+            kept: Vec::with_capacity(matchable.len()),
+        };
+        let mut candidates = Vec::new();
+        // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
+        // another key's). Without equality keys every pair within the bound is a candidate.
+        // Indexed by the chunk's sequence number from the oldest kept one.
+        let first_chunk = other.state.first_sequence();
+        let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
+        for &row in &matchable {
+            let row_index = row as usize;
+            let (from, to) = reach(row_index);
+            candidates.clear();
+            other
+                .state
+                .probe(hashes[row_index], from, to, &mut candidates);
+            for &position in &candidates {
+                let same_key = keys.is_empty() || {
+                    let slot = (position.chunk - first_chunk) as usize;
+                    if same_keys.len() <= slot {
+                        same_keys.resize_with(slot + 1, || None);
+                    }
+                    let compare = match &mut same_keys[slot] {
+                        Some(compare) => compare,
+                        empty => {
+                            let Some(chunk) = other.state.chunk(position.chunk) else {
+                                continue;
+                            };
+                            empty.insert(key_comparator(&chunk.keys, &keys)?)
+                        }
+                    };
+                    compare.is_equal(position.row as usize, row_index)
+                };
+                if same_key {
+                    pairs.probe.push(row);
+                    pairs.kept.push(position);
+                }
+            }
+        }
+        let pairs = match &common.filter {
+            Some(filter) if !pairs.probe.is_empty() => {
+                apply_filter(filter, which, batch, &other.state, pairs)?
+            }
+            _ => pairs,
+        };
+        let mut outputs = Vec::new();
+        // The probing rows that matched, where this side's role asks (an inner join's does
+        // not).
+        let probe_matched = (side.role == SideRole::Semi
+            || side.role.tracks_matches()
+            || side.role.emits_unmatched())
+        .then(|| {
+            let mut matched = vec![false; rows];
+            for &row in &pairs.probe {
+                matched[row as usize] = true;
+            }
+            matched
+        });
+        let matched_row = |row: u32| probe_matched.as_ref().is_some_and(|m| m[row as usize]);
+        if other.role.tracks_matches() {
+            // The kept rows matching for the first time: a semi join's output.
+            let mut first_matches = Vec::new();
+            for position in &pairs.kept {
+                if let Some(chunk) = other.state.chunk_mut(position.chunk)
+                    && let Some(matched) = chunk.matched.as_mut()
+                    && !matched.get_bit(position.row as usize)
+                {
+                    matched.set_bit(position.row as usize, true);
+                    first_matches.push(*position);
+                }
+            }
+            if other.role == SideRole::Semi && !first_matches.is_empty() {
+                let rows = gather(&other.state, &first_matches)?;
+                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
+            }
+        }
+        if side.role == SideRole::Semi {
+            let matched: Vec<u32> = (0..rows as u32).filter(|&row| matched_row(row)).collect();
+            if !matched.is_empty() {
+                let rows = take_record(batch, &UInt32Array::from(matched))?;
+                outputs.push(common.project(rows.with_schema(Arc::clone(&common.join_schema))?)?);
+            }
+        }
+        if side.role.emits_pairs() && !pairs.probe.is_empty() {
+            outputs.push(common.paired(which, batch, &other.state, pairs)?);
+        }
+        // Keep the rows a later row of the other side may still match; the outer side's
+        // others go out unmatched now. Usually every row is kept.
+        let mut unmatched = unmatchable;
+        let kept = match until_range {
+            Some((earliest, _)) if every_row_matchable && earliest > keep_through => matchable,
+            _ => {
+                let mut kept = Vec::new();
+                for &row in &matchable {
+                    if untils.value(row as usize) > keep_through {
+                        kept.push(row);
+                    } else if !matched_row(row) {
+                        unmatched.push(row);
+                    }
+                }
+                kept
+            }
+        };
+        if !kept.is_empty() {
+            let matched = side.role.tracks_matches().then(|| {
+                let mut matched = BooleanBufferBuilder::new(kept.len());
+                for &r in &kept {
+                    matched.append(matched_row(r));
+                }
+                matched
+            });
+            // Usually every row is kept: the batch is kept as it is, not copied.
+            let kept_all = kept.len() == rows;
+            let (chunk_batch, chunk_times, chunk_untils, chunk_keys, chunk_hashes) = if kept_all {
+                (batch.clone(), times, untils, keys, hashes)
+            } else {
+                let rows = UInt32Array::from(kept);
+                let chunk_keys = keys
+                    .iter()
+                    .map(|key| Ok(take(key.as_ref(), &rows, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                let take_times = |times: &Int64Array| -> Result<Int64Array> {
+                    Ok(take(times, &rows, None)?
+                        .as_primitive::<Int64Type>()
+                        .clone())
+                };
+                (
+                    take_record(batch, &rows)?,
+                    take_times(&times)?,
+                    take_times(&untils)?,
+                    chunk_keys,
+                    rows.values().iter().map(|&r| hashes[r as usize]).collect(),
+                )
+            };
+            let (min_time, max_time) = match until_range {
+                Some(range) if kept_all => range,
+                _ => batch_time_range(&chunk_untils).unwrap_or((i64::MAX, i64::MIN)),
+            };
+            let earliest_event_time = match (side.until_column, time_range) {
+                (None, _) => min_time,
+                (Some(_), Some((earliest, _))) if kept_all => earliest,
+                (Some(_), _) => batch_time_range(&chunk_times).map_or(i64::MAX, |(e, _)| e),
+            };
+            let chunk = Chunk {
+                batch: chunk_batch,
+                times: chunk_untils,
+                keys: chunk_keys,
+                matched,
+                max_time,
+                min_time,
+                earliest_event_time,
+            };
+            side.state.insert(chunk, chunk_hashes);
+        }
+        if side.role.emits_unmatched() && !unmatched.is_empty() {
+            unmatched.sort_unstable();
+            let rows = UInt32Array::from(unmatched);
+            let own = take_record(batch, &rows)?;
+            outputs.push(common.project(common.unmatched(which, side.role, own)?)?);
+        }
+        self.account()?;
+        self.common.output(outputs)
+    }
+
+    pub(super) fn on_watermark(
+        &mut self,
+        which: JoinSide,
+        watermark: i64,
+    ) -> Result<Option<RecordBatch>> {
+        let other_side = match which {
+            JoinSide::Left => JoinSide::Right,
+            _ => JoinSide::Left,
+        };
+        let (side, _, _) = self.sides(which);
+        if watermark <= side.watermark {
+            return Ok(None);
+        }
+        side.watermark = watermark;
+        self.progress.set(which, watermark);
+        let freed_through = self.common.freed_through(other_side, watermark);
+        let (other, _, _) = self.sides(other_side);
+        let mut outputs = Vec::new();
+        let other_role = other.role;
+        if other_role.emits_unmatched() {
+            let mut positions = Vec::new();
+            for (sequence, chunk) in other.state.live_chunks() {
+                if chunk.min_time > freed_through {
+                    continue;
+                }
+                let Some(matched) = chunk.matched.as_mut() else {
+                    continue;
+                };
+                for row in 0..chunk.times.len() {
+                    if !matched.get_bit(row) && chunk.times.value(row) <= freed_through {
+                        matched.set_bit(row, true);
+                        positions.push(Position {
+                            chunk: sequence,
+                            row: row as u32,
+                        });
+                    }
+                }
+            }
+            if !positions.is_empty() {
+                let rows = gather(&other.state, &positions)?;
+                outputs.push(rows);
+            }
+        }
+        let (other, _, _) = self.sides(other_side);
+        other.state.free_through(freed_through);
+        let outputs = outputs
+            .into_iter()
+            .map(|rows| {
+                let rows = self.common.unmatched(other_side, other_role, rows)?;
+                self.common.project(rows)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.account()?;
+        let output = self.common.output(outputs)?;
+        // Only progress moved: an empty batch wakes the exchange above to read it.
+        match (output, self.record_progress()) {
+            (None, true) => Ok(Some(RecordBatch::new_empty(Arc::clone(
+                &self.common.output_schema,
+            )))),
+            (output, _) => Ok(output),
+        }
+    }
+
+    /// Records, per event-time column of the output, the smallest time this partition may
+    /// still emit in it (see the module documentation); whether any moved.
+    fn record_progress(&mut self) -> bool {
+        let lateness = self.common.allowed_lateness;
+        let bound = self.common.bound;
+        // `watermark - lateness + shift`, where a finished input (+infinity) stays finished.
+        let at = |watermark: i64, shift: i64| match watermark {
+            i64::MAX => i64::MAX,
+            _ => watermark.saturating_sub(lateness).saturating_add(shift),
+        };
+        let (left, right) = (self.left.watermark, self.right.watermark);
+        let mut moved = false;
+        for (time, recorded) in &mut self.output_times {
+            let (own, other, shift) = match time.side {
+                JoinSide::Left => (&self.left, right, bound.upper.saturating_neg()),
+                _ => (&self.right, left, bound.lower),
+            };
+            // A row still to come is not late; a kept one is not freed yet, and with an
+            // until column its own time may lie anywhere before that: the earliest kept.
+            let kept = match own.until_column {
+                None => at(other, shift),
+                Some(_) => own.state.earliest_event_time(),
+            };
+            let next = at(own.watermark, 0).min(kept);
+            if next > *recorded {
+                *recorded = next;
+                time.progress.record(self.partition, next);
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// Accounts both sides' state in the memory pool.
+    fn account(&mut self) -> Result<()> {
+        let bytes = self.left.state.size() + self.right.state.size();
+        self.common.metrics.state_bytes.set(bytes);
+        if let Err(e) = self.reservation.try_resize(bytes) {
+            return plan_err!(
+                "{} keeps more rows than the memory limit allows ({bytes} bytes of join state): narrow the join's time bound or raise the limit ({e})",
+                self.common.name
+            );
+        }
+        Ok(())
+    }
+}
