@@ -213,8 +213,16 @@ type KeyedChangelog = (Arc<dyn ExecutionPlan>, Vec<usize>);
 /// `op`); `None` if the key cannot be traced through it.
 fn keyed_changelog(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<KeyedChangelog>> {
     if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
-        let keyed = op_column(&plan.schema()).is_some();
-        return Ok(keyed.then(|| (Arc::clone(plan), (0..aggregate.group_by().len()).collect())));
+        if op_column(&plan.schema()).is_none() {
+            return Ok(None);
+        }
+        let key = (0..aggregate.group_by().len()).collect();
+        // The aggregation above emits a row per changed group and batch: the rows of the
+        // changes in between it would only apply and replace.
+        return Ok(Some(match aggregate.with_changes_per_batch()? {
+            Some(per_batch) => (Arc::new(per_batch), key),
+            None => (Arc::clone(plan), key),
+        }));
     }
     if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
         let Some((input, key)) = keyed_changelog(projection.input())? else {

@@ -212,6 +212,19 @@ impl WindowAggregateExec {
         Ok(Some(exec))
     }
 
+    /// This changelog aggregation emitting a row per group changed by an input batch rather
+    /// than per input record; `None` if it does so already or emits final rows.
+    pub fn with_changes_per_batch(&self) -> Result<Option<Self>> {
+        if self.spec.emit != AggregateEmit::ChangesPerRecord {
+            return Ok(None);
+        }
+        let mut spec = self.spec.clone();
+        spec.emit = AggregateEmit::ChangesPerBatch;
+        let mut exec = Self::try_new_with(Arc::clone(&self.exchange), spec, self.partial.clone())?;
+        exec.late_records = self.late_records.clone();
+        Ok(Some(exec))
+    }
+
     /// This changelog aggregation with `predicate` (over its output) as its HAVING, applied
     /// by group (see [`crate::changelog::GroupHaving`]); `None` where it cannot take one:
     /// EMIT FINAL, or session windows, whose changelog moves rows between sessions.
