@@ -42,8 +42,9 @@ use freshet_partitioner::RoutingStrategy;
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
-    below_exchanges, choose_strategy, end_of_input_time, event_time, event_time_columns,
-    holds_stream_join, read_on_every_core, reads_stream, replays_in_file_order, stream_event_time,
+    TimeOrigin, below_exchanges, choose_strategy, end_of_input_time, event_time,
+    event_time_columns, holds_stream_join, read_on_every_core, reads_stream, replays_in_file_order,
+    stream_event_time,
 };
 
 /// See the module documentation.
@@ -108,8 +109,8 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
     }
 }
 
-/// A window one unit of time wide on the first GROUP BY key that is an event time of
-/// `input` with a watermark, if any.
+/// A window one unit of time wide on the first GROUP BY key that is a time `input`
+/// publishes its progress in, if any.
 fn aligned_window(
     input: &Arc<dyn ExecutionPlan>,
     group_by: &[(Arc<dyn PhysicalExpr>, String)],
@@ -120,7 +121,9 @@ fn aligned_window(
         let Some(column) = expr.downcast_ref::<Column>() else {
             continue;
         };
-        let is_time = times.iter().any(|(c, _)| *c == column.index());
+        let is_time = times
+            .iter()
+            .any(|(c, origin)| *c == column.index() && *origin == TimeOrigin::Published);
         let time_type = schema.field(column.index()).data_type();
         if is_time && matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
             return Ok(Some(WindowKey {
@@ -221,13 +224,14 @@ fn streaming_aggregate(
             })
         }
     };
-    // Over an endless stream, a GROUP BY without a window whose keys hold an event time of
-    // its input (an inner window's `window_start`, a join's time) closes each group when the
-    // watermark passes that time: a tumbling window one unit wide on it (whose start is the
-    // time itself), emitting final rows with an event time of their own, unless the query
-    // asks for changes.
+    // A GROUP BY without a window whose keys hold a time an operator below publishes its
+    // progress in (an inner window's `window_start`, a join's time) closes each group when
+    // the watermark passes that time: a tumbling window one unit wide on it (whose start is
+    // the time itself), emitting final rows with an event time of their own, unless the
+    // query asks for changes. No row is late (none comes behind that progress), so the
+    // answer is the batch one, with state bounded on a bounded replay as on an endless one.
     let window = match window {
-        None if changes && options.emit == EmitSetting::Default => {
+        None if options.emit == EmitSetting::Default => {
             aligned_window(&input, group_by.expr())?.inspect(|_| changes = false)
         }
         window => window,
