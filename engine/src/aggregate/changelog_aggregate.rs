@@ -12,7 +12,9 @@
 //!
 //! After each input batch, every group it touched goes out as a changelog row of its own,
 //! keyed by the outer GROUP BY keys: `+I` the first time, `+U` after, and `-D` when its
-//! last counted row is retracted (its accumulators then start afresh).
+//! last counted row is retracted (its accumulators then start afresh). An aggregation
+//! without GROUP BY keys keeps its one row, updated to the empty aggregates (COUNT 0)
+//! rather than deleted.
 //!
 //! The aggregates are those whose accumulators can retract: DataFusion's sliding
 //! accumulators where they support `retract_batch` (COUNT, SUM, AVG, variance and standard
@@ -418,9 +420,12 @@ impl ChangelogGroups {
                 // Start afresh, not from the sums of what was added and retracted.
                 self.groups[group].accumulators = self.fresh_accumulators()?;
             }
+            // An aggregate over the whole input has its one row even when nothing is
+            // counted (COUNT 0), as in SQL: it is updated, never deleted.
+            let whole_input = self.group_by.is_empty();
             let op = match (self.groups[group].rows, self.groups[group].emitted) {
-                (0, false) => continue,
-                (0, true) => ChangeOp::Delete,
+                (0, false) if !whole_input => continue,
+                (0, true) if !whole_input => ChangeOp::Delete,
                 (_, emitted) => ChangeOp::of_upsert(!emitted),
             };
             let entry = &mut self.groups[group];

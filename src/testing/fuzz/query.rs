@@ -866,6 +866,17 @@ impl FuzzQuery {
     }
 
     /// Whether the query is an aggregation with a changelog output.
+    /// The output columns that key the query's changelog: the items marked so, or none
+    /// when the changelog is counted by an aggregation without keys.
+    pub fn changelog_key_columns(&self) -> Vec<usize> {
+        if self.wrap == Wrap::Counted {
+            return Vec::new();
+        }
+        (0..self.items.len())
+            .filter(|&i| self.items[i].changelog_key)
+            .collect()
+    }
+
     pub fn is_changelog(&self) -> bool {
         self.emit() != Emit::Final
     }
