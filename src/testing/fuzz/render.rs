@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::data::TimeType;
 use super::query::Windowed;
-use super::query::{Above, BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax};
+use super::query::{Above, BoundSpelling, Emit, Form, FuzzQuery, Item, Window, WindowSyntax, Wrap};
 
 pub(super) fn interval(ms: i64) -> String {
     if ms % 1_000 == 0 {
@@ -53,6 +53,11 @@ impl FuzzQuery {
     /// with its group's running aggregates in stored order; `None` when an item has no
     /// running equivalent or the changelog is not per record.
     pub fn running_sql(&self) -> Option<String> {
+        // A counted changelog is the counting aggregation's, a row per input batch, not
+        // per record: there are no running aggregates to compare it with.
+        if self.wrap == Wrap::Counted {
+            return None;
+        }
         self.running_block().map(|sql| self.wrap.apply(sql))
     }
 
