@@ -114,7 +114,7 @@ impl PhysicalOptimizerRule for StreamingAggregateRule {
 fn aligned_window(
     input: &Arc<dyn ExecutionPlan>,
     group_by: &[(Arc<dyn PhysicalExpr>, String)],
-) -> Result<Option<WindowKey>> {
+) -> Option<WindowKey> {
     let times = event_time_columns(input);
     let schema = input.schema();
     for (position, (expr, _)) in group_by.iter().enumerate() {
@@ -126,14 +126,14 @@ fn aligned_window(
             .any(|(c, origin)| *c == column.index() && *origin == TimeOrigin::Published);
         let time_type = schema.field(column.index()).data_type();
         if is_time && matches!(time_type, DataType::Timestamp(_, _) | DataType::Int64) {
-            return Ok(Some(WindowKey {
+            return Some(WindowKey {
                 position,
                 spec: WindowSpec::Tumble { size: 1, offset: 0 },
                 time: Arc::clone(expr),
-            }));
+            });
         }
     }
-    Ok(None)
+    None
 }
 
 /// The streaming replacement of `node`, if it is an aggregation Freshet runs.
@@ -172,8 +172,8 @@ fn streaming_aggregate(
         EmitSetting::Final => false,
     };
     // A plain GROUP BY runs as Freshet's aggregation when it reads a stream (on bounded
-    // input it gives the batch result at the end; on unbounded input the unbounded-input
-    // check has already refused it); over plain tables DataFusion's stays.
+    // input it gives the batch result at the end, on unbounded input its changes); over
+    // plain tables DataFusion's stays.
     if windows.is_empty() && !changes && !reads_stream(raw.input())? {
         return Ok(None);
     }
@@ -232,7 +232,7 @@ fn streaming_aggregate(
     // answer is the batch one, with state bounded on a bounded replay as on an endless one.
     let window = match window {
         None if options.emit == EmitSetting::Default => {
-            aligned_window(&input, group_by.expr())?.inspect(|_| changes = false)
+            aligned_window(&input, group_by.expr()).inspect(|_| changes = false)
         }
         window => window,
     };
