@@ -8,6 +8,7 @@
 
 pub mod aggregate;
 pub mod changelog;
+pub mod checkpoint;
 pub mod duration;
 pub mod exchange;
 pub mod filter;

@@ -1,12 +1,19 @@
 //! The driving loop of Freshet's stateful operators: fold an exchange's batches and
 //! watermarks into the operator's state, yielding whatever output each produces; at the end
-//! of the input the watermark becomes +infinity, which flushes everything.
+//! of the input the watermark becomes +infinity, which flushes everything. At a checkpoint's
+//! barrier the operator's state is written, the barrier recorded as passed, and an empty
+//! batch handed out, so that what reads the output learns of it between the rows before
+//! and after (see [`crate::checkpoint`]).
 
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
+use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
 use crate::watermark::StreamMessage;
 
 /// An operator's state, as the loop sees it.
@@ -17,6 +24,46 @@ pub(crate) trait MessageHandler: Send + 'static {
     /// the loop hands it out before it reads the next message.
     fn queued_output(&mut self) -> Option<RecordBatch> {
         None
+    }
+    /// The state to checkpoint; `None`: this operator cannot be checkpointed.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        Ok(None)
+    }
+    /// Takes back the state a checkpoint holds.
+    fn restore(&mut self, _state: &OperatorState) -> Result<()> {
+        internal_err!("this operator has no checkpointed state to restore")
+    }
+}
+
+/// One operator partition's part in the run's checkpoints.
+pub(crate) struct OperatorCheckpoint {
+    pub checkpointing: Arc<Checkpointing>,
+    /// The name of the partition's state file.
+    pub name: String,
+    pub partition: usize,
+    pub passed: Arc<PassedBarriers>,
+    /// The operator's output schema, for the empty batch after a barrier.
+    pub schema: SchemaRef,
+}
+
+impl OperatorCheckpoint {
+    /// Restores `handler` from the checkpoint the run resumes, if it holds a state for it.
+    pub fn restore<H: MessageHandler>(&self, handler: &mut H) -> Result<()> {
+        match self.checkpointing.restored_state(&self.name)? {
+            Some(state) => handler.restore(&state),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `handler`'s state for barrier `epoch` and records the barrier as passed; the
+    /// empty batch to hand out.
+    fn pass<H: MessageHandler>(&self, handler: &mut H, epoch: u64) -> Result<RecordBatch> {
+        let Some(state) = handler.snapshot()? else {
+            return internal_err!("a checkpoint barrier reached an operator that has no snapshot");
+        };
+        self.checkpointing.write_state(epoch, &self.name, &state)?;
+        self.passed.record(self.partition, epoch);
+        Ok(RecordBatch::new_empty(Arc::clone(&self.schema)))
     }
 }
 
@@ -31,8 +78,28 @@ pub(crate) fn drive<H: MessageHandler>(
     messages: BoxStream<'static, Result<StreamMessage>>,
     handler: H,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+    drive_checkpointed(messages, handler, None)
+}
+
+/// [`drive`], taking part in the run's checkpoints: restored first, snapshot at barriers.
+pub(crate) fn drive_checkpointed<H: MessageHandler>(
+    messages: BoxStream<'static, Result<StreamMessage>>,
+    mut handler: H,
+    checkpoint: Option<OperatorCheckpoint>,
+) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+    let restored = match &checkpoint {
+        Some(checkpoint) => checkpoint.restore(&mut handler),
+        None => Ok(()),
+    };
+    let messages = match restored {
+        Ok(()) => messages,
+        Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
+    };
+    let checkpoint = checkpoint.map(Arc::new);
     let running = Drive::Reading(messages, handler);
-    futures::stream::unfold(Some(running), |state| async move {
+    futures::stream::unfold(Some(running), move |state| {
+        let checkpoint = checkpoint.clone();
+        async move {
         let (mut messages, mut handler) = match state? {
             Drive::Reading(messages, handler) => (messages, handler),
             Drive::Ended(mut handler) => {
@@ -47,6 +114,10 @@ pub(crate) fn drive<H: MessageHandler>(
             let output = match messages.next().await {
                 Some(Ok(StreamMessage::Batch(batch))) => handler.on_batch(&batch),
                 Some(Ok(StreamMessage::Watermark(watermark))) => handler.on_watermark(watermark),
+                Some(Ok(StreamMessage::Barrier(epoch))) => match &checkpoint {
+                    Some(checkpoint) => checkpoint.pass(&mut handler, epoch).map(Some),
+                    None => internal_err!("a checkpoint barrier reached an operator outside it"),
+                },
                 Some(Err(e)) => return Some((Err(e), None)),
                 None => {
                     return match handler.on_watermark(i64::MAX) {
@@ -63,6 +134,7 @@ pub(crate) fn drive<H: MessageHandler>(
                 Ok(None) => continue,
                 Err(e) => return Some((Err(e), None)),
             }
+        }
         }
     })
 }

@@ -28,6 +28,9 @@ use crate::window::duration_in_unit;
 pub enum StreamMessage {
     Batch(RecordBatch),
     Watermark(i64),
+    /// A checkpoint's barrier (its epoch): every row before it precedes the checkpoint's
+    /// cut, every row after it follows (see [`crate::checkpoint`]).
+    Barrier(u64),
 }
 
 /// The event-time column of a stream and its out-of-orderness, in the column's unit.
@@ -232,6 +235,11 @@ impl WatermarkTracker {
     }
 
     /// Input `input` has ended.
+    /// Sets `input`'s watermark to `watermark`, as a checkpoint held it.
+    pub fn restore(&mut self, input: usize, watermark: i64) {
+        self.inputs[input] = Some(watermark);
+    }
+
     pub fn finish(&mut self, input: usize) {
         self.inputs[input] = Some(i64::MAX);
     }

@@ -13,6 +13,7 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
 use freshet_engine::StreamSourceExec;
+use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::aggregate::{AggregateEmit, ChangelogAggregateExec, WindowAggregateExec};
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateRecords, side_output_schema};
@@ -32,6 +33,27 @@ pub struct StreamingQuery {
 impl StreamingQuery {
     pub(crate) fn new(plan: Arc<dyn ExecutionPlan>, task_ctx: Arc<TaskContext>) -> Self {
         Self { plan, task_ctx }
+    }
+
+    /// This query taking part in `checkpointing`: each operator finds it in its task
+    /// context when it runs.
+    pub fn with_checkpointing(&self, checkpointing: Arc<Checkpointing>) -> Self {
+        let ctx = &self.task_ctx;
+        let config = ctx.session_config().clone().with_extension(checkpointing);
+        let task_ctx = TaskContext::new(
+            ctx.task_id(),
+            ctx.session_id(),
+            config,
+            ctx.scalar_functions().clone(),
+            ctx.higher_order_functions().clone(),
+            ctx.aggregate_functions().clone(),
+            ctx.window_functions().clone(),
+            ctx.runtime_env(),
+        );
+        Self {
+            plan: Arc::clone(&self.plan),
+            task_ctx: Arc::new(task_ctx),
+        }
     }
 
     /// The schema of the results.

@@ -46,10 +46,10 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 }
 
 /// The exit code of a query stopped by SIGINT or SIGTERM (128 + SIGINT, as shells use).
-const INTERRUPTED: u8 = 130;
+pub(super) const INTERRUPTED: u8 = 130;
 
 /// Waits for SIGINT (Ctrl-C) or SIGTERM.
-async fn interrupt() {
+pub(super) async fn interrupt() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -375,6 +375,23 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
     let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
     for output in [Some(&sink), late_sink.as_ref()].into_iter().flatten() {
         refuse_writing_onto_an_input(output, &args.plan.session.tables)?;
+    }
+    if args.checkpoint_dir.is_some() {
+        let mut args = args;
+        // Checkpoints cut replays in file order: keyed operators read it through hashed
+        // exchanges.
+        if args.plan.session.strategy.is_none() {
+            args.plan.session.strategy = Some("hash".to_string());
+        }
+        let sql = match (&args.plan.sql, &args.plan.file) {
+            (Some(sql), _) => sql.clone(),
+            (None, Some(path)) if path.as_os_str() != "-" => {
+                std::fs::read_to_string(path).unwrap_or_default()
+            }
+            _ => return plan_err!("--checkpoint-dir needs the query as text or a file, not stdin"),
+        };
+        let query = plan(&args.plan).await?;
+        return super::checkpointed::run_checkpointed(query, sink, &args, &sql).await;
     }
     let query = plan(&args.plan).await?;
     let row_budget_asked = args.output != "table";

@@ -2,6 +2,7 @@
 //!
 //! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
 
+mod checkpointed;
 mod commands;
 mod shell;
 mod tables;
@@ -67,7 +68,7 @@ pub struct PlanArgs {
 }
 
 /// The session a query runs in: its streams, stream count, strategy and settings.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SessionArgs {
     /// A session setting, as `SET KEY = 'VALUE'` would make it, e.g. --set
     /// freshet.allowed_lateness_ms=5s --set freshet.changes_per=batch (a key without a dot is a
@@ -108,6 +109,16 @@ pub struct QueryArgs {
     /// Also write the records that window aggregations drop as late, e.g. csv=late.csv.
     #[arg(long, value_name = "FORMAT=PATH")]
     pub late_output: Option<String>,
+    /// Checkpoint the query's state into DIR, and resume from its latest checkpoint; a file
+    /// output (parquet=PATH, …) then becomes a directory of committed part files.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Time (10s, 500ms) or records read (1M, 250k) between checkpoints.
+    #[arg(long, default_value = "10s", value_name = "INTERVAL")]
+    pub checkpoint_interval: String,
+    /// Complete checkpoints kept in the checkpoint directory.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub checkpoints_kept: usize,
 }
 
 #[derive(Debug, Args)]
@@ -375,4 +386,14 @@ pub fn one_line(message: &str) -> String {
         .filter(|line| !line.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+impl SessionArgs {
+    /// These arguments without the stream count, which a checkpoint compares apart.
+    pub fn without_partitions(&self) -> Self {
+        Self {
+            partitions: None,
+            ..self.clone()
+        }
+    }
 }

@@ -55,7 +55,8 @@ use super::spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey};
 use crate::changelog::op_column;
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
-use crate::message_loop::{MessageHandler, drive};
+use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
 use crate::window::duration_text;
@@ -82,6 +83,8 @@ pub struct WindowAggregateExec {
     /// Under EMIT FINAL over tumbling or hopping windows: per output partition, the
     /// smallest window start it may still emit.
     progress: Option<Arc<PartitionProgress>>,
+    /// The checkpoint barriers each output partition has passed.
+    passed: Arc<PassedBarriers>,
 }
 
 impl WindowAggregateExec {
@@ -140,6 +143,9 @@ impl WindowAggregateExec {
             spec,
             partial,
             running_kernels,
+            passed: Arc::new(PassedBarriers::new(
+                properties.output_partitioning().partition_count(),
+            )),
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records,
@@ -254,6 +260,16 @@ impl WindowAggregateExec {
         self.partial.is_some()
     }
 
+    /// The checkpoint barriers each output partition has passed on.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
+    }
+
+    /// Whether a checkpoint can keep this aggregation's state.
+    pub fn checkpointable(&self) -> bool {
+        AggregateMode::checkpointable(&self.spec, self.partial.is_some())
+    }
+
     /// When the output has an event time (EMIT FINAL over tumbling or hopping windows): the
     /// smallest window start each output partition may still emit, and the output column
     /// that holds the window start.
@@ -280,6 +296,14 @@ struct ReportProgress {
 impl MessageHandler for ReportProgress {
     fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         self.inner.on_batch(batch)
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        self.inner.snapshot()
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.inner.restore(state)
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
@@ -442,7 +466,9 @@ impl ExecutionPlan for WindowAggregateExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("WindowAggregateExec[{partition}]"))
             .register(context.memory_pool());
-        let messages = self.exchange.execute_messages(partition, context)?;
+        let messages = self
+            .exchange
+            .execute_messages(partition, Arc::clone(&context))?;
         let mode = AggregateMode::try_new(ModeInputs {
             spec: &self.spec,
             input_schema: self.input.schema(),
@@ -453,8 +479,18 @@ impl ExecutionPlan for WindowAggregateExec {
             reservation,
         })?;
         let schema = Arc::clone(&self.spec.schema);
+        let checkpoint = match Checkpointing::of(&context) {
+            Some(checkpointing) => Some(OperatorCheckpoint {
+                name: checkpointing.state_name(self, partition)?,
+                checkpointing,
+                partition,
+                passed: Arc::clone(&self.passed),
+                schema: Arc::clone(&schema),
+            }),
+            None => None,
+        };
         let outputs = match (&self.progress, &self.spec.window) {
-            (Some(progress), Some(window)) => drive(
+            (Some(progress), Some(window)) => drive_checkpointed(
                 messages,
                 ReportProgress {
                     inner: mode,
@@ -465,9 +501,10 @@ impl ExecutionPlan for WindowAggregateExec {
                     schema: Arc::clone(&schema),
                     recorded: i64::MIN,
                 },
+                checkpoint,
             )
             .boxed(),
-            _ => drive(messages, mode).boxed(),
+            _ => drive_checkpointed(messages, mode, checkpoint).boxed(),
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, outputs)))
     }

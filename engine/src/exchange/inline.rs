@@ -18,6 +18,7 @@ use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 use parking_lot::Mutex;
 
+use super::checkpoint::OutputCheckpoint;
 use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
@@ -34,6 +35,9 @@ struct InlineWatermark {
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
     /// An input error ends the output: no watermark follows it.
     failed: bool,
+    /// In a checkpointed run over a replay of files: the barriers to pass on, and the
+    /// input's replay positions.
+    checkpoint: Option<(OutputCheckpoint, Arc<PartitionProgress>)>,
 }
 
 impl InlineWatermark {
@@ -60,6 +64,14 @@ impl InlineWatermark {
             (None, None) => None,
         };
         let mut messages = Vec::with_capacity(2);
+        // A batch at the barrier's position or beyond comes after it.
+        let position = self
+            .checkpoint
+            .as_ref()
+            .and_then(|(_, positions)| positions.newest(0));
+        if let Some(position) = position {
+            messages.extend(self.pass_barrier(position)?);
+        }
         if batch.num_rows() > 0 {
             messages.push(Ok(StreamMessage::Batch(batch)));
         }
@@ -70,13 +82,30 @@ impl InlineWatermark {
         Ok(messages)
     }
 
+    /// The pending barrier, if the input is at its position or beyond.
+    fn pass_barrier(&mut self, position: i64) -> Result<Option<Message>> {
+        let Some((checkpoint, _)) = &mut self.checkpoint else {
+            return Ok(None);
+        };
+        let Some(barrier) = checkpoint.due(position) else {
+            return Ok(None);
+        };
+        checkpoint.write(barrier.epoch, self.tracker.input(0))?;
+        Ok(Some(Ok(StreamMessage::Barrier(barrier.epoch))))
+    }
+
     /// The last watermark, once the input has ended.
     fn on_end(&mut self) -> Vec<Message> {
         if self.failed {
             return Vec::new();
         }
+        let mut messages: Vec<Message> = match self.pass_barrier(i64::MAX) {
+            Ok(barrier) => barrier.into_iter().collect(),
+            Err(error) => return vec![Err(error)],
+        };
         self.tracker.finish(0);
-        self.advance().into_iter().collect()
+        messages.extend(self.advance());
+        messages
     }
 
     /// The watermark, if it rose since it was last sent.
@@ -94,14 +123,24 @@ pub(super) fn inline_messages(
     input: SendableRecordBatchStream,
     event_time: Option<EventTime>,
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
-) -> BoxStream<'static, Message> {
+    checkpoint: Option<(OutputCheckpoint, Arc<PartitionProgress>)>,
+) -> Result<BoxStream<'static, Message>> {
     let delay = event_time.map_or(0, |e| e.delay);
+    let mut tracker = WatermarkTracker::new(1, delay);
+    let mut sent = i64::MIN;
+    if let Some((checkpoint, _)) = &checkpoint
+        && let Some(watermark) = checkpoint.restored_watermark()?
+    {
+        tracker.restore(0, watermark);
+        sent = watermark;
+    }
     let watermark = Arc::new(Mutex::new(InlineWatermark {
-        tracker: WatermarkTracker::new(1, delay),
-        sent: i64::MIN,
+        tracker,
+        sent,
         event_time,
         input_progress,
         failed: false,
+        checkpoint,
     }));
     let at_end = Arc::clone(&watermark);
     let batches = input
@@ -109,5 +148,5 @@ pub(super) fn inline_messages(
         .flatten();
     // Polled only once the input has ended.
     let end = stream::once(async move { stream::iter(at_end.lock().on_end()) }).flatten();
-    batches.chain(end).boxed()
+    Ok(batches.chain(end).boxed())
 }

@@ -66,6 +66,8 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::WindowAggregateExec;
+use crate::checkpoint::Checkpointing;
+use checkpoint::OutputCheckpoint;
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::plan_util::single_child;
@@ -73,6 +75,7 @@ use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, time_plus_constant};
 
+mod checkpoint;
 mod inline;
 mod input_step;
 mod input_task;
@@ -216,11 +219,18 @@ impl StreamExchangeExec {
         context: Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Message>> {
         if self.runs_inline() {
+            let checkpoint = match self.input_positions(1) {
+                Some(positions) => {
+                    OutputCheckpoint::of(Checkpointing::of(&context).as_ref(), self, partition)?
+                        .map(|checkpoint| (checkpoint, positions))
+                }
+                None => None,
+            };
             let input = self.input.execute(partition, context)?;
             let input_progress = self
                 .input_progress(1)
                 .map(|(progress, offset, _)| (progress, offset));
-            return Ok(inline_messages(input, self.event_time, input_progress));
+            return inline_messages(input, self.event_time, input_progress, checkpoint);
         }
         let mut running = self.running.lock();
         if running.is_none() {
@@ -262,6 +272,16 @@ impl StreamExchangeExec {
                 message
             })
             .boxed())
+    }
+
+    /// Whether this exchange can carry checkpoint barriers: its outputs read a replay of
+    /// files in replay order, inline or merged by position.
+    pub fn carries_barriers(&self) -> Result<bool> {
+        let inputs = self.input.output_partitioning().partition_count();
+        if self.input_positions(inputs).is_none() || self.step.is_some() {
+            return Ok(false);
+        }
+        Ok(self.runs_inline() || self.merges_inputs(inputs)?)
     }
 
     /// Whether the consumer reads the input itself ([`inline`]): one input and one output,
@@ -395,17 +415,25 @@ impl StreamExchangeExec {
             let idle_timeout = self.event_time.and_then(|e| e.idle_timeout);
             let batch_rows = context.session_config().batch_size();
             let delay = self.event_time.map_or(0, |e| e.delay);
+            let checkpointing = Checkpointing::of(&context);
             receivers
                 .into_iter()
-                .map(|r| {
+                .enumerate()
+                .map(|(output, r)| {
                     // A replay read as fast as it goes has no idle partition: one that is
                     // slow to decode is waited for, to keep the replay's order.
-                    OutputChannels::Merged(Box::new(match positions {
-                        Some(_) => OrderedMerge::new(r, None, batch_rows).by_position(delay),
+                    Ok(OutputChannels::Merged(Box::new(match positions {
+                        Some(_) => OrderedMerge::new(r, None, batch_rows)
+                            .by_position(delay)
+                            .with_checkpoint(OutputCheckpoint::of(
+                                checkpointing.as_ref(),
+                                self,
+                                output,
+                            )?)?,
                         None => OrderedMerge::new(r, idle_timeout, batch_rows),
-                    }))
+                    })))
                 })
-                .collect()
+                .collect::<Result<_>>()?
         } else {
             let (shared, receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
                 .map(|_| mpsc::channel(2 * inputs.max(1)))
@@ -633,7 +661,7 @@ impl ExecutionPlan for StreamExchangeExec {
             .filter_map(|message| {
                 future::ready(match message {
                     Ok(StreamMessage::Batch(batch)) => Some(Ok(batch)),
-                    Ok(StreamMessage::Watermark(_)) => None,
+                    Ok(StreamMessage::Watermark(_) | StreamMessage::Barrier(_)) => None,
                     Err(e) => Some(Err(e)),
                 })
             });
@@ -730,7 +758,7 @@ mod tests {
         loop {
             match tokio::time::timeout_at(deadline, messages.next()).await {
                 Ok(Some(Ok(StreamMessage::Watermark(watermark)))) => return Some(watermark),
-                Ok(Some(Ok(StreamMessage::Batch(_)))) => continue,
+                Ok(Some(Ok(StreamMessage::Batch(_) | StreamMessage::Barrier(_)))) => continue,
                 Ok(Some(Err(e))) => panic!("{e}"),
                 Ok(None) | Err(_) => return None,
             }
@@ -808,6 +836,7 @@ mod tests {
             .map(|message| match message.unwrap() {
                 StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
                 StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
+                StreamMessage::Barrier(epoch) => format!("barrier {epoch}"),
             })
             .collect()
     }

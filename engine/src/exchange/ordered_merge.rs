@@ -55,6 +55,7 @@ use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 
+use super::checkpoint::OutputCheckpoint;
 use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, event_times};
 
@@ -301,6 +302,8 @@ pub struct OrderedMerge {
     /// Merging by replay position: the watermark of the rows passed on, computed as one
     /// partition reading the whole replay would (see the module documentation).
     replay_watermark: Option<WatermarkTracker>,
+    /// Merging by replay position in a checkpointed run: the barriers to pass on.
+    checkpoint: Option<OutputCheckpoint>,
     done: bool,
 }
 
@@ -326,8 +329,47 @@ impl OrderedMerge {
             ready: VecDeque::new(),
             sent_watermark: i64::MIN,
             replay_watermark: None,
+            checkpoint: None,
             done: false,
         }
+    }
+
+    /// A merge by replay position that passes on the run's checkpoint barriers, resumed at
+    /// the watermark its checkpoint holds.
+    pub fn with_checkpoint(mut self, checkpoint: Option<OutputCheckpoint>) -> Result<Self> {
+        if let Some(checkpoint) = &checkpoint
+            && let Some(watermark) = checkpoint.restored_watermark()?
+            && let Some(tracker) = &mut self.replay_watermark
+        {
+            tracker.restore(0, watermark);
+            self.sent_watermark = watermark;
+        }
+        self.checkpoint = checkpoint;
+        Ok(self)
+    }
+
+    /// Passes on the pending barrier once every running input is at its position or
+    /// beyond: every row before it has then been passed on, and none after it.
+    fn pass_barrier(&mut self) -> Result<bool> {
+        let Some(checkpoint) = &mut self.checkpoint else {
+            return Ok(false);
+        };
+        let low = self
+            .inputs
+            .iter()
+            .filter(|input| input.state != InputState::Finished || !input.queue.is_empty())
+            .map(|input| input.queue.front().map_or(input.last_key, Queued::head_key))
+            .min()
+            .unwrap_or(i64::MAX);
+        let Some(barrier) = checkpoint.due(low) else {
+            return Ok(false);
+        };
+        let watermark = self.replay_watermark.as_ref().and_then(|t| t.input(0));
+        checkpoint.write(barrier.epoch, watermark)?;
+        self.flush()?;
+        self.ready
+            .push_back(Ok(StreamMessage::Barrier(barrier.epoch)));
+        Ok(true)
     }
 
     /// A merge by replay position, which makes the watermark itself from the inputs'
@@ -368,6 +410,9 @@ impl OrderedMerge {
             if input.queue.is_empty() {
                 input.poll_ready()?;
             }
+        }
+        if self.pass_barrier()? {
+            return Ok(());
         }
         // A running input with nothing queued will send keys no smaller than its last one:
         // the rows of others below that can go on without it. Waiting for it instead could

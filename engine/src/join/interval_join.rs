@@ -499,6 +499,9 @@ impl ExecutionPlan for IntervalJoinExec {
                 let output = match message {
                     Some(Ok(StreamMessage::Batch(batch))) => join.on_batch(side, &batch),
                     Some(Ok(StreamMessage::Watermark(w))) => join.on_watermark(side, w),
+                    Some(Ok(StreamMessage::Barrier(_))) => {
+                        internal_err!("checkpoints do not support interval joins yet")
+                    }
                     Some(Err(e)) => Err(e),
                     None => join.on_watermark(side, i64::MAX),
                 };

@@ -19,6 +19,7 @@ use datafusion::common::Result;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::builtin::BuiltinAggregate;
+use crate::checkpoint::OperatorState;
 
 /// A per-record kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +155,46 @@ impl RunningAggregates {
             let counts = self.states[sum].counts.clone();
             self.states[count].counts = counts;
         }
+    }
+
+    /// Puts the running values of every group into a checkpoint's `state`.
+    pub fn snapshot_into(&self, state: &mut OperatorState) {
+        state.put_value("running_shared_count", i64::from(self.shared_count.is_some()));
+        for (index, running) in self.states.iter().enumerate() {
+            state.put_array(
+                format!("running_{index:03}_counts"),
+                Arc::new(Int64Array::from(running.counts.clone())),
+            );
+            state.put_array(
+                format!("running_{index:03}_ints"),
+                Arc::new(Int64Array::from(running.ints.clone())),
+            );
+            state.put_array(
+                format!("running_{index:03}_floats"),
+                Arc::new(Float64Array::from(running.floats.clone())),
+            );
+        }
+    }
+
+    /// Takes back the running values [`Self::snapshot_into`] kept.
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<()> {
+        if state.value("running_shared_count")? == 0 {
+            self.shared_count = None;
+        }
+        for (index, running) in self.states.iter_mut().enumerate() {
+            let ints = |name: &str| -> Result<Vec<i64>> {
+                let array = state.array(&format!("running_{index:03}_{name}"))?;
+                Ok(array.as_primitive::<Int64Type>().values().to_vec())
+            };
+            running.counts = ints("counts")?;
+            running.ints = ints("ints")?;
+            running.floats = state
+                .array(&format!("running_{index:03}_floats"))?
+                .as_primitive::<Float64Type>()
+                .values()
+                .to_vec();
+        }
+        Ok(())
     }
 
     /// Folds rows into their groups (`group_ids`, `groups` groups in all) without the

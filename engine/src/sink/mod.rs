@@ -5,6 +5,7 @@
 //! which only counts (for benchmarks). Embedding applications take the stream itself instead.
 
 mod batch_writer;
+pub mod exactly_once;
 mod table;
 mod writers;
 

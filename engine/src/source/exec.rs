@@ -48,6 +48,7 @@ use tokio::sync::watch;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
 
+use crate::checkpoint::Checkpointing;
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::deal::DealExec;
 use super::file_split::{FileSplit, keep_split};
@@ -526,12 +527,16 @@ impl ExecutionPlan for StreamSourceExec {
             .positions
             .as_ref()
             .map(|positions| (Arc::clone(positions), Arc::new(Mutex::new(VecDeque::new()))));
+        // A checkpointed run resumes at its checkpoint's barrier, and no barrier may be
+        // placed at or before a position while it is being handed out.
+        let checkpointing = Checkpointing::of(&context);
         let input = match &positions {
             Some((_, queued)) => {
                 let queued = Arc::clone(queued);
+                let resumed_at = checkpointing.as_ref().map_or(0, |c| c.resumed_at());
                 let positioned = match self.input.downcast_ref::<DealExec>() {
                     Some(deal) => deal.execute_positioned(partition, context)?,
-                    None => read_units(&self.input, partition, context)?,
+                    None => read_units(&self.input, partition, context, resumed_at)?,
                 };
                 let batches = positioned.map(move |item| {
                     let (batch, position) = item?;
@@ -574,7 +579,12 @@ impl ExecutionPlan for StreamSourceExec {
                 if let Some((positions, queued)) = &positions
                     && let Some(position) = queued.lock().pop_front()
                 {
-                    positions.record(partition, position);
+                    match &checkpointing {
+                        Some(checkpointing) => checkpointing
+                            .barriers()
+                            .hand_out(position, || positions.record(partition, position)),
+                        None => positions.record(partition, position),
+                    }
                 }
             }
             if let (Ok(batch), Some((progress, column))) = (&batch, &progress)

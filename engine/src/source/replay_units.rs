@@ -55,12 +55,14 @@ fn scan_and_parent(plan: &Arc<dyn ExecutionPlan>) -> Option<ScanAndParent<'_>> {
     }
 }
 
-/// Partition `partition` of `plan` read one unit at a time, each batch with its position,
-/// and an empty batch at the next unit's position after each unit but the last.
+/// Partition `partition` of `plan` read one unit at a time from replay position `from` on
+/// (a resumed checkpoint's), each batch with its position, and an empty batch at the next
+/// unit's position after each unit but the last.
 pub fn read_units(
     plan: &Arc<dyn ExecutionPlan>,
     partition: usize,
     context: Arc<TaskContext>,
+    from: i64,
 ) -> Result<BoxStream<'static, Result<Positioned>>> {
     let Some((config, parent)) =
         scan_and_parent(plan).and_then(|(scan, parent)| Some((scan_config(scan)?, parent)))
@@ -77,7 +79,12 @@ pub fn read_units(
     let config = config.clone();
     let parent = parent.cloned();
     let schema = plan.schema();
-    let unit_streams = units.into_iter().enumerate().map(move |(index, unit)| {
+    let first = units
+        .iter()
+        .enumerate()
+        .position(|(index, _)| (index * partitions + partition) as i64 >= from)
+        .unwrap_or(count);
+    let unit_streams = units.into_iter().enumerate().skip(first).map(move |(index, unit)| {
         let position = (index * partitions + partition) as i64;
         let mut groups = vec![FileGroup::default(); partitions];
         groups[partition] = FileGroup::new(vec![unit]);

@@ -23,9 +23,10 @@ mod windows;
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 
-use super::spec::{AggregateEmit, WindowKey};
+use super::spec::{AggregateEmit, AggregateSpec, WindowKey};
+use crate::checkpoint::OperatorState;
 use crate::message_loop::MessageHandler;
 
 pub(super) use context::{ModeContext, ModeInputs};
@@ -100,5 +101,28 @@ impl MessageHandler for AggregateMode {
             Self::SessionChangelog(mode) => mode.advance(watermark),
             Self::MergePartials(mode) => mode.advance(watermark),
         }
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        match self {
+            Self::Windows(mode) => mode.snapshot(),
+            Self::SessionFinal(_) | Self::SessionChangelog(_) | Self::MergePartials(_) => Ok(None),
+        }
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        match self {
+            Self::Windows(mode) => mode.restore(state),
+            _ => internal_err!("checkpoints do not restore this aggregation yet"),
+        }
+    }
+}
+
+impl AggregateMode {
+    /// Whether a checkpoint can keep this mode's state.
+    pub fn checkpointable(spec: &AggregateSpec, two_phase: bool) -> bool {
+        !two_phase
+            && (spec.having.is_none() || spec.emit == AggregateEmit::Final)
+            && !spec.window.as_ref().is_some_and(WindowKey::is_session)
     }
 }

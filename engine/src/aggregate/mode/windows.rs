@@ -37,6 +37,7 @@ use crate::aggregate::assignment::{Assignment, assign_windows};
 use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
 use crate::changelog::{ChangeOp, GroupHaving};
+use crate::checkpoint::OperatorState;
 use crate::kernels::{GroupTable, RunningAggregates, take_rows};
 use crate::window::WindowSpec;
 
@@ -348,6 +349,77 @@ impl WindowGroups {
         let mut closed_windows: Vec<i64> = self.group_windows.drain(..closing).collect();
         closed_windows.dedup();
         (closing, closed_windows.len())
+    }
+
+    /// The state a checkpoint keeps: the watermark, every group's keys and accumulator
+    /// states, the window of each group, and under EMIT CHANGES per record the running
+    /// aggregates. `None` with a changelog's HAVING, whose state is not kept yet.
+    pub fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        if self.having.is_some() {
+            return Ok(None);
+        }
+        let mut state = OperatorState::default();
+        state.put_value("watermark", self.context.watermark);
+        state.put_value("end_reached", i64::from(self.end_reached));
+        let groups = self.table.len();
+        let (keys, states) = self.table.emit_states(EmitTo::All)?;
+        // The table takes its groups back in the same order, so their ids stay.
+        self.table.merge(&keys, &states, groups)?;
+        self.windows_counted = self.table.windows_opened().unwrap_or(0);
+        state.put_value("groups", groups as i64);
+        for (index, key) in keys.iter().enumerate() {
+            state.put_array(format!("key_{index:03}"), Arc::clone(key));
+        }
+        for (aggregate, columns) in states.iter().enumerate() {
+            state.put_value(format!("state_width_{aggregate:03}"), columns.len() as i64);
+            for (index, column) in columns.iter().enumerate() {
+                state.put_array(
+                    format!("state_{aggregate:03}_{index:03}"),
+                    Arc::clone(column),
+                );
+            }
+        }
+        state.put_array(
+            "group_windows",
+            Arc::new(Int64Array::from_iter_values(self.group_windows.iter().copied())),
+        );
+        if let Some(running) = &self.running {
+            running.snapshot_into(&mut state);
+        }
+        Ok(Some(state))
+    }
+
+    /// Takes back the state [`Self::snapshot`] kept.
+    pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.context.raise_watermark(state.value("watermark")?);
+        self.end_reached = state.value("end_reached")? != 0;
+        let groups = state.value("groups")? as usize;
+        let keys = state.arrays_with_prefix("key_");
+        let mut states = Vec::new();
+        for aggregate in 0.. {
+            let Ok(width) = state.value(&format!("state_width_{aggregate:03}")) else {
+                break;
+            };
+            let columns = (0..width)
+                .map(|index| {
+                    state
+                        .array(&format!("state_{aggregate:03}_{index:03}"))
+                        .cloned()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            states.push(columns);
+        }
+        self.table.merge(&keys, &states, groups)?;
+        self.windows_counted = self.table.windows_opened().unwrap_or(0);
+        let windows = state.array("group_windows")?;
+        let Some(windows) = windows.as_any().downcast_ref::<Int64Array>() else {
+            return internal_err!("checkpoint: group windows are not Int64");
+        };
+        self.group_windows = windows.values().iter().copied().collect();
+        if let Some(running) = &mut self.running {
+            running.restore_from(state)?;
+        }
+        self.report_state()
     }
 
     /// Publishes the state's size and accounts it in the memory pool.

@@ -1,0 +1,188 @@
+//! Checkpoints: a query's state saved at a consistent cut of its input, so that a run killed
+//! at any moment resumes from the last one and its committed output is as if it had never
+//! stopped.
+//!
+//! The cut is a *barrier*, a position in a replay of files ([`barriers`]). The run's
+//! coordinator (the exactly-once sink, `crate::sink::exactly_once`) places one every
+//! checkpoint interval, one past the largest replay position any source partition has
+//! handed out. It travels in order with the data as [`StreamMessage::Barrier`]
+//! (`crate::watermark`): the exchange's merge — which applies source partitions in replay
+//! order — passes it on once every partition it reads has reached the barrier's position,
+//! after every row before it and ahead of every row after it, so the barriers of all
+//! partitions of an operator are aligned by construction. The exchange writes its watermark
+//! state there; each stateful operator, when the barrier reaches it, writes its state
+//! ([`OperatorState`]: one Arrow IPC file per operator and partition), records that it has
+//! passed the barrier ([`PassedBarriers`]) and hands out an empty batch, so that what reads it
+//! learns of the barrier exactly between the rows before and after. A stateless query's
+//! sink reads the sources' positions itself.
+//!
+//! Once every output partition has passed the barrier, every state of the epoch is on disk:
+//! the coordinator writes the manifest ([`store`]), which makes the checkpoint exist, then
+//! commits the output the epoch covered. A resumed run reads the newest whole checkpoint,
+//! refuses it if the query, the options or the number of streams differ, seeks every source
+//! partition to the barrier's position and restores each operator's state before its first
+//! batch.
+//!
+//! Operators name their state files by their place in the plan (`<index>-<operator>`), so a
+//! resumed run of the same query finds them.
+
+mod barriers;
+mod plan;
+mod state;
+mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use datafusion::common::Result;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use parking_lot::Mutex;
+
+pub use barriers::{Barrier, Barriers, PassedBarriers};
+pub use plan::{BarrierProbe, barrier_probe};
+pub use state::{OperatorState, checksum};
+pub use store::{CheckpointStore, FORMAT_VERSION, Fingerprint, Manifest, StateEntry, sync_dir};
+
+/// A run's checkpointing, reachable from every operator through the task context's session
+/// config (see the module documentation).
+#[derive(Debug)]
+pub struct Checkpointing {
+    store: CheckpointStore,
+    barriers: Barriers,
+    /// The checkpoint this run resumes from.
+    restored: Option<Manifest>,
+    /// Each operator's name, by the address of its plan node.
+    operators: HashMap<usize, String>,
+    /// The state files written so far, by epoch.
+    written: Mutex<BTreeMap<u64, Vec<StateEntry>>>,
+}
+
+impl Checkpointing {
+    /// Checkpointing of `plan` into `store`, resuming from `restored` if given.
+    pub fn new(
+        store: CheckpointStore,
+        restored: Option<Manifest>,
+        plan: &Arc<dyn ExecutionPlan>,
+    ) -> Self {
+        let mut operators = HashMap::new();
+        let mut index = 0;
+        let _ = plan.apply(|node| {
+            operators.insert(node_address(node.as_ref()), format!("{index:02}-{}", node.name()));
+            index += 1;
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let (last_epoch, resumed_at) = restored.as_ref().map_or((0, 0), |m| (m.epoch, m.position));
+        Self {
+            store,
+            barriers: Barriers::new(last_epoch, resumed_at),
+            restored,
+            operators,
+            written: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The run's checkpointing, if it has one.
+    pub fn of(context: &TaskContext) -> Option<Arc<Self>> {
+        context.session_config().get_extension::<Self>()
+    }
+
+    pub fn barriers(&self) -> &Barriers {
+        &self.barriers
+    }
+
+    pub fn store(&self) -> &CheckpointStore {
+        &self.store
+    }
+
+    pub fn restored(&self) -> Option<&Manifest> {
+        self.restored.as_ref()
+    }
+
+    /// The replay position this run starts from: that of the checkpoint it resumes.
+    pub fn resumed_at(&self) -> i64 {
+        self.restored.as_ref().map_or(0, |m| m.position)
+    }
+
+    /// The name of `node`'s state files, for partition `partition`.
+    pub fn state_name(&self, node: &dyn ExecutionPlan, partition: usize) -> Result<String> {
+        match self.operators.get(&node_address(node)) {
+            Some(name) => Ok(format!("{name}-p{partition}.arrow")),
+            None => datafusion::common::internal_err!(
+                "checkpoint: {} is not in the planned query",
+                node.name()
+            ),
+        }
+    }
+
+    /// Writes state file `name` (see [`Self::state_name`]) at barrier `epoch`.
+    pub fn write_state(&self, epoch: u64, name: &str, state: &OperatorState) -> Result<()> {
+        let entry = self.store.write_state(epoch, name, state)?;
+        fail_point("after_state_write");
+        self.written.lock().entry(epoch).or_default().push(entry);
+        Ok(())
+    }
+
+    /// State file `name` of the checkpoint this run resumes, if it has one.
+    pub fn restored_state(&self, name: &str) -> Result<Option<OperatorState>> {
+        let Some(manifest) = &self.restored else {
+            return Ok(None);
+        };
+        self.store.read_state(manifest, name)
+    }
+
+    /// Makes checkpoint `barrier` exist with the states written for it, covering `outputs`;
+    /// `finished`: the query has ended.
+    pub fn complete(
+        &self,
+        barrier: Barrier,
+        finished: bool,
+        fingerprint: &Fingerprint,
+        outputs: Vec<(String, String)>,
+    ) -> Result<()> {
+        let states = self
+            .written
+            .lock()
+            .remove(&barrier.epoch)
+            .unwrap_or_default();
+        fail_point("before_manifest");
+        self.store.complete(&Manifest {
+            epoch: barrier.epoch,
+            position: barrier.position,
+            finished,
+            fingerprint: fingerprint.clone(),
+            states,
+            outputs,
+        })?;
+        fail_point("after_manifest");
+        self.barriers.complete(barrier.epoch);
+        Ok(())
+    }
+}
+
+/// The address of a plan node, which names it for as long as the plan lives.
+fn node_address(node: &dyn ExecutionPlan) -> usize {
+    node as *const dyn ExecutionPlan as *const () as usize
+}
+
+/// A named point at which a test makes the process die as if killed
+/// (`FRESHET_FAIL_POINT=NAME` or `NAME:N`, the N-th time it is reached).
+pub fn fail_point(name: &str) {
+    static CHOSEN: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    static REACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let chosen = CHOSEN.get_or_init(|| {
+        let text = std::env::var("FRESHET_FAIL_POINT").ok()?;
+        Some(match text.split_once(':') {
+            Some((name, nth)) => (name.to_string(), nth.parse().unwrap_or(1)),
+            None => (text, 1),
+        })
+    });
+    if let Some((chosen, nth)) = chosen
+        && chosen == name
+        && REACHED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= *nth
+    {
+        eprintln!("fail point {name} reached: aborting");
+        std::process::abort();
+    }
+}

@@ -1,0 +1,115 @@
+//! Which plans a checkpoint can cut, and where the sink learns that an output partition has
+//! passed a barrier.
+//!
+//! Barriers are replay positions, so every source must be a replay of files read as fast as
+//! it goes, every exchange must read it in replay order, and every stateful operator must be
+//! able to write its state. The sink reads each output partition's progress from the
+//! operator at its top (through stateless projections and filters): a stateful operator's
+//! passed barriers, or the positions of the source partition that output partition reads.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, plan_err};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+
+use super::{Barrier, PassedBarriers};
+use crate::aggregate::WindowAggregateExec;
+use crate::exchange::StreamExchangeExec;
+use crate::filter::StreamFilterExec;
+use crate::progress::PartitionProgress;
+use crate::source::StreamSourceExec;
+
+/// How far an output partition has carried barriers (see the module documentation).
+#[derive(Debug, Clone)]
+pub enum BarrierProbe {
+    /// A stateful operator's record of the barriers it passed on.
+    Operator(Arc<PassedBarriers>),
+    /// The replay positions of the source partition each output partition reads.
+    Source(Arc<PartitionProgress>),
+}
+
+impl BarrierProbe {
+    /// Whether output partition `partition` has passed `barrier`, as of the batch it last
+    /// handed out.
+    pub fn passed(&self, partition: usize, barrier: Barrier) -> bool {
+        match self {
+            Self::Operator(passed) => passed.passed(partition) >= barrier.epoch,
+            Self::Source(positions) => positions
+                .newest(partition)
+                .is_some_and(|position| position >= barrier.position),
+        }
+    }
+}
+
+/// Where the sink of `plan` reads its barriers; an error naming what a checkpoint cannot cut.
+pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
+    let mut refusal = None;
+    plan.apply(|node| {
+        refusal = refusal_of(node)?;
+        Ok(if refusal.is_some() {
+            TreeNodeRecursion::Stop
+        } else if node.downcast_ref::<StreamSourceExec>().is_some() {
+            // Below a source is its reader, which the source seeks.
+            TreeNodeRecursion::Jump
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if let Some(refusal) = refusal {
+        return plan_err!("checkpoints {refusal}");
+    }
+    let outputs = plan.output_partitioning().partition_count();
+    let mut node = plan;
+    loop {
+        if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(aggregate.passed_barriers())));
+        }
+        if let Some(source) = node.downcast_ref::<StreamSourceExec>()
+            && let Some(positions) = source.positions()
+            && positions.partitions() == outputs
+        {
+            return Ok(BarrierProbe::Source(Arc::clone(positions)));
+        }
+        node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
+            filter.input()
+        } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+            projection.input()
+        } else {
+            return plan_err!(
+                "checkpoints do not support a query whose output is read from {} yet",
+                node.name()
+            );
+        };
+    }
+}
+
+/// Why a checkpoint cannot cut through `node`, if it cannot.
+fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
+    if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+        return Ok(source.positions().is_none().then(|| {
+            format!(
+                "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream '{}' is not",
+                source.table()
+            )
+        }));
+    }
+    if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
+        return Ok((!exchange.carries_barriers()?).then(|| {
+            "need every exchange to read its replay in file order (the hash strategy; not two_phase, round_robin, sticky or fan_in)".to_string()
+        }));
+    }
+    if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
+        return Ok((!aggregate.checkpointable()).then(|| {
+            "do not support session windows, two-phase aggregation or a changelog's HAVING yet"
+                .to_string()
+        }));
+    }
+    if node.downcast_ref::<StreamFilterExec>().is_some()
+        || node.downcast_ref::<ProjectionExec>().is_some()
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!("do not support {} yet", node.name())))
+}
