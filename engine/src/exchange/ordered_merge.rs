@@ -802,6 +802,7 @@ mod tests {
                     seen.push(values.values().iter().map(i64::to_string).collect());
                 }
                 StreamMessage::Watermark(w) => seen.push(vec![format!("w{w}")]),
+                StreamMessage::Barrier(e) => seen.push(vec![format!("b{e}")]),
             }
         }
         seen
