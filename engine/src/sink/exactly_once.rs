@@ -325,6 +325,11 @@ impl CheckpointedRun {
         if !ended.iter().all(|e| *e) {
             return plan_err!("an output partition stopped without ending");
         }
+        // A barrier placed after the last partition ended is passed by all of them.
+        if let Some(barrier) = checkpointing.barriers().pending() {
+            complete(&checkpointing, &fingerprint, &mut parts, barrier, false)?;
+            summary.checkpoints += 1;
+        }
         // The last checkpoint: everything after the last barrier, and the end.
         let Some(last) = checkpointing.barriers().place() else {
             return plan_err!("a checkpoint barrier was left pending at the end");
