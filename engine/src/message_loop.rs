@@ -100,41 +100,45 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
     futures::stream::unfold(Some(running), move |state| {
         let checkpoint = checkpoint.clone();
         async move {
-        let (mut messages, mut handler) = match state? {
-            Drive::Reading(messages, handler) => (messages, handler),
-            Drive::Ended(mut handler) => {
-                let batch = handler.queued_output()?;
-                return Some((Ok(batch), Some(Drive::Ended(handler))));
-            }
-        };
-        loop {
-            if let Some(batch) = handler.queued_output() {
-                return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
-            }
-            let output = match messages.next().await {
-                Some(Ok(StreamMessage::Batch(batch))) => handler.on_batch(&batch),
-                Some(Ok(StreamMessage::Watermark(watermark))) => handler.on_watermark(watermark),
-                Some(Ok(StreamMessage::Barrier(epoch))) => match &checkpoint {
-                    Some(checkpoint) => checkpoint.pass(&mut handler, epoch).map(Some),
-                    None => internal_err!("a checkpoint barrier reached an operator outside it"),
-                },
-                Some(Err(e)) => return Some((Err(e), None)),
-                None => {
-                    return match handler.on_watermark(i64::MAX) {
-                        Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                        Ok(None) => None,
-                        Err(e) => Some((Err(e), None)),
-                    };
+            let (mut messages, mut handler) = match state? {
+                Drive::Reading(messages, handler) => (messages, handler),
+                Drive::Ended(mut handler) => {
+                    let batch = handler.queued_output()?;
+                    return Some((Ok(batch), Some(Drive::Ended(handler))));
                 }
             };
-            match output {
-                Ok(Some(batch)) => {
+            loop {
+                if let Some(batch) = handler.queued_output() {
                     return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
                 }
-                Ok(None) => continue,
-                Err(e) => return Some((Err(e), None)),
+                let output = match messages.next().await {
+                    Some(Ok(StreamMessage::Batch(batch))) => handler.on_batch(&batch),
+                    Some(Ok(StreamMessage::Watermark(watermark))) => {
+                        handler.on_watermark(watermark)
+                    }
+                    Some(Ok(StreamMessage::Barrier(epoch))) => match &checkpoint {
+                        Some(checkpoint) => checkpoint.pass(&mut handler, epoch).map(Some),
+                        None => {
+                            internal_err!("a checkpoint barrier reached an operator outside it")
+                        }
+                    },
+                    Some(Err(e)) => return Some((Err(e), None)),
+                    None => {
+                        return match handler.on_watermark(i64::MAX) {
+                            Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
+                            Ok(None) => None,
+                            Err(e) => Some((Err(e), None)),
+                        };
+                    }
+                };
+                match output {
+                    Ok(Some(batch)) => {
+                        return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
+                    }
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                }
             }
-        }
         }
     })
 }

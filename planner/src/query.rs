@@ -13,8 +13,8 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
 use freshet_engine::StreamSourceExec;
-use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::aggregate::{AggregateEmit, ChangelogAggregateExec, WindowAggregateExec};
+use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateRecords, side_output_schema};
 use freshet_engine::over::{OverWindowExec, TopNEmit, TopNExec};

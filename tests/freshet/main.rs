@@ -2,6 +2,7 @@
 
 mod aggregation;
 mod bad_input;
+mod checkpoints;
 mod cli;
 mod filters;
 mod fuzz;

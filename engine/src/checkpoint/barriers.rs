@@ -124,16 +124,34 @@ mod tests {
         barriers.hand_out(4, || {});
         barriers.hand_out(2, || {});
         let barrier = barriers.place().unwrap();
-        assert_eq!(barrier, Barrier { epoch: 1, position: 5 });
+        assert_eq!(
+            barrier,
+            Barrier {
+                epoch: 1,
+                position: 5
+            }
+        );
         assert_eq!(barriers.place(), None, "one barrier at a time");
         barriers.complete(1);
         barriers.hand_out(9, || {});
-        assert_eq!(barriers.place().unwrap(), Barrier { epoch: 2, position: 10 });
+        assert_eq!(
+            barriers.place().unwrap(),
+            Barrier {
+                epoch: 2,
+                position: 10
+            }
+        );
     }
 
     #[test]
     fn a_resumed_schedule_continues_the_epochs() {
         let barriers = Barriers::new(7, 12);
-        assert_eq!(barriers.place().unwrap(), Barrier { epoch: 8, position: 12 });
+        assert_eq!(
+            barriers.place().unwrap(),
+            Barrier {
+                epoch: 8,
+                position: 12
+            }
+        );
     }
 }

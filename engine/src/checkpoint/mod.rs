@@ -69,7 +69,10 @@ impl Checkpointing {
         let mut operators = HashMap::new();
         let mut index = 0;
         let _ = plan.apply(|node| {
-            operators.insert(node_address(node.as_ref()), format!("{index:02}-{}", node.name()));
+            operators.insert(
+                node_address(node.as_ref()),
+                format!("{index:02}-{}", node.name()),
+            );
             index += 1;
             Ok(TreeNodeRecursion::Continue)
         });

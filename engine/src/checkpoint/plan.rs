@@ -64,7 +64,9 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
     let mut node = plan;
     loop {
         if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
-            return Ok(BarrierProbe::Operator(Arc::clone(aggregate.passed_barriers())));
+            return Ok(BarrierProbe::Operator(Arc::clone(
+                aggregate.passed_barriers(),
+            )));
         }
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()

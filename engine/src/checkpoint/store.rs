@@ -150,7 +150,8 @@ impl Manifest {
                 "position" => manifest.position = value.parse().map_err(|_| bad())?,
                 "finished" => manifest.finished = value.parse().map_err(|_| bad())?,
                 "query" => {
-                    manifest.fingerprint.query = u64::from_str_radix(value, 16).map_err(|_| bad())?
+                    manifest.fingerprint.query =
+                        u64::from_str_radix(value, 16).map_err(|_| bad())?
                 }
                 "options" => {
                     manifest.fingerprint.options =

@@ -67,13 +67,13 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::WindowAggregateExec;
 use crate::checkpoint::Checkpointing;
-use checkpoint::OutputCheckpoint;
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::plan_util::single_child;
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, time_plus_constant};
+use checkpoint::OutputCheckpoint;
 
 mod checkpoint;
 mod inline;

@@ -159,7 +159,10 @@ impl RunningAggregates {
 
     /// Puts the running values of every group into a checkpoint's `state`.
     pub fn snapshot_into(&self, state: &mut OperatorState) {
-        state.put_value("running_shared_count", i64::from(self.shared_count.is_some()));
+        state.put_value(
+            "running_shared_count",
+            i64::from(self.shared_count.is_some()),
+        );
         for (index, running) in self.states.iter().enumerate() {
             state.put_array(
                 format!("running_{index:03}_counts"),

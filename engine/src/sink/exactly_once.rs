@@ -88,7 +88,10 @@ pub enum PartOutput {
 
 impl PartOutput {
     /// The output of `spec`: a directory of parts for a file, else `direct`.
-    pub fn of(spec: &SinkSpec, direct: impl FnOnce() -> Result<Box<dyn BatchWriter>>) -> Result<Self> {
+    pub fn of(
+        spec: &SinkSpec,
+        direct: impl FnOnce() -> Result<Box<dyn BatchWriter>>,
+    ) -> Result<Self> {
         Ok(match spec.path() {
             Some(dir) => Self::Parts {
                 dir: dir.to_path_buf(),
@@ -117,7 +120,8 @@ impl PartOutput {
             );
         }
         fs::create_dir_all(dir)?;
-        let covered: Vec<(String, String)> = restored.map(|m| m.outputs.clone()).unwrap_or_default();
+        let covered: Vec<(String, String)> =
+            restored.map(|m| m.outputs.clone()).unwrap_or_default();
         for (pending, committed) in &covered {
             if dir.join(pending).exists() {
                 fs::rename(dir.join(pending), dir.join(committed))?;
@@ -249,7 +253,13 @@ impl CheckpointedRun {
             let sender = news_sender.clone();
             let probe = probe.clone();
             let checkpointing = Arc::clone(&checkpointing);
-            tokio::spawn(read_partition(partition, stream, probe, checkpointing, sender));
+            tokio::spawn(read_partition(
+                partition,
+                stream,
+                probe,
+                checkpointing,
+                sender,
+            ));
         }
         drop(news_sender);
         let (mut parts, mut direct) = match output {
@@ -313,8 +323,8 @@ impl CheckpointedRun {
             {
                 complete(&checkpointing, &fingerprint, &mut parts, barrier, false)?;
                 summary.checkpoints += 1;
-                for p in 0..partitions {
-                    passed[p] = passed[p].max(barrier.epoch);
+                for epoch in &mut passed {
+                    *epoch = (*epoch).max(barrier.epoch);
                 }
                 if stopping {
                     summary.stopped = true;
@@ -356,7 +366,11 @@ fn complete(
         Some(parts) => {
             // Parts of earlier epochs are empty of rows that were never written.
             let mut outputs = Vec::new();
-            let epochs: Vec<u64> = parts.open.range(..=barrier.epoch).map(|(e, _)| *e).collect();
+            let epochs: Vec<u64> = parts
+                .open
+                .range(..=barrier.epoch)
+                .map(|(e, _)| *e)
+                .collect();
             for epoch in epochs {
                 outputs.extend(parts.close(epoch)?);
             }

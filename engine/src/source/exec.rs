@@ -48,13 +48,13 @@ use tokio::sync::watch;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
 
-use crate::checkpoint::Checkpointing;
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::deal::DealExec;
 use super::file_split::{FileSplit, keep_split};
 use super::key_check::PartitionKeyCheck;
 use super::replay_units::{read_units, reads_units};
 use super::text_errors::TextFiles;
+use crate::checkpoint::Checkpointing;
 use crate::progress::PartitionProgress;
 use crate::watermark::{event_times, newest_time, time_range};
 use crate::window::nanoseconds_per_unit;

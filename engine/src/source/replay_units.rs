@@ -84,38 +84,42 @@ pub fn read_units(
         .enumerate()
         .position(|(index, _)| (index * partitions + partition) as i64 >= from)
         .unwrap_or(count);
-    let unit_streams = units.into_iter().enumerate().skip(first).map(move |(index, unit)| {
-        let position = (index * partitions + partition) as i64;
-        let mut groups = vec![FileGroup::default(); partitions];
-        groups[partition] = FileGroup::new(vec![unit]);
-        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(
-            FileScanConfigBuilder::from(config.clone())
-                .with_file_groups(groups)
-                .with_preserve_order(true)
-                .build(),
-        );
-        let opened = match &parent {
-            Some(parent) => Arc::clone(parent).replace_children(
-                vec![scan],
-                ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-            ),
-            None => Ok(scan),
-        }
-        .and_then(|plan| plan.execute(partition, Arc::clone(&context)));
-        let batches = match opened {
-            Ok(batches) => batches
-                .map(move |batch| batch.map(|batch| (batch, position)))
-                .boxed(),
-            Err(error) => stream::once(async move { Err(error) }).boxed(),
-        };
-        if index + 1 == count {
-            return batches;
-        }
-        let next = position + partitions as i64;
-        let marker = RecordBatch::new_empty(Arc::clone(&schema));
-        batches
-            .chain(stream::once(async move { Ok((marker, next)) }))
-            .boxed()
-    });
+    let unit_streams = units
+        .into_iter()
+        .enumerate()
+        .skip(first)
+        .map(move |(index, unit)| {
+            let position = (index * partitions + partition) as i64;
+            let mut groups = vec![FileGroup::default(); partitions];
+            groups[partition] = FileGroup::new(vec![unit]);
+            let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(
+                FileScanConfigBuilder::from(config.clone())
+                    .with_file_groups(groups)
+                    .with_preserve_order(true)
+                    .build(),
+            );
+            let opened = match &parent {
+                Some(parent) => Arc::clone(parent).replace_children(
+                    vec![scan],
+                    ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+                ),
+                None => Ok(scan),
+            }
+            .and_then(|plan| plan.execute(partition, Arc::clone(&context)));
+            let batches = match opened {
+                Ok(batches) => batches
+                    .map(move |batch| batch.map(|batch| (batch, position)))
+                    .boxed(),
+                Err(error) => stream::once(async move { Err(error) }).boxed(),
+            };
+            if index + 1 == count {
+                return batches;
+            }
+            let next = position + partitions as i64;
+            let marker = RecordBatch::new_empty(Arc::clone(&schema));
+            batches
+                .chain(stream::once(async move { Ok((marker, next)) }))
+                .boxed()
+        });
     Ok(stream::iter(unit_streams).flatten().boxed())
 }

@@ -381,7 +381,9 @@ impl WindowGroups {
         }
         state.put_array(
             "group_windows",
-            Arc::new(Int64Array::from_iter_values(self.group_windows.iter().copied())),
+            Arc::new(Int64Array::from_iter_values(
+                self.group_windows.iter().copied(),
+            )),
         );
         if let Some(running) = &self.running {
             running.snapshot_into(&mut state);

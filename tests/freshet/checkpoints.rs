@@ -1,0 +1,286 @@
+//! Checkpoints and exactly-once recovery: a query killed at any moment (SIGKILL, or at a
+//! named fail point) and run again until it finishes commits exactly the output of a run
+//! that never stopped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{freshet, freshet_ok};
+
+const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+const S3B: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES";
+const S2: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY symbol";
+const S0: &str = "SELECT symbol, price, quantity, trade_time FROM market_data WHERE quantity > 500";
+
+/// A replay of 12 disordered files of 4 000 records each, one after another in time.
+fn replay(dir: &Path) -> String {
+    let data = dir.join("market_data");
+    std::fs::create_dir_all(&data).unwrap();
+    for file in 0..12u64 {
+        let start = format!("start_ms={}", 1_700_000_000_000 + file * 4_000_000);
+        let seed = format!("seed={file}");
+        let out = data.join(format!("f{file:02}.parquet"));
+        freshet_ok(&[
+            "gen",
+            "market_data",
+            "--records",
+            "4000",
+            "--set",
+            &start,
+            "--set",
+            "disorder_ms=3000",
+            "--set",
+            &seed,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+    }
+    format!(
+        "market_data={},event_time=trade_time,watermark=5s",
+        data.display()
+    )
+}
+
+fn checkpointed_args<'a>(
+    sql: &'a str,
+    table: &'a str,
+    partitions: &'a str,
+    out: &'a str,
+    checkpoints: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "query",
+        sql,
+        "--table",
+        table,
+        "--partitions",
+        partitions,
+        "-o",
+        out,
+        "--checkpoint-dir",
+        checkpoints,
+        "--checkpoint-interval",
+        "4k",
+    ]
+}
+
+/// The rows of a run that never stopped, sorted.
+fn uninterrupted(dir: &Path, sql: &str, table: &str, partitions: &str) -> Vec<String> {
+    let out = dir.join(format!("reference-{partitions}.csv"));
+    let output = format!("csv={}", out.display());
+    freshet_ok(&[
+        "query",
+        sql,
+        "--table",
+        table,
+        "--partitions",
+        partitions,
+        "--strategy",
+        "hash",
+        "-o",
+        &output,
+    ]);
+    sorted_lines(&std::fs::read_to_string(out).unwrap())
+}
+
+/// The committed rows of a directory of part files, sorted.
+fn committed(dir: &Path, parts: &Path) -> Vec<String> {
+    let out = dir.join("committed.csv");
+    let table = format!("o={}", parts.display());
+    let output = format!("csv={}", out.display());
+    freshet_ok(&["query", "SELECT * FROM o", "--table", &table, "-o", &output]);
+    sorted_lines(&std::fs::read_to_string(out).unwrap())
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+/// Runs `args` until it succeeds, killing it (SIGKILL) after each of `delays` first; returns
+/// how many runs were killed.
+fn run_killing(args: &[&str], delays: &[u64]) -> usize {
+    let mut killed = 0;
+    for delay in delays {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_freshet"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(*delay));
+        match child.try_wait().unwrap() {
+            Some(status) => assert!(status.success(), "freshet {args:?} failed"),
+            None => {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                killed += 1;
+            }
+        }
+    }
+    let output = freshet(args);
+    assert!(
+        output.status.success(),
+        "freshet {args:?} failed after {killed} kills: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    killed
+}
+
+/// Pseudo-random delays in milliseconds, from a fixed seed.
+fn delays(seed: u64, count: usize) -> Vec<u64> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            40 + (state >> 33) % 260
+        })
+        .collect()
+}
+
+fn temporary(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(name).tempdir().unwrap()
+}
+
+#[test]
+fn a_query_killed_at_random_moments_commits_the_output_of_one_that_never_stopped() {
+    let dir = temporary("killed");
+    let table = replay(dir.path());
+    let mut kills = 0;
+    for (case, (sql, partitions)) in [(S3A, "1"), (S3A, "2"), (S3B, "2"), (S0, "2"), (S2, "1")]
+        .into_iter()
+        .enumerate()
+    {
+        let parts = dir.path().join(format!("out-{case}"));
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.path().join(format!("checkpoints-{case}"));
+        let args = checkpointed_args(sql, &table, partitions, &out, checkpoints.to_str().unwrap());
+        kills += run_killing(&args, &delays(case as u64 + 7, 6));
+        assert_eq!(
+            committed(dir.path(), &parts),
+            uninterrupted(dir.path(), sql, &table, partitions),
+            "case {case}: {sql} at {partitions} streams"
+        );
+    }
+    assert!(kills > 0, "no run was killed: the test proves nothing");
+}
+
+#[test]
+fn a_query_that_dies_at_each_fail_point_resumes_to_the_same_output() {
+    let dir = temporary("fail-points");
+    let table = replay(dir.path());
+    let expected = uninterrupted(dir.path(), S3B, &table, "2");
+    for point in [
+        "after_state_write:3",
+        "before_manifest:2",
+        "after_manifest:2",
+        "after_commit:2",
+    ] {
+        let name = point.replace(':', "-");
+        let parts = dir.path().join(format!("out-{name}"));
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.path().join(format!("checkpoints-{name}"));
+        let args = checkpointed_args(S3B, &table, "2", &out, checkpoints.to_str().unwrap());
+        let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
+            .args(&args)
+            .env("FRESHET_FAIL_POINT", point)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            !died.success(),
+            "the run passed fail point {point} without dying"
+        );
+        freshet_ok(&args);
+        assert_eq!(
+            committed(dir.path(), &parts),
+            expected,
+            "fail point {point}"
+        );
+    }
+}
+
+#[test]
+fn a_resume_that_differs_from_the_checkpointed_run_is_refused_with_what_differs() {
+    let dir = temporary("refusals");
+    let table = replay(dir.path());
+    let parts = dir.path().join("out");
+    let out = format!("parquet={}", parts.display());
+    let checkpoints: PathBuf = dir.path().join("checkpoints");
+    let checkpoints = checkpoints.to_str().unwrap();
+    let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(checkpointed_args(S3A, &table, "2", &out, checkpoints))
+        .env("FRESHET_FAIL_POINT", "after_commit:2")
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!died.success());
+    let refused = |args: Vec<&str>, expected: &str| {
+        let output = freshet(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} should be refused");
+        assert!(stderr.contains(expected), "{stderr}");
+    };
+    refused(
+        checkpointed_args(S3B, &table, "2", &out, checkpoints),
+        "the query differs",
+    );
+    refused(
+        checkpointed_args(S3A, &table, "1", &out, checkpoints),
+        "it was written at 2 streams, this run has 1",
+    );
+    let other_table = table.replace("watermark=5s", "watermark=6s");
+    refused(
+        checkpointed_args(S3A, &other_table, "2", &out, checkpoints),
+        "registrations or the session's settings differ",
+    );
+    // The run it was resumes and finishes; once finished, a run again has nothing to do.
+    freshet_ok(&checkpointed_args(S3A, &table, "2", &out, checkpoints));
+    let again = freshet(&checkpointed_args(S3A, &table, "2", &out, checkpoints));
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to resume"));
+    // Another run's output directory with no checkpoint to resume.
+    let fresh = dir.path().join("fresh-checkpoints");
+    refused(
+        checkpointed_args(S3A, &table, "2", &out, fresh.to_str().unwrap()),
+        "holds part files of another run",
+    );
+}
+
+#[test]
+fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
+    let dir = temporary("unsupported");
+    let table = replay(dir.path());
+    let out = format!("parquet={}", dir.path().join("out").display());
+    let checkpoints = dir.path().join("checkpoints");
+    let checkpoints = checkpoints.to_str().unwrap();
+    let over = "SELECT symbol, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS n FROM market_data";
+    let output = freshet(&checkpointed_args(over, &table, "2", &out, checkpoints));
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("error: checkpoints "),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = "market_data=generator:market_data,records=1000";
+    let output = freshet(&checkpointed_args(S3A, generated, "1", &out, checkpoints));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("need every stream to be a replay of files"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut args = checkpointed_args(S3A, &table, "1", &out, checkpoints);
+    let last = args.len() - 1;
+    args[last] = "soon";
+    let output = freshet(&args);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("checkpoint interval 'soon'"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
