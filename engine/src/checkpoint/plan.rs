@@ -45,9 +45,17 @@ impl BarrierProbe {
 
 /// Where the sink of `plan` reads its barriers; an error naming what a checkpoint cannot cut.
 pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
+    // Sources first: no other change helps a query whose streams cannot be cut.
     let mut refusal = None;
     plan.apply(|node| {
-        refusal = refusal_of(node)?;
+        if node.downcast_ref::<StreamSourceExec>().is_some() {
+            refusal = refusal.take().or(refusal_of(node)?);
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    plan.apply(|node| {
+        refusal = refusal.take().or(refusal_of(node)?);
         Ok(if refusal.is_some() {
             TreeNodeRecursion::Stop
         } else if node.downcast_ref::<StreamSourceExec>().is_some() {
