@@ -113,6 +113,7 @@ impl WindowGroups {
             let (keys, arguments, filters) = columns.pick(&assignment)?;
             let mut table_keys: Vec<ArrayRef> = window_column.iter().cloned().collect();
             table_keys.extend(keys);
+
             if let Some(output) = self.update(
                 assignment.starts.as_ref(),
                 table_keys,
@@ -397,6 +398,7 @@ impl WindowGroups {
         self.end_reached = state.value("end_reached")? != 0;
         let groups = state.value("groups")? as usize;
         let keys = state.arrays_with_prefix("key_");
+
         let mut states = Vec::new();
         for aggregate in 0.. {
             let Ok(width) = state.value(&format!("state_width_{aggregate:03}")) else {
@@ -454,6 +456,8 @@ fn first_rows_insert(ids: &[usize], known: usize, groups: usize) -> Vec<ChangeOp
 mod tests {
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
     use crate::aggregate::spec::AggregateEmit;
+    use crate::checkpoint::OperatorState;
+    use crate::message_loop::MessageHandler;
     use crate::window::WindowSpec;
 
     #[test]
@@ -506,6 +510,45 @@ mod tests {
             watermark(&mut mode, i64::MAX).is_empty(),
             "rows already emitted"
         );
+    }
+
+    #[test]
+    fn a_restored_snapshot_continues_every_open_group() {
+        for emit in [
+            AggregateEmit::Final,
+            AggregateEmit::ChangesPerRecord,
+            AggregateEmit::ChangesPerBatch,
+        ] {
+            let spec = spec(Some(TUMBLE_1S), emit);
+            let before = rows(&[
+                ("a", 1_100, 1),
+                ("b", 200, 2),
+                ("a", 300, 3),
+                ("c", 1_900, 4),
+            ]);
+            let after = rows(&[("a", 1_200, 5), ("b", 700, 6), ("c", 2_100, 7)]);
+            let rest = |mode: &mut super::super::AggregateMode| {
+                let mut changes = batch(mode, &after);
+                changes.extend(watermark(mode, i64::MAX));
+                changes.sort();
+                changes
+            };
+            let mut uninterrupted = mode(&spec, None);
+            batch(&mut uninterrupted, &before);
+            let mut snapshotted = mode(&spec, None);
+            batch(&mut snapshotted, &before);
+            let state = snapshotted.snapshot().unwrap().unwrap();
+            let state = OperatorState::decode(&state.encode().unwrap()).unwrap();
+            let mut restored = mode(&spec, None);
+            restored.restore(&state).unwrap();
+            let expected = rest(&mut uninterrupted);
+            assert_eq!(
+                rest(&mut snapshotted),
+                expected,
+                "{emit:?}: after a snapshot"
+            );
+            assert_eq!(rest(&mut restored), expected, "{emit:?}: restored");
+        }
     }
 
     #[test]
