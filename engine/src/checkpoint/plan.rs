@@ -18,6 +18,7 @@ use super::{Barrier, PassedBarriers};
 use crate::aggregate::WindowAggregateExec;
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
+use crate::over::TopNExec;
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 
@@ -76,6 +77,10 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
                 aggregate.passed_barriers(),
             )));
         }
+        if let Some(top_n) = node.downcast_ref::<TopNExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(top_n.passed_barriers())));
+        }
+
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
             && positions.partitions() == outputs
@@ -115,6 +120,12 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
             "do not support session windows, two-phase aggregation or a changelog's HAVING yet"
                 .to_string()
         }));
+    }
+    if let Some(top_n) = node.downcast_ref::<TopNExec>() {
+        return Ok(
+            (top_n.input().downcast_ref::<StreamExchangeExec>().is_none())
+                .then(|| "need a top-N to read an exchange".to_string()),
+        );
     }
     if node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()

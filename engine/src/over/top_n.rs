@@ -28,9 +28,10 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::row::{OwnedRow, Row, RowConverter, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -43,10 +44,14 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
     ReplaceChildrenOptions,
 };
-use futures::{StreamExt, stream};
+use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
+use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::exchange::StreamExchangeExec;
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+use crate::watermark::StreamMessage;
 
 /// When a [`TopNExec`]'s rows leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,8 @@ pub struct TopNExec {
     with_op: bool,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// The checkpoint barriers each partition has passed on.
+    passed: Arc<PassedBarriers>,
 }
 
 impl TopNExec {
@@ -110,17 +117,28 @@ impl TopNExec {
             false => Arc::clone(&spec.schema),
         };
         let properties = Arc::new(stateful_properties(&input, &schema));
+        let partitions = properties.output_partitioning().partition_count();
         Ok(Self {
             input,
             spec,
             with_op,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+            passed: Arc::new(PassedBarriers::new(partitions)),
         })
     }
 
     pub fn spec(&self) -> &TopNSpec {
         &self.spec
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// The checkpoint barriers each partition has passed on.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
     }
 
     /// This operator with the changelog's op column, if it emits changes.
@@ -228,57 +246,34 @@ impl ExecutionPlan for TopNExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let batch_size = context.session_config().batch_size();
-        let input = self.input.execute(partition, context)?;
+        // Read through the exchange's messages, where checkpoint barriers travel.
+        let messages = match self.input.downcast_ref::<StreamExchangeExec>() {
+            Some(exchange) => exchange.execute_messages(partition, Arc::clone(&context))?,
+            None => self
+                .input
+                .execute(partition, Arc::clone(&context))?
+                .map(|batch| batch.map(StreamMessage::Batch))
+                .boxed(),
+        };
         let metrics = BaselineMetrics::new(&self.metrics, partition);
-        let ranked = TopNState::try_new(&self.spec, &self.input.schema(), self.with_op)?;
-        let output = stream::unfold(
-            (input, ranked, Phase::Reading),
-            move |(mut input, mut ranked, phase)| {
-                let metrics = metrics.clone();
-                async move {
-                    let mut phase = phase;
-                    loop {
-                        match phase {
-                            Phase::Reading => match input.next().await {
-                                Some(Ok(batch)) => {
-                                    let timer = metrics.elapsed_compute().timer();
-                                    let changes = ranked.push(&batch);
-                                    timer.done();
-                                    match changes {
-                                        Ok(Some(out)) => {
-                                            metrics.record_output(out.num_rows());
-                                            return Some((Ok(out), (input, ranked, phase)));
-                                        }
-                                        Ok(None) => continue,
-                                        Err(e) => {
-                                            return Some((Err(e), (input, ranked, Phase::Done)));
-                                        }
-                                    }
-                                }
-                                Some(Err(e)) => {
-                                    return Some((Err(e), (input, ranked, Phase::Done)));
-                                }
-                                None => match ranked.finish(batch_size) {
-                                    Ok(batches) => phase = Phase::Flushing(batches.into()),
-                                    Err(e) => {
-                                        return Some((Err(e), (input, ranked, Phase::Done)));
-                                    }
-                                },
-                            },
-                            Phase::Flushing(mut batches) => match batches.pop_front() {
-                                Some(out) => {
-                                    metrics.record_output(out.num_rows());
-                                    let next = Phase::Flushing(batches);
-                                    return Some((Ok(out), (input, ranked, next)));
-                                }
-                                None => phase = Phase::Done,
-                            },
-                            Phase::Done => return None,
-                        }
-                    }
-                }
-            },
-        );
+        let mut ranked = TopNState::try_new(&self.spec, &self.input.schema(), self.with_op)?;
+        ranked.batch_size = batch_size;
+        let checkpoint = match Checkpointing::of(&context) {
+            Some(checkpointing) => Some(OperatorCheckpoint {
+                name: checkpointing.state_name(self, partition)?,
+                checkpointing,
+                partition,
+                passed: Arc::clone(&self.passed),
+                schema: self.schema(),
+            }),
+            None => None,
+        };
+        let output = drive_checkpointed(messages, ranked, checkpoint).map(move |batch| {
+            if let Ok(batch) = &batch {
+                metrics.record_output(batch.num_rows());
+            }
+            batch
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
             output,
@@ -288,14 +283,6 @@ impl ExecutionPlan for TopNExec {
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
-}
-
-/// Where a [`TopNExec`] stream is.
-enum Phase {
-    Reading,
-    /// The input ended; the final rows left to hand out.
-    Flushing(VecDeque<RecordBatch>),
-    Done,
 }
 
 /// One kept row: its ORDER BY values and all its columns, as arrow rows.
@@ -327,6 +314,7 @@ impl Stored {
 struct TopNState {
     spec: TopNSpec,
     schema: SchemaRef,
+    input_schema: SchemaRef,
     with_op: bool,
     keys: RowConverter,
     order: RowConverter,
@@ -337,6 +325,10 @@ struct TopNState {
     /// Per key changed by the current batch: its list's length before the batch and the
     /// first rank that changed.
     changed: HashMap<usize, (usize, usize)>,
+    /// Rows per batch of the final answer.
+    batch_size: usize,
+    /// The final answer's batches not handed out yet.
+    flushing: VecDeque<RecordBatch>,
 }
 
 impl TopNState {
@@ -368,12 +360,15 @@ impl TopNState {
                 false => Arc::clone(&spec.schema),
             },
             with_op,
+            input_schema: Arc::clone(input),
             keys: RowConverter::new(key_fields)?,
             order: RowConverter::new(order_fields)?,
             rows: RowConverter::new(row_fields)?,
             key_index: HashMap::new(),
             lists: Vec::new(),
             changed: HashMap::new(),
+            batch_size: 8192,
+            flushing: VecDeque::new(),
         })
     }
 
@@ -500,6 +495,61 @@ impl TopNState {
             .collect()
     }
 
+    /// Every kept row's input columns (key by key, in rank order) and the index of its key's
+    /// list: what a checkpoint keeps.
+    fn snapshot_state(&self) -> Result<OperatorState> {
+        let mut lists = Vec::new();
+        let mut rows = Vec::new();
+        for (list, ranked) in self.lists.iter().enumerate() {
+            for kept in ranked {
+                lists.push(list as u64);
+                rows.push(kept.row.encoded()?);
+            }
+        }
+        let mut state = OperatorState::default();
+        state.put_value("lists", self.lists.len() as i64);
+        state.put_array("list", Arc::new(UInt64Array::from(lists)));
+        for (index, column) in self.rows.convert_rows(rows)?.into_iter().enumerate() {
+            state.put_array(format!("column_{index:03}"), column);
+        }
+        Ok(state)
+    }
+
+    /// Takes back the lists [`Self::snapshot_state`] kept.
+    fn restore_state(&mut self, state: &OperatorState) -> Result<()> {
+        let columns = state.arrays_with_prefix("column_");
+        let kept = RecordBatch::try_new(Arc::clone(&self.input_schema), columns)?;
+        let list_of = state.array("list")?.as_primitive::<UInt64Type>().clone();
+        let lists = state.value("lists")? as usize;
+        self.lists = (0..lists).map(|_| Vec::new()).collect();
+        self.key_index.clear();
+        let evaluate = |exprs: &mut dyn Iterator<Item = &Arc<dyn PhysicalExpr>>| {
+            exprs
+                .map(|e| e.evaluate(&kept)?.into_array(kept.num_rows()))
+                .collect::<Result<Vec<ArrayRef>>>()
+        };
+        let keys = self
+            .keys
+            .convert_columns(&evaluate(&mut self.spec.partition_by.iter())?)?;
+        let order = self
+            .order
+            .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
+        let encoded = self.rows.convert_columns(kept.columns())?;
+        for row in 0..kept.num_rows() {
+            let list = list_of.value(row) as usize;
+            let key = match self.spec.partition_by.is_empty() {
+                true => &[][..],
+                false => keys.row(row).data(),
+            };
+            self.key_index.entry(key.into()).or_insert(list);
+            self.lists[list].push(Ranked {
+                order: order.row(row).owned(),
+                row: Stored::Encoded(encoded.row(row).owned()),
+            });
+        }
+        Ok(())
+    }
+
     /// The output rows of (key, rank) pairs, with their ranks (and ops).
     fn rows_of(&self, picked: &[(usize, usize, ChangeOp)]) -> Result<RecordBatch> {
         let rows = picked
@@ -514,6 +564,32 @@ impl TopNState {
             columns.push(op_array(picked.iter().map(|(_, _, op)| *op)));
         }
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+}
+
+impl MessageHandler for TopNState {
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        self.push(batch)
+    }
+
+    /// The end of the input (the watermark reaching +inf) gives the final answer.
+    fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        if watermark == i64::MAX {
+            self.flushing = self.finish(self.batch_size)?.into();
+        }
+        Ok(self.flushing.pop_front())
+    }
+
+    fn queued_output(&mut self) -> Option<RecordBatch> {
+        self.flushing.pop_front()
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        self.snapshot_state().map(Some)
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.restore_state(state)
     }
 }
 
