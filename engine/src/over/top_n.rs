@@ -329,6 +329,8 @@ struct TopNState {
     batch_size: usize,
     /// The final answer's batches not handed out yet.
     flushing: VecDeque<RecordBatch>,
+    /// Whether the end of the input has come.
+    finished: bool,
 }
 
 impl TopNState {
@@ -369,6 +371,7 @@ impl TopNState {
             changed: HashMap::new(),
             batch_size: 8192,
             flushing: VecDeque::new(),
+            finished: false,
         })
     }
 
@@ -572,9 +575,10 @@ impl MessageHandler for TopNState {
         self.push(batch)
     }
 
-    /// The end of the input (the watermark reaching +inf) gives the final answer.
+    /// The end of the input (the watermark reaching +inf, once) gives the final answer.
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
-        if watermark == i64::MAX {
+        if watermark == i64::MAX && !self.finished {
+            self.finished = true;
             self.flushing = self.finish(self.batch_size)?.into();
         }
         Ok(self.flushing.pop_front())
