@@ -12,6 +12,7 @@ const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price)
 const S3B: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price FROM market_data GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES";
 const S2: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY symbol";
 const TOP_3: &str = "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY price DESC) AS rn FROM market_data) WHERE rn <= 3";
+const SESSIONS: &str = "SELECT trader_id, COUNT(*) AS n, SUM(quantity) AS q FROM market_data GROUP BY trader_id WINDOW SESSION (trade_time, INTERVAL '21' SECOND) EMIT CHANGES";
 const S0: &str = "SELECT symbol, price, quantity, trade_time FROM market_data WHERE quantity > 500";
 
 /// A replay of 12 disordered files of 4 000 records each, one after another in time.
@@ -159,6 +160,7 @@ fn a_query_killed_at_random_moments_commits_the_output_of_one_that_never_stopped
         (S0, "2"),
         (S2, "1"),
         (TOP_3, "2"),
+        (SESSIONS, "2"),
     ]
     .into_iter()
     .enumerate()

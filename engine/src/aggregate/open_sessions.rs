@@ -25,13 +25,15 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{interleave, take};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use crate::checkpoint::OperatorState;
 use crate::kernels::new_group_values;
 
 /// Past this many keys (or groups), with more dead than live, they are renumbered.
@@ -379,6 +381,96 @@ impl OpenSessions {
     }
 
     /// One deadline per open session, after their keys or groups were renumbered.
+    /// Puts the open sessions into a checkpoint's `state`: the keys (taken out of the key
+    /// table and interned back, so their ids stay), every open session, and the counters.
+    pub fn snapshot_into(&mut self, state: &mut OperatorState) -> Result<()> {
+        if let Some(values) = &mut self.keys {
+            let count = values.len();
+            let keys = values.emit(EmitTo::All)?;
+            values.clear_shrink(count);
+            if count > 0 {
+                let mut ids = Vec::with_capacity(count);
+                values.intern(&keys, &mut ids)?;
+            }
+            state.put_value("session_keys", count as i64);
+            for (index, key) in keys.into_iter().enumerate() {
+                state.put_array(format!("session_key_{index:03}"), key);
+            }
+        }
+        let sessions = self
+            .sessions
+            .iter()
+            .enumerate()
+            .flat_map(|(key, sessions)| sessions.iter().map(move |s| (key, *s)));
+        let (mut keys, mut starts, mut lasts, mut groups, mut batches) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (key, session) in sessions {
+            keys.push(key as u64);
+            starts.push(session.start);
+            lasts.push(session.last);
+            groups.push(session.group as u64);
+            batches.push(session.started_in);
+        }
+        state.put_array("session_key_id", Arc::new(UInt64Array::from(keys)));
+        state.put_array("session_start", Arc::new(Int64Array::from(starts)));
+        state.put_array("session_last", Arc::new(Int64Array::from(lasts)));
+        state.put_array("session_group", Arc::new(UInt64Array::from(groups)));
+        state.put_array("session_started_in", Arc::new(UInt64Array::from(batches)));
+        state.put_value("session_groups", self.groups as i64);
+        state.put_value("session_key_count", self.sessions.len() as i64);
+        Ok(())
+    }
+
+    /// Takes back the open sessions [`Self::snapshot_into`] kept.
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<()> {
+        if let Some(values) = &mut self.keys {
+            let keys = state.arrays_with_prefix("session_key_0");
+            let count = state.value("session_keys")? as usize;
+            if count > 0 {
+                let mut ids = Vec::with_capacity(count);
+                values.intern(&keys, &mut ids)?;
+                if let Some(store) = &mut self.key_values {
+                    store.push(0, keys);
+                }
+            }
+        }
+        let column = |name: &str| -> Result<Vec<i64>> {
+            let array = state.array(name)?;
+            Ok(match array.data_type() {
+                datafusion::arrow::datatypes::DataType::UInt64 => array
+                    .as_primitive::<UInt64Type>()
+                    .values()
+                    .iter()
+                    .map(|v| *v as i64)
+                    .collect(),
+                _ => array.as_primitive::<Int64Type>().values().to_vec(),
+            })
+        };
+        let (keys, starts, lasts) = (
+            column("session_key_id")?,
+            column("session_start")?,
+            column("session_last")?,
+        );
+        let (groups, batches) = (column("session_group")?, column("session_started_in")?);
+        self.sessions = vec![Vec::new(); state.value("session_key_count")? as usize];
+        for row in 0..keys.len() {
+            let Some(sessions) = self.sessions.get_mut(keys[row] as usize) else {
+                return internal_err!("checkpoint: a session of an unknown key");
+            };
+            sessions.push(Session {
+                start: starts[row],
+                last: lasts[row],
+                group: groups[row] as usize,
+                started_in: batches[row] as u64,
+            });
+        }
+        self.groups = state.value("session_groups")? as usize;
+        self.open_sessions = keys.len();
+        self.open_keys = self.sessions.iter().filter(|s| !s.is_empty()).count();
+        self.rebuild_deadlines();
+        Ok(())
+    }
+
     fn rebuild_deadlines(&mut self) {
         self.deadlines = self
             .sessions

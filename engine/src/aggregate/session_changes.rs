@@ -27,6 +27,7 @@ use datafusion::common::{Result, internal_err};
 
 use super::open_sessions::OpenSessions;
 use crate::changelog::ChangeOp;
+use crate::checkpoint::OperatorState;
 use crate::kernels::RunningAggregates;
 
 /// The changelog of one batch: each output row's source row (for its keys), window start,
@@ -70,6 +71,22 @@ impl SessionChanges {
             per_batch,
             batches: 0,
         })
+    }
+
+    /// Puts the open sessions and their running aggregates into a checkpoint's `state`.
+    pub fn snapshot_into(&mut self, state: &mut OperatorState) -> Result<()> {
+        self.open.snapshot_into(state)?;
+        self.running.snapshot_into(state);
+        state.put_value("batches", self.batches as i64);
+        Ok(())
+    }
+
+    /// Takes back what [`Self::snapshot_into`] kept.
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<()> {
+        self.open.restore_from(state)?;
+        self.running.restore_from(state)?;
+        self.batches = state.value("batches")? as u64;
+        Ok(())
     }
 
     /// Folds the records of a batch (its key columns, event times without nulls, and the

@@ -267,7 +267,11 @@ impl WindowAggregateExec {
 
     /// Whether a checkpoint can keep this aggregation's state.
     pub fn checkpointable(&self) -> bool {
-        AggregateMode::checkpointable(&self.spec, self.partial.is_some())
+        AggregateMode::checkpointable(
+            &self.spec,
+            self.partial.is_some(),
+            self.spec.running_kernels(&self.input.schema()).is_some(),
+        )
     }
 
     /// When the output has an event time (EMIT FINAL over tumbling or hopping windows): the

@@ -117,7 +117,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     }
     if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
         return Ok((!aggregate.checkpointable()).then(|| {
-            "do not support session windows, two-phase aggregation or a changelog's HAVING yet"
+            "do not support two-phase aggregation, a changelog's HAVING, or session windows over aggregates other than COUNT, SUM, AVG, MIN and MAX yet"
                 .to_string()
         }));
     }

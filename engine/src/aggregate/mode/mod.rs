@@ -106,23 +106,74 @@ impl MessageHandler for AggregateMode {
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {
         match self {
             Self::Windows(mode) => mode.snapshot(),
-            Self::SessionFinal(_) | Self::SessionChangelog(_) | Self::MergePartials(_) => Ok(None),
+            Self::SessionFinal(mode) => mode.snapshot(),
+            Self::SessionChangelog(mode) => mode.snapshot().map(Some),
+            Self::MergePartials(_) => Ok(None),
         }
     }
 
     fn restore(&mut self, state: &OperatorState) -> Result<()> {
         match self {
             Self::Windows(mode) => mode.restore(state),
-            _ => internal_err!("checkpoints do not restore this aggregation yet"),
+            Self::SessionFinal(mode) => mode.restore(state),
+            Self::SessionChangelog(mode) => mode.restore(state),
+            Self::MergePartials(_) => {
+                internal_err!("checkpoints do not restore two-phase aggregation yet")
+            }
         }
     }
 }
 
 impl AggregateMode {
-    /// Whether a checkpoint can keep this mode's state.
-    pub fn checkpointable(spec: &AggregateSpec, two_phase: bool) -> bool {
+    /// Whether a checkpoint can keep this mode's state (`running_kernels`: every aggregate
+    /// has a per-record kernel, which a session window's state must be kept in).
+    pub fn checkpointable(spec: &AggregateSpec, two_phase: bool, running_kernels: bool) -> bool {
+        let session = spec.window.as_ref().is_some_and(WindowKey::is_session);
         !two_phase
             && (spec.having.is_none() || spec.emit == AggregateEmit::Final)
-            && !spec.window.as_ref().is_some_and(WindowKey::is_session)
+            && (!session || running_kernels)
+    }
+}
+
+#[cfg(test)]
+mod checkpoint_tests {
+    use super::test_support::{TUMBLE_1S, assert_snapshot_continues, rows, spec};
+    use crate::aggregate::spec::AggregateEmit;
+    use crate::window::WindowSpec;
+
+    const EMITS: [AggregateEmit; 3] = [
+        AggregateEmit::Final,
+        AggregateEmit::ChangesPerRecord,
+        AggregateEmit::ChangesPerBatch,
+    ];
+
+    #[test]
+    fn a_restored_window_aggregation_continues_every_open_group() {
+        let before = rows(&[
+            ("a", 1_100, 1),
+            ("b", 200, 2),
+            ("a", 300, 3),
+            ("c", 1_900, 4),
+        ]);
+        let after = rows(&[("a", 1_200, 5), ("b", 700, 6), ("c", 2_100, 7)]);
+        for emit in EMITS {
+            assert_snapshot_continues(&spec(Some(TUMBLE_1S), emit), &before, &after);
+        }
+    }
+
+    #[test]
+    fn a_restored_session_aggregation_continues_every_open_session() {
+        let gap = WindowSpec::Session { gap: 1_000 };
+        // a: a session to extend and one to bridge into it; b: one to extend; c: a new key.
+        let before = rows(&[("a", 0, 1), ("a", 1_500, 2), ("b", 500, 4), ("a", 5_000, 8)]);
+        let after = rows(&[
+            ("a", 800, 16),
+            ("b", 1_200, 32),
+            ("c", 1_000, 64),
+            ("a", 5_500, 1),
+        ]);
+        for emit in EMITS {
+            assert_snapshot_continues(&spec(Some(gap), emit), &before, &after);
+        }
     }
 }

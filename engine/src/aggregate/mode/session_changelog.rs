@@ -14,6 +14,7 @@ use super::context::ModeContext;
 use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::session_changes::SessionChanges;
 use crate::aggregate::spec::{AggregateEmit, AggregateSpec};
+use crate::checkpoint::OperatorState;
 use crate::kernels::take_rows;
 
 /// See the module documentation.
@@ -88,6 +89,21 @@ impl SessionChangelog {
         self.changes.close(closed)?;
         self.report_state()?;
         Ok(None)
+    }
+
+    /// The state a checkpoint keeps: the watermark, the open sessions and their aggregates.
+    pub fn snapshot(&mut self) -> Result<OperatorState> {
+        let mut state = OperatorState::default();
+        state.put_value("watermark", self.context.watermark);
+        self.changes.snapshot_into(&mut state)?;
+        Ok(state)
+    }
+
+    /// Takes back what [`Self::snapshot`] kept.
+    pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.context.raise_watermark(state.value("watermark")?);
+        self.changes.restore_from(state)?;
+        self.report_state()
     }
 
     fn report_state(&mut self) -> Result<()> {

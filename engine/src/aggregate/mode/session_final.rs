@@ -12,7 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 
 use super::context::ModeContext;
 use crate::aggregate::assignment::Assignment;
@@ -20,6 +20,7 @@ use crate::aggregate::inputs::AggregateInputs;
 use crate::aggregate::open_sessions::OpenSessions;
 use crate::aggregate::session_states::SessionStates;
 use crate::aggregate::spec::AggregateSpec;
+use crate::checkpoint::OperatorState;
 
 /// See the module documentation.
 pub(crate) struct SessionFinal {
@@ -112,6 +113,30 @@ impl SessionFinal {
             .output_batch(table_keys, values, closed.len())?;
         self.report_state()?;
         self.context.combine(vec![output])
+    }
+
+    /// The state a checkpoint keeps: the watermark, the open sessions and their aggregates;
+    /// `None` for aggregates kept by accumulators, which a checkpoint does not keep yet.
+    pub fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let SessionStates::Kernels(running) = &self.states else {
+            return Ok(None);
+        };
+        let mut state = OperatorState::default();
+        state.put_value("watermark", self.context.watermark);
+        running.snapshot_into(&mut state);
+        self.open.snapshot_into(&mut state)?;
+        Ok(Some(state))
+    }
+
+    /// Takes back what [`Self::snapshot`] kept.
+    pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        let SessionStates::Kernels(running) = &mut self.states else {
+            return internal_err!("checkpoint: session aggregates kept by accumulators");
+        };
+        self.context.raise_watermark(state.value("watermark")?);
+        running.restore_from(state)?;
+        self.open.restore_from(state)?;
+        self.report_state()
     }
 
     fn report_state(&mut self) -> Result<()> {

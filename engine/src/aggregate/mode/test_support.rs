@@ -157,3 +157,28 @@ pub fn context(mode: &AggregateMode) -> &ModeContext {
         AggregateMode::MergePartials(m) => &m.groups.context,
     }
 }
+
+/// Asserts that `spec`'s mode, snapshot after `before` (through the state's IPC form) and
+/// restored into a fresh mode, answers `after` and the end of the input as the mode that
+/// never stopped does, and so does the mode that took the snapshot.
+pub fn assert_snapshot_continues(spec: &AggregateSpec, before: &RecordBatch, after: &RecordBatch) {
+    use crate::checkpoint::OperatorState;
+    use crate::message_loop::MessageHandler;
+    let rest = |mode: &mut AggregateMode| {
+        let mut changes = batch(mode, after);
+        changes.extend(watermark(mode, i64::MAX));
+        changes.sort();
+        changes
+    };
+    let mut uninterrupted = mode(spec, None);
+    batch(&mut uninterrupted, before);
+    let mut snapshotted = mode(spec, None);
+    batch(&mut snapshotted, before);
+    let state = snapshotted.snapshot().unwrap().unwrap();
+    let state = OperatorState::decode(&state.encode().unwrap()).unwrap();
+    let mut restored = mode(spec, None);
+    restored.restore(&state).unwrap();
+    let expected = rest(&mut uninterrupted);
+    assert_eq!(rest(&mut snapshotted), expected, "after a snapshot");
+    assert_eq!(rest(&mut restored), expected, "restored");
+}

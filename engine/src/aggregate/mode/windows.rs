@@ -456,8 +456,6 @@ fn first_rows_insert(ids: &[usize], known: usize, groups: usize) -> Vec<ChangeOp
 mod tests {
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
     use crate::aggregate::spec::AggregateEmit;
-    use crate::checkpoint::OperatorState;
-    use crate::message_loop::MessageHandler;
     use crate::window::WindowSpec;
 
     #[test]
@@ -510,45 +508,6 @@ mod tests {
             watermark(&mut mode, i64::MAX).is_empty(),
             "rows already emitted"
         );
-    }
-
-    #[test]
-    fn a_restored_snapshot_continues_every_open_group() {
-        for emit in [
-            AggregateEmit::Final,
-            AggregateEmit::ChangesPerRecord,
-            AggregateEmit::ChangesPerBatch,
-        ] {
-            let spec = spec(Some(TUMBLE_1S), emit);
-            let before = rows(&[
-                ("a", 1_100, 1),
-                ("b", 200, 2),
-                ("a", 300, 3),
-                ("c", 1_900, 4),
-            ]);
-            let after = rows(&[("a", 1_200, 5), ("b", 700, 6), ("c", 2_100, 7)]);
-            let rest = |mode: &mut super::super::AggregateMode| {
-                let mut changes = batch(mode, &after);
-                changes.extend(watermark(mode, i64::MAX));
-                changes.sort();
-                changes
-            };
-            let mut uninterrupted = mode(&spec, None);
-            batch(&mut uninterrupted, &before);
-            let mut snapshotted = mode(&spec, None);
-            batch(&mut snapshotted, &before);
-            let state = snapshotted.snapshot().unwrap().unwrap();
-            let state = OperatorState::decode(&state.encode().unwrap()).unwrap();
-            let mut restored = mode(&spec, None);
-            restored.restore(&state).unwrap();
-            let expected = rest(&mut uninterrupted);
-            assert_eq!(
-                rest(&mut snapshotted),
-                expected,
-                "{emit:?}: after a snapshot"
-            );
-            assert_eq!(rest(&mut restored), expected, "{emit:?}: restored");
-        }
     }
 
     #[test]
