@@ -75,6 +75,7 @@ pub(super) async fn run_checkpointed(
             "note: this output is at-least-once (rows after the last checkpoint are written again on resume); a file output (parquet=PATH, csv=PATH, …) is committed exactly once"
         );
     }
+    let started = Instant::now();
     let checkpointing = Arc::new(Checkpointing::new(store, restored, query.plan()));
     let query = query.with_checkpointing(Arc::clone(&checkpointing));
     let (stop_sender, stop) = watch::channel(false);
@@ -85,15 +86,24 @@ pub(super) async fn run_checkpointed(
         interrupt().await;
         std::process::exit(INTERRUPTED.into());
     });
-    let started = Instant::now();
     let records = {
         let query = query.clone();
         Box::new(move || query.records_read() as u64)
     };
+    // Operators restore their state as their streams are made.
+    let streams = query.execute_partitions()?;
+    if let Some(manifest) = checkpointing.restored() {
+        let bytes: u64 = manifest.states.iter().map(|s| s.bytes).sum();
+        eprintln!(
+            "restored {} state files ({bytes} bytes) in {:.2}s",
+            manifest.states.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
     let run = CheckpointedRun {
-        streams: query.execute_partitions()?,
+        streams,
         probe,
-        checkpointing,
+        checkpointing: Arc::clone(&checkpointing),
         fingerprint,
         interval,
         records_read: records,
