@@ -61,7 +61,7 @@ impl OperatorCheckpoint {
         let Some(state) = handler.snapshot()? else {
             return internal_err!("a checkpoint barrier reached an operator that has no snapshot");
         };
-        self.checkpointing.write_state(epoch, &self.name, &state)?;
+        self.checkpointing.write_state(epoch, &self.name, state)?;
         self.passed.record(self.partition, epoch);
         Ok(RecordBatch::new_empty(Arc::clone(&self.schema)))
     }

@@ -32,6 +32,7 @@ pub(super) async fn run_checkpointed(
         return plan_err!("--late-output cannot be used with --checkpoint-dir yet");
     }
     let interval: CheckpointInterval = args.checkpoint_interval.parse()?;
+    let started = Instant::now();
     let store = CheckpointStore::open(dir, args.checkpoints_kept)?;
     let (restored, warnings) = store.latest()?;
     for warning in warnings {
@@ -75,7 +76,6 @@ pub(super) async fn run_checkpointed(
             "note: this output is at-least-once (rows after the last checkpoint are written again on resume); a file output (parquet=PATH, csv=PATH, …) is committed exactly once"
         );
     }
-    let started = Instant::now();
     let checkpointing = Arc::new(Checkpointing::new(store, restored, query.plan()));
     let query = query.with_checkpointing(Arc::clone(&checkpointing));
     let (stop_sender, stop) = watch::channel(false);
@@ -90,7 +90,8 @@ pub(super) async fn run_checkpointed(
         let query = query.clone();
         Box::new(move || query.records_read() as u64)
     };
-    // Operators restore their state as their streams are made.
+    // Operators restore their state as their streams are made (the time counts from the
+    // opening of the checkpoint directory, whose files were read back and checked).
     let streams = query.execute_partitions()?;
     if let Some(manifest) = checkpointing.restored() {
         let bytes: u64 = manifest.states.iter().map(|s| s.bytes).sum();
@@ -114,11 +115,13 @@ pub(super) async fn run_checkpointed(
     stopper.abort();
     let run = run?;
     eprintln!(
-        "\r{} rows out; {} records read in {:.2}s; {} checkpoints{}",
+        "\r{} rows out; {} records read in {:.2}s; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit){}",
         run.sink.rows,
         query.records_read(),
         started.elapsed().as_secs_f64(),
         run.checkpoints,
+        run.largest_bytes,
+        run.slowest.as_secs_f64() * 1e3,
         if run.stopped {
             " (stopped at the last one: run again to resume)"
         } else {

@@ -34,15 +34,16 @@ mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
-use datafusion::common::Result;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use parking_lot::Mutex;
+use tokio::task::JoinHandle;
 
 pub use barriers::{Barrier, Barriers, PassedBarriers};
 pub use plan::{BarrierProbe, barrier_probe};
-pub use state::{OperatorState, checksum};
+pub use state::{Checksum, OperatorState, checksum};
 pub use store::{CheckpointStore, FORMAT_VERSION, Fingerprint, Manifest, StateEntry, sync_dir};
 
 /// A run's checkpointing, reachable from every operator through the task context's session
@@ -55,8 +56,9 @@ pub struct Checkpointing {
     restored: Option<Manifest>,
     /// Each operator's name, by the address of its plan node.
     operators: HashMap<usize, String>,
-    /// The state files written so far, by epoch.
-    written: Mutex<BTreeMap<u64, Vec<StateEntry>>>,
+    /// The state files being written, by epoch: each is written in a task of its own
+    /// while its operator goes on.
+    written: Mutex<BTreeMap<u64, Vec<JoinHandle<Result<StateEntry>>>>>,
 }
 
 impl Checkpointing {
@@ -112,18 +114,22 @@ impl Checkpointing {
     pub fn state_name(&self, node: &dyn ExecutionPlan, partition: usize) -> Result<String> {
         match self.operators.get(&node_address(node)) {
             Some(name) => Ok(format!("{name}-p{partition}.arrow")),
-            None => datafusion::common::internal_err!(
-                "checkpoint: {} is not in the planned query",
-                node.name()
-            ),
+            None => internal_err!("checkpoint: {} is not in the planned query", node.name()),
         }
     }
 
-    /// Writes state file `name` (see [`Self::state_name`]) at barrier `epoch`.
-    pub fn write_state(&self, epoch: u64, name: &str, state: &OperatorState) -> Result<()> {
-        let entry = self.store.write_state(epoch, name, state)?;
-        fail_point("after_state_write");
-        self.written.lock().entry(epoch).or_default().push(entry);
+    /// Writes state file `name` (see [`Self::state_name`]) of barrier `epoch`, in a task
+    /// of its own: the operator goes on while its state reaches the disk, and the checkpoint
+    /// completes once every file of its epoch has.
+    pub fn write_state(&self, epoch: u64, name: &str, state: OperatorState) -> Result<()> {
+        let store = self.store.clone();
+        let name = name.to_string();
+        let writing = tokio::task::spawn_blocking(move || {
+            let entry = store.write_state(epoch, &name, &state)?;
+            fail_point("after_state_write");
+            Ok(entry)
+        });
+        self.written.lock().entry(epoch).or_default().push(writing);
         Ok(())
     }
 
@@ -136,20 +142,28 @@ impl Checkpointing {
     }
 
     /// Makes checkpoint `barrier` exist with the states written for it, covering `outputs`;
-    /// `finished`: the query has ended.
-    pub fn complete(
+    /// `finished`: the query has ended. Returns the bytes of its state files.
+    pub async fn complete(
         &self,
         barrier: Barrier,
         finished: bool,
         fingerprint: &Fingerprint,
         outputs: Vec<(String, String)>,
-    ) -> Result<()> {
-        let states = self
+    ) -> Result<u64> {
+        let writing = self
             .written
             .lock()
             .remove(&barrier.epoch)
             .unwrap_or_default();
+        let mut states = Vec::with_capacity(writing.len());
+        for written in writing {
+            match written.await {
+                Ok(entry) => states.push(entry?),
+                Err(error) => return internal_err!("writing checkpoint state failed: {error}"),
+            }
+        }
         fail_point("before_manifest");
+        let bytes = states.iter().map(|s| s.bytes).sum();
         self.store.complete(&Manifest {
             epoch: barrier.epoch,
             position: barrier.position,
@@ -160,7 +174,7 @@ impl Checkpointing {
         })?;
         fail_point("after_manifest");
         self.barriers.complete(barrier.epoch);
-        Ok(())
+        Ok(bytes)
     }
 }
 

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use datafusion::common::{DataFusionError, Result, plan_err};
 
-use super::state::{OperatorState, checksum};
+use super::state::{Checksum, OperatorState, SummingWriter, checksum};
 
 /// The version of the checkpoint format; a checkpoint of another one is not resumed.
 pub const FORMAT_VERSION: u64 = 1;
@@ -187,7 +187,7 @@ impl Manifest {
 }
 
 /// See the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CheckpointStore {
     dir: PathBuf,
     /// How many complete checkpoints to keep.
@@ -223,14 +223,21 @@ impl CheckpointStore {
 
     /// Writes and syncs the state file `name` of checkpoint `epoch`.
     pub fn write_state(&self, epoch: u64, name: &str, state: &OperatorState) -> Result<StateEntry> {
-        let bytes = state.encode()?;
         let dir = self.epoch_dir(epoch);
         fs::create_dir_all(&dir)?;
-        write_synced(&dir.join(name), &bytes)?;
+        let file = fs::File::create(dir.join(name))?;
+        let mut out = SummingWriter {
+            inner: std::io::BufWriter::with_capacity(1 << 20, file),
+            sum: Checksum::default(),
+        };
+        state.write_to(&mut out)?;
+        let SummingWriter { inner, sum } = out;
+        let file = inner.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
         Ok(StateEntry {
             name: name.to_string(),
-            bytes: bytes.len() as u64,
-            checksum: checksum(&bytes),
+            bytes: sum.bytes(),
+            checksum: sum.finish(),
         })
     }
 

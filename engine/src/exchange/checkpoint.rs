@@ -53,7 +53,7 @@ impl OutputCheckpoint {
         if let Some(watermark) = watermark {
             state.put_value(WATERMARK, watermark);
         }
-        self.checkpointing.write_state(epoch, &self.name, &state)
+        self.checkpointing.write_state(epoch, &self.name, state)
     }
 
     /// The watermark the output had at the checkpoint the run resumes.

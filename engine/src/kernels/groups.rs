@@ -7,27 +7,39 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::fused::FusedAggregates;
-use super::packed_keys::new_group_values;
+use super::packed_keys::{PackedGroupValues, new_group_values};
 use super::windowed_keys::WindowedGroupValues;
+use crate::checkpoint::OperatorState;
 
 /// The key interner of a [`GroupTable`].
 enum Keys {
     /// Window start and keys, interned per window.
     Windowed(Box<WindowedGroupValues>),
+    /// Keys packed into fixed-width words (most keys of streams).
+    Packed(Box<PackedGroupValues>),
     Other(Box<dyn GroupValues>),
 }
 
 impl Keys {
+    /// The interner for keys of `schema`: packed where they fit.
+    fn for_schema(schema: SchemaRef) -> Result<Self> {
+        Ok(match PackedGroupValues::try_new(&schema) {
+            Some(packed) => Keys::Packed(Box::new(packed)),
+            None => Keys::Other(new_group_values(schema)?),
+        })
+    }
+
     fn values(&mut self) -> &mut dyn GroupValues {
         match self {
             Keys::Windowed(values) => values.as_mut(),
+            Keys::Packed(values) => values.as_mut(),
             Keys::Other(values) => values.as_mut(),
         }
     }
@@ -35,6 +47,7 @@ impl Keys {
     fn size(&self) -> usize {
         match self {
             Keys::Windowed(values) => values.size(),
+            Keys::Packed(values) => values.size(),
             Keys::Other(values) => values.size(),
         }
     }
@@ -63,7 +76,7 @@ impl GroupTable {
         let keys = if key_schema.fields().is_empty() {
             None
         } else {
-            Some(Keys::Other(new_group_values(Arc::clone(key_schema))?))
+            Some(Keys::for_schema(Arc::clone(key_schema))?)
         };
         Self::with_keys(keys, aggregates)
     }
@@ -249,6 +262,80 @@ impl GroupTable {
             }
         }
         Ok(())
+    }
+
+    /// Puts the table into a checkpoint's `state` without taking its keys out, when its keys
+    /// are packed (or absent): the keys as held, and every aggregate's partial states (taken
+    /// out and merged straight back into groups of the same ids). `false`: another key table,
+    /// which the caller keeps by [`Self::emit_states`] and [`Self::merge`].
+    pub fn snapshot_in_place(&mut self, state: &mut OperatorState) -> Result<bool> {
+        match &self.keys {
+            Some(Keys::Packed(packed)) => packed.export(state),
+            None => {}
+            Some(_) => return Ok(false),
+        }
+        let groups = self.groups;
+        let ids: Vec<usize> = (0..groups).collect();
+        let states = self.take_states(groups)?;
+        self.merge_into(&ids, &states)?;
+        state.put_value("table_groups", groups as i64);
+        for (aggregate, columns) in states.into_iter().enumerate() {
+            state.put_value(format!("table_width_{aggregate:03}"), columns.len() as i64);
+            for (index, column) in columns.into_iter().enumerate() {
+                state.put_array(format!("table_state_{aggregate:03}_{index:03}"), column);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes back a table [`Self::snapshot_in_place`] kept; `false` if `state` holds none.
+    pub fn restore_in_place(&mut self, state: &OperatorState) -> Result<bool> {
+        let Ok(groups) = state.value("table_groups") else {
+            return Ok(false);
+        };
+        let groups = groups as usize;
+        if let Some(keys) = &mut self.keys {
+            let Keys::Packed(packed) = keys else {
+                return internal_err!("checkpoint: packed keys for another key table");
+            };
+            packed.import(state)?;
+        }
+        self.groups = groups;
+        let mut states = Vec::new();
+        for aggregate in 0..self.accumulators.len() {
+            let width = state.value(&format!("table_width_{aggregate:03}"))?;
+            let columns = (0..width)
+                .map(|index| {
+                    state
+                        .array(&format!("table_state_{aggregate:03}_{index:03}"))
+                        .cloned()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            states.push(columns);
+        }
+        let ids: Vec<usize> = (0..groups).collect();
+        self.merge_into(&ids, &states)?;
+        Ok(true)
+    }
+
+    /// Every aggregate's partial states of the first `n` groups, which leave the
+    /// aggregates (not the keys).
+    fn take_states(&mut self, n: usize) -> Result<Vec<Vec<ArrayRef>>> {
+        let emit_to = if n == self.groups {
+            EmitTo::All
+        } else {
+            EmitTo::First(n)
+        };
+        self.accumulators
+            .iter_mut()
+            .enumerate()
+            .map(
+                |(index, accumulator)| match fused_at(&mut self.fused, index) {
+                    Some(fused) => fused.emit_states(index, n),
+                    None => accumulator.state(emit_to),
+                },
+            )
+            .collect()
     }
 
     /// The key columns and the aggregates' partial states (columns per aggregate) of the

@@ -32,11 +32,14 @@ use std::mem::size_of;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayData, ArrayRef, AsArray, NullBufferBuilder, StringArray, make_array,
+    Array, ArrayData, ArrayRef, AsArray, BinaryArray, Int64Array, NullBufferBuilder, StringArray,
+    UInt8Array, UInt32Array, UInt64Array, make_array,
 };
 use datafusion::arrow::buffer::{Buffer, MutableBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{
+    DataType, Int64Type, SchemaRef, UInt8Type, UInt32Type, UInt64Type,
+};
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
@@ -47,6 +50,7 @@ use super::packed_encoding::{
     longest_string, pack_fixed, pack_string, string_value,
 };
 use super::short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
+use crate::checkpoint::OperatorState;
 
 /// An empty slot of the hash table.
 const EMPTY: u32 = u32::MAX;
@@ -437,6 +441,105 @@ impl PackedGroupValues {
             }
         }
         Ok(key)
+    }
+
+    /// Puts the table into a checkpoint's `state` as it is held — the layout, each group's
+    /// packed key, the slots and the keys that did not fit — so that taking it back costs a
+    /// copy, not an interning of every key.
+    pub fn export(&self, state: &mut OperatorState) {
+        let (mut kinds, mut widths, mut offsets) = (Vec::new(), Vec::new(), Vec::new());
+        for column in &self.columns {
+            let (kind, width, offset) = match *column {
+                KeyColumn::Fixed { width, offset } => (0, width, offset),
+                KeyColumn::String { slot, offset } => (1, slot, offset),
+            };
+            kinds.push(kind);
+            widths.push(width as i64);
+            offsets.push(offset as i64);
+        }
+        state.put_array("packed_kinds", Arc::new(Int64Array::from(kinds)));
+        state.put_array("packed_widths", Arc::new(Int64Array::from(widths)));
+        state.put_array("packed_offsets", Arc::new(Int64Array::from(offsets)));
+        let mut bytes = Vec::with_capacity(self.keys.len() * PACKED_BYTES);
+        for key in &self.keys {
+            bytes.extend_from_slice(&key.0);
+        }
+        state.put_array("packed_keys", Arc::new(UInt8Array::from(bytes)));
+        state.put_array(
+            "packed_table",
+            Arc::new(UInt32Array::from(self.table.clone())),
+        );
+        let (groups, long): (Vec<u64>, Vec<&[u8]>) = self
+            .long_keys
+            .iter()
+            .map(|(group, key)| (*group as u64, key.as_slice()))
+            .unzip();
+        state.put_array("packed_long_groups", Arc::new(UInt64Array::from(groups)));
+        state.put_array("packed_long_keys", Arc::new(BinaryArray::from(long)));
+    }
+
+    /// Takes back the table [`Self::export`] kept.
+    pub fn import(&mut self, state: &OperatorState) -> Result<()> {
+        let ints = |name: &str| -> Result<Vec<i64>> {
+            Ok(state
+                .array(name)?
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec())
+        };
+        let (kinds, widths, offsets) = (
+            ints("packed_kinds")?,
+            ints("packed_widths")?,
+            ints("packed_offsets")?,
+        );
+        self.columns = kinds
+            .iter()
+            .zip(widths.iter().zip(&offsets))
+            .map(|(kind, (width, offset))| match kind {
+                0 => KeyColumn::Fixed {
+                    width: *width as usize,
+                    offset: *offset as usize,
+                },
+                _ => KeyColumn::String {
+                    slot: *width as usize,
+                    offset: *offset as usize,
+                },
+            })
+            .collect();
+        let bytes = state.array("packed_keys")?.as_primitive::<UInt8Type>();
+        self.keys = bytes
+            .values()
+            .chunks_exact(PACKED_BYTES)
+            .map(|chunk| {
+                let mut key = Packed::ZERO;
+                key.0.copy_from_slice(chunk);
+                key
+            })
+            .collect();
+        self.table = state
+            .array("packed_table")?
+            .as_primitive::<UInt32Type>()
+            .values()
+            .to_vec();
+        let groups = state
+            .array("packed_long_groups")?
+            .as_primitive::<UInt64Type>();
+        let long = state.array("packed_long_keys")?.as_binary::<i32>();
+        self.long_groups.clear();
+        self.long_keys.clear();
+        for (group, key) in groups.values().iter().zip(long.iter()) {
+            let key = key.unwrap_or_default().to_vec();
+            self.long_groups.insert(key.clone(), *group as usize);
+            self.long_keys.insert(*group as usize, key);
+        }
+        self.short.clear();
+        if !self.table.len().is_power_of_two() {
+            return internal_err!(
+                "checkpoint: a packed key table of {} slots",
+                self.table.len()
+            );
+        }
+        Ok(())
     }
 
     fn rebuild_table(&mut self, slots: usize) {

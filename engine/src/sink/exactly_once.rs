@@ -11,8 +11,8 @@
 //! one. Outputs that cannot be committed (the terminal table, stdout, `null`) are written
 //! as they come: at-least-once.
 //!
-//! The coordinator places a barrier once the interval has passed since the last one (in
-//! records read, or in time) and none is pending. Each output partition is read by a task
+//! The coordinator places a barrier once the interval has passed since the last checkpoint
+//! completed (in records read, or in time). Each output partition is read by a task
 //! of its own; before it forwards a batch it asks the partition's [`BarrierProbe`] whether
 //! the barrier was passed before that batch was handed out, and if so says so first. When
 //! every output partition has ended, a last checkpoint marks the query finished.
@@ -219,6 +219,18 @@ pub struct CheckpointedSummary {
     pub checkpoints: u64,
     /// Whether the run stopped at a checkpoint before its input ended.
     pub stopped: bool,
+    /// The largest checkpoint's state files, in bytes.
+    pub largest_bytes: u64,
+    /// The longest time from placing a barrier to its checkpoint's completion.
+    pub slowest: Duration,
+}
+
+impl CheckpointedSummary {
+    fn completed(&mut self, bytes: u64, placed: Instant) {
+        self.checkpoints += 1;
+        self.largest_bytes = self.largest_bytes.max(bytes);
+        self.slowest = self.slowest.max(placed.elapsed());
+    }
 }
 
 /// A checkpointed run of one query: its output partitions, where each learns of barriers,
@@ -321,8 +333,12 @@ impl CheckpointedRun {
             if let Some(barrier) = checkpointing.barriers().pending()
                 && (0..partitions).all(|p| ended[p] || passed[p] >= barrier.epoch)
             {
-                complete(&checkpointing, &fingerprint, &mut parts, barrier, false)?;
-                summary.checkpoints += 1;
+                let bytes =
+                    complete(&checkpointing, &fingerprint, &mut parts, barrier, false).await?;
+                summary.completed(bytes, last_barrier.1);
+                // The interval counts from here: a checkpoint slower than the interval must
+                // not leave the query no time to run between checkpoints.
+                last_barrier = (records_read(), Instant::now());
                 for epoch in &mut passed {
                     *epoch = (*epoch).max(barrier.epoch);
                 }
@@ -337,8 +353,8 @@ impl CheckpointedRun {
         }
         // A barrier placed after the last partition ended is passed by all of them.
         if let Some(barrier) = checkpointing.barriers().pending() {
-            complete(&checkpointing, &fingerprint, &mut parts, barrier, false)?;
-            summary.checkpoints += 1;
+            let bytes = complete(&checkpointing, &fingerprint, &mut parts, barrier, false).await?;
+            summary.completed(bytes, last_barrier.1);
         }
         // The last checkpoint: everything after the last barrier, and the end.
         let Some(last) = checkpointing.barriers().place() else {
@@ -348,20 +364,22 @@ impl CheckpointedRun {
             epoch: last.epoch,
             position: i64::MAX,
         };
-        complete(&checkpointing, &fingerprint, &mut parts, last, true)?;
-        summary.checkpoints += 1;
+        let placed = Instant::now();
+        let bytes = complete(&checkpointing, &fingerprint, &mut parts, last, true).await?;
+        summary.completed(bytes, placed);
         finish(parts, direct, summary)
     }
 }
 
-/// Completes checkpoint `barrier`: its part closed, its manifest written, its part committed.
-fn complete(
+/// Completes checkpoint `barrier`: its part closed, its manifest written, its part
+/// committed; returns the bytes of its state files.
+async fn complete(
     checkpointing: &Checkpointing,
     fingerprint: &Fingerprint,
     parts: &mut Option<Parts>,
     barrier: Barrier,
     finished: bool,
-) -> Result<()> {
+) -> Result<u64> {
     let outputs = match parts {
         Some(parts) => {
             // Parts of earlier epochs are empty of rows that were never written.
@@ -378,11 +396,13 @@ fn complete(
         }
         None => Vec::new(),
     };
-    checkpointing.complete(barrier, finished, fingerprint, outputs.clone())?;
+    let bytes = checkpointing
+        .complete(barrier, finished, fingerprint, outputs.clone())
+        .await?;
     if let Some(parts) = parts {
         parts.commit(&outputs)?;
     }
-    Ok(())
+    Ok(bytes)
 }
 
 fn finish(

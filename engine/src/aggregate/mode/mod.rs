@@ -162,6 +162,22 @@ mod checkpoint_tests {
     }
 
     #[test]
+    fn a_restored_group_by_without_a_window_continues_every_group() {
+        // Packed keys, kept as held; one key too long to pack.
+        let long = "a key much too long to be packed into the thirty-two bytes of a word";
+        let before = rows(&[
+            ("a", 1_100, 1),
+            ("b", 200, 2),
+            (long, 300, 3),
+            ("a", 1_900, 4),
+        ]);
+        let after = rows(&[("a", 1_200, 5), (long, 700, 6), ("c", 2_100, 7)]);
+        for emit in EMITS {
+            assert_snapshot_continues(&spec(None, emit), &before, &after);
+        }
+    }
+
+    #[test]
     fn a_restored_session_aggregation_continues_every_open_session() {
         let gap = WindowSpec::Session { gap: 1_000 };
         // a: a session to extend and one to bridge into it; b: one to extend; c: a new key.

@@ -362,22 +362,25 @@ impl WindowGroups {
         let mut state = OperatorState::default();
         state.put_value("watermark", self.context.watermark);
         state.put_value("end_reached", i64::from(self.end_reached));
-        let groups = self.table.len();
-        let (keys, states) = self.table.emit_states(EmitTo::All)?;
-        // The table takes its groups back in the same order, so their ids stay.
-        self.table.merge(&keys, &states, groups)?;
-        self.windows_counted = self.table.windows_opened().unwrap_or(0);
-        state.put_value("groups", groups as i64);
-        for (index, key) in keys.iter().enumerate() {
-            state.put_array(format!("key_{index:03}"), Arc::clone(key));
-        }
-        for (aggregate, columns) in states.iter().enumerate() {
-            state.put_value(format!("state_width_{aggregate:03}"), columns.len() as i64);
-            for (index, column) in columns.iter().enumerate() {
-                state.put_array(
-                    format!("state_{aggregate:03}_{index:03}"),
-                    Arc::clone(column),
-                );
+        // Packed keys are kept as they are held; other key tables are taken out and
+        // interned straight back (the ids stay: groups are interned in order).
+        if !self.table.snapshot_in_place(&mut state)? {
+            let groups = self.table.len();
+            let (keys, states) = self.table.emit_states(EmitTo::All)?;
+            self.table.merge(&keys, &states, groups)?;
+            self.windows_counted = self.table.windows_opened().unwrap_or(0);
+            state.put_value("groups", groups as i64);
+            for (index, key) in keys.iter().enumerate() {
+                state.put_array(format!("key_{index:03}"), Arc::clone(key));
+            }
+            for (aggregate, columns) in states.iter().enumerate() {
+                state.put_value(format!("state_width_{aggregate:03}"), columns.len() as i64);
+                for (index, column) in columns.iter().enumerate() {
+                    state.put_array(
+                        format!("state_{aggregate:03}_{index:03}"),
+                        Arc::clone(column),
+                    );
+                }
             }
         }
         state.put_array(
@@ -396,25 +399,26 @@ impl WindowGroups {
     pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
         self.context.raise_watermark(state.value("watermark")?);
         self.end_reached = state.value("end_reached")? != 0;
-        let groups = state.value("groups")? as usize;
-        let keys = state.arrays_with_prefix("key_");
-
-        let mut states = Vec::new();
-        for aggregate in 0.. {
-            let Ok(width) = state.value(&format!("state_width_{aggregate:03}")) else {
-                break;
-            };
-            let columns = (0..width)
-                .map(|index| {
-                    state
-                        .array(&format!("state_{aggregate:03}_{index:03}"))
-                        .cloned()
-                })
-                .collect::<Result<Vec<_>>>()?;
-            states.push(columns);
+        if !self.table.restore_in_place(state)? {
+            let groups = state.value("groups")? as usize;
+            let keys = state.arrays_with_prefix("key_");
+            let mut states = Vec::new();
+            for aggregate in 0.. {
+                let Ok(width) = state.value(&format!("state_width_{aggregate:03}")) else {
+                    break;
+                };
+                let columns = (0..width)
+                    .map(|index| {
+                        state
+                            .array(&format!("state_{aggregate:03}_{index:03}"))
+                            .cloned()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                states.push(columns);
+            }
+            self.table.merge(&keys, &states, groups)?;
+            self.windows_counted = self.table.windows_opened().unwrap_or(0);
         }
-        self.table.merge(&keys, &states, groups)?;
-        self.windows_counted = self.table.windows_opened().unwrap_or(0);
         let windows = state.array("group_windows")?;
         let Some(windows) = windows.as_any().downcast_ref::<Int64Array>() else {
             return internal_err!("checkpoint: group windows are not Int64");
