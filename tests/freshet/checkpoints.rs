@@ -17,17 +17,23 @@ const S0: &str = "SELECT symbol, price, quantity, trade_time FROM market_data WH
 
 /// A replay of 12 disordered files of 4 000 records each, one after another in time.
 fn replay(dir: &Path) -> String {
+    replay_of(dir, 4_000)
+}
+
+/// A replay of 12 disordered files of `records` records each, one after another in time.
+fn replay_of(dir: &Path, records: u64) -> String {
     let data = dir.join("market_data");
     std::fs::create_dir_all(&data).unwrap();
     for file in 0..12u64 {
-        let start = format!("start_ms={}", 1_700_000_000_000 + file * 4_000_000);
+        let start = format!("start_ms={}", 1_700_000_000_000 + file * records * 1_000);
         let seed = format!("seed={file}");
         let out = data.join(format!("f{file:02}.parquet"));
+        let records = records.to_string();
         freshet_ok(&[
             "gen",
             "market_data",
             "--records",
-            "4000",
+            &records,
             "--set",
             &start,
             "--set",
@@ -293,4 +299,86 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[test]
+fn ctrl_c_stops_at_a_checkpoint_and_the_same_command_resumes() {
+    let dir = temporary("interrupted");
+    let table = replay_of(dir.path(), 40_000);
+    let expected = uninterrupted(dir.path(), S3B, &table, "2");
+    let parts = dir.path().join("out");
+    let out = format!("parquet={}", parts.display());
+    let checkpoints = dir.path().join("checkpoints");
+    let mut args = checkpointed_args(S3B, &table, "2", &out, checkpoints.to_str().unwrap());
+    let last = args.len() - 1;
+    args[last] = "1M";
+    let child = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the run has opened its checkpoint directory its Ctrl-C handler is about to be
+    // in place; a moment later it is reading the replay.
+    while !checkpoints.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let signalled = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let stopped = child.wait_with_output().unwrap();
+    let summary = String::from_utf8_lossy(&stopped.stderr).into_owned();
+    assert_eq!(stopped.status.code(), Some(130), "{summary}");
+    assert!(summary.contains("stopped at the last one"), "{summary}");
+    let resumed = freshet(&args);
+    let resumed_summary = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{resumed_summary}");
+    assert!(
+        resumed_summary.contains("resuming from checkpoint"),
+        "{resumed_summary}"
+    );
+    assert_eq!(committed(dir.path(), &parts), expected);
+}
+
+#[test]
+fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
+    let dir = temporary("corrupt");
+    let table = replay_of(dir.path(), 40_000);
+    let expected = uninterrupted(dir.path(), S3A, &table, "2");
+    let parts = dir.path().join("out");
+    let out = format!("parquet={}", parts.display());
+    let checkpoints = dir.path().join("checkpoints");
+    // A checkpoint after every record read, so that the run takes one at every unit.
+    let mut args = checkpointed_args(S3A, &table, "2", &out, checkpoints.to_str().unwrap());
+    let last = args.len() - 1;
+    args[last] = "1";
+    let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(&args)
+        .env("FRESHET_FAIL_POINT", "after_commit:3")
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        !died.success(),
+        "the run finished before its third checkpoint"
+    );
+    let latest = std::fs::read_to_string(checkpoints.join("LATEST")).unwrap();
+    let latest = checkpoints.join(latest.trim());
+    for entry in std::fs::read_dir(&latest).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "arrow") {
+            std::fs::write(&path, b"not an Arrow file").unwrap();
+        }
+    }
+    let resumed = freshet(&args);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("falling back to the one before it"),
+        "{stderr}"
+    );
+    assert_eq!(committed(dir.path(), &parts), expected);
 }

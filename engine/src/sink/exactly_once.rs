@@ -131,11 +131,26 @@ impl PartOutput {
             let name = entry?.file_name().to_string_lossy().to_string();
             if name.starts_with(".part-") && name.ends_with(".pending") {
                 fs::remove_file(dir.join(&name))?;
-            } else if name.starts_with("part-") && restored.is_none() {
-                return plan_err!(
-                    "the output directory {} holds part files of another run, and there is no checkpoint to resume: remove it, or resume with that run's checkpoint directory",
-                    dir.display()
-                );
+                continue;
+            }
+            let Some(epoch) = name
+                .strip_prefix("part-")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|epoch| epoch.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            match restored {
+                None => {
+                    return plan_err!(
+                        "the output directory {} holds part files of another run, and there is no checkpoint to resume: remove it, or resume with that run's checkpoint directory",
+                        dir.display()
+                    );
+                }
+                // A part after the checkpoint resumed (one whose own checkpoint was found
+                // corrupt) holds rows the resumed run writes again.
+                Some(manifest) if epoch > manifest.epoch => fs::remove_file(dir.join(&name))?,
+                Some(_) => {}
             }
         }
         sync_dir(dir)
