@@ -10,6 +10,8 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
@@ -47,6 +49,28 @@ pub(crate) struct OperatorCheckpoint {
 }
 
 impl OperatorCheckpoint {
+    /// Partition `partition` of operator `node` in the run's checkpoints, if the run (whose
+    /// task context is `context`) has any; `passed` records its barriers, `schema` is its
+    /// output's.
+    pub fn of(
+        context: &TaskContext,
+        node: &dyn ExecutionPlan,
+        partition: usize,
+        passed: &Arc<PassedBarriers>,
+        schema: SchemaRef,
+    ) -> Result<Option<Self>> {
+        let Some(checkpointing) = Checkpointing::of(context) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            name: checkpointing.state_name(node, partition)?,
+            checkpointing,
+            partition,
+            passed: Arc::clone(passed),
+            schema,
+        }))
+    }
+
     /// Restores `handler` from the checkpoint the run resumes, if it holds a state for it.
     pub fn restore<H: MessageHandler>(&self, handler: &mut H) -> Result<()> {
         match self.checkpointing.restored_state(&self.name)? {

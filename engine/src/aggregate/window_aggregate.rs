@@ -53,7 +53,7 @@ use super::mode::{AggregateMode, ModeInputs};
 use super::partial::PartialAggregate;
 use super::spec::{AggregateEmit, AggregateSpec, GroupExpr, WindowKey};
 use crate::changelog::op_column;
-use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
@@ -483,16 +483,8 @@ impl ExecutionPlan for WindowAggregateExec {
             reservation,
         })?;
         let schema = Arc::clone(&self.spec.schema);
-        let checkpoint = match Checkpointing::of(&context) {
-            Some(checkpointing) => Some(OperatorCheckpoint {
-                name: checkpointing.state_name(self, partition)?,
-                checkpointing,
-                partition,
-                passed: Arc::clone(&self.passed),
-                schema: Arc::clone(&schema),
-            }),
-            None => None,
-        };
+        let checkpoint =
+            OperatorCheckpoint::of(&context, self, partition, &self.passed, Arc::clone(&schema))?;
         let outputs = match (&self.progress, &self.spec.window) {
             (Some(progress), Some(window)) => drive_checkpointed(
                 messages,

@@ -341,18 +341,7 @@ impl GroupTable {
     /// The key columns and the aggregates' partial states (columns per aggregate) of the
     /// groups `emit_to` names, which leave the table.
     pub fn emit_states(&mut self, emit_to: EmitTo) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>)> {
-        let n = self.emitted(emit_to);
-        let states = self
-            .accumulators
-            .iter_mut()
-            .enumerate()
-            .map(
-                |(index, accumulator)| match fused_at(&mut self.fused, index) {
-                    Some(fused) => fused.emit_states(index, n),
-                    None => accumulator.state(emit_to),
-                },
-            )
-            .collect::<Result<_>>()?;
+        let states = self.take_states(self.emitted(emit_to))?;
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, states))
     }

@@ -47,7 +47,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
-use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
@@ -258,16 +258,8 @@ impl ExecutionPlan for TopNExec {
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let mut ranked = TopNState::try_new(&self.spec, &self.input.schema(), self.with_op)?;
         ranked.batch_size = batch_size;
-        let checkpoint = match Checkpointing::of(&context) {
-            Some(checkpointing) => Some(OperatorCheckpoint {
-                name: checkpointing.state_name(self, partition)?,
-                checkpointing,
-                partition,
-                passed: Arc::clone(&self.passed),
-                schema: self.schema(),
-            }),
-            None => None,
-        };
+        let checkpoint =
+            OperatorCheckpoint::of(&context, self, partition, &self.passed, self.schema())?;
         let output = drive_checkpointed(messages, ranked, checkpoint).map(move |batch| {
             if let Ok(batch) = &batch {
                 metrics.record_output(batch.num_rows());
