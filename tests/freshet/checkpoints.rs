@@ -290,6 +290,14 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let paced = format!("{table},rate=100000");
+    let output = freshet(&checkpointed_args(S3A, &paced, "2", &out, checkpoints));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("need every stream to be a replay of files read as fast as it goes"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let mut args = checkpointed_args(S3A, &table, "1", &out, checkpoints);
     let last = args.len() - 1;
     args[last] = "soon";

@@ -18,6 +18,7 @@ use super::{Barrier, PassedBarriers};
 use crate::aggregate::WindowAggregateExec;
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
+use crate::options::Pacing;
 use crate::over::TopNExec;
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
@@ -103,7 +104,8 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
 /// Why a checkpoint cannot cut through `node`, if it cannot.
 fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-        return Ok(source.positions().is_none().then(|| {
+        let paced = !matches!(source.options().pacing, Pacing::AsFastAsPossible);
+        return Ok((paced || source.positions().is_none()).then(|| {
             format!(
                 "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream '{}' is not",
                 source.table()
