@@ -32,6 +32,11 @@ pub(super) async fn run_checkpointed(
         return plan_err!("--late-output cannot be used with --checkpoint-dir yet");
     }
     let interval: CheckpointInterval = args.checkpoint_interval.parse()?;
+    if args.checkpoints_kept == 0 {
+        return plan_err!(
+            "--checkpoints-kept 0: at least the latest checkpoint is kept (1 or more)"
+        );
+    }
     let started = Instant::now();
     let store = CheckpointStore::open(dir, args.checkpoints_kept)?;
     let (restored, warnings) = store.latest()?;
