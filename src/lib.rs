@@ -37,4 +37,4 @@ pub use freshet_engine::{
 };
 pub use freshet_partitioner as partitioner;
 pub use freshet_planner as planner;
-pub use freshet_planner::{StreamingContext, StreamingQuery, install};
+pub use freshet_planner::{CheckpointConfig, StreamingContext, StreamingQuery, install};

@@ -8,6 +8,7 @@
 mod aggregate_rule;
 mod alignment_rule;
 mod changelog_rule;
+mod checkpointed;
 mod context;
 mod count_char;
 mod dialect;
@@ -34,6 +35,7 @@ mod top_n_rule;
 mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;
+pub use checkpointed::{CheckpointConfig, CheckpointedReport};
 pub use context::StreamingContext;
 pub use count_char::count_char_function;
 pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite, rewrite_with};
