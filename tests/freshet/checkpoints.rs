@@ -150,6 +150,48 @@ fn delays(seed: u64, count: usize) -> Vec<u64> {
         .collect()
 }
 
+/// A run of `sql` at 2 streams over a replay of 12 files of 40 000 records (long enough to
+/// be stopped in the middle): its uninterrupted answer, and where it writes.
+struct LongRun {
+    dir: tempfile::TempDir,
+    table: String,
+    expected: Vec<String>,
+    parts: PathBuf,
+    out: String,
+    checkpoints: String,
+}
+
+impl LongRun {
+    fn new(name: &str, sql: &str) -> Self {
+        let dir = temporary(name);
+        let table = replay_of(dir.path(), 40_000);
+        let expected = uninterrupted(dir.path(), sql, &table, "2");
+        let parts = dir.path().join("out");
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.path().join("checkpoints").display().to_string();
+        Self {
+            dir,
+            table,
+            expected,
+            parts,
+            out,
+            checkpoints,
+        }
+    }
+
+    /// The command line of the run, checkpointing every `interval`.
+    fn args<'a>(&'a self, sql: &'a str, interval: &'a str) -> Vec<&'a str> {
+        let mut args = checkpointed_args(sql, &self.table, "2", &self.out, &self.checkpoints);
+        let last = args.len() - 1;
+        args[last] = interval;
+        args
+    }
+
+    fn assert_committed_output_is_uninterrupted(&self) {
+        assert_eq!(committed(self.dir.path(), &self.parts), self.expected);
+    }
+}
+
 fn temporary(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(name).tempdir().unwrap()
 }
@@ -311,15 +353,8 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
 
 #[test]
 fn ctrl_c_stops_at_a_checkpoint_and_the_same_command_resumes() {
-    let dir = temporary("interrupted");
-    let table = replay_of(dir.path(), 40_000);
-    let expected = uninterrupted(dir.path(), S3B, &table, "2");
-    let parts = dir.path().join("out");
-    let out = format!("parquet={}", parts.display());
-    let checkpoints = dir.path().join("checkpoints");
-    let mut args = checkpointed_args(S3B, &table, "2", &out, checkpoints.to_str().unwrap());
-    let last = args.len() - 1;
-    args[last] = "1M";
+    let run = LongRun::new("interrupted", S3B);
+    let args = run.args(S3B, "1M");
     let child = Command::new(env!("CARGO_BIN_EXE_freshet"))
         .args(&args)
         .stdout(Stdio::null())
@@ -328,7 +363,7 @@ fn ctrl_c_stops_at_a_checkpoint_and_the_same_command_resumes() {
         .unwrap();
     // Once the run has opened its checkpoint directory its Ctrl-C handler is about to be
     // in place; a moment later it is reading the replay.
-    while !checkpoints.exists() {
+    while !Path::new(&run.checkpoints).exists() {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -348,21 +383,14 @@ fn ctrl_c_stops_at_a_checkpoint_and_the_same_command_resumes() {
         resumed_summary.contains("resuming from checkpoint"),
         "{resumed_summary}"
     );
-    assert_eq!(committed(dir.path(), &parts), expected);
+    run.assert_committed_output_is_uninterrupted();
 }
 
 #[test]
 fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
-    let dir = temporary("corrupt");
-    let table = replay_of(dir.path(), 40_000);
-    let expected = uninterrupted(dir.path(), S3A, &table, "2");
-    let parts = dir.path().join("out");
-    let out = format!("parquet={}", parts.display());
-    let checkpoints = dir.path().join("checkpoints");
     // A checkpoint after every record read, so that the run takes one at every unit.
-    let mut args = checkpointed_args(S3A, &table, "2", &out, checkpoints.to_str().unwrap());
-    let last = args.len() - 1;
-    args[last] = "1";
+    let run = LongRun::new("corrupt", S3A);
+    let args = run.args(S3A, "1");
     let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
         .args(&args)
         .env("FRESHET_FAIL_POINT", "after_commit:2")
@@ -375,6 +403,7 @@ fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
     );
     // The latest checkpoint (perhaps the one of the end) is torn: one byte of its manifest
     // changed, and its state files, if it has any, are not Arrow files.
+    let checkpoints = Path::new(&run.checkpoints);
     let latest = std::fs::read_to_string(checkpoints.join("LATEST")).unwrap();
     let latest = checkpoints.join(latest.trim());
     for entry in std::fs::read_dir(&latest).unwrap() {
@@ -393,5 +422,5 @@ fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
         stderr.contains("falling back to the one before it"),
         "{stderr}"
     );
-    assert_eq!(committed(dir.path(), &parts), expected);
+    run.assert_committed_output_is_uninterrupted();
 }
