@@ -291,6 +291,16 @@ impl CheckpointStore {
             if !dir.join(MANIFEST).exists() {
                 continue;
             }
+            // A checkpoint of another format is not corrupt: it is refused, not passed over.
+            let text = fs::read_to_string(dir.join(MANIFEST)).unwrap_or_default();
+            if let Some(format) = text.lines().find_map(|l| l.strip_prefix("format="))
+                && format != FORMAT_VERSION.to_string()
+            {
+                return plan_err!(
+                    "the checkpoint {} has format version {format}, and this Freshet reads version {FORMAT_VERSION}: resume it with the Freshet that wrote it, or use another checkpoint directory",
+                    dir.display()
+                );
+            }
             match self.verified(epoch) {
                 Ok(manifest) => return Ok((Some(manifest), warnings)),
                 Err(error) => warnings.push(format!(
@@ -410,6 +420,19 @@ mod tests {
         // A checkpoint whose manifest never landed is not one.
         fs::create_dir_all(dir.join("epoch-000003")).unwrap();
         assert_eq!(store.latest().unwrap().0.unwrap().epoch, 1);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_format_version_is_refused_not_passed_over() {
+        let dir = tempfile_dir();
+        let store = CheckpointStore::open(&dir, 3).unwrap();
+        store.complete(&manifest(1, vec![])).unwrap();
+        let path = dir.join("epoch-000001/MANIFEST");
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, text.replace("format=1", "format=9")).unwrap();
+        let error = store.latest().unwrap_err().to_string();
+        assert!(error.contains("has format version 9"), "{error}");
         fs::remove_dir_all(&dir).unwrap();
     }
 
