@@ -47,26 +47,24 @@ impl BarrierProbe {
 
 /// Where the sink of `plan` reads its barriers; an error naming what a checkpoint cannot cut.
 pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
-    // Sources first: no other change helps a query whose streams cannot be cut.
+    // Sources first (no other change helps a query whose streams cannot be cut), then the
+    // operators, then the exchanges (an operator that cannot be cut often also reads an
+    // exchange that cannot: the operator is the news).
     let mut refusal = None;
-    plan.apply(|node| {
-        if node.downcast_ref::<StreamSourceExec>().is_some() {
-            refusal = refusal.take().or(refusal_of(node)?);
-            return Ok(TreeNodeRecursion::Jump);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    plan.apply(|node| {
-        refusal = refusal.take().or(refusal_of(node)?);
-        Ok(if refusal.is_some() {
-            TreeNodeRecursion::Stop
-        } else if node.downcast_ref::<StreamSourceExec>().is_some() {
+    let passes: [NodeKind; 3] = [is_source, is_operator, is_exchange];
+    for pass in passes {
+        plan.apply(|node| {
+            if refusal.is_none() && pass(node) {
+                refusal = refusal_of(node)?;
+            }
             // Below a source is its reader, which the source seeks.
-            TreeNodeRecursion::Jump
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    })?;
+            Ok(if is_source(node) {
+                TreeNodeRecursion::Jump
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+    }
     if let Some(refusal) = refusal {
         return plan_err!("checkpoints {refusal}");
     }
@@ -95,10 +93,42 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
         } else {
             return plan_err!(
                 "checkpoints do not support a query whose output is read from {} yet",
-                node.name()
+                user_term(node.name())
             );
         };
     }
+}
+
+/// A test of which kind of node a plan node is.
+type NodeKind = fn(&Arc<dyn ExecutionPlan>) -> bool;
+
+/// What a user calls the operator `name`.
+fn user_term(name: &str) -> String {
+    match name {
+        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => "window functions (OVER)",
+        "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
+            "joins"
+        }
+        "LookupJoinExec" => "lookups into tables",
+        "ChangelogAggregateExec" => "an aggregation over another aggregation's changelog",
+        "StreamSortExec" | "SortExec" | "SortPreservingMergeExec" => "ORDER BY",
+        "LocalLimitExec" | "GlobalLimitExec" => "LIMIT",
+        "UnionExec" | "InterleaveExec" => "UNION",
+        other => return format!("{other} (a part of this query's plan)"),
+    }
+    .to_string()
+}
+
+fn is_source(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.downcast_ref::<StreamSourceExec>().is_some()
+}
+
+fn is_exchange(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.downcast_ref::<StreamExchangeExec>().is_some()
+}
+
+fn is_operator(node: &Arc<dyn ExecutionPlan>) -> bool {
+    !is_source(node) && !is_exchange(node)
 }
 
 /// Why a checkpoint cannot cut through `node`, if it cannot.
@@ -134,5 +164,8 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     {
         return Ok(None);
     }
-    Ok(Some(format!("do not support {} yet", node.name())))
+    Ok(Some(format!(
+        "do not support {} yet",
+        user_term(node.name())
+    )))
 }
