@@ -192,6 +192,25 @@ impl LongRun {
     }
 }
 
+/// Runs `args` until fail point `point` makes the process die; whether it died there.
+fn dies_at(args: &[&str], point: &str) -> bool {
+    let status = Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args(args)
+        .env("FRESHET_FAIL_POINT", point)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    !status.success()
+}
+
+/// Runs `args` to the end, and expects it to succeed saying `said` on stderr.
+fn resumes_saying(args: &[&str], said: &str) {
+    let resumed = freshet(args);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains(said), "{stderr}");
+}
+
 fn temporary(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(name).tempdir().unwrap()
 }
@@ -243,14 +262,8 @@ fn a_query_that_dies_at_each_fail_point_resumes_to_the_same_output() {
         let out = format!("parquet={}", parts.display());
         let checkpoints = dir.path().join(format!("checkpoints-{name}"));
         let args = checkpointed_args(S3B, &table, "2", &out, checkpoints.to_str().unwrap());
-        let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
-            .args(&args)
-            .env("FRESHET_FAIL_POINT", point)
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
         assert!(
-            !died.success(),
+            dies_at(&args, point),
             "the run passed fail point {point} without dying"
         );
         freshet_ok(&args);
@@ -270,13 +283,10 @@ fn a_resume_that_differs_from_the_checkpointed_run_is_refused_with_what_differs(
     let out = format!("parquet={}", parts.display());
     let checkpoints: PathBuf = dir.path().join("checkpoints");
     let checkpoints = checkpoints.to_str().unwrap();
-    let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
-        .args(checkpointed_args(S3A, &table, "2", &out, checkpoints))
-        .env("FRESHET_FAIL_POINT", "after_commit:2")
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!died.success());
+    assert!(dies_at(
+        &checkpointed_args(S3A, &table, "2", &out, checkpoints),
+        "after_commit:2"
+    ));
     let refused = |args: Vec<&str>, expected: &str| {
         let output = freshet(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -377,13 +387,7 @@ fn ctrl_c_stops_at_a_checkpoint_and_the_same_command_resumes() {
     let summary = String::from_utf8_lossy(&stopped.stderr).into_owned();
     assert_eq!(stopped.status.code(), Some(130), "{summary}");
     assert!(summary.contains("stopped at the last one"), "{summary}");
-    let resumed = freshet(&args);
-    let resumed_summary = String::from_utf8_lossy(&resumed.stderr);
-    assert!(resumed.status.success(), "{resumed_summary}");
-    assert!(
-        resumed_summary.contains("resuming from checkpoint"),
-        "{resumed_summary}"
-    );
+    resumes_saying(&args, "resuming from checkpoint");
     run.assert_committed_output_is_uninterrupted();
 }
 
@@ -392,14 +396,8 @@ fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
     // A checkpoint after every record read, so that the run takes one at every unit.
     let run = LongRun::new("corrupt", S3A);
     let args = run.args(S3A, "1");
-    let died = Command::new(env!("CARGO_BIN_EXE_freshet"))
-        .args(&args)
-        .env("FRESHET_FAIL_POINT", "after_commit:2")
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
     assert!(
-        !died.success(),
+        dies_at(&args, "after_commit:2"),
         "the run finished before its second checkpoint"
     );
     // The latest checkpoint (perhaps the one of the end) is torn: one byte of its manifest
@@ -416,12 +414,6 @@ fn a_corrupt_latest_checkpoint_is_passed_over_for_the_one_before_it() {
     let manifest = latest.join("MANIFEST");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replacen("epoch=", "epoch=0", 1)).unwrap();
-    let resumed = freshet(&args);
-    let stderr = String::from_utf8_lossy(&resumed.stderr);
-    assert!(resumed.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("falling back to the one before it"),
-        "{stderr}"
-    );
+    resumes_saying(&args, "falling back to the one before it");
     run.assert_committed_output_is_uninterrupted();
 }

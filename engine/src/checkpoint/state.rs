@@ -49,6 +49,37 @@ impl OperatorState {
             .collect()
     }
 
+    /// Puts each aggregate's partial state columns (`states[aggregate]`) under `prefix`.
+    pub fn put_aggregate_states(&mut self, prefix: &str, states: Vec<Vec<ArrayRef>>) {
+        self.put_value(format!("{prefix}_aggregates"), states.len() as i64);
+        for (aggregate, columns) in states.into_iter().enumerate() {
+            self.put_value(
+                format!("{prefix}_width_{aggregate:03}"),
+                columns.len() as i64,
+            );
+            for (index, column) in columns.into_iter().enumerate() {
+                self.put_array(format!("{prefix}_{aggregate:03}_{index:03}"), column);
+            }
+        }
+    }
+
+    /// The aggregates' partial state columns [`Self::put_aggregate_states`] put under
+    /// `prefix`.
+    pub fn aggregate_states(&self, prefix: &str) -> Result<Vec<Vec<ArrayRef>>> {
+        let aggregates = self.value(&format!("{prefix}_aggregates"))?;
+        (0..aggregates)
+            .map(|aggregate| {
+                let width = self.value(&format!("{prefix}_width_{aggregate:03}"))?;
+                (0..width)
+                    .map(|index| {
+                        self.array(&format!("{prefix}_{aggregate:03}_{index:03}"))
+                            .cloned()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     pub fn value(&self, name: &str) -> Result<i64> {
         match self.values.iter().find(|(n, _)| n == name) {
             Some((_, value)) => Ok(*value),

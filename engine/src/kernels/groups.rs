@@ -279,12 +279,7 @@ impl GroupTable {
         let states = self.take_states(groups)?;
         self.merge_into(&ids, &states)?;
         state.put_value("table_groups", groups as i64);
-        for (aggregate, columns) in states.into_iter().enumerate() {
-            state.put_value(format!("table_width_{aggregate:03}"), columns.len() as i64);
-            for (index, column) in columns.into_iter().enumerate() {
-                state.put_array(format!("table_state_{aggregate:03}_{index:03}"), column);
-            }
-        }
+        state.put_aggregate_states("table_state", states);
         Ok(true)
     }
 
@@ -301,18 +296,7 @@ impl GroupTable {
             packed.import(state)?;
         }
         self.groups = groups;
-        let mut states = Vec::new();
-        for aggregate in 0..self.accumulators.len() {
-            let width = state.value(&format!("table_width_{aggregate:03}"))?;
-            let columns = (0..width)
-                .map(|index| {
-                    state
-                        .array(&format!("table_state_{aggregate:03}_{index:03}"))
-                        .cloned()
-                })
-                .collect::<Result<Vec<_>>>()?;
-            states.push(columns);
-        }
+        let states = state.aggregate_states("table_state")?;
         let ids: Vec<usize> = (0..groups).collect();
         self.merge_into(&ids, &states)?;
         Ok(true)

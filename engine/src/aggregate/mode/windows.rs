@@ -373,15 +373,7 @@ impl WindowGroups {
             for (index, key) in keys.iter().enumerate() {
                 state.put_array(format!("key_{index:03}"), Arc::clone(key));
             }
-            for (aggregate, columns) in states.iter().enumerate() {
-                state.put_value(format!("state_width_{aggregate:03}"), columns.len() as i64);
-                for (index, column) in columns.iter().enumerate() {
-                    state.put_array(
-                        format!("state_{aggregate:03}_{index:03}"),
-                        Arc::clone(column),
-                    );
-                }
-            }
+            state.put_aggregate_states("state", states);
         }
         state.put_array(
             "group_windows",
@@ -402,20 +394,7 @@ impl WindowGroups {
         if !self.table.restore_in_place(state)? {
             let groups = state.value("groups")? as usize;
             let keys = state.arrays_with_prefix("key_");
-            let mut states = Vec::new();
-            for aggregate in 0.. {
-                let Ok(width) = state.value(&format!("state_width_{aggregate:03}")) else {
-                    break;
-                };
-                let columns = (0..width)
-                    .map(|index| {
-                        state
-                            .array(&format!("state_{aggregate:03}_{index:03}"))
-                            .cloned()
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                states.push(columns);
-            }
+            let states = state.aggregate_states("state")?;
             self.table.merge(&keys, &states, groups)?;
             self.windows_counted = self.table.windows_opened().unwrap_or(0);
         }
