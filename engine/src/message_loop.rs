@@ -73,10 +73,15 @@ impl OperatorCheckpoint {
 
     /// Restores `handler` from the checkpoint the run resumes, if it holds a state for it.
     pub fn restore<H: MessageHandler>(&self, handler: &mut H) -> Result<()> {
-        match self.checkpointing.restored_state(&self.name)? {
+        match self.restored_state()? {
             Some(state) => handler.restore(&state),
             None => Ok(()),
         }
+    }
+
+    /// The partition's state in the checkpoint the run resumes, if it holds one.
+    pub fn restored_state(&self) -> Result<Option<OperatorState>> {
+        self.checkpointing.restored_state(&self.name)
     }
 
     /// Writes `handler`'s state for barrier `epoch` and records the barrier as passed; the
@@ -85,6 +90,13 @@ impl OperatorCheckpoint {
         let Some(state) = handler.snapshot()? else {
             return internal_err!("a checkpoint barrier reached an operator that has no snapshot");
         };
+        self.write(epoch, state)
+    }
+
+    /// Writes the partition's `state` for barrier `epoch` and records the barrier as passed;
+    /// the empty batch to hand out, so that what reads the output learns of it between the
+    /// rows before and after.
+    pub fn write(&self, epoch: u64, state: OperatorState) -> Result<RecordBatch> {
         self.checkpointing.write_state(epoch, &self.name, state)?;
         self.passed.record(self.partition, epoch);
         Ok(RecordBatch::new_empty(Arc::clone(&self.schema)))

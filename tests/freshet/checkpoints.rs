@@ -13,6 +13,9 @@ const S3B: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price)
 const S2: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, MIN(price) AS min_price, MAX(price) AS max_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY symbol";
 const TOP_3: &str = "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY price DESC) AS rn FROM market_data) WHERE rn <= 3";
 const SESSIONS: &str = "SELECT trader_id, COUNT(*) AS n, SUM(quantity) AS q FROM market_data GROUP BY trader_id WINDOW SESSION (trade_time, INTERVAL '21' SECOND) EMIT CHANGES";
+const INTERVAL_JOIN: &str = "SELECT a.symbol, a.trade_time, a.price, b.price AS prior_price FROM market_data a JOIN market_data b ON a.symbol = b.symbol AND b.trade_time BETWEEN a.trade_time - INTERVAL '1' SECOND AND a.trade_time";
+/// Rows of the left side that find no match go out with nulls once the watermark frees them.
+const LEFT_JOIN: &str = "SELECT a.symbol, a.trade_time, a.price, b.price AS later_price FROM market_data a LEFT JOIN market_data b ON a.symbol = b.symbol AND b.trade_time BETWEEN a.trade_time + INTERVAL '1' SECOND AND a.trade_time + INTERVAL '30' SECOND AND b.quantity > 1050";
 const S0: &str = "SELECT symbol, price, quantity, trade_time FROM market_data WHERE quantity > 500";
 
 /// A replay of 12 disordered files of 4 000 records each, one after another in time.
@@ -228,6 +231,8 @@ fn a_query_killed_at_random_moments_commits_the_output_of_one_that_never_stopped
         (S2, "1"),
         (TOP_3, "2"),
         (SESSIONS, "2"),
+        (INTERVAL_JOIN, "1"),
+        (LEFT_JOIN, "2"),
     ]
     .into_iter()
     .enumerate()
@@ -332,6 +337,22 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     assert!(
         String::from_utf8_lossy(&output.stderr)
             .contains("checkpoints do not support window functions (OVER) yet"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let windows_over_a_join = format!(
+        "SELECT symbol, COUNT(*) AS n FROM ({INTERVAL_JOIN}) GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)"
+    );
+    let output = freshet(&checkpointed_args(
+        &windows_over_a_join,
+        &table,
+        "2",
+        &out,
+        checkpoints,
+    ));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("checkpoints do not support an operator over the output of a join yet"),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -18,6 +18,7 @@ use super::{Barrier, PassedBarriers};
 use crate::aggregate::WindowAggregateExec;
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
+use crate::join::IntervalJoinExec;
 use crate::options::Pacing;
 use crate::over::TopNExec;
 use crate::progress::PartitionProgress;
@@ -79,6 +80,9 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
         if let Some(top_n) = node.downcast_ref::<TopNExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(top_n.passed_barriers())));
         }
+        if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(join.passed_barriers())));
+        }
 
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
@@ -119,6 +123,38 @@ fn user_term(name: &str) -> String {
     .to_string()
 }
 
+/// What a user calls one operator `name` that an exchange reads.
+fn operator_term(name: &str) -> String {
+    match name {
+        "WindowAggregateExec" | "ChangelogAggregateExec" | "AggregateExec" => "an aggregation",
+        "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
+            "a join"
+        }
+        "TopNExec" => "a top-N or de-duplication",
+        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => "a window function (OVER)",
+        other => return format!("{other} (a part of this query's plan)"),
+    }
+    .to_string()
+}
+
+/// The stateful operator an exchange reads, through filters and projections, if it reads
+/// one rather than a source.
+fn operator_below(exchange: &StreamExchangeExec) -> Option<&Arc<dyn ExecutionPlan>> {
+    let mut node = exchange.children().into_iter().next()?;
+    loop {
+        if is_source(node) || is_exchange(node) {
+            return None;
+        }
+        node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
+            filter.input()
+        } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+            projection.input()
+        } else {
+            return Some(node);
+        };
+    }
+}
+
 fn is_source(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.downcast_ref::<StreamSourceExec>().is_some()
 }
@@ -143,6 +179,12 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         }));
     }
     if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
+        if let Some(operator) = operator_below(exchange) {
+            return Ok(Some(format!(
+                "do not support an operator over the output of {} yet",
+                operator_term(operator.name())
+            )));
+        }
         return Ok((!exchange.carries_barriers()?).then(|| {
             "need every exchange to read its replay in file order (the hash strategy; not two_phase, round_robin, sticky or fan_in)".to_string()
         }));
@@ -159,7 +201,8 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
                 .then(|| "need a top-N to read an exchange".to_string()),
         );
     }
-    if node.downcast_ref::<StreamFilterExec>().is_some()
+    if node.downcast_ref::<IntervalJoinExec>().is_some()
+        || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {
         return Ok(None);

@@ -66,12 +66,13 @@ use datafusion::physical_plan::{
     PlanProperties, ReplaceChildrenOptions,
 };
 use futures::StreamExt;
-use futures::stream::BoxStream;
-use futures::stream::PollNext;
 
+use super::aligned_inputs::{AlignedInputs, JoinInput};
 use super::interval_stream::JoinStream;
+use crate::checkpoint::PassedBarriers;
 use crate::exchange::StreamExchangeExec;
 use crate::late_records::LateRecords;
+use crate::message_loop::OperatorCheckpoint;
 use crate::plan_util::{stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
@@ -195,6 +196,8 @@ pub struct IntervalJoinExec {
     pub(super) output_times: Vec<OutputTime>,
     /// The side outputs of each side's late rows.
     pub(super) late_records: [LateRecords; 2],
+    /// The checkpoint barriers each output partition has passed.
+    passed: Arc<PassedBarriers>,
 }
 
 /// An event-time column of the join's output: the time column of `side`.
@@ -273,6 +276,7 @@ impl IntervalJoinExec {
             metrics: ExecutionPlanMetricsSet::new(),
             output_times,
             late_records: Default::default(),
+            passed: Arc::new(PassedBarriers::new(partitions)),
         })
     }
 
@@ -294,6 +298,11 @@ impl IntervalJoinExec {
             (&self.late_records[0], rows(&self.left)),
             (&self.late_records[1], rows(&self.right)),
         ]
+    }
+
+    /// The checkpoint barriers each output partition has passed on.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
     }
 
     pub fn spec(&self) -> &IntervalJoinSpec {
@@ -461,52 +470,53 @@ impl ExecutionPlan for IntervalJoinExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("IntervalJoinExec[{partition}]"))
             .register(context.memory_pool());
-        let tagged = |messages: BoxStream<'static, Result<StreamMessage>>, side: JoinSide| {
-            messages
-                .map(move |message| (side, Some(message)))
-                .chain(futures::stream::once(async move { (side, None) }))
-        };
-        let left = tagged(
+        let join = JoinStream::try_new(self, partition, reservation)?;
+        let inputs = AlignedInputs::new(
             self.left_exchange
                 .execute_messages(partition, Arc::clone(&context))?,
-            JoinSide::Left,
+            self.right_exchange
+                .execute_messages(partition, Arc::clone(&context))?,
+            Arc::clone(&join.progress),
         );
-        let right = tagged(
-            self.right_exchange.execute_messages(partition, context)?,
-            JoinSide::Right,
-        );
-        // Read the side whose watermark is behind first: the side ahead waits in its
-        // exchange's channels, so neither side's state grows with the other's lag. A side
-        // with nothing ready never holds the other back.
-        let join = JoinStream::try_new(self, partition, reservation)?;
-        let progress = Arc::clone(&join.progress);
-        let messages =
-            futures::stream::select_with_strategy(left, right, move |turn: &mut bool| {
-                let (left, right) = progress.watermarks();
-                *turn = !*turn;
-                match left.cmp(&right) {
-                    std::cmp::Ordering::Less => PollNext::Left,
-                    std::cmp::Ordering::Greater => PollNext::Right,
-                    std::cmp::Ordering::Equal if *turn => PollNext::Left,
-                    std::cmp::Ordering::Equal => PollNext::Right,
-                }
-            })
-            .boxed();
-        let outputs = futures::stream::unfold(Some((messages, join)), |running| async move {
-            let (mut messages, mut join) = running?;
+        let checkpoint =
+            OperatorCheckpoint::of(&context, self, partition, &self.passed, self.schema())?;
+        let restored = match &checkpoint {
+            Some(checkpoint) => checkpoint.restored_state(),
+            None => Ok(None),
+        };
+        let running = Some((inputs, join, checkpoint, restored));
+        let outputs = futures::stream::unfold(running, |running| async move {
+            let (mut inputs, mut join, checkpoint, restored) = running?;
+            if let Err(e) = restored.and_then(|state| state.map_or(Ok(()), |s| join.restore(&s))) {
+                return Some((Err(e), None));
+            }
             loop {
-                let (side, message) = messages.next().await?;
-                let output = match message {
-                    Some(Ok(StreamMessage::Batch(batch))) => join.on_batch(side, &batch),
-                    Some(Ok(StreamMessage::Watermark(w))) => join.on_watermark(side, w),
-                    Some(Ok(StreamMessage::Barrier(_))) => {
-                        internal_err!("checkpoints do not support interval joins yet")
+                let output = match inputs.next().await? {
+                    Ok(JoinInput::Message(side, StreamMessage::Batch(batch))) => {
+                        join.on_batch(side, &batch)
                     }
-                    Some(Err(e)) => Err(e),
-                    None => join.on_watermark(side, i64::MAX),
+                    Ok(JoinInput::Message(side, StreamMessage::Watermark(w))) => {
+                        join.on_watermark(side, w)
+                    }
+                    Ok(JoinInput::Message(_, StreamMessage::Barrier(_))) => {
+                        internal_err!("a join's barrier came unaligned")
+                    }
+                    Ok(JoinInput::Ended(side)) => join.on_watermark(side, i64::MAX),
+                    Ok(JoinInput::Barrier(epoch)) => match &checkpoint {
+                        Some(checkpoint) => join
+                            .snapshot()
+                            .and_then(|state| checkpoint.write(epoch, state))
+                            .map(Some),
+                        None => {
+                            internal_err!("a checkpoint barrier reached an operator outside it")
+                        }
+                    },
+                    Err(e) => Err(e),
                 };
                 match output {
-                    Ok(Some(batch)) => return Some((Ok(batch), Some((messages, join)))),
+                    Ok(Some(batch)) => {
+                        return Some((Ok(batch), Some((inputs, join, checkpoint, Ok(None)))));
+                    }
                     Ok(None) => continue,
                     Err(e) => return Some((Err(e), None)),
                 }

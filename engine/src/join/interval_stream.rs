@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, Int64Array, UInt32Array,
 };
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::compute::{cast, take};
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{JoinSide, JoinType, Result, plan_err};
@@ -22,6 +23,7 @@ use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
 use super::side_state::{Chunk, Position, SideState};
 use super::{KeyEquality, key_comparator};
+use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::evaluate;
@@ -39,6 +41,133 @@ struct Side {
     until_column: Option<usize>,
     role: SideRole,
     late_records: LateRecords,
+}
+
+impl Side {
+    /// The key columns of `batch`, cast to the left side's key types.
+    fn keys_of(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let mut keys = evaluate(&self.keys, batch)?;
+        for (key, key_type) in keys.iter_mut().zip(&self.key_types) {
+            if key.data_type() != key_type {
+                *key = cast(key, key_type)?;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Writes the rows this side keeps, their matched flags and where its rows are freed
+    /// through, under `prefix`.
+    fn snapshot_into(
+        &self,
+        state: &mut OperatorState,
+        prefix: &str,
+        schema: &SchemaRef,
+    ) -> Result<()> {
+        let chunks: Vec<&Chunk> = self.state.held_chunks().collect();
+        let rows = concat_batches(schema, chunks.iter().map(|chunk| &chunk.batch))?;
+        for (index, column) in rows.columns().iter().enumerate() {
+            state.put_array(format!("{prefix}_column_{index:03}"), Arc::clone(column));
+        }
+        let lengths = chunks.iter().map(|chunk| chunk.batch.num_rows() as u32);
+        state.put_array(
+            format!("{prefix}_chunk_rows"),
+            Arc::new(UInt32Array::from_iter_values(lengths)),
+        );
+        if self.role.tracks_matches() {
+            let matched = chunks.iter().flat_map(|chunk| {
+                let matched = chunk.matched.as_ref();
+                (0..chunk.batch.num_rows()).map(move |row| matched.is_some_and(|m| m.get_bit(row)))
+            });
+            state.put_array(
+                format!("{prefix}_matched"),
+                Arc::new(BooleanArray::from_iter(matched.map(Some))),
+            );
+        }
+        state.put_value(format!("{prefix}_watermark"), self.watermark);
+        state.put_value(
+            format!("{prefix}_freed_through"),
+            self.state.freed_through(),
+        );
+        Ok(())
+    }
+
+    /// Takes back what [`Self::snapshot_into`] wrote: the kept rows, chunk by chunk as they
+    /// were kept, with their times, keys and hashes computed again.
+    fn restore_from(
+        &mut self,
+        state: &OperatorState,
+        prefix: &str,
+        schema: &SchemaRef,
+        random_state: &RandomState,
+    ) -> Result<()> {
+        let rows = RecordBatch::try_new(
+            Arc::clone(schema),
+            state.arrays_with_prefix(&format!("{prefix}_column_")),
+        )?;
+        let lengths = state
+            .array(&format!("{prefix}_chunk_rows"))?
+            .as_primitive::<UInt32Type>()
+            .clone();
+        let matched = match self.role.tracks_matches() {
+            true => Some(
+                state
+                    .array(&format!("{prefix}_matched"))?
+                    .as_boolean()
+                    .clone(),
+            ),
+            false => None,
+        };
+        let mut chunks = Vec::with_capacity(lengths.len());
+        let mut offset = 0;
+        for length in lengths.values().iter().map(|&l| l as usize) {
+            let batch = rows.slice(offset, length);
+            let flags = matched.as_ref().map(|matched| {
+                let mut flags = BooleanBufferBuilder::new(length);
+                flags.append_buffer(&matched.values().slice(offset, length));
+                flags
+            });
+            chunks.push(self.kept_chunk(batch, flags, random_state)?);
+            offset += length;
+        }
+        self.state
+            .restore(chunks, state.value(&format!("{prefix}_freed_through"))?);
+        self.watermark = state.value(&format!("{prefix}_watermark"))?;
+        Ok(())
+    }
+
+    /// `batch`, every row of which this side kept, as a chunk with its rows' key hashes.
+    fn kept_chunk(
+        &self,
+        batch: RecordBatch,
+        matched: Option<BooleanBufferBuilder>,
+        random_state: &RandomState,
+    ) -> Result<(Chunk, Vec<u64>)> {
+        let times = event_times(batch.column(self.time_column))?
+            .as_primitive::<Int64Type>()
+            .clone();
+        let untils = match self.until_column {
+            Some(column) => event_times(batch.column(column))?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            None => times.clone(),
+        };
+        let keys = self.keys_of(&batch)?;
+        let mut hashes = vec![0; batch.num_rows()];
+        create_hashes(&keys, random_state, &mut hashes)?;
+        let (min_time, max_time) = batch_time_range(&untils).unwrap_or((i64::MAX, i64::MIN));
+        let earliest_event_time =
+            batch_time_range(&times).map_or(i64::MAX, |(earliest, _)| earliest);
+        let chunk = Chunk {
+            batch,
+            times: untils,
+            keys,
+            matched,
+            max_time,
+            min_time,
+            earliest_event_time,
+        };
+        Ok((chunk, hashes))
+    }
 }
 
 /// What a side's rows become in the output.
@@ -224,12 +353,7 @@ impl JoinStream {
                 .clone(),
             None => times.clone(),
         };
-        let mut keys = evaluate(&side.keys, batch)?;
-        for (key, key_type) in keys.iter_mut().zip(&side.key_types) {
-            if key.data_type() != key_type {
-                *key = cast(key, key_type)?;
-            }
-        }
+        let keys = side.keys_of(batch)?;
         let own_limit = if side.watermark == i64::MIN {
             i64::MIN
         } else {
@@ -522,6 +646,38 @@ impl JoinStream {
             )))),
             (output, _) => Ok(output),
         }
+    }
+
+    /// Both sides' kept rows and watermarks, and the output's recorded progress: what a
+    /// checkpoint keeps of this partition.
+    pub(super) fn snapshot(&self) -> Result<OperatorState> {
+        let mut state = OperatorState::default();
+        self.left
+            .snapshot_into(&mut state, "left", &self.common.left_schema)?;
+        self.right
+            .snapshot_into(&mut state, "right", &self.common.right_schema)?;
+        for (index, (_, recorded)) in self.output_times.iter().enumerate() {
+            state.put_value(format!("output_time_{index:03}"), *recorded);
+        }
+        Ok(state)
+    }
+
+    /// Takes back what [`Self::snapshot`] kept.
+    pub(super) fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        let random_state = &self.common.random_state;
+        self.left
+            .restore_from(state, "left", &self.common.left_schema, random_state)?;
+        self.right
+            .restore_from(state, "right", &self.common.right_schema, random_state)?;
+        self.progress.set(JoinSide::Left, self.left.watermark);
+        self.progress.set(JoinSide::Right, self.right.watermark);
+        for (index, (time, recorded)) in self.output_times.iter_mut().enumerate() {
+            *recorded = state.value(&format!("output_time_{index:03}"))?;
+            if *recorded > i64::MIN {
+                time.progress.record(self.partition, *recorded);
+            }
+        }
+        self.account()
     }
 
     /// Records, per event-time column of the output, the smallest time this partition may

@@ -7,6 +7,7 @@ use datafusion::arrow::compute::SortOptions;
 use datafusion::common::{NullEquality, Result};
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
+mod aligned_inputs;
 mod interval_join;
 mod interval_stream;
 mod join_output;

@@ -247,6 +247,26 @@ impl SideState {
             .filter_map(move |(slot, chunk)| Some((first + slot as u64, chunk.as_mut()?)))
     }
 
+    /// The live chunks, oldest first: what a checkpoint keeps.
+    pub fn held_chunks(&self) -> impl Iterator<Item = &Chunk> {
+        self.chunks.iter().flatten()
+    }
+
+    /// Rows at or before this time are freed (though their chunks may still be held).
+    pub fn freed_through(&self) -> i64 {
+        self.freed_through
+    }
+
+    /// Takes back what a checkpoint kept: the chunks [`Self::held_chunks`] listed, with their
+    /// rows' key hashes, and the time rows were freed through.
+    pub fn restore(&mut self, chunks: Vec<(Chunk, Vec<u64>)>, freed_through: i64) {
+        *self = Self::default();
+        for (chunk, hashes) in chunks {
+            self.insert(chunk, hashes);
+        }
+        self.freed_through = freed_through;
+    }
+
     /// The smallest event time of the rows held (`i64::MAX` when none).
     pub fn earliest_event_time(&self) -> i64 {
         self.chunks
