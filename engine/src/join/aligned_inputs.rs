@@ -229,17 +229,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_end_of_the_other_side_aligns_a_held_barrier() {
-        let read = read(
+        let held = read(
             vec![StreamMessage::Barrier(3), batch(1)],
             vec![batch(10), batch(11)],
         )
         .await;
         assert_eq!(
-            read,
+            held,
             ["Right10", "Right11", "Right.", "B3", "Left1", "Left."]
         );
         // A barrier brought after the other side ended goes out at once.
-        let read = read(vec![], vec![StreamMessage::Barrier(4), batch(2)]).await;
-        assert_eq!(read, ["Left.", "B4", "Right2", "Right."]);
+        let after_end = read(vec![], vec![StreamMessage::Barrier(4), batch(2)]).await;
+        assert_eq!(after_end, ["Left.", "B4", "Right2", "Right."]);
     }
 }
