@@ -281,6 +281,29 @@ fn a_query_that_dies_at_each_fail_point_resumes_to_the_same_output() {
 }
 
 #[test]
+fn a_join_that_dies_after_a_checkpoint_resumes_with_the_rows_it_kept() {
+    let dir = temporary("joins");
+    let table = replay(dir.path());
+    for (case, sql) in [INTERVAL_JOIN, LEFT_JOIN].into_iter().enumerate() {
+        let expected = uninterrupted(dir.path(), sql, &table, "2");
+        for point in ["before_manifest:2", "after_commit:1"] {
+            let name = format!("{case}-{}", point.replace(':', "-"));
+            let parts = dir.path().join(format!("out-{name}"));
+            let out = format!("parquet={}", parts.display());
+            let checkpoints = dir.path().join(format!("checkpoints-{name}"));
+            let args = checkpointed_args(sql, &table, "2", &out, checkpoints.to_str().unwrap());
+            assert!(dies_at(&args, point), "{sql} passed fail point {point}");
+            resumes_saying(&args, "restored");
+            assert_eq!(
+                committed(dir.path(), &parts),
+                expected,
+                "{sql}: fail point {point}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_resume_that_differs_from_the_checkpointed_run_is_refused_with_what_differs() {
     let dir = temporary("refusals");
     let table = replay(dir.path());
