@@ -27,6 +27,7 @@
 //! resumed run of the same query finds them.
 
 mod barriers;
+mod codec;
 mod plan;
 mod state;
 mod store;
@@ -42,6 +43,7 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
 pub use barriers::{Barrier, Barriers, PassedBarriers};
+pub use codec::{Persist, StateReader, StateWriter};
 pub use plan::{BarrierProbe, barrier_probe};
 pub use state::{Checksum, OperatorState, checksum};
 pub use store::{CheckpointStore, FORMAT_VERSION, Fingerprint, Manifest, StateEntry, sync_dir};

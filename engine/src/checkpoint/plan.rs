@@ -20,7 +20,7 @@ use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
 use crate::join::IntervalJoinExec;
 use crate::options::Pacing;
-use crate::over::TopNExec;
+use crate::over::{OverWindowExec, TopNExec};
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 
@@ -82,6 +82,9 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
         }
         if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(join.passed_barriers())));
+        }
+        if let Some(over) = node.downcast_ref::<OverWindowExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(over.passed_barriers())));
         }
 
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
@@ -202,6 +205,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         );
     }
     if node.downcast_ref::<IntervalJoinExec>().is_some()
+        || node.downcast_ref::<OverWindowExec>().is_some()
         || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {

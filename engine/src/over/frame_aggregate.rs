@@ -24,6 +24,7 @@ use datafusion::common::Result;
 
 use super::frame_sum::{FloatFrameSum, FrameSum, IntegerFrameSum};
 use super::sparse_nulls::SparseNulls;
+use crate::checkpoint::{Persist, StateReader, StateWriter};
 
 /// Which aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +38,7 @@ pub enum FrameAggregateKind {
 
 /// A number the kernels work on: `i64` or `f64`.
 pub trait FrameNumber:
-    datafusion::arrow::datatypes::ArrowNativeType + Copy + Default + Send + Sync + 'static
+    datafusion::arrow::datatypes::ArrowNativeType + Copy + Default + Send + Sync + Persist + 'static
 {
     type Arrow: ArrowPrimitiveType<Native = Self>;
     /// The frame state of one key.
@@ -113,6 +114,23 @@ impl<T: Copy> DenseSums<T> {
             }
         }
         out
+    }
+}
+
+impl<T: FrameNumber> Persist for KeyFrame<T> {
+    fn persist(&self, out: &mut StateWriter) {
+        out.put(&self.frame);
+        out.put(&self.null_positions);
+        out.put(&self.non_null);
+        out.put(&self.extremes);
+    }
+    fn restore(input: &mut StateReader) -> Result<Self> {
+        Ok(Self {
+            frame: input.get()?,
+            null_positions: input.get()?,
+            non_null: input.get()?,
+            extremes: input.get()?,
+        })
     }
 }
 
@@ -462,6 +480,18 @@ impl<T: FrameNumber> FrameAggregate<T> {
         let mut keep = expired.iter().map(|e| !e);
         self.keys.retain(|_| keep.next().unwrap_or(true));
         self.nulls_held = self.keys.iter().map(|k| k.null_positions.len()).sum();
+    }
+
+    /// Writes every key's frame, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        out.put(&self.keys);
+    }
+
+    /// Takes back the frames [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        self.keys = input.get()?;
+        self.nulls_held = self.keys.iter().map(|k| k.null_positions.len()).sum();
+        Ok(())
     }
 
     /// Bytes held.

@@ -12,7 +12,48 @@
 //! huge value affects exactly the frames that hold it. An unbounded float frame keeps a
 //! compensated running sum ([`FloatSum`]).
 
+use datafusion::common::Result;
+
 use super::ring::Ring;
+use crate::checkpoint::{Persist, StateReader, StateWriter};
+
+/// Implements [`Persist`] for a struct by its fields, in order.
+macro_rules! persist_fields {
+    ($type:ty { $($field:ident),* }) => {
+        impl Persist for $type {
+            fn persist(&self, out: &mut StateWriter) {
+                $(out.put(&self.$field);)*
+            }
+            fn restore(input: &mut StateReader) -> Result<Self> {
+                Ok(Self { $($field: input.get()?),* })
+            }
+        }
+    };
+}
+
+persist_fields!(FloatSum {
+    sum,
+    compensation,
+    nan,
+    positive_infinity,
+    negative_infinity
+});
+persist_fields!(IntegerFrameSum { values, sum });
+persist_fields!(FloatFrameSum { block, running });
+persist_fields!(BlockSum {
+    slots,
+    prefix,
+    offset
+});
+
+impl Persist for IntegerSum {
+    fn persist(&self, out: &mut StateWriter) {
+        out.put(&self.0);
+    }
+    fn restore(input: &mut StateReader) -> Result<Self> {
+        Ok(Self(input.get()?))
+    }
+}
 
 /// A wrapping `i64` sum: exact under removal.
 #[derive(Debug, Default, Clone)]
@@ -76,7 +117,7 @@ impl FloatSum {
 
 /// One key's frame values and their sum. A null enters as the default value (zero), so it
 /// leaves the sum unchanged; the caller counts the non-null values.
-pub trait FrameSum<T>: Default + Clone + std::fmt::Debug {
+pub trait FrameSum<T>: Default + Clone + std::fmt::Debug + Persist {
     /// Adds `value` to a frame of the last `capacity` rows; returns whether the oldest value
     /// left to make room.
     fn push_bounded(&mut self, value: T, capacity: usize) -> bool;

@@ -29,6 +29,7 @@ use super::frame_aggregate::{FloatFrameAggregate, FrameAggregateKind, IntegerFra
 use super::history::{PrimitiveHistory, ValueHistory};
 use super::range_frame::{FloatRangeAggregate, IntegerRangeAggregate};
 use super::ranking::{Ranking, RankingKind};
+use crate::checkpoint::{StateReader, StateWriter};
 
 /// Where a frame starts; it ends at the current row or `following` rows after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +216,22 @@ impl Lookback {
                 })?
             }
         })
+    }
+
+    fn persist_keys(&self, out: &mut StateWriter) {
+        match self {
+            Self::Integer(history) => history.persist_keys(out),
+            Self::Float(history) => history.persist_keys(out),
+            Self::Any(history) => history.persist_keys(out),
+        }
+    }
+
+    fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        match self {
+            Self::Integer(history) => history.restore_keys(input),
+            Self::Float(history) => history.restore_keys(input),
+            Self::Any(history) => history.restore_keys(input),
+        }
     }
 
     fn retain_keys(&mut self, expired: &[bool]) {
@@ -436,6 +453,58 @@ impl OverKernel {
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.
+    /// Writes the function's state of every key, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        match self {
+            Self::Ranking(ranking) => ranking.persist_keys(out),
+            Self::Lookback { history, .. } => history.persist_keys(out),
+            Self::Current => {}
+            Self::Integer(aggregate, delay) | Self::Count(aggregate, delay) => {
+                aggregate.persist_keys(out);
+                if let Some((history, _)) = delay {
+                    history.persist_keys(out);
+                }
+            }
+            Self::Float(aggregate, delay) => {
+                aggregate.persist_keys(out);
+                if let Some((history, _)) = delay {
+                    history.persist_keys(out);
+                }
+            }
+            Self::IntegerRange(aggregate) | Self::CountRange(aggregate) => {
+                aggregate.persist_keys(out)
+            }
+            Self::FloatRange(aggregate) => aggregate.persist_keys(out),
+        }
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        match self {
+            Self::Ranking(ranking) => ranking.restore_keys(input),
+            Self::Lookback { history, .. } => history.restore_keys(input),
+            Self::Current => Ok(()),
+            Self::Integer(aggregate, delay) | Self::Count(aggregate, delay) => {
+                aggregate.restore_keys(input)?;
+                match delay {
+                    Some((history, _)) => history.restore_keys(input),
+                    None => Ok(()),
+                }
+            }
+            Self::Float(aggregate, delay) => {
+                aggregate.restore_keys(input)?;
+                match delay {
+                    Some((history, _)) => history.restore_keys(input),
+                    None => Ok(()),
+                }
+            }
+            Self::IntegerRange(aggregate) | Self::CountRange(aggregate) => {
+                aggregate.restore_keys(input)
+            }
+            Self::FloatRange(aggregate) => aggregate.restore_keys(input),
+        }
+    }
+
     pub fn retain_keys(&mut self, expired: &[bool]) {
         match self {
             Self::Ranking(ranking) => ranking.retain_keys(expired),

@@ -20,6 +20,7 @@ use datafusion::common::Result;
 
 use super::ring::Ring;
 use super::sparse_nulls::SparseNulls;
+use crate::checkpoint::{Persist, StateReader, StateWriter};
 
 /// A row's value: `(segment, row)`; segment `segments.len()` is the batch being processed.
 type RowId = (u32, u32);
@@ -139,6 +140,25 @@ impl ValueHistory {
         }
         self.segment_rows = compacted.len();
         self.segments = vec![compacted];
+        Ok(())
+    }
+
+    /// Writes the kept rows and every key's ids, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        out.put(&self.segments);
+        out.put(&self.segment_rows);
+        out.put(&self.recent);
+        out.put(&self.fixed_rows);
+        out.put(&self.live);
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        self.segments = input.get()?;
+        self.segment_rows = input.get()?;
+        self.recent = input.get()?;
+        self.fixed_rows = input.get()?;
+        self.live = input.get()?;
         Ok(())
     }
 
@@ -291,6 +311,26 @@ impl<T: ArrowPrimitiveType> PrimitiveHistory<T> {
             + self.recent.capacity() * std::mem::size_of::<Ring<Option<T::Native>>>()
             + (self.fixed_values.capacity() + self.latest.capacity())
                 * std::mem::size_of::<Option<Option<T::Native>>>()
+    }
+}
+
+impl<T: ArrowPrimitiveType> PrimitiveHistory<T>
+where
+    T::Native: Persist,
+{
+    /// Writes every key's values, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        out.put(&self.recent);
+        out.put(&self.fixed_values);
+        out.put(&self.latest);
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        self.recent = input.get()?;
+        self.fixed_values = input.get()?;
+        self.latest = input.get()?;
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@ use datafusion::common::Result;
 
 use super::functions::{OverFunction, OverFunctionKind, OverKernel};
 use super::history::{PrimitiveHistory, ValueHistory};
+use crate::checkpoint::{StateReader, StateWriter};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -159,6 +160,18 @@ impl Lookahead {
             columns.push(column);
         }
         Ok(columns)
+    }
+
+    /// Writes the rows waiting for their following rows, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        self.row_delay.persist_keys(out);
+        self.time_delay.persist_keys(out);
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        self.row_delay.restore_keys(input)?;
+        self.time_delay.restore_keys(input)
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.

@@ -26,10 +26,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array, new_null_array,
 };
-use datafusion::arrow::compute::filter;
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::compute::{concat_batches, filter};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -47,10 +47,11 @@ use datafusion::physical_plan::{
 use super::functions::{OverFunction, OverKernel};
 use super::lookahead::{CompletingRows, Lookahead};
 use super::reorder::{Released, ReorderBuffer, sort_by_time};
+use crate::checkpoint::{OperatorState, PassedBarriers, StateReader, StateWriter};
 use crate::exchange::StreamExchangeExec;
 use crate::kernels::GroupTable;
 use crate::late_records::LateRecords;
-use crate::message_loop::{MessageHandler, drive};
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::watermark::event_times;
@@ -81,6 +82,8 @@ pub struct OverWindowExec {
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     late_records: LateRecords,
+    /// The checkpoint barriers each output partition has passed.
+    passed: Arc<PassedBarriers>,
 }
 
 impl OverWindowExec {
@@ -99,6 +102,7 @@ impl OverWindowExec {
             function.validate(argument_type.as_ref())?;
         }
         let properties = stateful_properties(&input, &spec.schema);
+        let partitions = properties.partitioning.partition_count();
         Ok(Self {
             input,
             exchange,
@@ -106,7 +110,13 @@ impl OverWindowExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records: LateRecords::default(),
+            passed: Arc::new(PassedBarriers::new(partitions)),
         })
+    }
+
+    /// The checkpoint barriers each output partition has passed on.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
     }
 
     pub fn spec(&self) -> &OverSpec {
@@ -212,9 +222,18 @@ impl ExecutionPlan for OverWindowExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("OverWindowExec[{partition}]"))
             .register(context.memory_pool());
-        let messages = self.exchange.execute_messages(partition, context)?;
+        let messages = self
+            .exchange
+            .execute_messages(partition, Arc::clone(&context))?;
         let state = OverState::try_new(self, partition, reservation)?;
-        let outputs = drive(messages, state);
+        let checkpoint = OperatorCheckpoint::of(
+            &context,
+            self,
+            partition,
+            &self.passed,
+            Arc::clone(&self.spec.schema),
+        )?;
+        let outputs = drive_checkpointed(messages, state, checkpoint);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.spec.schema),
             outputs,
@@ -599,6 +618,104 @@ impl OverState {
         Ok(())
     }
 
+    /// What a checkpoint keeps of this partition: the keys, each key's row count and latest
+    /// time, every function's per-key state, the rows waiting for the watermark or for
+    /// their following rows, and the watermark.
+    fn snapshot_state(&mut self) -> Result<OperatorState> {
+        if !self.queued.is_empty() {
+            return internal_err!(
+                "OverWindowExec: a barrier came before the output was handed out"
+            );
+        }
+        let mut state = OperatorState::default();
+        let groups = self.keys.len();
+        // Taken out and interned straight back, in order: the ids stay the same.
+        let keys = self.keys.emit_keys(EmitTo::All)?;
+        self.keys.intern(&keys, groups)?;
+        for (index, key) in keys.into_iter().enumerate() {
+            state.put_array(format!("key_{index:03}"), key);
+        }
+        state.put_value("groups", groups as i64);
+        state.put_array("counts", Arc::new(UInt64Array::from(self.counts.clone())));
+        state.put_array("latest", Arc::new(Int64Array::from(self.latest.clone())));
+        let pending: Vec<&RecordBatch> = self.buffer.pending().collect();
+        let waiting = concat_batches(&self.buffer_schema(), pending.iter().copied())?;
+        for (index, column) in waiting.columns().iter().enumerate() {
+            state.put_array(format!("waiting_column_{index:03}"), Arc::clone(column));
+        }
+        let lengths = pending.iter().map(|batch| batch.num_rows() as u64);
+        state.put_array(
+            "waiting_batches",
+            Arc::new(UInt64Array::from_iter_values(lengths)),
+        );
+        let mut kernels = StateWriter::default();
+        for kernel in &self.kernels {
+            kernel.persist_keys(&mut kernels);
+        }
+        if let Some(lookahead) = &self.lookahead {
+            lookahead.persist_keys(&mut kernels);
+        }
+        kernels.finish(&mut state, "kernels");
+        state.put_value("watermark", self.watermark);
+        state.put_value("swept_at", self.swept_at);
+        state.put_value("tails_completed", i64::from(self.tails_completed));
+        Ok(state)
+    }
+
+    /// Takes back what [`Self::snapshot_state`] kept.
+    fn restore_state(&mut self, state: &OperatorState) -> Result<()> {
+        let groups = state.value("groups")? as usize;
+        let keys = state.arrays_with_prefix("key_");
+        if groups > 0 {
+            self.keys.intern(&keys, groups)?;
+        }
+        self.counts = state
+            .array("counts")?
+            .as_primitive::<UInt64Type>()
+            .values()
+            .to_vec();
+        self.latest = state
+            .array("latest")?
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        let waiting = RecordBatch::try_new(
+            self.buffer_schema(),
+            state.arrays_with_prefix("waiting_column_"),
+        )?;
+        let lengths = state
+            .array("waiting_batches")?
+            .as_primitive::<UInt64Type>()
+            .clone();
+        let mut offset = 0;
+        for length in lengths.values().iter().map(|&l| l as usize) {
+            let batch = waiting.slice(offset, length);
+            let times = event_times(batch.column(self.spec.order_by))?
+                .as_primitive::<Int64Type>()
+                .clone();
+            let newest = times.values().iter().copied().max().unwrap_or(i64::MIN);
+            self.buffer.push(batch, times, newest);
+            offset += length;
+        }
+        let mut kernels = StateReader::of(state, "kernels")?;
+        for kernel in &mut self.kernels {
+            kernel.restore_keys(&mut kernels)?;
+        }
+        if let Some(lookahead) = &mut self.lookahead {
+            lookahead.restore_keys(&mut kernels)?;
+        }
+        kernels.finish()?;
+        self.watermark = state.value("watermark")?;
+        self.swept_at = state.value("swept_at")?;
+        self.tails_completed = state.value("tails_completed")? != 0;
+        self.report_state()
+    }
+
+    /// The schema of the rows waiting in the buffer: the input's.
+    fn buffer_schema(&self) -> SchemaRef {
+        Arc::clone(self.buffer.schema())
+    }
+
     /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
     /// this fails, naming the operator and partition.
     fn report_state(&mut self) -> Result<()> {
@@ -658,5 +775,13 @@ impl MessageHandler for OverState {
 
     fn queued_output(&mut self) -> Option<RecordBatch> {
         self.queued.pop_front()
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        self.snapshot_state().map(Some)
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.restore_state(state)
     }
 }

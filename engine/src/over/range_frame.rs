@@ -21,6 +21,7 @@ use datafusion::arrow::array::{
 use datafusion::common::Result;
 
 use super::frame_aggregate::{FrameAggregateKind, FrameNumber};
+use crate::checkpoint::{Persist, StateReader, StateWriter};
 
 /// The aggregate of some rows' values.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +66,38 @@ impl<T: FrameNumber> Partial<T> {
             min: pick(self.min, other.min, std::cmp::Ordering::Less),
             max: pick(self.max, other.max, std::cmp::Ordering::Greater),
         }
+    }
+}
+
+impl<T: FrameNumber> Persist for Partial<T> {
+    fn persist(&self, out: &mut StateWriter) {
+        out.put(&self.sum);
+        out.put(&self.count);
+        out.put(&self.min);
+        out.put(&self.max);
+    }
+    fn restore(input: &mut StateReader) -> Result<Self> {
+        Ok(Self {
+            sum: input.get()?,
+            count: input.get()?,
+            min: input.get()?,
+            max: input.get()?,
+        })
+    }
+}
+
+impl<T: FrameNumber> Persist for KeyRange<T> {
+    fn persist(&self, out: &mut StateWriter) {
+        out.put(&self.front);
+        out.put(&self.back);
+        out.put(&self.back_total);
+    }
+    fn restore(input: &mut StateReader) -> Result<Self> {
+        Ok(Self {
+            front: input.get()?,
+            back: input.get()?,
+            back_total: input.get()?,
+        })
     }
 }
 
@@ -182,6 +215,17 @@ impl<T: FrameNumber> RangeFrameAggregate<T> {
                 totals.iter().map(|p| p.max),
             )),
         })
+    }
+
+    /// Writes every key's frame, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        out.put(&self.keys);
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        self.keys = input.get()?;
+        Ok(())
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.

@@ -5,6 +5,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
+use datafusion::common::Result;
+
+use crate::checkpoint::{StateReader, StateWriter};
 
 /// Which ranking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +63,22 @@ impl Ranking {
             ranks.push(key.rank);
         }
         Arc::new(UInt64Array::from(ranks))
+    }
+
+    /// Writes every key's last ORDER BY value and rank, for a checkpoint.
+    pub fn persist_keys(&self, out: &mut StateWriter) {
+        let keys: Vec<(i64, u64)> = self.keys.iter().map(|k| (k.time, k.rank)).collect();
+        out.put(&keys);
+    }
+
+    /// Takes back what [`Self::persist_keys`] wrote.
+    pub fn restore_keys(&mut self, input: &mut StateReader) -> Result<()> {
+        let keys: Vec<(i64, u64)> = input.get()?;
+        self.keys = keys
+            .into_iter()
+            .map(|(time, rank)| KeyRank { time, rank })
+            .collect();
+        Ok(())
     }
 
     /// Forgets the keys `expired` marks, renumbering the others in order.

@@ -87,6 +87,16 @@ impl ReorderBuffer {
         Ok(late)
     }
 
+    /// The schema of the rows held.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The batches waiting, oldest first: what a checkpoint keeps.
+    pub fn pending(&self) -> impl Iterator<Item = &RecordBatch> {
+        self.pending.iter().map(|(batch, _, _)| batch)
+    }
+
     /// Rows waiting.
     pub fn len(&self) -> usize {
         self.rows

@@ -1,6 +1,10 @@
 //! [`Ring`]: the last `capacity` values of one key, in a buffer that grows up to the capacity
 //! and then wraps — a frame of 10 000 rows costs a key nothing until it has that many rows.
 
+use datafusion::common::Result;
+
+use crate::checkpoint::{Persist, StateReader, StateWriter};
+
 /// See the module documentation.
 #[derive(Debug, Clone, Default)]
 pub struct Ring<T> {
@@ -78,6 +82,19 @@ impl<T: Copy> Ring<T> {
     /// Bytes held.
     pub fn size(&self) -> usize {
         self.buffer.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T: Persist> Persist for Ring<T> {
+    fn persist(&self, out: &mut StateWriter) {
+        out.put(&self.buffer);
+        out.put(&self.head);
+    }
+    fn restore(input: &mut StateReader) -> Result<Self> {
+        Ok(Self {
+            buffer: input.get()?,
+            head: input.get()?,
+        })
     }
 }
 
