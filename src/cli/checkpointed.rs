@@ -64,13 +64,14 @@ pub(super) async fn run_checkpointed(
     }
     let run = report.summary;
     eprintln!(
-        "\r{} rows out; {} records read in {:.2}s; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit){}",
+        "\r{} rows out; {} records read in {:.2}s; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit, longest alignment {:.0} ms){}",
         run.sink.rows,
         query.records_read(),
         started.elapsed().as_secs_f64(),
         run.checkpoints,
         run.largest_bytes,
         run.slowest.as_secs_f64() * 1e3,
+        run.slowest_alignment.as_secs_f64() * 1e3,
         if run.stopped {
             " (stopped at the last one: run again to resume)"
         } else {

@@ -286,12 +286,22 @@ fn a_query_that_dies_at_each_fail_point_resumes_to_the_same_output() {
 }
 
 #[test]
-fn a_join_or_over_window_that_dies_after_a_checkpoint_resumes_with_the_state_it_kept() {
+fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes_with_its_state() {
     let dir = temporary("joins-and-over");
     let table = replay(dir.path());
-    for (case, sql) in [INTERVAL_JOIN, LEFT_JOIN, S1, OVER_AHEAD, OVER_RANGE]
-        .into_iter()
-        .enumerate()
+    let windows_over_a_join = format!(
+        "SELECT symbol, window_start, COUNT(*) AS n, SUM(prior_price) AS s FROM ({INTERVAL_JOIN}) GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)"
+    );
+    for (case, sql) in [
+        INTERVAL_JOIN,
+        LEFT_JOIN,
+        S1,
+        OVER_AHEAD,
+        OVER_RANGE,
+        &windows_over_a_join,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let expected = uninterrupted(dir.path(), sql, &table, "2");
         for point in ["before_manifest:2", "after_commit:1"] {
@@ -370,21 +380,26 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let windows_over_a_join = format!(
-        "SELECT symbol, COUNT(*) AS n FROM ({INTERVAL_JOIN}) GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)"
+    let refused = |args: Vec<&str>, expected: &str| {
+        let output = freshet(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} should be refused");
+        assert!(stderr.contains(expected), "{stderr}");
+    };
+    let mut round_robin = checkpointed_args(S0, &table, "2", &out, checkpoints);
+    round_robin.extend(["--strategy", "round_robin"]);
+    refused(
+        round_robin,
+        "checkpoints need every exchange to read its replay in file order",
     );
-    let output = freshet(&checkpointed_args(
-        &windows_over_a_join,
-        &table,
-        "2",
-        &out,
-        checkpoints,
-    ));
-    assert!(
-        String::from_utf8_lossy(&output.stderr)
-            .contains("checkpoints do not support an operator over the output of a join yet"),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let mut late_output = checkpointed_args(S3A, &table, "2", &out, checkpoints);
+    let late = format!("csv={}", dir.path().join("late.csv").display());
+    late_output.extend(["--late-output", &late]);
+    refused(late_output, "--late-output");
+    let changelog_having = "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol HAVING COUNT(*) > 3 EMIT CHANGES";
+    refused(
+        checkpointed_args(changelog_having, &table, "2", &out, checkpoints),
+        "a changelog's HAVING",
     );
     let generated = "market_data=generator:market_data,records=1000";
     let output = freshet(&checkpointed_args(S3A, generated, "1", &out, checkpoints));

@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 
 pub use barriers::{Barrier, Barriers, PassedBarriers};
 pub use codec::{Persist, StateReader, StateWriter};
-pub use plan::{BarrierProbe, barrier_probe};
+pub use plan::{BarrierProbe, barrier_probe, probe_below};
 pub use state::{Checksum, OperatorState, checksum};
 pub use store::{CheckpointStore, FORMAT_VERSION, Fingerprint, Manifest, StateEntry, sync_dir};
 

@@ -69,8 +69,22 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
     if let Some(refusal) = refusal {
         return plan_err!("checkpoints {refusal}");
     }
-    let outputs = plan.output_partitioning().partition_count();
-    let mut node = plan;
+    probe_below(plan).or_else(|node| {
+        plan_err!(
+            "checkpoints do not support a query whose output is read from {} yet",
+            user_term(node.name())
+        )
+    })
+}
+
+/// Where the barriers passed by the partitions of `node` are recorded: at the stateful
+/// operator or source partitions it reads through filters and projections, as many as its
+/// own. Otherwise the node where the search stopped.
+pub fn probe_below(
+    node: &Arc<dyn ExecutionPlan>,
+) -> std::result::Result<BarrierProbe, &Arc<dyn ExecutionPlan>> {
+    let outputs = node.output_partitioning().partition_count();
+    let mut node = node;
     loop {
         if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(
@@ -86,7 +100,6 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
         if let Some(over) = node.downcast_ref::<OverWindowExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(over.passed_barriers())));
         }
-
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
             && positions.partitions() == outputs
@@ -98,10 +111,7 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
         } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
             projection.input()
         } else {
-            return plan_err!(
-                "checkpoints do not support a query whose output is read from {} yet",
-                user_term(node.name())
-            );
+            return Err(node);
         };
     }
 }
@@ -182,14 +192,15 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         }));
     }
     if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
-        if let Some(operator) = operator_below(exchange) {
-            return Ok(Some(format!(
+        if exchange.carries_barriers()? {
+            return Ok(None);
+        }
+        return Ok(Some(match operator_below(exchange) {
+            Some(operator) => format!(
                 "do not support an operator over the output of {} yet",
                 operator_term(operator.name())
-            )));
-        }
-        return Ok((!exchange.carries_barriers()?).then(|| {
-            "need every exchange to read its replay in file order (the hash strategy; not two_phase, round_robin, sticky or fan_in)".to_string()
+            ),
+            None => "need every exchange to read its replay in file order (the hash strategy; not two_phase, round_robin, sticky or fan_in)".to_string(),
         }));
     }
     if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {

@@ -40,8 +40,13 @@ impl OutputCheckpoint {
     /// The pending barrier, once every input is at replay position `low` or beyond; it is
     /// then passed.
     pub fn due(&mut self, low: i64) -> Option<Barrier> {
+        self.due_if(|barrier| low >= barrier.position)
+    }
+
+    /// The pending barrier, once `passed` says the input has passed it; it is then passed.
+    pub fn due_if(&mut self, passed: impl FnOnce(Barrier) -> bool) -> Option<Barrier> {
         let barrier = self.checkpointing.barriers().pending()?;
-        (barrier.epoch > self.passed && low >= barrier.position).then(|| {
+        (barrier.epoch > self.passed && passed(barrier)).then(|| {
             self.passed = barrier.epoch;
             barrier
         })

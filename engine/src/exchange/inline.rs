@@ -19,6 +19,7 @@ use futures::stream::{self, BoxStream};
 use parking_lot::Mutex;
 
 use super::checkpoint::OutputCheckpoint;
+use crate::checkpoint::BarrierProbe;
 use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker};
 
@@ -35,9 +36,9 @@ struct InlineWatermark {
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
     /// An input error ends the output: no watermark follows it.
     failed: bool,
-    /// In a checkpointed run over a replay of files: the barriers to pass on, and the
-    /// input's replay positions.
-    checkpoint: Option<(OutputCheckpoint, Arc<PartitionProgress>)>,
+    /// In a checkpointed run: the barriers to pass on, and where the input (a replay's
+    /// positions, or a stateful operator) says it has passed one.
+    checkpoint: Option<(OutputCheckpoint, BarrierProbe)>,
 }
 
 impl InlineWatermark {
@@ -64,14 +65,9 @@ impl InlineWatermark {
             (None, None) => None,
         };
         let mut messages = Vec::with_capacity(2);
-        // A batch at the barrier's position or beyond comes after it.
-        let position = self
-            .checkpoint
-            .as_ref()
-            .and_then(|(_, positions)| positions.newest(0));
-        if let Some(position) = position {
-            messages.extend(self.pass_barrier(position)?);
-        }
+        // A batch the input handed out after passing the barrier (a replay's batch at the
+        // barrier's position or beyond) comes after it.
+        messages.extend(self.pass_barrier(false)?);
         if batch.num_rows() > 0 {
             messages.push(Ok(StreamMessage::Batch(batch)));
         }
@@ -82,12 +78,12 @@ impl InlineWatermark {
         Ok(messages)
     }
 
-    /// The pending barrier, if the input is at its position or beyond.
-    fn pass_barrier(&mut self, position: i64) -> Result<Option<Message>> {
-        let Some((checkpoint, _)) = &mut self.checkpoint else {
+    /// The pending barrier, if the input has passed it (or `ended`).
+    fn pass_barrier(&mut self, ended: bool) -> Result<Option<Message>> {
+        let Some((checkpoint, probe)) = &mut self.checkpoint else {
             return Ok(None);
         };
-        let Some(barrier) = checkpoint.due(position) else {
+        let Some(barrier) = checkpoint.due_if(|barrier| ended || probe.passed(0, barrier)) else {
             return Ok(None);
         };
         checkpoint.write(barrier.epoch, self.tracker.input(0))?;
@@ -99,7 +95,7 @@ impl InlineWatermark {
         if self.failed {
             return Vec::new();
         }
-        let mut messages: Vec<Message> = match self.pass_barrier(i64::MAX) {
+        let mut messages: Vec<Message> = match self.pass_barrier(true) {
             Ok(barrier) => barrier.into_iter().collect(),
             Err(error) => return vec![Err(error)],
         };
@@ -123,7 +119,7 @@ pub(super) fn inline_messages(
     input: SendableRecordBatchStream,
     event_time: Option<EventTime>,
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
-    checkpoint: Option<(OutputCheckpoint, Arc<PartitionProgress>)>,
+    checkpoint: Option<(OutputCheckpoint, BarrierProbe)>,
 ) -> Result<BoxStream<'static, Message>> {
     let delay = event_time.map_or(0, |e| e.delay);
     let mut tracker = WatermarkTracker::new(1, delay);

@@ -16,6 +16,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::input_step::{InputStepState, StepOutput};
 use super::ordered_merge::{MergeKeys, Routed, RoutedMessage};
+use crate::checkpoint::{BarrierProbe, Checkpointing};
 use crate::plan_util::unless_panicked;
 use crate::progress::PartitionProgress;
 use crate::watermark::{EventTime, WatermarkTracker};
@@ -69,6 +70,11 @@ pub(super) struct InputTask {
     /// Held from reading the watermark for the step to having sent its output and any new
     /// watermark (see [`input_step`]).
     pub turns: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// In a checkpointed run over a stateful operator: where it records the barriers it
+    /// passed, and the barriers (see `barrier_alignment`).
+    pub barriers: Option<(BarrierProbe, Arc<Checkpointing>)>,
+    /// The last barrier this input was seen to pass.
+    pub passed: u64,
 }
 
 /// The routed pieces of a step's output (taken out of `output`).
@@ -99,6 +105,10 @@ impl InputTask {
         let watermark_senders = std::mem::take(&mut self.watermark_senders);
         match outcome {
             Ok(()) => {
+                if self.barriers.is_some() {
+                    let input = self.input;
+                    broadcast(&senders, || Ok(Routed::Ended { input })).await;
+                }
                 let _turn = take_turn(&self.turns).await;
                 let watermark = {
                     let mut progress = self.watermarks.lock();
@@ -128,6 +138,7 @@ impl InputTask {
         let mut stream = self.plan.execute(self.input, Arc::clone(&self.context))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
+            self.pass_barrier().await;
             // The batch's span in event time sets how far ahead an input may run, when the
             // inputs are aligned here.
             let (newest, span) = match &self.event_time {
@@ -166,7 +177,14 @@ impl InputTask {
                     (pieces, turn)
                 }
             };
-            send_pieces(&self.senders, &mut self.merge_keys, pieces, newest).await?;
+            send_pieces(
+                &self.senders,
+                self.input,
+                &mut self.merge_keys,
+                pieces,
+                newest,
+            )
+            .await?;
             // Merged by replay position, the outputs make the watermark themselves.
             let by_position = self
                 .merge_keys
@@ -199,9 +217,32 @@ impl InputTask {
             && let Some(held) = step.finish()?
         {
             let pieces = self.router.route(held)?;
-            send_pieces(&self.senders, &mut self.merge_keys, pieces, None).await?;
+            send_pieces(
+                &self.senders,
+                self.input,
+                &mut self.merge_keys,
+                pieces,
+                None,
+            )
+            .await?;
         }
         Ok(())
+    }
+
+    /// Tells every output that the operator below has passed the pending barrier, if it
+    /// has since the last one: before the batch it handed out after it.
+    async fn pass_barrier(&mut self) {
+        let Some((probe, checkpointing)) = &self.barriers else {
+            return;
+        };
+        let Some(barrier) = checkpointing.barriers().pending() else {
+            return;
+        };
+        if barrier.epoch > self.passed && probe.passed(self.input, barrier) {
+            self.passed = barrier.epoch;
+            let (input, epoch) = (self.input, barrier.epoch);
+            broadcast(&self.senders, || Ok(Routed::BarrierPassed { input, epoch })).await;
+        }
     }
 
     /// The merge key of `watermark` (unused by shared outputs).
@@ -216,6 +257,7 @@ impl InputTask {
 /// keys, and a progress key to every output that got no rows.
 async fn send_pieces(
     senders: &[mpsc::Sender<RoutedMessage>],
+    input: usize,
     merge_keys: &mut Option<MergeKeys>,
     pieces: Vec<(usize, datafusion::arrow::record_batch::RecordBatch)>,
     newest: Option<i64>,
@@ -225,7 +267,11 @@ async fn send_pieces(
     let Some(keys) = merge_keys else {
         for (output, piece) in pieces {
             // A closed channel means its consumer stopped reading; the others go on.
-            let _ = senders[output].send(Ok(Routed::Rows(piece, None))).await;
+            let piece = Routed::Piece {
+                batch: piece,
+                input,
+            };
+            let _ = senders[output].send(Ok(piece)).await;
         }
         return Ok(());
     };

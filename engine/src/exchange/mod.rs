@@ -66,7 +66,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use crate::aggregate::WindowAggregateExec;
-use crate::checkpoint::Checkpointing;
+use crate::checkpoint::{BarrierProbe, Checkpointing, probe_below};
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::plan_util::single_child;
@@ -75,12 +75,14 @@ use crate::source::StreamSourceExec;
 use crate::watermark::{EventTime, StreamMessage, WatermarkTracker, time_plus_constant};
 use checkpoint::OutputCheckpoint;
 
+mod barrier_alignment;
 mod checkpoint;
 mod inline;
 mod input_step;
 mod input_task;
 mod ordered_merge;
 
+use barrier_alignment::BarrierAlignment;
 use inline::inline_messages;
 pub use input_step::{InputStep, InputStepState, StepOutput};
 use input_task::{InputTask, Progress, watch_idle_inputs};
@@ -136,6 +138,8 @@ enum OutputChannels {
     Shared(mpsc::Receiver<RoutedMessage>),
     /// A channel per input, merged in an order fixed by the data ([`OrderedMerge`]).
     Merged(Box<OrderedMerge>),
+    /// One shared channel, with checkpoint barriers aligned across the inputs.
+    Aligned(Box<BarrierAlignment>),
 }
 
 impl fmt::Debug for Running {
@@ -219,10 +223,14 @@ impl StreamExchangeExec {
         context: Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Message>> {
         if self.runs_inline() {
-            let checkpoint = match self.input_positions(1) {
-                Some(positions) => {
+            let probe = match self.input_positions(1) {
+                Some(positions) => Some(BarrierProbe::Source(positions)),
+                None => self.operator_probe(),
+            };
+            let checkpoint = match probe {
+                Some(probe) => {
                     OutputCheckpoint::of(Checkpointing::of(&context).as_ref(), self, partition)?
-                        .map(|checkpoint| (checkpoint, positions))
+                        .map(|checkpoint| (checkpoint, probe))
                 }
                 None => None,
             };
@@ -254,16 +262,24 @@ impl StreamExchangeExec {
             })
             .filter_map(|item| {
                 future::ready(match item {
-                    Ok(Routed::Rows(batch, _)) => Some(Ok(StreamMessage::Batch(batch))),
+                    Ok(Routed::Rows(batch, _) | Routed::Piece { batch, .. }) => {
+                        Some(Ok(StreamMessage::Batch(batch)))
+                    }
                     Ok(Routed::Watermark { watermark, .. }) => {
                         Some(Ok(StreamMessage::Watermark(watermark)))
                     }
-                    Ok(Routed::Progress(_) | Routed::Passed { .. }) => None,
+                    Ok(
+                        Routed::Progress(_)
+                        | Routed::Passed { .. }
+                        | Routed::BarrierPassed { .. }
+                        | Routed::Ended { .. },
+                    ) => None,
                     Err(error) => Some(Err(error)),
                 })
             })
             .boxed(),
             OutputChannels::Merged(merge) => merge.into_stream(),
+            OutputChannels::Aligned(alignment) => alignment.into_stream(),
         };
         // The stream holds the input tasks: they stop when every output is dropped.
         Ok(messages
@@ -275,13 +291,26 @@ impl StreamExchangeExec {
     }
 
     /// Whether this exchange can carry checkpoint barriers: its outputs read a replay of
-    /// files in replay order, inline or merged by position.
+    /// files in replay order, inline or merged by position, or a stateful operator that
+    /// takes part in checkpoints (see [`barrier_alignment`]).
     pub fn carries_barriers(&self) -> Result<bool> {
-        let inputs = self.input.output_partitioning().partition_count();
-        if self.input_positions(inputs).is_none() || self.step.is_some() {
+        if self.step.is_some() {
             return Ok(false);
         }
+        let inputs = self.input.output_partitioning().partition_count();
+        if self.input_positions(inputs).is_none() {
+            return Ok(self.operator_probe().is_some());
+        }
         Ok(self.runs_inline() || self.merges_inputs(inputs)?)
+    }
+
+    /// Where the stateful operator this exchange reads (through filters and projections)
+    /// records the barriers its partitions passed, if it reads one.
+    fn operator_probe(&self) -> Option<BarrierProbe> {
+        match probe_below(&self.input) {
+            Ok(probe @ BarrierProbe::Operator(_)) => Some(probe),
+            _ => None,
+        }
     }
 
     /// Whether the consumer reads the input itself ([`inline`]): one input and one output,
@@ -399,6 +428,14 @@ impl StreamExchangeExec {
         let merged = self.merges_inputs(inputs)?;
         // A replay of files merges by replay position, which fixes the order to the file's.
         let positions = merged.then(|| self.input_positions(inputs)).flatten();
+        // In a checkpointed run over a stateful operator, where its partitions record the
+        // barriers they passed: the outputs align them (see [`barrier_alignment`]).
+        let barriers = match (Checkpointing::of(&context), self.operator_probe()) {
+            (Some(checkpointing), Some(probe)) if !merged && self.step.is_none() => {
+                Some((probe, checkpointing))
+            }
+            _ => None,
+        };
         // `senders[input][output]`; shared channels are one per output, cloned per input.
         let mut senders: Vec<Vec<mpsc::Sender<RoutedMessage>>> = Vec::with_capacity(inputs);
         let receivers: Vec<OutputChannels> = if merged {
@@ -439,7 +476,22 @@ impl StreamExchangeExec {
                 .map(|_| mpsc::channel(2 * inputs.max(1)))
                 .unzip();
             senders.resize(inputs, shared);
-            receivers.into_iter().map(OutputChannels::Shared).collect()
+            receivers
+                .into_iter()
+                .enumerate()
+                .map(|(output, receiver)| {
+                    Ok(match &barriers {
+                        Some((_, checkpointing)) => {
+                            OutputChannels::Aligned(Box::new(BarrierAlignment::new(
+                                receiver,
+                                inputs,
+                                OutputCheckpoint::of(Some(checkpointing), self, output)?,
+                            )))
+                        }
+                        None => OutputChannels::Shared(receiver),
+                    })
+                })
+                .collect::<Result<_>>()?
         };
         let delay = self.event_time.map_or(0, |e| e.delay);
         // Turns give a step the exact watermark its consumer will read its output at.
@@ -506,6 +558,8 @@ impl StreamExchangeExec {
                     aligned: aligned && !merged,
                     step,
                     turns: turns.clone(),
+                    barriers: barriers.clone(),
+                    passed: 0,
                 };
                 tasks.push(SpawnedTask::spawn(task.run()));
             }

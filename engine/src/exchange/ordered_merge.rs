@@ -70,6 +70,13 @@ pub enum Routed {
     /// Merging by replay position: the input has sent every row of its batch at position
     /// `key` (to every output), and its event time has reached `newest`.
     Passed { key: i64, newest: Option<i64> },
+    /// Rows of input `input`, for an output that does not merge its inputs.
+    Piece { batch: RecordBatch, input: usize },
+    /// Input `input`, a stateful operator's partition, has handed out everything before
+    /// checkpoint barrier `epoch` (see `barrier_alignment`).
+    BarrierPassed { input: usize, epoch: u64 },
+    /// Input `input` has ended.
+    Ended { input: usize },
 }
 
 pub type RoutedMessage = Result<Routed>;
@@ -267,6 +274,10 @@ impl MergeInput {
                     key: self.last_key,
                     newest,
                 }
+            }
+            // Sent to outputs that do not merge.
+            Routed::Piece { .. } | Routed::BarrierPassed { .. } | Routed::Ended { .. } => {
+                return;
             }
         };
         self.queue.push_back(queued);

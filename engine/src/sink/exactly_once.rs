@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
@@ -205,25 +205,41 @@ impl Parts {
         }
     }
 
-    /// Closes and syncs the part of `epoch`, if it has one; its (pending, committed) names.
-    fn close(&mut self, epoch: u64) -> Result<Vec<(String, String)>> {
-        let Some(writer) = self.open.remove(&epoch) else {
-            return Ok(Vec::new());
-        };
-        writer.finish()?;
-        let names = self.names(epoch);
-        fs::File::open(self.dir.join(&names.0))?.sync_all()?;
-        Ok(vec![names])
+    /// Takes out the parts of epochs up to `epoch` (those of earlier epochs hold no rows
+    /// that were never written), to be closed: each writer and its (pending, committed)
+    /// names.
+    fn take_through(&mut self, epoch: u64) -> Vec<ClosingPart> {
+        let later = self.open.split_off(&(epoch + 1));
+        let through = std::mem::replace(&mut self.open, later);
+        through
+            .into_iter()
+            .map(|(epoch, writer)| (writer, self.names(epoch)))
+            .collect()
     }
+}
 
-    fn commit(&self, outputs: &[(String, String)]) -> Result<()> {
-        for (pending, committed) in outputs {
-            fs::rename(self.dir.join(pending), self.dir.join(committed))?;
-        }
-        sync_dir(&self.dir)?;
-        fail_point("after_commit");
-        Ok(())
+/// A part's writer, and its (pending, committed) names.
+type ClosingPart = (Box<dyn BatchWriter>, (String, String));
+
+/// Closes and syncs `parts` in `dir`; their (pending, committed) names.
+fn close_parts(dir: &std::path::Path, parts: Vec<ClosingPart>) -> Result<Vec<(String, String)>> {
+    let mut outputs = Vec::with_capacity(parts.len());
+    for (writer, names) in parts {
+        writer.finish()?;
+        fs::File::open(dir.join(&names.0))?.sync_all()?;
+        outputs.push(names);
     }
+    Ok(outputs)
+}
+
+/// Renames the closed parts `outputs` in `dir` to their committed names.
+fn commit_parts(dir: &std::path::Path, outputs: &[(String, String)]) -> Result<()> {
+    for (pending, committed) in outputs {
+        fs::rename(dir.join(pending), dir.join(committed))?;
+    }
+    sync_dir(dir)?;
+    fail_point("after_commit");
+    Ok(())
 }
 
 /// What a checkpointed run did.
@@ -238,13 +254,20 @@ pub struct CheckpointedSummary {
     pub largest_bytes: u64,
     /// The longest time from placing a barrier to its checkpoint's completion.
     pub slowest: Duration,
+    /// The longest time from placing a barrier until every output partition had passed it:
+    /// the barrier's way through the exchanges, its alignment at joins, and the operators'
+    /// taking of their state (whose files are written after).
+    pub slowest_alignment: Duration,
 }
 
 impl CheckpointedSummary {
-    fn completed(&mut self, bytes: u64, placed: Instant) {
+    /// Counts a checkpoint of `bytes` whose barrier was placed at `placed` and passed by
+    /// every output partition at `aligned`.
+    fn completed(&mut self, bytes: u64, placed: Instant, aligned: Instant) {
         self.checkpoints += 1;
         self.largest_bytes = self.largest_bytes.max(bytes);
         self.slowest = self.slowest.max(placed.elapsed());
+        self.slowest_alignment = self.slowest_alignment.max(aligned.duration_since(placed));
     }
 }
 
@@ -307,18 +330,33 @@ impl CheckpointedRun {
         let mut last_barrier = (records_read(), Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         let mut stopping = false;
+        let mut completing: Option<Completing> = None;
         loop {
             let (partition, item) = tokio::select! {
                 item = news.recv() => match item {
                     Some(item) => item,
                     None => break,
                 },
+                bytes = completion(&mut completing) => {
+                    let Some(done) = completing.take() else {
+                        continue;
+                    };
+                    summary.completed(bytes?, done.placed, done.aligned);
+                    // The interval counts from here: a checkpoint slower than the interval
+                    // must not leave the query no time to run between checkpoints.
+                    last_barrier = (records_read(), Instant::now());
+                    if stopping {
+                        summary.stopped = true;
+                        return finish(parts, direct, summary);
+                    }
+                    continue;
+                }
                 _ = tick.tick() => {
                     let due = match interval {
                         CheckpointInterval::Records(n) => records_read().saturating_sub(last_barrier.0) >= n,
                         CheckpointInterval::Time(t) => last_barrier.1.elapsed() >= t,
                     };
-                    if (due || stopping) && checkpointing.barriers().place().is_some() {
+                    if (due || stopping) && completing.is_none() && checkpointing.barriers().place().is_some() {
                         last_barrier = (records_read(), Instant::now());
                     }
                     continue;
@@ -344,32 +382,48 @@ impl CheckpointedRun {
                 News::Ended => ended[partition] = true,
                 News::Failed(error) => return Err(error),
             }
-            // A barrier is complete once every partition has passed it or ended.
-            if let Some(barrier) = checkpointing.barriers().pending()
+            // A barrier is complete once every partition has passed it or ended; it
+            // completes while the rows after it go on.
+            if completing.is_none()
+                && let Some(barrier) = checkpointing.barriers().pending()
                 && (0..partitions).all(|p| ended[p] || passed[p] >= barrier.epoch)
             {
-                let bytes =
-                    complete(&checkpointing, &fingerprint, &mut parts, barrier, false).await?;
-                summary.completed(bytes, last_barrier.1);
-                // The interval counts from here: a checkpoint slower than the interval must
-                // not leave the query no time to run between checkpoints.
-                last_barrier = (records_read(), Instant::now());
                 for epoch in &mut passed {
                     *epoch = (*epoch).max(barrier.epoch);
                 }
-                if stopping {
-                    summary.stopped = true;
-                    return finish(parts, direct, summary);
-                }
+                completing = Some(Completing::start(
+                    &checkpointing,
+                    &fingerprint,
+                    &mut parts,
+                    barrier,
+                    last_barrier.1,
+                    false,
+                ));
             }
         }
         if !ended.iter().all(|e| *e) {
             return plan_err!("an output partition stopped without ending");
         }
+        if let Some(mut done) = completing.take() {
+            let bytes = done.finished().await?;
+            summary.completed(bytes, done.placed, done.aligned);
+            if stopping {
+                summary.stopped = true;
+                return finish(parts, direct, summary);
+            }
+        }
         // A barrier placed after the last partition ended is passed by all of them.
         if let Some(barrier) = checkpointing.barriers().pending() {
-            let bytes = complete(&checkpointing, &fingerprint, &mut parts, barrier, false).await?;
-            summary.completed(bytes, last_barrier.1);
+            let mut done = Completing::start(
+                &checkpointing,
+                &fingerprint,
+                &mut parts,
+                barrier,
+                last_barrier.1,
+                false,
+            );
+            let bytes = done.finished().await?;
+            summary.completed(bytes, done.placed, done.aligned);
         }
         // The last checkpoint: everything after the last barrier, and the end.
         let Some(last) = checkpointing.barriers().place() else {
@@ -379,45 +433,100 @@ impl CheckpointedRun {
             epoch: last.epoch,
             position: i64::MAX,
         };
-        let placed = Instant::now();
-        let bytes = complete(&checkpointing, &fingerprint, &mut parts, last, true).await?;
-        summary.completed(bytes, placed);
+        let mut done = Completing::start(
+            &checkpointing,
+            &fingerprint,
+            &mut parts,
+            last,
+            Instant::now(),
+            true,
+        );
+        let bytes = done.finished().await?;
+        summary.completed(bytes, done.placed, done.aligned);
         finish(parts, direct, summary)
     }
 }
 
-/// Completes checkpoint `barrier`: its part closed, its manifest written, its part
-/// committed; returns the bytes of its state files.
-async fn complete(
-    checkpointing: &Checkpointing,
-    fingerprint: &Fingerprint,
-    parts: &mut Option<Parts>,
+/// A checkpoint completing in a task of its own while the run goes on.
+struct Completing {
     barrier: Barrier,
-    finished: bool,
-) -> Result<u64> {
-    let outputs = match parts {
-        Some(parts) => {
-            // Parts of earlier epochs are empty of rows that were never written.
-            let mut outputs = Vec::new();
-            let epochs: Vec<u64> = parts
-                .open
-                .range(..=barrier.epoch)
-                .map(|(e, _)| *e)
-                .collect();
-            for epoch in epochs {
-                outputs.extend(parts.close(epoch)?);
+    placed: Instant,
+    aligned: Instant,
+    task: tokio::task::JoinHandle<Result<u64>>,
+}
+
+impl Completing {
+    /// Starts completing checkpoint `barrier`, placed at `placed` and passed by every output
+    /// partition now: its parts closed and synced, its manifest written, its parts committed
+    /// (the bytes of its state files, once done). The blocking work runs on blocking
+    /// threads: the rows after the barrier keep going to the next epoch's part meanwhile.
+    fn start(
+        checkpointing: &Arc<Checkpointing>,
+        fingerprint: &Fingerprint,
+        parts: &mut Option<Parts>,
+        barrier: Barrier,
+        placed: Instant,
+        finished: bool,
+    ) -> Self {
+        let closing = parts
+            .as_mut()
+            .map(|parts| parts.take_through(barrier.epoch))
+            .unwrap_or_default();
+        let dir = parts.as_ref().map(|parts| parts.dir.clone());
+        let checkpointing = Arc::clone(checkpointing);
+        let fingerprint = fingerprint.clone();
+        let task = tokio::spawn(async move {
+            let outputs = match &dir {
+                Some(dir) => {
+                    let dir = dir.clone();
+                    blocking(move || close_parts(&dir, closing)).await?
+                }
+                None => Vec::new(),
+            };
+            let bytes = checkpointing
+                .complete(barrier, finished, &fingerprint, outputs.clone())
+                .await?;
+            if let Some(dir) = dir {
+                blocking(move || commit_parts(&dir, &outputs)).await?;
             }
-            outputs
+            Ok(bytes)
+        });
+        Self {
+            barrier,
+            placed,
+            aligned: Instant::now(),
+            task,
         }
-        None => Vec::new(),
-    };
-    let bytes = checkpointing
-        .complete(barrier, finished, fingerprint, outputs.clone())
-        .await?;
-    if let Some(parts) = parts {
-        parts.commit(&outputs)?;
     }
-    Ok(bytes)
+
+    /// Waits until the checkpoint is complete; the bytes of its state files.
+    async fn finished(&mut self) -> Result<u64> {
+        match (&mut self.task).await {
+            Ok(outcome) => outcome,
+            Err(error) => internal_err!(
+                "completing checkpoint {} failed: {error}",
+                self.barrier.epoch
+            ),
+        }
+    }
+}
+
+/// Runs `work` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(outcome) => outcome,
+        Err(error) => internal_err!("a checkpoint's file work failed: {error}"),
+    }
+}
+
+/// The checkpoint completing, if any, once complete.
+async fn completion(completing: &mut Option<Completing>) -> Result<u64> {
+    match completing {
+        Some(completing) => completing.finished().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn finish(
