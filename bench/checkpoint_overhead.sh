@@ -5,7 +5,7 @@
 # 10 s and every 1 s, alternated, three rounds, at 1 and 2 streams. The checkpoints' cost is
 # `10s` against `never`.
 #
-#   bench/checkpoint_overhead.sh FILE [FRESHET] [SCENARIOS]
+#   [MODES="plain never 10s 1s"] bench/checkpoint_overhead.sh FILE [FRESHET] [SCENARIOS]
 #
 # FILE: a market_data Parquet file (freshet gen market_data --records 100M --out FILE).
 # Each line: scenario, streams, mode, then wall, user and system seconds, and for
@@ -14,6 +14,7 @@ set -euo pipefail
 FILE=$1
 FRESHET=${2:-target/release/freshet}
 SCENARIOS=${3:-"S1 S3A S3B J1"}
+MODES=${MODES:-"plain never 10s 1s"}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 TIMEFORMAT="%R %U %S"
@@ -25,7 +26,7 @@ for name in $SCENARIOS; do
   sql=${!name}
   for streams in 1 2; do
     for round in 1 2 3; do
-      for mode in plain never 10s 1s; do
+      for mode in $MODES; do
         rm -rf "$WORK/out" "$WORK/out.parquet" "$WORK/checkpoints"
         if [ "$mode" == plain ]; then
           times=$( { time "$FRESHET" query "$sql" --table "market_data=$FILE,event_time=trade_time" --partitions "$streams" \

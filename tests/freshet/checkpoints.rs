@@ -322,6 +322,51 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
 }
 
 #[test]
+fn a_resumed_lookup_reads_its_table_whole() {
+    let dir = temporary("lookups");
+    let table = replay(dir.path());
+    let symbols_file = dir.path().join("symbols.csv");
+    std::fs::write(
+        &symbols_file,
+        "symbol,name\nSYM0,zero\nSYM1,one\nSYM2,two\nSYM3,three\nSYM5,five\n",
+    )
+    .unwrap();
+    let symbols = format!("symbols={}", symbols_file.display());
+    let lookup = "SELECT m.symbol, s.name, m.price, m.trade_time FROM market_data m JOIN symbols s ON m.symbol = s.symbol";
+    let windows_over_a_lookup = "SELECT name, window_start, COUNT(*) AS n, SUM(quantity) AS q FROM (SELECT s.name, m.quantity, m.trade_time FROM market_data m JOIN symbols s ON m.symbol = s.symbol) GROUP BY name WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+    for (case, sql) in [lookup, windows_over_a_lookup].into_iter().enumerate() {
+        let reference = dir.path().join(format!("reference-{case}.csv"));
+        let reference_out = format!("csv={}", reference.display());
+        freshet_ok(&[
+            "query",
+            sql,
+            "--table",
+            &table,
+            "--table",
+            &symbols,
+            "--partitions",
+            "2",
+            "--strategy",
+            "hash",
+            "-o",
+            &reference_out,
+        ]);
+        let expected = sorted_lines(&std::fs::read_to_string(reference).unwrap());
+        let parts = dir.path().join(format!("out-{case}"));
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.path().join(format!("checkpoints-{case}"));
+        let mut args = checkpointed_args(sql, &table, "2", &out, checkpoints.to_str().unwrap());
+        args.extend(["--table", &symbols]);
+        assert!(
+            dies_at(&args, "after_commit:1"),
+            "{sql} passed the fail point"
+        );
+        resumes_saying(&args, "restored");
+        assert_eq!(committed(dir.path(), &parts), expected, "{sql}");
+    }
+}
+
+#[test]
 fn a_resume_that_differs_from_the_checkpointed_run_is_refused_with_what_differs() {
     let dir = temporary("refusals");
     let table = replay(dir.path());

@@ -32,7 +32,7 @@ mod plan;
 mod state;
 mod store;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 
 pub use barriers::{Barrier, Barriers, PassedBarriers};
 pub use codec::{Persist, StateReader, StateWriter};
-pub use plan::{BarrierProbe, barrier_probe, probe_below};
+pub use plan::{BarrierProbe, barrier_probe, lookup_tables, probe_below};
 pub use state::{Checksum, OperatorState, checksum};
 pub use store::{CheckpointStore, FORMAT_VERSION, Fingerprint, Manifest, StateEntry, sync_dir};
 
@@ -58,6 +58,9 @@ pub struct Checkpointing {
     restored: Option<Manifest>,
     /// Each operator's name, by the address of its plan node.
     operators: HashMap<usize, String>,
+    /// The nodes of lookups' tables (by address): read whole by every run, they take no
+    /// part in checkpoints.
+    tables: HashSet<usize>,
     /// The state files being written, by epoch: each is written in a task of its own
     /// while its operator goes on.
     written: Mutex<BTreeMap<u64, Vec<JoinHandle<Result<StateEntry>>>>>,
@@ -81,11 +84,16 @@ impl Checkpointing {
             Ok(TreeNodeRecursion::Continue)
         });
         let (last_epoch, resumed_at) = restored.as_ref().map_or((0, 0), |m| (m.epoch, m.position));
+        let tables = lookup_tables(plan)
+            .iter()
+            .map(|node| node_address(node.as_ref()))
+            .collect();
         Self {
             store,
             barriers: Barriers::new(last_epoch, resumed_at),
             restored,
             operators,
+            tables,
             written: Mutex::new(BTreeMap::new()),
         }
     }
@@ -110,6 +118,11 @@ impl Checkpointing {
     /// The replay position this run starts from: that of the checkpoint it resumes.
     pub fn resumed_at(&self) -> i64 {
         self.restored.as_ref().map_or(0, |m| m.position)
+    }
+
+    /// Whether `node` belongs to a lookup's table, which every run reads whole.
+    pub fn reads_whole(&self, node: &dyn ExecutionPlan) -> bool {
+        self.tables.contains(&node_address(node))
     }
 
     /// The name of `node`'s state files, for partition `partition`.

@@ -18,7 +18,7 @@ use super::{Barrier, PassedBarriers};
 use crate::aggregate::WindowAggregateExec;
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
-use crate::join::IntervalJoinExec;
+use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::options::Pacing;
 use crate::over::{OverWindowExec, TopNExec};
 use crate::progress::PartitionProgress;
@@ -53,9 +53,10 @@ pub fn barrier_probe(plan: &Arc<dyn ExecutionPlan>) -> Result<BarrierProbe> {
     // exchange that cannot: the operator is the news).
     let mut refusal = None;
     let passes: [NodeKind; 3] = [is_source, is_operator, is_exchange];
+    let tables: Vec<usize> = lookup_tables(plan).iter().map(address).collect();
     for pass in passes {
         plan.apply(|node| {
-            if refusal.is_none() && pass(node) {
+            if refusal.is_none() && pass(node) && !tables.contains(&address(node)) {
                 refusal = refusal_of(node)?;
             }
             // Below a source is its reader, which the source seeks.
@@ -110,10 +111,32 @@ pub fn probe_below(
             filter.input()
         } else if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
             projection.input()
+        } else if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
+            lookup.stream()
         } else {
             return Err(node);
         };
     }
+}
+
+/// Every node of the tables that lookups in `plan` read: each run reads them whole, so they
+/// need no barriers, positions or state.
+pub fn lookup_tables(plan: &Arc<dyn ExecutionPlan>) -> Vec<Arc<dyn ExecutionPlan>> {
+    let mut tables = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
+            let _ = lookup.table().apply(|table_node| {
+                tables.push(Arc::clone(table_node));
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    tables
+}
+
+fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(node) as *const () as usize
 }
 
 /// A test of which kind of node a plan node is.
@@ -217,6 +240,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     }
     if node.downcast_ref::<IntervalJoinExec>().is_some()
         || node.downcast_ref::<OverWindowExec>().is_some()
+        || node.downcast_ref::<LookupJoinExec>().is_some()
         || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {

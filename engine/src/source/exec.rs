@@ -529,7 +529,8 @@ impl ExecutionPlan for StreamSourceExec {
             .map(|positions| (Arc::clone(positions), Arc::new(Mutex::new(VecDeque::new()))));
         // A checkpointed run resumes at its checkpoint's barrier, and no barrier may be
         // placed at or before a position while it is being handed out.
-        let checkpointing = Checkpointing::of(&context);
+        // A lookup's table is read whole, and its positions are not the replay's.
+        let checkpointing = Checkpointing::of(&context).filter(|c| !c.reads_whole(self));
         let input = match &positions {
             Some((_, queued)) => {
                 let queued = Arc::clone(queued);
