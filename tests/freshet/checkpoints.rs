@@ -324,7 +324,8 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
 #[test]
 fn a_resumed_lookup_reads_its_table_whole() {
     let dir = temporary("lookups");
-    let table = replay(dir.path());
+    // Long enough that the run dies with most of the replay still to read.
+    let table = replay_of(dir.path(), 40_000);
     let symbols_file = dir.path().join("symbols.csv");
     std::fs::write(
         &symbols_file,
@@ -361,7 +362,16 @@ fn a_resumed_lookup_reads_its_table_whole() {
             dies_at(&args, "after_commit:1"),
             "{sql} passed the fail point"
         );
-        resumes_saying(&args, "restored");
+        let resumed = freshet(&args);
+        let said = String::from_utf8_lossy(&resumed.stderr);
+        assert!(
+            resumed.status.success() && said.contains("restored"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("\r0 rows out"),
+            "the resumed run wrote nothing: {said}"
+        );
         assert_eq!(committed(dir.path(), &parts), expected, "{sql}");
     }
 }
