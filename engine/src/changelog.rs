@@ -219,6 +219,16 @@ impl GroupHaving {
         Ok(Some(RecordBatch::try_new(kept.schema(), columns)?))
     }
 
+    /// Whether each group's last row went out, by group id: what a checkpoint keeps.
+    pub fn snapshot(&self) -> BooleanArray {
+        self.out.iter().map(|out| Some(*out)).collect()
+    }
+
+    /// Takes back what [`Self::snapshot`] kept.
+    pub fn restore(&mut self, out: &BooleanArray) {
+        self.out = out.values().iter().collect();
+    }
+
     /// Forgets the first `groups` groups (their windows closed; the others move down).
     pub fn forget_first(&mut self, groups: usize) {
         self.out.drain(..groups.min(self.out.len()));

@@ -142,35 +142,43 @@ fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
 /// A test of which kind of node a plan node is.
 type NodeKind = fn(&Arc<dyn ExecutionPlan>) -> bool;
 
-/// What a user calls the operator `name`.
-fn user_term(name: &str) -> String {
-    match name {
-        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => "window functions (OVER)",
-        "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
-            "joins"
+/// What a user calls the operator `name`: its kind, and one of them.
+fn user_terms(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name {
+        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => {
+            ("window functions (OVER)", "a window function (OVER)")
         }
-        "LookupJoinExec" => "lookups into tables",
-        "ChangelogAggregateExec" => "an aggregation over another aggregation's changelog",
-        "StreamSortExec" | "SortExec" | "SortPreservingMergeExec" => "ORDER BY",
-        "LocalLimitExec" | "GlobalLimitExec" => "LIMIT",
-        "UnionExec" | "InterleaveExec" => "UNION",
-        other => return format!("{other} (a part of this query's plan)"),
-    }
-    .to_string()
+        "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
+            ("joins", "a join")
+        }
+        "LookupJoinExec" => ("lookups into tables", "a lookup into a table"),
+        "ChangelogAggregateExec" => (
+            "an aggregation over another aggregation's changelog",
+            "an aggregation over a changelog",
+        ),
+        "WindowAggregateExec" | "AggregateExec" => ("aggregations", "an aggregation"),
+        "TopNExec" => ("top-N and de-duplication", "a top-N or de-duplication"),
+        "StreamSortExec" | "SortExec" | "SortPreservingMergeExec" => ("ORDER BY", "an ORDER BY"),
+        "LocalLimitExec" | "GlobalLimitExec" => ("LIMIT", "a LIMIT"),
+        "UnionExec" | "InterleaveExec" => ("UNION", "a UNION"),
+        _ => return None,
+    })
 }
 
-/// What a user calls one operator `name` that an exchange reads.
+/// The kind of operator `name`, as a user calls it.
+fn user_term(name: &str) -> String {
+    user_terms(name).map_or_else(
+        || format!("{name} (a part of this query's plan)"),
+        |(kind, _)| kind.to_string(),
+    )
+}
+
+/// One operator `name`, as a user calls it.
 fn operator_term(name: &str) -> String {
-    match name {
-        "WindowAggregateExec" | "ChangelogAggregateExec" | "AggregateExec" => "an aggregation",
-        "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
-            "a join"
-        }
-        "TopNExec" => "a top-N or de-duplication",
-        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => "a window function (OVER)",
-        other => return format!("{other} (a part of this query's plan)"),
-    }
-    .to_string()
+    user_terms(name).map_or_else(
+        || format!("{name} (a part of this query's plan)"),
+        |(_, one)| one.to_string(),
+    )
 }
 
 /// The stateful operator an exchange reads, through filters and projections, if it reads
@@ -228,7 +236,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     }
     if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
         return Ok((!aggregate.checkpointable()).then(|| {
-            "do not support two-phase aggregation, a changelog's HAVING, or session windows over aggregates other than COUNT, SUM, AVG, MIN and MAX yet"
+            "do not support two-phase aggregation or session windows over aggregates other than COUNT, SUM, AVG, MIN and MAX yet"
                 .to_string()
         }));
     }

@@ -404,9 +404,8 @@ impl CheckpointedRun {
         if !ended.iter().all(|e| *e) {
             return plan_err!("an output partition stopped without ending");
         }
-        if let Some(mut done) = completing.take() {
-            let bytes = done.finished().await?;
-            summary.completed(bytes, done.placed, done.aligned);
+        if let Some(done) = completing.take() {
+            done.count_in(&mut summary).await?;
             if stopping {
                 summary.stopped = true;
                 return finish(parts, direct, summary);
@@ -414,7 +413,7 @@ impl CheckpointedRun {
         }
         // A barrier placed after the last partition ended is passed by all of them.
         if let Some(barrier) = checkpointing.barriers().pending() {
-            let mut done = Completing::start(
+            let done = Completing::start(
                 &checkpointing,
                 &fingerprint,
                 &mut parts,
@@ -422,8 +421,7 @@ impl CheckpointedRun {
                 last_barrier.1,
                 false,
             );
-            let bytes = done.finished().await?;
-            summary.completed(bytes, done.placed, done.aligned);
+            done.count_in(&mut summary).await?;
         }
         // The last checkpoint: everything after the last barrier, and the end.
         let Some(last) = checkpointing.barriers().place() else {
@@ -433,7 +431,7 @@ impl CheckpointedRun {
             epoch: last.epoch,
             position: i64::MAX,
         };
-        let mut done = Completing::start(
+        let done = Completing::start(
             &checkpointing,
             &fingerprint,
             &mut parts,
@@ -441,8 +439,7 @@ impl CheckpointedRun {
             Instant::now(),
             true,
         );
-        let bytes = done.finished().await?;
-        summary.completed(bytes, done.placed, done.aligned);
+        done.count_in(&mut summary).await?;
         finish(parts, direct, summary)
     }
 }
@@ -497,6 +494,13 @@ impl Completing {
             aligned: Instant::now(),
             task,
         }
+    }
+
+    /// Waits until the checkpoint is complete, and counts it in `summary`.
+    async fn count_in(mut self, summary: &mut CheckpointedSummary) -> Result<()> {
+        let bytes = self.finished().await?;
+        summary.completed(bytes, self.placed, self.aligned);
+        Ok(())
     }
 
     /// Waits until the checkpoint is complete; the bytes of its state files.

@@ -129,9 +129,7 @@ impl AggregateMode {
     /// has a per-record kernel, which a session window's state must be kept in).
     pub fn checkpointable(spec: &AggregateSpec, two_phase: bool, running_kernels: bool) -> bool {
         let session = spec.window.as_ref().is_some_and(WindowKey::is_session);
-        !two_phase
-            && (spec.having.is_none() || spec.emit == AggregateEmit::Final)
-            && (!session || running_kernels)
+        !two_phase && (!session || running_kernels)
     }
 }
 

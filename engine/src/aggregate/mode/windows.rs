@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
@@ -356,10 +356,10 @@ impl WindowGroups {
     /// states, the window of each group, and under EMIT CHANGES per record the running
     /// aggregates. `None` with a changelog's HAVING, whose state is not kept yet.
     pub fn snapshot(&mut self) -> Result<Option<OperatorState>> {
-        if self.having.is_some() {
-            return Ok(None);
-        }
         let mut state = OperatorState::default();
+        if let Some(having) = &self.having {
+            state.put_array("having_out", Arc::new(having.snapshot()));
+        }
         state.put_value("watermark", self.context.watermark);
         state.put_value("end_reached", i64::from(self.end_reached));
         // Packed keys are kept as they are held; other key tables are taken out and
@@ -405,6 +405,9 @@ impl WindowGroups {
         self.group_windows = windows.values().iter().copied().collect();
         if let Some(running) = &mut self.running {
             running.restore_from(state)?;
+        }
+        if let Some(having) = &mut self.having {
+            having.restore(state.array("having_out")?.as_boolean());
         }
         self.report_state()
     }
