@@ -22,6 +22,9 @@ const OVER_AHEAD: &str = "SELECT symbol, trader_id, price, LEAD(price, 2) OVER (
 const OVER_RANGE: &str = "SELECT trader_id, quantity, SUM(quantity) OVER (PARTITION BY trader_id ORDER BY trade_time RANGE BETWEEN INTERVAL '90' SECOND PRECEDING AND CURRENT ROW) AS q_90s, MIN(price) OVER (PARTITION BY trader_id ORDER BY trade_time RANGE BETWEEN INTERVAL '90' SECOND PRECEDING AND CURRENT ROW) AS low_90s FROM market_data";
 /// Groups leave the changelog with a delete, and come back, as their count passes and fails.
 const CHANGELOG_HAVING: &str = "SELECT trader_id, COUNT(*) AS n, SUM(quantity) AS q FROM market_data GROUP BY trader_id HAVING COUNT(*) % 7 <> 0 EMIT CHANGES";
+/// Traders' running counts, sums and averages, aggregated again per symbol: each upsert moves
+/// a trader's row, retracting the one it replaces.
+const CHANGELOG_AGGREGATION: &str = "SELECT symbol, COUNT(*) AS traders, SUM(q) AS q, MAX(n) AS most, MIN(n) AS least, AVG(p) AS p FROM (SELECT trader_id, symbol, COUNT(*) AS n, SUM(quantity) AS q, AVG(price) AS p FROM market_data GROUP BY trader_id, symbol EMIT CHANGES) GROUP BY symbol";
 const S0: &str = "SELECT symbol, price, quantity, trade_time FROM market_data WHERE quantity > 500";
 
 /// A replay of 12 disordered files of 4 000 records each, one after another in time.
@@ -294,25 +297,29 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
     let windows_over_a_join = format!(
         "SELECT symbol, window_start, COUNT(*) AS n, SUM(prior_price) AS s FROM ({INTERVAL_JOIN}) GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)"
     );
-    for (case, sql) in [
-        INTERVAL_JOIN,
-        LEFT_JOIN,
-        S1,
-        OVER_AHEAD,
-        OVER_RANGE,
-        &windows_over_a_join,
-        CHANGELOG_HAVING,
+    // An aggregation over a changelog emits per input batch: its rows are the same at one
+    // stream, where the batches are.
+    for (case, (sql, partitions)) in [
+        (INTERVAL_JOIN, "2"),
+        (LEFT_JOIN, "2"),
+        (S1, "2"),
+        (OVER_AHEAD, "2"),
+        (OVER_RANGE, "2"),
+        (&windows_over_a_join, "2"),
+        (CHANGELOG_HAVING, "2"),
+        (CHANGELOG_AGGREGATION, "1"),
     ]
     .into_iter()
     .enumerate()
     {
-        let expected = uninterrupted(dir.path(), sql, &table, "2");
+        let expected = uninterrupted(dir.path(), sql, &table, partitions);
         for point in ["before_manifest:2", "after_commit:1"] {
             let name = format!("{case}-{}", point.replace(':', "-"));
             let parts = dir.path().join(format!("out-{name}"));
             let out = format!("parquet={}", parts.display());
             let checkpoints = dir.path().join(format!("checkpoints-{name}"));
-            let args = checkpointed_args(sql, &table, "2", &out, checkpoints.to_str().unwrap());
+            let checkpoints = checkpoints.to_str().unwrap();
+            let args = checkpointed_args(sql, &table, partitions, &out, checkpoints);
             assert!(dies_at(&args, point), "{sql} passed fail point {point}");
             resumes_saying(&args, "restored");
             assert_eq!(

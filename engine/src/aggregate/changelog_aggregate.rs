@@ -29,8 +29,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, UInt32Array, UInt64Array,
+};
 use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
@@ -47,17 +50,21 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
     ReplaceChildrenOptions,
 };
-use futures::StreamExt;
 
 use super::spec::GroupExpr;
 use crate::changelog::{ChangeOp, OP_COLUMN, op_array, op_column, op_field};
+use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct ChangelogAggregateExec {
     input: Arc<dyn ExecutionPlan>,
+    exchange: Arc<StreamExchangeExec>,
+    /// The checkpoint barriers each output partition has passed.
+    passed: Arc<PassedBarriers>,
     /// The input's columns that key its changelog.
     input_key: Vec<usize>,
     group_by: Vec<GroupExpr>,
@@ -99,8 +106,11 @@ impl ChangelogAggregateExec {
         fields.push(op_field());
         let schema = Arc::new(Schema::new(fields));
         let properties = stateful_properties(&input, &schema);
+        let partitions = properties.partitioning.partition_count();
         Ok(Self {
             input,
+            exchange,
+            passed: Arc::new(PassedBarriers::new(partitions)),
             input_key,
             group_by,
             aggregates,
@@ -113,17 +123,28 @@ impl ChangelogAggregateExec {
     pub fn group_by(&self) -> &[GroupExpr] {
         &self.group_by
     }
+
+    /// The checkpoint barriers each output partition has passed on.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
+    }
+}
+
+/// Whether `aggregate` runs on a [`RetractableExtremum`], whose state a checkpoint rebuilds
+/// from the rows counted rather than keeps.
+fn is_extremum(aggregate: &AggregateFunctionExpr) -> bool {
+    matches!(
+        aggregate.fun().name().to_ascii_lowercase().as_str(),
+        "min" | "max"
+    )
 }
 
 /// An accumulator of `aggregate` that can retract rows in any order.
 fn retractable_accumulator(aggregate: &AggregateFunctionExpr) -> Result<Box<dyn Accumulator>> {
-    let name = aggregate.fun().name().to_ascii_lowercase();
-    if name == "min" || name == "max" {
+    if is_extremum(aggregate) {
+        let max = aggregate.fun().name().eq_ignore_ascii_case("max");
         let data_type = aggregate.field().data_type().clone();
-        return Ok(Box::new(RetractableExtremum::try_new(
-            data_type,
-            name == "max",
-        )?));
+        return Ok(Box::new(RetractableExtremum::try_new(data_type, max)?));
     }
     let accumulator = aggregate.create_sliding_accumulator()?;
     if !accumulator.supports_retract_batch() {
@@ -223,12 +244,18 @@ impl ExecutionPlan for ChangelogAggregateExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("ChangelogAggregateExec[{partition}]"))
             .register(context.memory_pool());
-        let input = self.input.execute(partition, context)?;
-        let mut state = ChangelogGroups::try_new(self, partition, reservation)?;
-        let outputs = input.filter_map(move |batch| {
-            let output = batch.and_then(|batch| state.on_batch(&batch));
-            futures::future::ready(output.transpose())
-        });
+        let messages = self
+            .exchange
+            .execute_messages(partition, Arc::clone(&context))?;
+        let state = ChangelogGroups::try_new(self, partition, reservation)?;
+        let checkpoint = OperatorCheckpoint::of(
+            &context,
+            self,
+            partition,
+            &self.passed,
+            Arc::clone(&self.schema),
+        )?;
+        let outputs = drive_checkpointed(messages, state, checkpoint);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             outputs,
@@ -512,6 +539,118 @@ impl ChangelogGroups {
         Ok(())
     }
 
+    /// What a checkpoint keeps: each group's key, row count, whether its row is out and
+    /// its accumulators' states (MIN and MAX are rebuilt from the rows counted), and each
+    /// input key's counted row.
+    fn snapshot_state(&mut self) -> Result<OperatorState> {
+        let mut state = OperatorState::default();
+        let keys = self.groups.iter().map(|g| g.key.as_ref());
+        state.put_array("group_key", Arc::new(BinaryArray::from_iter_values(keys)));
+        let rows = self.groups.iter().map(|g| g.rows as u64);
+        state.put_array("group_rows", Arc::new(UInt64Array::from_iter_values(rows)));
+        let emitted: BooleanArray = self.groups.iter().map(|g| Some(g.emitted)).collect();
+        state.put_array("group_emitted", Arc::new(emitted));
+        let mut states = Vec::with_capacity(self.aggregates.len());
+        for (index, aggregate) in self.aggregates.iter().enumerate() {
+            if is_extremum(aggregate) {
+                states.push(Vec::new());
+                continue;
+            }
+            let mut rows: Vec<Vec<ScalarValue>> = Vec::with_capacity(self.groups.len());
+            for group in &mut self.groups {
+                rows.push(group.accumulators[index].state()?);
+            }
+            // A sliding accumulator's state may be wider than the aggregate's state fields
+            // (SUM keeps its count to retract to NULL).
+            let width = rows.first().map_or(0, Vec::len);
+            let columns = (0..width)
+                .map(|column| {
+                    ScalarValue::iter_to_array(rows.iter().map(|row| row[column].clone()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            states.push(columns);
+        }
+        state.put_aggregate_states("accumulator", states);
+        let (mut keys, mut groups, mut arguments) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, counted) in &self.counted {
+            keys.push(key.as_ref());
+            groups.push(counted.group as u64);
+            arguments.push(counted.arguments.as_ref());
+        }
+        state.put_array("counted_key", Arc::new(BinaryArray::from_iter_values(keys)));
+        state.put_array("counted_group", Arc::new(UInt64Array::from(groups)));
+        state.put_array(
+            "counted_arguments",
+            Arc::new(BinaryArray::from_iter_values(arguments)),
+        );
+        Ok(state)
+    }
+
+    /// Takes back what [`Self::snapshot_state`] kept.
+    fn restore_state(&mut self, state: &OperatorState) -> Result<()> {
+        let keys = state.array("group_key")?.as_binary::<i32>().clone();
+        let rows = state
+            .array("group_rows")?
+            .as_primitive::<UInt64Type>()
+            .clone();
+        let emitted = state.array("group_emitted")?.as_boolean().clone();
+        let states = state.aggregate_states("accumulator")?;
+        let group_parser = self.group_rows.parser();
+        for group in 0..keys.len() {
+            let mut accumulators = self.fresh_accumulators()?;
+            for (accumulator, columns) in accumulators.iter_mut().zip(&states) {
+                if !columns.is_empty() {
+                    let row: Vec<ArrayRef> = columns.iter().map(|c| c.slice(group, 1)).collect();
+                    accumulator.merge_batch(&row)?;
+                }
+            }
+            let key = group_parser.parse(keys.value(group)).owned();
+            self.bytes += 2 * row_bytes(&key);
+            self.group_index.insert(keys.value(group).into(), group);
+            self.groups.push(Group {
+                key,
+                accumulators,
+                rows: rows.value(group) as usize,
+                emitted: emitted.value(group),
+            });
+        }
+        let counted_keys = state.array("counted_key")?.as_binary::<i32>().clone();
+        let counted_groups = state
+            .array("counted_group")?
+            .as_primitive::<UInt64Type>()
+            .clone();
+        let counted_arguments = state.array("counted_arguments")?.as_binary::<i32>().clone();
+        let argument_parser = self.argument_rows.parser();
+        let mut per_group: HashMap<usize, Vec<OwnedRow>> = HashMap::new();
+        for row in 0..counted_keys.len() {
+            let group = counted_groups.value(row) as usize;
+            let arguments = argument_parser.parse(counted_arguments.value(row)).owned();
+            per_group.entry(group).or_default().push(arguments.clone());
+            let key: Box<[u8]> = counted_keys.value(row).into();
+            self.bytes += key.len() + 64 + row_bytes(&arguments);
+            self.counted.insert(key, Counted { group, arguments });
+        }
+        // MIN and MAX count each value they hold: the rows counted give them back.
+        let extrema: Vec<usize> = (0..self.aggregates.len())
+            .filter(|&index| is_extremum(&self.aggregates[index]))
+            .collect();
+        if !extrema.is_empty() {
+            for (group, arguments) in per_group {
+                let values = self
+                    .argument_rows
+                    .convert_rows(arguments.iter().map(|row| row.row()))?;
+                let Some(entry) = self.groups.get_mut(group) else {
+                    return internal_err!("checkpoint: a counted row of group {group}, not kept");
+                };
+                for &index in &extrema {
+                    let range = self.argument_ranges[index].clone();
+                    entry.accumulators[index].update_batch(&values[range])?;
+                }
+            }
+        }
+        self.account()
+    }
+
     fn account(&mut self) -> Result<()> {
         if let Err(e) = self.reservation.try_resize(self.bytes) {
             return plan_err!(
@@ -521,6 +660,25 @@ impl ChangelogGroups {
             );
         }
         Ok(())
+    }
+}
+
+impl MessageHandler for ChangelogGroups {
+    fn on_batch(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        ChangelogGroups::on_batch(self, batch)
+    }
+
+    /// A changelog is applied as it comes: watermarks change nothing.
+    fn on_watermark(&mut self, _watermark: i64) -> Result<Option<RecordBatch>> {
+        Ok(None)
+    }
+
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        self.snapshot_state().map(Some)
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.restore_state(state)
     }
 }
 

@@ -15,7 +15,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::{Barrier, PassedBarriers};
-use crate::aggregate::WindowAggregateExec;
+use crate::aggregate::{ChangelogAggregateExec, WindowAggregateExec};
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
@@ -100,6 +100,11 @@ pub fn probe_below(
         }
         if let Some(over) = node.downcast_ref::<OverWindowExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(over.passed_barriers())));
+        }
+        if let Some(aggregate) = node.downcast_ref::<ChangelogAggregateExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(
+                aggregate.passed_barriers(),
+            )));
         }
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
@@ -249,6 +254,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     if node.downcast_ref::<IntervalJoinExec>().is_some()
         || node.downcast_ref::<OverWindowExec>().is_some()
         || node.downcast_ref::<LookupJoinExec>().is_some()
+        || node.downcast_ref::<ChangelogAggregateExec>().is_some()
         || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {
