@@ -64,10 +64,12 @@ pub(super) async fn run_checkpointed(
     }
     let run = report.summary;
     eprintln!(
-        "\r{} rows out; {} records read in {:.2}s; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit, longest alignment {:.0} ms){}",
+        "\r{} rows out; {} records read in {:.2}s; {} late records dropped; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit, longest alignment {:.0} ms){}",
         run.sink.rows,
         query.records_read(),
         started.elapsed().as_secs_f64(),
+        // Counted since the query started: a resumed run starts from its checkpoint's.
+        query.metric_total("late_records_dropped"),
         run.checkpoints,
         run.largest_bytes,
         run.slowest.as_secs_f64() * 1e3,

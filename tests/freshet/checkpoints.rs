@@ -332,6 +332,64 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
 }
 
 #[test]
+fn a_resumed_run_counts_the_late_records_dropped_before_it() {
+    let dir = temporary("late");
+    let table = replay(dir.path());
+    // A second file whose records are as old as the first file's: all late.
+    let stale = dir.path().join("market_data").join("f00b.parquet");
+    freshet_ok(&[
+        "gen",
+        "market_data",
+        "--records",
+        "4000",
+        "--set",
+        "start_ms=1700000000000",
+        "--out",
+        stale.to_str().unwrap(),
+    ]);
+    let late_dropped = |stderr: &str| -> u64 {
+        let before = stderr
+            .split(" late records dropped")
+            .next()
+            .and_then(|text| text.rsplit(' ').next())
+            .unwrap_or_default();
+        before
+            .parse()
+            .unwrap_or_else(|_| panic!("no late count in: {stderr}"))
+    };
+    let reference = dir.path().join("reference.csv");
+    let reference_out = format!("csv={}", reference.display());
+    let plain = freshet(&[
+        "query",
+        S3A,
+        "--table",
+        &table,
+        "--partitions",
+        "2",
+        "-o",
+        &reference_out,
+    ]);
+    assert!(plain.status.success());
+    let expected = late_dropped(&String::from_utf8_lossy(&plain.stderr));
+    assert!(
+        expected > 0,
+        "the replay has no late records: the test proves nothing"
+    );
+    let parts = dir.path().join("out");
+    let out = format!("parquet={}", parts.display());
+    let checkpoints = dir.path().join("checkpoints");
+    let args = checkpointed_args(S3A, &table, "2", &out, checkpoints.to_str().unwrap());
+    assert!(dies_at(&args, "after_commit:1"));
+    let resumed = freshet(&args);
+    let said = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        resumed.status.success() && said.contains("restored"),
+        "{said}"
+    );
+    assert_eq!(late_dropped(&said), expected, "{said}");
+}
+
+#[test]
 fn a_resumed_lookup_reads_its_table_whole() {
     let dir = temporary("lookups");
     // Long enough that the run dies with most of the replay still to read.

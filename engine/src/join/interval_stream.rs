@@ -659,6 +659,7 @@ impl JoinStream {
         for (index, (_, recorded)) in self.output_times.iter().enumerate() {
             state.put_value(format!("output_time_{index:03}"), *recorded);
         }
+        self.common.metrics.snapshot_into(&mut state);
         Ok(state)
     }
 
@@ -671,6 +672,7 @@ impl JoinStream {
             .restore_from(state, "right", &self.common.right_schema, random_state)?;
         self.progress.set(JoinSide::Left, self.left.watermark);
         self.progress.set(JoinSide::Right, self.right.watermark);
+        self.common.metrics.restore_from(state)?;
         for (index, (time, recorded)) in self.output_times.iter_mut().enumerate() {
             *recorded = state.value(&format!("output_time_{index:03}"))?;
             if *recorded > i64::MIN {

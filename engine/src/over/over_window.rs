@@ -657,6 +657,7 @@ impl OverState {
         }
         kernels.finish(&mut state, "kernels");
         state.put_value("watermark", self.watermark);
+        self.metrics.stateful.snapshot_into(&mut state);
         state.put_value("swept_at", self.swept_at);
         state.put_value("tails_completed", i64::from(self.tails_completed));
         Ok(state)
@@ -706,6 +707,7 @@ impl OverState {
         }
         kernels.finish()?;
         self.watermark = state.value("watermark")?;
+        self.metrics.stateful.restore_from(state)?;
         self.swept_at = state.value("swept_at")?;
         self.tails_completed = state.value("tails_completed")? != 0;
         self.report_state()

@@ -15,6 +15,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge};
 use crate::aggregate::partial::PartialAggregate;
 use crate::aggregate::spec::{AggregateSpec, WindowKey};
 use crate::changelog::{ChangeOp, op_array, op_column};
+use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
 use crate::operator_metrics::{StatefulMetrics, counter, gauge};
 use crate::watermark::event_times;
@@ -79,6 +80,18 @@ impl ModeContext {
     /// Counts `records` input records.
     pub fn count_records(&self, records: usize) {
         self.metrics.stateful.records_in.add(records);
+    }
+
+    /// Puts the watermark and the records dropped into a checkpoint's `state`.
+    pub fn snapshot_into(&self, state: &mut OperatorState) {
+        state.put_value("watermark", self.watermark);
+        self.metrics.stateful.snapshot_into(state);
+    }
+
+    /// Takes back what [`Self::snapshot_into`] kept.
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<()> {
+        self.raise_watermark(state.value("watermark")?);
+        self.metrics.stateful.restore_from(state)
     }
 
     /// Moves the watermark up to `watermark` (it never moves back).

@@ -94,14 +94,14 @@ impl SessionChangelog {
     /// The state a checkpoint keeps: the watermark, the open sessions and their aggregates.
     pub fn snapshot(&mut self) -> Result<OperatorState> {
         let mut state = OperatorState::default();
-        state.put_value("watermark", self.context.watermark);
+        self.context.snapshot_into(&mut state);
         self.changes.snapshot_into(&mut state)?;
         Ok(state)
     }
 
     /// Takes back what [`Self::snapshot`] kept.
     pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
-        self.context.raise_watermark(state.value("watermark")?);
+        self.context.restore_from(state)?;
         self.changes.restore_from(state)?;
         self.report_state()
     }

@@ -122,7 +122,7 @@ impl SessionFinal {
             return Ok(None);
         };
         let mut state = OperatorState::default();
-        state.put_value("watermark", self.context.watermark);
+        self.context.snapshot_into(&mut state);
         running.snapshot_into(&mut state);
         self.open.snapshot_into(&mut state)?;
         Ok(Some(state))
@@ -133,7 +133,7 @@ impl SessionFinal {
         let SessionStates::Kernels(running) = &mut self.states else {
             return internal_err!("checkpoint: session aggregates kept by accumulators");
         };
-        self.context.raise_watermark(state.value("watermark")?);
+        self.context.restore_from(state)?;
         running.restore_from(state)?;
         self.open.restore_from(state)?;
         self.report_state()

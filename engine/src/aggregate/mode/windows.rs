@@ -360,7 +360,7 @@ impl WindowGroups {
         if let Some(having) = &self.having {
             state.put_array("having_out", Arc::new(having.snapshot()));
         }
-        state.put_value("watermark", self.context.watermark);
+        self.context.snapshot_into(&mut state);
         state.put_value("end_reached", i64::from(self.end_reached));
         // Packed keys are kept as they are held; other key tables are taken out and
         // interned straight back (the ids stay: groups are interned in order).
@@ -389,7 +389,7 @@ impl WindowGroups {
 
     /// Takes back the state [`Self::snapshot`] kept.
     pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
-        self.context.raise_watermark(state.value("watermark")?);
+        self.context.restore_from(state)?;
         self.end_reached = state.value("end_reached")? != 0;
         if !self.table.restore_in_place(state)? {
             let groups = state.value("groups")? as usize;
