@@ -522,8 +522,9 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     let generated = "market_data=generator:market_data,records=1000";
     let output = freshet(&checkpointed_args(S3A, generated, "1", &out, checkpoints));
     assert!(
-        String::from_utf8_lossy(&output.stderr)
-            .contains("need every stream to be a replay of files"),
+        String::from_utf8_lossy(&output.stderr).contains(
+            "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream 'market_data' is not (write it to a file with `freshet gen … --out FILE`"
+        ),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
+use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
@@ -220,9 +221,15 @@ fn is_operator(node: &Arc<dyn ExecutionPlan>) -> bool {
 fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
         let paced = !matches!(source.options().pacing, Pacing::AsFastAsPossible);
+        // A generated stream can be written to a file and replayed from it.
+        let generated = node.exists(|node| Ok(node.downcast_ref::<LazyMemoryExec>().is_some()))?;
+        let hint = match generated {
+            true => " (write it to a file with `freshet gen … --out FILE` and replay that)",
+            false => "",
+        };
         return Ok((paced || source.positions().is_none()).then(|| {
             format!(
-                "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream '{}' is not",
+                "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream '{}' is not{hint}",
                 source.table()
             )
         }));
