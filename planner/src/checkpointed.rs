@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
+use freshet_engine::StreamSourceExec;
 use freshet_engine::checkpoint::{
     CheckpointStore, Checkpointing, Fingerprint, barrier_probe, checksum,
 };
@@ -102,6 +104,13 @@ impl StreamingQuery {
             report.resumed_from = Some(manifest.epoch);
             report.restored_bytes = manifest.states.iter().map(|s| s.bytes).sum();
         }
+        // Generators replayed as fast as they go are cut by their blocks.
+        self.plan().apply(|node| {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                source.take_generated_positions();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
         let probe = barrier_probe(self.plan())?;
         let schema = self.schema();
         let output = PartOutput::of(sink, || sink.open(&schema, Box::new(std::io::stdout())))?;

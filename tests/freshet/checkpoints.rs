@@ -332,6 +332,37 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
 }
 
 #[test]
+fn a_generated_stream_resumes_at_its_block() {
+    let dir = temporary("generated");
+    // Disordered, so that the order the two partitions are merged in shows in the changelog.
+    let table = "market_data=generator:market_data,records=1000000,disorder_ms=3000,watermark=2s";
+    for (case, sql) in [S3B, S1].into_iter().enumerate() {
+        let expected = uninterrupted(dir.path(), sql, table, "2");
+        let parts = dir.path().join(format!("out-{case}"));
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.path().join(format!("checkpoints-{case}"));
+        let mut args = checkpointed_args(sql, table, "2", &out, checkpoints.to_str().unwrap());
+        let last = args.len() - 1;
+        args[last] = "20k";
+        assert!(
+            dies_at(&args, "after_commit:2"),
+            "{sql} passed the fail point"
+        );
+        let resumed = freshet(&args);
+        let said = String::from_utf8_lossy(&resumed.stderr);
+        assert!(
+            resumed.status.success() && said.contains("restored"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("\r0 rows out"),
+            "the resumed run wrote nothing: {said}"
+        );
+        assert_eq!(committed(dir.path(), &parts), expected, "{sql}");
+    }
+}
+
+#[test]
 fn a_resumed_run_counts_the_late_records_dropped_before_it() {
     let dir = temporary("late");
     let table = replay(dir.path());
@@ -519,8 +550,14 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     let late = format!("csv={}", dir.path().join("late.csv").display());
     late_output.extend(["--late-output", &late]);
     refused(late_output, "--late-output");
-    let generated = "market_data=generator:market_data,records=1000";
-    let output = freshet(&checkpointed_args(S3A, generated, "1", &out, checkpoints));
+    let paced_generator = "market_data=generator:market_data,records=1000,rate=100000";
+    let output = freshet(&checkpointed_args(
+        S3A,
+        paced_generator,
+        "1",
+        &out,
+        checkpoints,
+    ));
     assert!(
         String::from_utf8_lossy(&output.stderr).contains(
             "need every stream to be a replay of files read as fast as it goes (Parquet, CSV, Arrow or JSON lines): stream 'market_data' is not (write it to a file with `freshet gen … --out FILE`"

@@ -51,6 +51,7 @@ use crate::plan_util::{single_child, unless_panicked};
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::deal::DealExec;
 use super::file_split::{FileSplit, keep_split};
+use super::generator::{generates_in_batches, seek_generated};
 use super::key_check::PartitionKeyCheck;
 use super::replay_units::{read_units, reads_units};
 use super::text_errors::TextFiles;
@@ -202,6 +203,10 @@ pub struct StreamSourceExec {
     /// A replay of files read unit by unit: each partition's position in the replay (see
     /// [`replay_units`](super::replay_units)), as of the last batch handed out.
     positions: Option<Arc<PartitionProgress>>,
+    /// A generator replayed as fast as it goes has positions too (its blocks), taken only by
+    /// a checkpointed run ([`Self::take_generated_positions`]): merged by them, its records
+    /// apply in block order, which the plans of other runs do not assume.
+    generated_positions: OnceLock<Arc<PartitionProgress>>,
     /// Set to stop: every partition then ends as if its data had ended.
     stop: Arc<watch::Sender<bool>>,
     /// The same files split over more source partitions (one per core), for a query that
@@ -260,6 +265,7 @@ impl StreamSourceExec {
             key_check,
             progress,
             positions,
+            generated_positions: OnceLock::new(),
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
             read_here: AtomicBool::new(false),
@@ -347,7 +353,22 @@ impl StreamSourceExec {
     /// Each partition's position in a replay of files, as of the last batch handed out (see
     /// [`replay_units`](super::replay_units)), when the replay is read unit by unit.
     pub fn positions(&self) -> Option<&Arc<PartitionProgress>> {
-        self.positions.as_ref()
+        self.positions.as_ref().or(self.generated_positions.get())
+    }
+
+    /// Numbers a generator's batches by their blocks in the stream, for a checkpointed run:
+    /// the source then has replay positions (see [`Self::positions`]), which its barriers
+    /// cut and a resumed run seeks. Nothing for other sources.
+    pub fn take_generated_positions(&self) {
+        if self.positions.is_none()
+            && matches!(self.options.pacing, Pacing::AsFastAsPossible)
+            && generates_in_batches(&self.input)
+        {
+            let partitions = self.properties.output_partitioning().partition_count();
+            let _ = self
+                .generated_positions
+                .set(Arc::new(PartitionProgress::new(partitions)));
+        }
     }
 
     /// Ends every partition of the stream after the batch it is handing out, as if the data
@@ -524,8 +545,7 @@ impl ExecutionPlan for StreamSourceExec {
         // Read unit by unit, the positions of the batches queue here in order until each
         // batch is handed out (the read ahead and the checks between keep the order).
         let positions = self
-            .positions
-            .as_ref()
+            .positions()
             .map(|positions| (Arc::clone(positions), Arc::new(Mutex::new(VecDeque::new()))));
         // A checkpointed run resumes at its checkpoint's barrier, and no barrier may be
         // placed at or before a position while it is being handed out.
@@ -535,9 +555,18 @@ impl ExecutionPlan for StreamSourceExec {
             Some((_, queued)) => {
                 let queued = Arc::clone(queued);
                 let resumed_at = checkpointing.as_ref().map_or(0, |c| c.resumed_at());
-                let positioned = match self.input.downcast_ref::<DealExec>() {
-                    Some(deal) => deal.execute_positioned(partition, context)?,
-                    None => read_units(&self.input, partition, context, resumed_at)?,
+                let generated = self
+                    .generated_positions
+                    .get()
+                    .and_then(|_| seek_generated(&self.input, partition, resumed_at));
+                let positioned = match (self.input.downcast_ref::<DealExec>(), generated) {
+                    (Some(deal), _) => deal.execute_positioned(partition, context)?,
+                    (None, Some(mut positions)) => self
+                        .input
+                        .execute(partition, context)?
+                        .map(move |batch| Ok((batch?, positions.next_position())))
+                        .boxed(),
+                    (None, None) => read_units(&self.input, partition, context, resumed_at)?,
                 };
                 let batches = positioned.map(move |item| {
                     let (batch, position) = item?;

@@ -14,6 +14,7 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
@@ -21,8 +22,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, plan_err};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::execution_plan::Boundedness;
-use datafusion::physical_plan::memory::LazyBatchGenerator;
+use datafusion::physical_plan::memory::{LazyBatchGenerator, LazyMemoryExec};
 use parking_lot::RwLock;
 
 use super::nexmark::{
@@ -379,6 +381,7 @@ impl GeneratorSpec {
                     partition: partition as u64,
                     block_records: block_records.max(1) as u64,
                     next_batch: 0,
+                    first_batch: Arc::default(),
                 })) as Arc<RwLock<dyn LazyBatchGenerator>>
             })
             .collect()
@@ -423,8 +426,77 @@ struct PartitionGenerator {
     partitions: u64,
     partition: u64,
     block_records: u64,
-    /// The partition's batches generated so far.
+    /// The partition's next batch.
     next_batch: u64,
+    /// The batch each execution starts at (0, or where a resumed replay seeks to); shared
+    /// with the fresh copies each execution makes.
+    first_batch: Arc<AtomicU64>,
+}
+
+/// Replay positions of a generator replayed as fast as it goes, whose blocks are whole
+/// batches: batch `k` of partition `p` of `n` is block `k * n + p` of the stream, its
+/// position, as a file's row groups are numbered.
+pub fn seek_generated(
+    plan: &Arc<dyn ExecutionPlan>,
+    partition: usize,
+    from: i64,
+) -> Option<GeneratedPositions> {
+    let generator = partition_generator(plan, partition)?;
+    let generator = generator.read();
+    let generator = generator.as_any().downcast_ref::<PartitionGenerator>()?;
+    let partitions = generator.partitions as i64;
+    let partition = generator.partition as i64;
+    // The first batch `k` at or past `from`: `k * n + p >= from`.
+    let first = ((from - partition).max(0) as u64).div_ceil(partitions as u64);
+    generator.first_batch.store(first, Ordering::SeqCst);
+    Some(GeneratedPositions {
+        next: first as i64 * partitions + partition,
+        step: partitions,
+    })
+}
+
+/// The positions of a generator partition's batches, from where it was sought.
+pub struct GeneratedPositions {
+    next: i64,
+    step: i64,
+}
+
+impl GeneratedPositions {
+    /// The position of the next batch.
+    pub fn next_position(&mut self) -> i64 {
+        let position = self.next;
+        self.next += self.step;
+        position
+    }
+}
+
+/// Whether `plan` reads a generator whose blocks are whole batches (a replay run as fast as it
+/// goes), which has replay positions.
+pub fn generates_in_batches(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    partition_generator(plan, 0).is_some_and(|generator| {
+        let generator = generator.read();
+        generator
+            .as_any()
+            .downcast_ref::<PartitionGenerator>()
+            .is_some_and(|g| g.block_records == g.spec.batch_size as u64)
+    })
+}
+
+/// The lazy generator of `partition` under `plan` (through single-child nodes).
+fn partition_generator(
+    plan: &Arc<dyn ExecutionPlan>,
+    partition: usize,
+) -> Option<Arc<RwLock<dyn LazyBatchGenerator>>> {
+    let mut node = plan;
+    loop {
+        if let Some(lazy) = node.downcast_ref::<LazyMemoryExec>() {
+            return lazy.generators().get(partition).cloned();
+        }
+        node = match node.children().as_slice() {
+            [child] => child,
+            _ => return None,
+        };
+    }
 }
 
 impl fmt::Display for PartitionGenerator {
@@ -481,7 +553,8 @@ impl LazyBatchGenerator for PartitionGenerator {
             partitions: self.partitions,
             partition: self.partition,
             block_records: self.block_records,
-            next_batch: 0,
+            next_batch: self.first_batch.load(Ordering::SeqCst),
+            first_batch: Arc::clone(&self.first_batch),
         }))
     }
 }
