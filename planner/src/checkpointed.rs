@@ -104,10 +104,11 @@ impl StreamingQuery {
             report.resumed_from = Some(manifest.epoch);
             report.restored_bytes = manifest.states.iter().map(|s| s.bytes).sum();
         }
-        // Generators replayed as fast as they go are cut by their blocks.
+        // Generators and dealt in-memory batches, replayed as fast as they go, are cut by
+        // their blocks and batches.
         self.plan().apply(|node| {
             if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-                source.take_generated_positions();
+                source.take_checkpoint_positions();
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
@@ -141,5 +142,93 @@ impl StreamingQuery {
         .run(output, schema)
         .await?;
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use freshet_engine::StreamOptions;
+    use freshet_engine::source::{GeneratorKind, GeneratorSpec};
+
+    use super::*;
+    use crate::StreamingContext;
+
+    const QUERY: &str = "SELECT trader_id, COUNT(*) AS n, SUM(quantity) AS q FROM market_data GROUP BY trader_id EMIT CHANGES";
+
+    /// Disordered in-memory batches, as a library user registers them.
+    fn context() -> StreamingContext {
+        let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(60_000));
+        spec.set("batch_size", "500").unwrap();
+        spec.set("disorder_ms", "3000").unwrap();
+        let batches = spec.generate_all().unwrap();
+        let context = StreamingContext::with_partitions(2);
+        let options = StreamOptions {
+            event_time: Some("trade_time".to_string()),
+            ..StreamOptions::default()
+        };
+        context
+            .register_batches("market_data", spec.schema(), batches, options)
+            .unwrap();
+        context
+    }
+
+    /// Runs the query into a directory of CSV parts, stopping at its first checkpoint when
+    /// `stop_at_once`; whether it stopped.
+    async fn run(out: &Path, checkpoints: &Path, stop_at_once: bool) -> bool {
+        let query = context().sql(QUERY).await.unwrap();
+        let config = CheckpointConfig {
+            dir: checkpoints.to_path_buf(),
+            interval: "5000".parse().unwrap(),
+            kept: 2,
+            query_text: QUERY.to_string(),
+            options_text: "in-memory".to_string(),
+        };
+        let (_stopper, stop) = watch::channel(stop_at_once);
+        let sink = SinkSpec::Csv(Some(out.to_path_buf()));
+        let report = query
+            .run_checkpointed(&sink, &config, stop, &|_| {})
+            .await
+            .unwrap();
+        report.summary.stopped
+    }
+
+    /// The rows of every part file, without their header lines, sorted.
+    fn committed(out: &Path) -> Vec<String> {
+        let mut rows: Vec<String> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("part-")
+            })
+            .flat_map(|path| {
+                let text = std::fs::read_to_string(path).unwrap();
+                text.lines().skip(1).map(str::to_string).collect::<Vec<_>>()
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_in_memory_replay_stopped_at_a_checkpoint_resumes_at_its_batch() {
+        let dir = std::env::temp_dir().join(format!("freshet-memory-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (reference, out) = (dir.join("reference"), dir.join("out"));
+        assert!(!run(&reference, &dir.join("reference-checkpoints"), false).await);
+        assert!(
+            run(&out, &dir.join("checkpoints"), true).await,
+            "the run did not stop"
+        );
+        let partial = committed(&out).len();
+        assert!(!run(&out, &dir.join("checkpoints"), false).await);
+        let expected = committed(&reference);
+        assert!(partial < expected.len(), "the first run read everything");
+        assert_eq!(committed(&out), expected);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

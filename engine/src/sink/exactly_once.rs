@@ -329,7 +329,8 @@ impl CheckpointedRun {
         let mut summary = CheckpointedSummary::default();
         let mut last_barrier = (records_read(), Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(5));
-        let mut stopping = false;
+        // A stop asked for before the run began is seen too.
+        let mut stopping = *stop.borrow();
         let mut completing: Option<Completing> = None;
         loop {
             let (partition, item) = tokio::select! {

@@ -203,10 +203,14 @@ pub struct StreamSourceExec {
     /// A replay of files read unit by unit: each partition's position in the replay (see
     /// [`replay_units`](super::replay_units)), as of the last batch handed out.
     positions: Option<Arc<PartitionProgress>>,
-    /// A generator replayed as fast as it goes has positions too (its blocks), taken only by
-    /// a checkpointed run ([`Self::take_generated_positions`]): merged by them, its records
-    /// apply in block order, which the plans of other runs do not assume.
+    /// A generator replayed as fast as it goes, and in-memory batches dealt to the partitions
+    /// in turn, have positions too (block or batch numbers), taken only by a checkpointed
+    /// run ([`Self::take_checkpoint_positions`]): merged by them, their records apply in
+    /// that order, which the plans of other runs do not assume.
     generated_positions: OnceLock<Arc<PartitionProgress>>,
+    /// Whether the input is in-memory batches dealt to the partitions in turn (batch `k` to
+    /// partition `k mod n`).
+    dealt_batches: bool,
     /// Set to stop: every partition then ends as if its data had ended.
     stop: Arc<watch::Sender<bool>>,
     /// The same files split over more source partitions (one per core), for a query that
@@ -266,6 +270,7 @@ impl StreamSourceExec {
             progress,
             positions,
             generated_positions: OnceLock::new(),
+            dealt_batches: false,
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
             read_here: AtomicBool::new(false),
@@ -275,6 +280,12 @@ impl StreamSourceExec {
     }
 
     /// This source, able to read its files over `split`'s more source partitions.
+    /// Marks the input as in-memory batches dealt to the partitions in turn.
+    pub fn with_dealt_batches(mut self, dealt: bool) -> Self {
+        self.dealt_batches = dealt;
+        self
+    }
+
     pub fn with_wider_split(mut self, split: Option<FileSplit>) -> Self {
         self.wider_split = split.map(Arc::new);
         self
@@ -356,13 +367,14 @@ impl StreamSourceExec {
         self.positions.as_ref().or(self.generated_positions.get())
     }
 
-    /// Numbers a generator's batches by their blocks in the stream, for a checkpointed run:
-    /// the source then has replay positions (see [`Self::positions`]), which its barriers
-    /// cut and a resumed run seeks. Nothing for other sources.
-    pub fn take_generated_positions(&self) {
+    /// Numbers a generator's batches by their blocks in the stream, and dealt in-memory
+    /// batches by their place in the replay, for a checkpointed run: the source then has
+    /// replay positions (see [`Self::positions`]), which its barriers cut and a resumed run
+    /// seeks. Nothing for other sources.
+    pub fn take_checkpoint_positions(&self) {
         if self.positions.is_none()
             && matches!(self.options.pacing, Pacing::AsFastAsPossible)
-            && generates_in_batches(&self.input)
+            && (self.dealt_batches || generates_in_batches(&self.input))
         {
             let partitions = self.properties.output_partitioning().partition_count();
             let _ = self
@@ -559,12 +571,27 @@ impl ExecutionPlan for StreamSourceExec {
                     .generated_positions
                     .get()
                     .and_then(|_| seek_generated(&self.input, partition, resumed_at));
+                let partitions = self.properties.output_partitioning().partition_count() as i64;
                 let positioned = match (self.input.downcast_ref::<DealExec>(), generated) {
                     (Some(deal), _) => deal.execute_positioned(partition, context)?,
                     (None, Some(mut positions)) => self
                         .input
                         .execute(partition, context)?
                         .map(move |batch| Ok((batch?, positions.next_position())))
+                        .boxed(),
+                    // Batch `k` of the replay is batch `k / n` of partition `k mod n`.
+                    (None, None) if self.dealt_batches => self
+                        .input
+                        .execute(partition, context)?
+                        .enumerate()
+                        .map(move |(index, batch)| {
+                            Ok((batch?, index as i64 * partitions + partition as i64))
+                        })
+                        .filter(move |item| {
+                            let before =
+                                matches!(item, Ok((_, position)) if *position < resumed_at);
+                            futures::future::ready(!before)
+                        })
                         .boxed(),
                     (None, None) => read_units(&self.input, partition, context, resumed_at)?,
                 };

@@ -293,7 +293,8 @@ impl TableProvider for StreamTable {
             }
         };
         let input = self.retype_time(input)?;
-        let source = StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)?;
+        let source = StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)?
+            .with_dealt_batches(matches!(self.source, ReplaySource::Batches { .. }));
         Ok(Arc::new(source.with_wider_split(wider_split)))
     }
 }
