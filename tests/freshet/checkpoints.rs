@@ -560,7 +560,7 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     ));
     assert!(
         String::from_utf8_lossy(&output.stderr).contains(
-            "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines) or a generator, read as fast as it goes: stream 'market_data' is not (write it to a file with `freshet gen … --out FILE`"
+            "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines), in-memory batches or a generator, read as fast as it goes: stream 'market_data' is not (write it to a file with `freshet gen … --out FILE`"
         ),
         "{}",
         String::from_utf8_lossy(&output.stderr)
@@ -569,7 +569,7 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     let output = freshet(&checkpointed_args(S3A, &paced, "2", &out, checkpoints));
     assert!(
         String::from_utf8_lossy(&output.stderr)
-            .contains("or a generator, read as fast as it goes: stream"),
+            .contains("in-memory batches or a generator, read as fast as it goes: stream"),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -229,7 +229,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         };
         return Ok((paced || source.positions().is_none()).then(|| {
             format!(
-                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines) or a generator, read as fast as it goes: stream '{}' is not{hint}",
+                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines), in-memory batches or a generator, read as fast as it goes: stream '{}' is not{hint}",
                 source.table()
             )
         }));
