@@ -215,6 +215,21 @@ fn dies_at(args: &[&str], point: &str) -> bool {
     !status.success()
 }
 
+/// Runs `args` to the end, and expects it to resume from a checkpoint and write rows (the
+/// run it resumes died with input left to read).
+fn resumes_writing_rows(args: &[&str]) {
+    let resumed = freshet(args);
+    let said = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        resumed.status.success() && said.contains("restored"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("\r0 rows out"),
+        "the resumed run wrote nothing: {said}"
+    );
+}
+
 /// Runs `args` to the end, and expects it to succeed saying `said` on stderr.
 fn resumes_saying(args: &[&str], said: &str) {
     let resumed = freshet(args);
@@ -348,16 +363,7 @@ fn a_generated_stream_resumes_at_its_block() {
             dies_at(&args, "after_commit:2"),
             "{sql} passed the fail point"
         );
-        let resumed = freshet(&args);
-        let said = String::from_utf8_lossy(&resumed.stderr);
-        assert!(
-            resumed.status.success() && said.contains("restored"),
-            "{said}"
-        );
-        assert!(
-            !said.contains("\r0 rows out"),
-            "the resumed run wrote nothing: {said}"
-        );
+        resumes_writing_rows(&args);
         assert_eq!(committed(dir.path(), &parts), expected, "{sql}");
     }
 }
@@ -461,16 +467,7 @@ fn a_resumed_lookup_reads_its_table_whole() {
             dies_at(&args, "after_commit:1"),
             "{sql} passed the fail point"
         );
-        let resumed = freshet(&args);
-        let said = String::from_utf8_lossy(&resumed.stderr);
-        assert!(
-            resumed.status.success() && said.contains("restored"),
-            "{said}"
-        );
-        assert!(
-            !said.contains("\r0 rows out"),
-            "the resumed run wrote nothing: {said}"
-        );
+        resumes_writing_rows(&args);
         assert_eq!(committed(dir.path(), &parts), expected, "{sql}");
     }
 }

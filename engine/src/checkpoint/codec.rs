@@ -74,11 +74,15 @@ impl StateReader {
     }
 
     fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let Some(bytes) = self.bytes.get(self.at..self.at + N) else {
+        let Some(Ok(bytes)) = self
+            .bytes
+            .get(self.at..self.at + N)
+            .map(<[u8; N]>::try_from)
+        else {
             return internal_err!("checkpoint: a kernel's state ends early");
         };
         self.at += N;
-        Ok(bytes.try_into().expect("N bytes"))
+        Ok(bytes)
     }
 
     /// Fails unless every byte was read.
