@@ -33,7 +33,8 @@ pub use freshet_bench as bench;
 pub use freshet_engine as engine;
 pub use freshet_engine::sink;
 pub use freshet_engine::{
-    FileFormatKind, GeneratorKind, GeneratorSpec, NexmarkTable, Pacing, ReplaySource, StreamOptions,
+    FileFormatKind, GeneratorKind, GeneratorSpec, LiveBatches, NexmarkTable, Pacing, ReplaySource,
+    StreamOptions,
 };
 pub use freshet_partitioner as partitioner;
 pub use freshet_planner as planner;

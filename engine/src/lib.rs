@@ -35,7 +35,7 @@ pub use plan_util::{machine_cores, panic_becomes_error, unless_panicked};
 pub use progress::PartitionProgress;
 pub use sort::StreamSortExec;
 pub use source::{
-    CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, NexmarkTable,
+    CoPartitionedSide, FileFormatKind, GeneratorKind, GeneratorSpec, LiveBatches, NexmarkTable,
     PartitionKeyCheck, ReplaySource, StreamSourceExec, StreamTable, nexmark_side_input,
     open_file_source, splitmix64,
 };

@@ -11,7 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::config::ExtensionOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
-use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::explain::ExplainExec;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -19,8 +19,8 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use freshet_engine::aggregate::WindowAggregateExec;
 use freshet_engine::{
-    FileFormatKind, GeneratorSpec, ReplaySource, StreamOptions, StreamTable, open_file_source,
-    unless_panicked,
+    FileFormatKind, GeneratorSpec, LiveBatches, ReplaySource, StreamOptions, StreamTable,
+    open_file_source, unless_panicked,
 };
 
 use crate::dialect::{EmitMode, rewrite_with};
@@ -104,6 +104,20 @@ impl StreamingContext {
         options: StreamOptions,
     ) -> Result<()> {
         self.register_stream(name, ReplaySource::Batches { schema, batches }, options)
+    }
+
+    /// Registers a stream of batches the application hands over as they come (a reader it
+    /// has, batches it produces): read once, in its order, by the first query that runs over
+    /// it. `ends`: the stream ends, so that queries over it may be planned as bounded.
+    pub fn register_live(
+        &self,
+        name: &str,
+        batches: SendableRecordBatchStream,
+        ends: bool,
+        options: StreamOptions,
+    ) -> Result<()> {
+        let live = Arc::new(LiveBatches::new(batches, ends));
+        self.register_stream(name, ReplaySource::Live(live), options)
     }
 
     /// Registers a built-in generator stream.

@@ -217,7 +217,7 @@ async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
 }
 
 /// A session with the command line's stream count, strategy, settings and streams.
-pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
+pub async fn session(args: &SessionArgs) -> Result<StreamingContext> {
     let ctx = match args.partitions {
         Some(0) => return plan_err!("--partitions must be at least 1"),
         Some(partitions) if partitions > MAX_PARTITIONS => {
@@ -263,7 +263,7 @@ pub(super) async fn session(args: &SessionArgs) -> Result<StreamingContext> {
 
 /// Runs a statement that changes the session (SET, CREATE …); a SET of a key the session
 /// does not know names the keys it may have meant.
-pub(super) async fn session_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
+pub async fn session_statement(ctx: &StreamingContext, statement: &str) -> Result<()> {
     match ctx.session().sql(statement).await {
         Ok(_) => Ok(()),
         Err(error) if error.to_string().contains("not found on") => {

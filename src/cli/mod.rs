@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-pub use tables::{TableSpec, register_tables};
+pub use commands::{session, session_statement};
+pub use tables::{TableSource, TableSpec, register_table, register_tables};
 
 /// Freshet: streaming SQL on Apache DataFusion and Arrow.
 #[derive(Debug, Parser)]

@@ -57,53 +57,71 @@ impl std::str::FromStr for TableSpec {
         };
         let location = location.trim();
         let parts = options_text.split(',');
-        let mut source = match (
-            location.strip_prefix("generator:"),
-            NexmarkTable::from_name(name),
-        ) {
-            // The Nexmark stream of the table's name.
-            (Some("nexmark"), Some(table)) => TableSource::Generator(GeneratorSpec::nexmark(
-                table,
-                Some(DEFAULT_GENERATOR_RECORDS),
-            )),
-            (Some(kind), _) => TableSource::Generator(GeneratorSpec::new(
-                kind.parse::<GeneratorKind>()?,
-                Some(DEFAULT_GENERATOR_RECORDS),
-            )),
-            (None, _) if location.is_empty() => {
+        let source = match location.strip_prefix("generator:") {
+            Some(kind) => Self::generator(name, kind)?.source,
+            None if location.is_empty() => {
                 return plan_err!("--table {text}: no path or generator given for '{name}'");
             }
-            (None, _) => TableSource::Files(location.to_string()),
+            None => TableSource::Files(location.to_string()),
         };
-        let mut options = StreamOptions::default();
+        let mut spec = Self::new(name, source);
         for pair in parts.filter(|p| !p.trim().is_empty()) {
             let Some((key, value)) = pair.split_once('=') else {
                 return plan_err!("--table {name}: option '{pair}' is not key=value");
             };
-            let (key, value) = (key.trim(), value.trim());
-            if options.set(key, value)? {
-                continue;
-            }
-            let taken = match &mut source {
-                TableSource::Generator(spec) => spec.set(key, value)?,
-                TableSource::Files(_) => false,
-            };
-            if !taken {
-                let mut valid = StreamOptions::KEYS.to_vec();
-                if let TableSource::Generator(spec) = &source {
-                    valid.extend(spec.keys());
-                }
-                return plan_err!(
-                    "unknown option '{key}' for table '{name}'; valid options are {}",
-                    valid.join(", ")
-                );
-            }
+            spec.set(key.trim(), value.trim())?;
         }
-        Ok(Self {
+        Ok(spec)
+    }
+}
+
+impl TableSpec {
+    /// A stream `name` reading `source`, with default options.
+    pub fn new(name: &str, source: TableSource) -> Self {
+        Self {
             name: name.to_string(),
             source,
-            options,
-        })
+            options: StreamOptions::default(),
+        }
+    }
+
+    /// Sets a stream option (`event_time`, `watermark`, …) or a generator parameter
+    /// (`records`, `symbols`, …) from its textual value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        if self.options.set(key, value)? {
+            return Ok(());
+        }
+        let taken = match &mut self.source {
+            TableSource::Generator(spec) => spec.set(key, value)?,
+            TableSource::Files(_) => false,
+        };
+        if !taken {
+            let mut valid = StreamOptions::KEYS.to_vec();
+            if let TableSource::Generator(spec) = &self.source {
+                valid.extend(spec.keys());
+            }
+            return plan_err!(
+                "unknown option '{key}' for table '{}'; valid options are {}",
+                self.name,
+                valid.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// A generator table `name` of `kind` (market_data, orders, nexmark.person, … or, for a
+    /// table named person, auction or bid, nexmark), of 1 M records unless set otherwise.
+    pub fn generator(name: &str, kind: &str) -> Result<Self> {
+        let spec = match (kind, NexmarkTable::from_name(name)) {
+            ("nexmark", Some(table)) => {
+                GeneratorSpec::nexmark(table, Some(DEFAULT_GENERATOR_RECORDS))
+            }
+            _ => GeneratorSpec::new(
+                kind.parse::<GeneratorKind>()?,
+                Some(DEFAULT_GENERATOR_RECORDS),
+            ),
+        };
+        Ok(Self::new(name, TableSource::Generator(spec)))
     }
 }
 

@@ -21,11 +21,13 @@ use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::streaming::StreamingTableExec;
 
 use super::deal::DealExec;
 use super::exec::StreamSourceExec;
 use super::file_split::FileSplit;
 use super::generator::{GeneratorKind, GeneratorSpec};
+use super::live::LiveBatches;
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::machine_cores;
 
@@ -49,6 +51,8 @@ pub enum ReplaySource {
     },
     /// A built-in generator.
     Generator(Arc<GeneratorSpec>),
+    /// Batches an application hands over as they come, read once by one source partition.
+    Live(Arc<LiveBatches>),
 }
 
 impl ReplaySource {
@@ -57,12 +61,14 @@ impl ReplaySource {
             Self::Files { provider, .. } => provider.schema(),
             Self::Batches { schema, .. } | Self::Partitioned { schema, .. } => Arc::clone(schema),
             Self::Generator(spec) => spec.schema(),
+            Self::Live(batches) => batches.schema(),
         }
     }
 
     fn ends(&self) -> bool {
         match self {
             Self::Generator(spec) => spec.records.is_some(),
+            Self::Live(batches) => batches.ends(),
             Self::Files { .. } | Self::Batches { .. } | Self::Partitioned { .. } => true,
         }
     }
@@ -75,6 +81,7 @@ impl ReplaySource {
                 format!("in-memory batches in {} partitions", partitions.len())
             }
             Self::Generator(spec) => format!("generator {:?}", spec.kind),
+            Self::Live(_) => "batches handed over by the application".to_string(),
         }
     }
 }
@@ -145,7 +152,19 @@ impl StreamTable {
                 );
             }
         }
+        if let ReplaySource::Live(_) = &source
+            && options.partitions.is_some_and(|partitions| partitions > 1)
+        {
+            return plan_err!(
+                "stream '{name}': batches handed over by the application arrive in one order and are read by one source partition; leave out partitions (the query still runs on every stream)"
+            );
+        }
         let bounded = match options.bounded {
+            Some(true) if matches!(source, ReplaySource::Live(_)) && !source.ends() => {
+                return plan_err!(
+                    "stream '{name}': say that the batches end where they are handed over (bounded=True), not in the stream's options"
+                );
+            }
             Some(true) if !source.ends() => {
                 return plan_err!(
                     "stream '{name}' is endless and cannot be bounded: give the generator a record count (records=N)"
@@ -232,7 +251,7 @@ impl TableProvider for StreamTable {
             && self.options.partitioned_by.is_empty();
         let partitions = match self.options.partitions {
             Some(partitions) => partitions,
-            None if one_reader => 1,
+            None if one_reader || matches!(self.source, ReplaySource::Live(_)) => 1,
             None => state.config().target_partitions(),
         }
         .max(1);
@@ -291,6 +310,14 @@ impl TableProvider for StreamTable {
                         .with_projection(projection.cloned()),
                 )
             }
+            ReplaySource::Live(batches) => Arc::new(StreamingTableExec::try_new(
+                batches.schema(),
+                vec![batches.partition(&self.name)],
+                projection,
+                [],
+                !self.bounded,
+                None,
+            )?),
         };
         let input = self.retype_time(input)?;
         let source = StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)?
