@@ -57,8 +57,16 @@ impl Context {
         if let (false, Some(delay)) = (watermark_given, &self.watermark) {
             spec.set("watermark", delay).map_err(to_py)?;
         }
+        self.replace(&spec.name)?;
         let ctx = self.ctx.clone();
         wait(py, async move { register_table(&ctx, spec).await })?.map_err(to_py)
+    }
+
+    /// Drops the stream `name` if there is one: registering a name again replaces its
+    /// stream, as the command line's `--table` replaces a default table.
+    fn replace(&self, name: &str) -> PyResult<()> {
+        self.ctx.session().deregister_table(name).map_err(to_py)?;
+        Ok(())
     }
 
     /// Stream options as `(key, value)` pairs, with the context's defaults for those left out.
@@ -159,6 +167,7 @@ impl Context {
             }
         };
         let stream_options = self.stream_options(&options)?;
+        self.replace(name)?;
         let ctx = self.ctx.clone();
         let name = name.to_string();
         wait(py, async move {
@@ -200,6 +209,7 @@ impl Context {
                     FreshetError::new_err(format!("reading the data for '{name}' failed: {e}"))
                 })?;
         let stream_options = self.stream_options(&option_pairs(options)?)?;
+        self.replace(name)?;
         self.ctx
             .register_batches(name, schema, batches, stream_options)
             .map_err(to_py)
@@ -247,6 +257,7 @@ impl Context {
         .boxed();
         let stream = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
         let stream_options = self.stream_options(&option_pairs(options)?)?;
+        self.replace(name)?;
         self.ctx
             .register_live(name, stream, bounded, stream_options)
             .map_err(to_py)

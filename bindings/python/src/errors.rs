@@ -6,7 +6,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 
 create_exception!(
-    _freshet,
+    freshet,
     FreshetError,
     PyException,
     "An error Freshet reports: a query it refuses, a stream it cannot read, a run that failed."

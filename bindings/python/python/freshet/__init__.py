@@ -57,13 +57,16 @@ def _arrow_stream(data: Any) -> Any:
 
 def _is_whole(data: Any) -> bool:
     """Whether ``data`` is data at rest (read whole at registration) rather than a reader
-    (read as it comes)."""
-    if isinstance(data, pa.RecordBatchReader):
-        return False
-    if hasattr(pa, "dataset") and type(data).__name__ == "Scanner":
-        return False
-    # Tables, frames, batches and datafusion DataFrames are data at rest.
-    return True
+    (read as it comes, once)."""
+    if isinstance(data, (pa.Table, pa.RecordBatch, list, tuple)):
+        return True
+    module = type(data).__module__.split(".")[0]
+    kind = type(data).__name__
+    return (module, kind) in {
+        ("pandas", "DataFrame"),
+        ("polars", "DataFrame"),
+        ("datafusion", "DataFrame"),
+    }
 
 
 class StreamingContext:
