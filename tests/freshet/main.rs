@@ -6,6 +6,7 @@ mod checkpoints;
 mod cli;
 mod filters;
 mod fuzz;
+mod handed_over;
 mod joins;
 mod live;
 mod lookups;
