@@ -73,6 +73,15 @@ impl StreamingContext {
         }
     }
 
+    /// A context over a copy of this one's session state: settings changed on the copy stay
+    /// there, while the streams (the catalog) are the same.
+    pub fn forked(&self) -> Self {
+        Self {
+            ctx: SessionContext::new_with_state(self.ctx.state()),
+            event_times: Arc::clone(&self.event_times),
+        }
+    }
+
     /// The DataFusion session underneath.
     pub fn session(&self) -> &SessionContext {
         &self.ctx

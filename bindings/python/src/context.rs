@@ -22,11 +22,15 @@ use crate::options::{option_pairs, option_text};
 use crate::provider::TableExport;
 use crate::query::Query;
 use crate::runtime::wait;
+use crate::write::Origin;
 
 /// A streaming session: register streams, then run streaming SQL over them.
 #[pyclass(module = "freshet._freshet", frozen)]
 pub struct Context {
     ctx: StreamingContext,
+    /// The session as the command line's arguments would give it (what a checkpoint
+    /// compares on resume).
+    args: Mutex<SessionArgs>,
     /// The event-time column of every stream registered without one.
     event_time: Option<String>,
     /// The watermark delay of every stream registered without one.
@@ -118,9 +122,13 @@ impl Context {
             watermark: watermark.clone(),
             strategy,
         };
-        let ctx = wait(py, async move { session(&args).await })?.map_err(to_py)?;
+        let ctx = {
+            let args = args.clone();
+            wait(py, async move { session(&args).await })?.map_err(to_py)?
+        };
         Ok(Self {
             ctx,
+            args: Mutex::new(args),
             event_time,
             watermark,
         })
@@ -136,7 +144,9 @@ impl Context {
         };
         let ctx = self.ctx.clone();
         let statement = format!("SET {key} = '{value}'");
-        wait(py, async move { session_statement(&ctx, &statement).await })?.map_err(to_py)
+        wait(py, async move { session_statement(&ctx, &statement).await })?.map_err(to_py)?;
+        self.args.lock().settings.push(format!("{key}={value}"));
+        Ok(())
     }
 
     /// Registers a Parquet, CSV, JSON-lines or Arrow IPC file or directory as a replay,
@@ -297,7 +307,13 @@ impl Context {
     /// when its results are first read.
     fn sql(&self, py: Python<'_>, query: String) -> PyResult<Query> {
         let ctx = self.ctx.clone();
-        let planned = wait(py, async move { ctx.sql(&query).await })?.map_err(to_py)?;
-        Ok(Query::new(planned))
+        let text = query.clone();
+        let planned = wait(py, async move { ctx.sql(&text).await })?.map_err(to_py)?;
+        let origin = Origin {
+            ctx: self.ctx.clone(),
+            args: self.args.lock().clone(),
+            sql: query,
+        };
+        Ok(Query::new(planned, Some(origin)))
     }
 }

@@ -12,6 +12,7 @@ mod options;
 mod provider;
 mod query;
 mod runtime;
+mod write;
 
 use pyo3::prelude::*;
 

@@ -13,12 +13,13 @@ use datafusion::physical_plan::ExecutionPlanProperties;
 use freshet::StreamingQuery;
 use futures::StreamExt;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCapsule, PyDict};
 
 use crate::arrow_ffi::{ExportedBatch, ExportedSchema, export_stream};
 use crate::errors::{FreshetError, to_py};
 use crate::provider::TableExport;
 use crate::runtime::{SIGNAL_CHECK, runtime};
+use crate::write::{Origin, WriteOptions, write};
 
 /// Where a query's results stand.
 enum Results {
@@ -44,15 +45,18 @@ enum Next {
 #[pyclass(module = "freshet._freshet", frozen)]
 pub struct Query {
     query: StreamingQuery,
+    /// The context and text it was planned from (none for a query handed to another session).
+    origin: Option<Origin>,
     results: Mutex<Results>,
     /// The late-record side output, asked for before the query started.
     late: Mutex<Option<SendableRecordBatchStream>>,
 }
 
 impl Query {
-    pub fn new(query: StreamingQuery) -> Self {
+    pub fn new(query: StreamingQuery, origin: Option<Origin>) -> Self {
         Self {
             query,
+            origin,
             results: Mutex::new(Results::NotStarted),
             late: Mutex::new(None),
         }
@@ -139,6 +143,42 @@ impl Query {
             Next::End => py.None(),
             Next::Pending => false.into_pyobject(py)?.to_owned().into_any().unbind(),
         })
+    }
+
+    /// Runs the query into one of the command line's outputs (`table`, `csv=PATH`,
+    /// `parquet=PATH`, …), with its late records into `late_output`, and with checkpoints in
+    /// `checkpoint_dir` (resuming from its latest one) as `freshet query` does; returns what
+    /// the run did. Ctrl-C stops the query as the command line's does (at the next
+    /// checkpoint under checkpoints), closes the output, then raises KeyboardInterrupt.
+    #[pyo3(signature = (output="table".to_string(), late_output=None, checkpoint_dir=None, checkpoint_interval="10s".to_string(), checkpoints_kept=3))]
+    fn write<'py>(
+        &self,
+        py: Python<'py>,
+        output: String,
+        late_output: Option<String>,
+        checkpoint_dir: Option<std::path::PathBuf>,
+        checkpoint_interval: String,
+        checkpoints_kept: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let Some(origin) = &self.origin else {
+            return Err(FreshetError::new_err(
+                "this query cannot be written from here",
+            ));
+        };
+        if !matches!(*self.results.lock().map_err(poisoned)?, Results::NotStarted) {
+            return Err(FreshetError::new_err(
+                "the query's results are being read: write() runs a query that has not started",
+            ));
+        }
+        *self.results.lock().map_err(poisoned)? = Results::Ended;
+        let options = WriteOptions {
+            output,
+            late_output,
+            checkpoint_dir,
+            checkpoint_interval,
+            checkpoints_kept,
+        };
+        write(py, &self.query, origin, options)
     }
 
     /// The query's results for datafusion-python: each scan there runs the query.

@@ -52,3 +52,39 @@ where
         }
     }
 }
+
+/// Runs `future` to completion like [`wait`], but a first signal handler exception
+/// (Ctrl-C) calls `stop` and goes on waiting, so that the query flushes and its output
+/// closes as the command line's first Ctrl-C does; the exception is raised once the future
+/// is done. A second one drops the future at once.
+pub fn wait_stopping<F>(py: Python<'_>, future: F, stop: impl Fn()) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let runtime = runtime()?;
+    let mut future = std::pin::pin!(future);
+    let mut interrupted: Option<PyErr> = None;
+    loop {
+        let slice = py.detach(|| {
+            runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, future.as_mut()).await })
+        });
+        match slice {
+            Ok(output) => {
+                return match interrupted {
+                    Some(interrupt) => Err(interrupt),
+                    None => Ok(output),
+                };
+            }
+            Err(_elapsed) => {
+                if let Err(interrupt) = py.check_signals() {
+                    if interrupted.is_some() {
+                        return Err(interrupt);
+                    }
+                    stop();
+                    interrupted = Some(interrupt);
+                }
+            }
+        }
+    }
+}

@@ -226,6 +226,38 @@ def test_late_records_must_be_asked_for_first(ctx):
     query.close()
 
 
+def test_write_to_the_command_lines_outputs(ctx, tmp_path):
+    times = [1_700_000_000_000 + i * 1000 for i in range(500)]
+    times += [1_700_000_000_000 + (i - 600) * 1000 for i in range(500, 600)]
+    table = pa.table({"k": ["a"] * 600, "ts": pa.array(times, pa.timestamp("ms"))})
+    ctx.register_stream("t", table.to_batches(max_chunksize=50), event_time="ts", watermark="1s")
+    sql = "SELECT k, window_start, COUNT(*) AS n FROM t GROUP BY k WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)"
+    done = ctx.sql(sql).write(f"parquet={tmp_path / 'out.parquet'}", late_output=f"csv={tmp_path / 'late.csv'}")
+    assert done["rows"] == pq.read_table(tmp_path / "out.parquet").num_rows > 0
+    assert done["records"] == 600
+    assert done["late_records_dropped"] == done["late_records_written"] == 100
+    assert pa.csv.read_csv(tmp_path / "late.csv").num_rows == 100
+    with pytest.raises(freshet.FreshetError, match="unknown output format"):
+        ctx.sql(sql).write("xml")
+
+
+def test_write_with_checkpoints_commits_once_and_resumes(tmp_path):
+    ctx = freshet.StreamingContext(partitions=2)
+    pq.write_table(trades(20_000), tmp_path / "t.parquet", row_group_size=1000)
+    ctx.register_parquet("t", tmp_path / "t.parquet", event_time="ts")
+    sql = "SELECT symbol, window_start, COUNT(*) AS n FROM t GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)"
+    out, checkpoints = tmp_path / "out", tmp_path / "ck"
+    done = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="5k")
+    assert done["checkpoints"] >= 3 and not done["stopped"]
+    expected = sorted_rows(ctx.sql(sql).to_table())
+    assert sorted_rows(pq.read_table(out)) == expected
+    again = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="5k")
+    assert again["already_finished"]
+    assert sorted_rows(pq.read_table(out)) == expected
+    with pytest.raises(freshet.FreshetError, match="(?i)query"):
+        ctx.sql("SELECT symbol FROM t").write(f"parquet={out}", checkpoint_dir=checkpoints)
+
+
 # Options and errors
 
 

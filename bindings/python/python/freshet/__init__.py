@@ -236,6 +236,26 @@ class Query:
 
         return polars.from_arrow(self.to_table())
 
+    def write(
+        self,
+        output: str = "table",
+        *,
+        late_output: str | None = None,
+        checkpoint_dir: Any = None,
+        checkpoint_interval: str = "10s",
+        checkpoints_kept: int = 3,
+    ) -> dict[str, Any]:
+        """Runs the query into one of the command line's outputs (``table[=ROWS]``,
+        ``csv[=PATH]``, ``jsonl[=PATH]``, ``parquet=PATH``, ``arrow=PATH``, ``null``), as
+        ``freshet query -o OUTPUT`` does, and returns what the run did (rows, records,
+        seconds, late records). ``late_output`` also writes the records dropped as late.
+        With ``checkpoint_dir`` the run takes checkpoints every ``checkpoint_interval``
+        (``"10s"``, ``"1M"`` records) and resumes from the latest one; a file output is
+        then a directory of committed part files, exactly once. Ctrl-C stops the query as
+        the command line's does (at the next checkpoint, with checkpoints), closes the
+        output, and then raises ``KeyboardInterrupt``."""
+        return self._inner.write(output, late_output, checkpoint_dir, checkpoint_interval, checkpoints_kept)
+
     # Control and inspection
 
     def explain(self) -> str:
