@@ -247,11 +247,11 @@ def test_write_with_checkpoints_commits_once_and_resumes(tmp_path):
     ctx.register_parquet("t", tmp_path / "t.parquet", event_time="ts")
     sql = "SELECT symbol, window_start, COUNT(*) AS n FROM t GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)"
     out, checkpoints = tmp_path / "out", tmp_path / "ck"
-    done = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="5k")
-    assert done["checkpoints"] >= 3 and not done["stopped"]
+    done = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="2k")
+    assert done["checkpoints"] >= 2 and not done["stopped"]
     expected = sorted_rows(ctx.sql(sql).to_table())
     assert sorted_rows(pq.read_table(out)) == expected
-    again = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="5k")
+    again = ctx.sql(sql).write(f"parquet={out}", checkpoint_dir=checkpoints, checkpoint_interval="2k")
     assert again["already_finished"]
     assert sorted_rows(pq.read_table(out)) == expected
     with pytest.raises(freshet.FreshetError, match="(?i)query"):
@@ -315,6 +315,36 @@ def test_ctrl_c_during_an_endless_query_raises_keyboard_interrupt_quickly(tmp_pa
     assert child.wait(timeout=10) == 0
     assert line[0] == "interrupted"
     assert float(line[1]) - sent < 1.0
+
+
+def test_ctrl_c_during_an_endless_write_closes_the_output_then_raises(tmp_path):
+    script = tmp_path / "endless_write.py"
+    out = tmp_path / "out.parquet"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, time, freshet
+            ctx = freshet.StreamingContext(partitions=2)
+            ctx.register_generator("md", "market_data", records="unbounded", rate=20000)
+            print("started", flush=True)
+            try:
+                ctx.sql("SELECT symbol, price FROM md").write("parquet={out}")
+            except KeyboardInterrupt:
+                print("interrupted", time.monotonic(), flush=True)
+                sys.exit(0)
+            """
+        )
+    )
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "started"
+    time.sleep(1.5)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    line = child.stdout.readline().split()
+    assert child.wait(timeout=10) == 0
+    assert line[0] == "interrupted"
+    assert float(line[1]) - sent < 1.0
+    assert pq.read_table(out).num_rows > 1000
 
 
 def test_iteration_leaves_other_python_threads_running(ctx):
