@@ -101,6 +101,8 @@ impl Query {
             });
             waited += slice;
             match next {
+                // Operators pass on empty batches as progress: nothing to hand out.
+                Ok(Some(Ok(batch))) if batch.num_rows() == 0 => {}
                 Ok(Some(Ok(batch))) => {
                     *self.results.lock().map_err(poisoned)? = Results::Running(stream);
                     return Ok(Next::Batch(batch));

@@ -297,8 +297,14 @@ def test_ctrl_c_during_an_endless_query_raises_keyboard_interrupt_quickly(tmp_pa
             ctx = freshet.StreamingContext(partitions=2)
             ctx.register_generator("md", "market_data", records="unbounded", rate=1000)
             print("started", flush=True)
+            # One-day windows: no result for a minute and a half, so the interrupt comes
+            # while the loop waits inside Freshet.
+            query = ctx.sql(
+                "SELECT symbol, COUNT(*) AS n FROM md GROUP BY symbol "
+                "WINDOW TUMBLING (trade_time, INTERVAL '1' DAY)"
+            )
             try:
-                for batch in ctx.sql("SELECT symbol, price FROM md"):
+                for batch in query:
                     pass
             except KeyboardInterrupt:
                 print("interrupted", time.monotonic(), flush=True)
