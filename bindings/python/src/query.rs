@@ -2,7 +2,7 @@
 //! results read a batch at a time, as a C stream, or (bounded queries) whole.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatchReader;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -90,16 +90,15 @@ impl Query {
             return Ok(Next::End);
         };
         let runtime = runtime()?;
-        let mut waited = Duration::ZERO;
+        let started = Instant::now();
         loop {
             let slice = match limit {
-                Some(limit) => SIGNAL_CHECK.min(limit.saturating_sub(waited)),
+                Some(limit) => SIGNAL_CHECK.min(limit.saturating_sub(started.elapsed())),
                 None => SIGNAL_CHECK,
             };
             let next = py.detach(|| {
                 runtime.block_on(async { tokio::time::timeout(slice, stream.next()).await })
             });
-            waited += slice;
             match next {
                 // Operators pass on empty batches as progress: nothing to hand out.
                 Ok(Some(Ok(batch))) if batch.num_rows() == 0 => {}
@@ -109,19 +108,20 @@ impl Query {
                 }
                 Ok(Some(Err(error))) => return Err(to_py(error)),
                 Ok(None) => return Ok(Next::End),
-                Err(_elapsed) => {
-                    if let Err(interrupt) = py.check_signals() {
-                        // Stopped like the command line's first Ctrl-C, then dropped: the
-                        // query's tasks end and nothing is left running.
-                        self.query.stop();
-                        drop(stream);
-                        return Err(interrupt);
-                    }
-                    if limit.is_some_and(|limit| waited >= limit) {
-                        *self.results.lock().map_err(poisoned)? = Results::Running(stream);
-                        return Ok(Next::Pending);
-                    }
-                }
+                Err(_elapsed) => {}
+            }
+            // Between batches, or after a slice without one (progress batches may come
+            // more often than a slice lasts).
+            if let Err(interrupt) = py.check_signals() {
+                // Stopped like the command line's first Ctrl-C, then dropped: the query's
+                // tasks end and nothing is left running.
+                self.query.stop();
+                drop(stream);
+                return Err(interrupt);
+            }
+            if limit.is_some_and(|limit| started.elapsed() >= limit) {
+                *self.results.lock().map_err(poisoned)? = Results::Running(stream);
+                return Ok(Next::Pending);
             }
         }
     }
