@@ -100,6 +100,25 @@ def test_pyarrow_table_batches_and_frames(ctx):
     assert isinstance(frame, polars.DataFrame) and frame.height == 3
 
 
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_a_table_handed_over_is_not_copied(ctx):
+    import numpy
+
+    rows = 8_000_000  # 64 MB of values
+    table = pa.table({"v": numpy.arange(rows, dtype=numpy.int64)})
+    before = resident_bytes()
+    ctx.register_stream("big", table)
+    grown = resident_bytes() - before
+    assert grown < 8_000_000, f"registering grew the process by {grown} bytes"
+    got = ctx.sql("SELECT COUNT(*) AS n, SUM(v) AS s FROM big").to_table()
+    assert got.to_pylist() == [{"n": rows, "s": rows * (rows - 1) // 2}]
+
+
 def test_a_table_is_replayed_by_every_query(ctx):
     ctx.register_stream("t", trades(100))
     for _ in range(2):
