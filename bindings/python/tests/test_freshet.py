@@ -110,7 +110,8 @@ def test_a_table_handed_over_is_not_copied(ctx):
     import numpy
 
     rows = 8_000_000  # 64 MB of values
-    table = pa.table({"v": numpy.arange(rows, dtype=numpy.int64)})
+    chunks = [pa.table({"v": numpy.arange(i, rows, 4, dtype=numpy.int64)}) for i in range(4)]
+    table = pa.concat_tables(chunks)  # four chunks, as a file's row groups would give
     before = resident_bytes()
     ctx.register_stream("big", table)
     grown = resident_bytes() - before
