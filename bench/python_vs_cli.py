@@ -8,10 +8,11 @@
 
 Each round runs, in turns, `freshet query SQL --table market_data=FILE,event_time=trade_time
 -o null` (a new process, start-up included) and the same query from Python in a new process
-(`python -c`, import and start-up included) that iterates the results as
-`pyarrow.RecordBatch`es and counts their rows. Both give the same row count (checked).
-Reported per scenario, as medians over the rounds: wall-clock seconds of each, and Python's
-time over the command line's. A second part registers a pyarrow table of 10 M rows
+(`python -c`) that iterates the results as `pyarrow.RecordBatch`es and counts their rows.
+Both give the same row count (checked). Reported per scenario, as medians over the rounds:
+wall-clock seconds of each process, Python's over the command line's, and the time inside
+Python from creating the context to the last batch (the interpreter's start and the imports
+of pyarrow and freshet left out) over the command line's whole process. A second part registers a pyarrow table of 10 M rows
 (`register_stream`) and reports how much the process grew (resident memory): the buffers are
 not copied. Not part of the build or the tests.
 """
@@ -40,14 +41,15 @@ SQL = {
 }
 
 PYTHON_RUN = """
-import sys, freshet
+import sys, time, freshet
 path, sql, partitions = sys.argv[1], sys.argv[2], sys.argv[3]
+started = time.monotonic()
 ctx = freshet.StreamingContext(partitions=int(partitions) if partitions != "auto" else None)
 ctx.register_parquet("market_data", path, event_time="trade_time")
 rows = 0
 for batch in ctx.sql(sql):
     rows += batch.num_rows
-print(rows)
+print(rows, time.monotonic() - started)
 """
 
 ZERO_COPY = """
@@ -76,26 +78,29 @@ def main():
     scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else ["S3a"]
     partitions = sys.argv[4] if len(sys.argv) > 4 else "auto"
     print(f"{path}, {rounds} rounds, streams: {partitions}")
-    print("| scenario | freshet query (s) | Python, batches into pyarrow (s) | Python / CLI |")
-    print("|---|---:|---:|---:|")
+    print("| scenario | freshet query (s) | Python process (s) | Python / CLI | Python, the query alone (s) | the query alone / CLI |")
+    print("|---|---:|---:|---:|---:|---:|")
     for scenario in scenarios:
         sql = SQL[scenario]
         cli_args = [FRESHET, "query", sql, "--table", f"market_data={path},event_time=trade_time", "-o", "null"]
         if partitions != "auto":
             cli_args += ["--partitions", partitions]
-        cli, python, ratios = [], [], []
+        cli, python, ratios, inside, inside_ratios = [], [], [], [], []
         for _ in range(rounds):
             cli_time, cli_out = timed(cli_args)
             py_time, py_out = timed([sys.executable, "-c", PYTHON_RUN, path, sql, partitions])
             cli_rows = int(cli_out.stderr.strip().split()[0])
-            py_rows = int(py_out.stdout.strip())
-            assert cli_rows == py_rows, (cli_rows, py_rows)
+            py_rows, query_time = py_out.stdout.split()
+            assert cli_rows == int(py_rows), (cli_rows, py_rows)
             cli.append(cli_time)
             python.append(py_time)
             ratios.append(py_time / cli_time)
+            inside.append(float(query_time))
+            inside_ratios.append(float(query_time) / cli_time)
         print(
             f"| {scenario} | {statistics.median(cli):.2f} | {statistics.median(python):.2f} | "
-            f"{statistics.median(ratios):.2f}x |"
+            f"{statistics.median(ratios):.2f}x | {statistics.median(inside):.2f} | "
+            f"{statistics.median(inside_ratios):.2f}x |"
         )
     if os.path.exists("/proc/self/statm"):
         out = subprocess.run([sys.executable, "-c", ZERO_COPY], check=True, capture_output=True, text=True)
