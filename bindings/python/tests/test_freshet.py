@@ -94,6 +94,7 @@ def test_pyarrow_table_batches_and_frames(ctx):
     for name in ["tbl", "batch", "batches", "pandas", "polars"]:
         assert sorted_rows(ctx.sql(query.format(name)).to_table()) == expected, name
     # Out again as frames.
+    assert ctx.sql(query.format("pandas")).schema.metadata is None
     frame = ctx.sql(query.format("tbl")).to_pandas()
     assert isinstance(frame, pandas.DataFrame) and len(frame) == 3
     frame = ctx.sql(query.format("tbl")).to_polars()

@@ -36,6 +36,9 @@ def _arrow_stream(data: Any) -> Any:
     """``data`` as an object with ``__arrow_c_stream__``: pyarrow, polars and
     datafusion-python objects have one; pandas frames go through ``pyarrow.Table``; a
     single batch or a list of batches becomes a table."""
+    if type(data).__module__.split(".")[0] == "pandas":
+        # Without pandas' schema metadata, which would follow the rows into every result.
+        return pa.Table.from_pandas(data, preserve_index=False).replace_schema_metadata(None)
     if hasattr(data, "__arrow_c_stream__"):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -45,8 +48,6 @@ def _arrow_stream(data: Any) -> Any:
             raise FreshetError("an empty list of batches has no schema: pass a pyarrow Table")
         return pa.Table.from_batches(list(data))
     module = type(data).__module__.split(".")[0]
-    if module == "pandas":
-        return pa.Table.from_pandas(data, preserve_index=False)
     if module == "polars":
         return data.to_arrow()
     raise TypeError(
