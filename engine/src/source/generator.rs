@@ -282,12 +282,17 @@ impl GeneratorSpec {
 
     /// Records `[first, first + len)` as one batch.
     pub fn batch(&self, first: u64, len: usize) -> Result<RecordBatch> {
-        self.records_batch(first..first + len as u64)
+        self.records_batch(first..first + len as u64, None)
     }
 
-    /// The records numbered `ids` as one batch.
-    fn records_batch(&self, ids: impl Iterator<Item = u64> + Clone) -> Result<RecordBatch> {
-        let columns: Vec<ArrayRef> = match self.kind {
+    /// The records numbered `ids` as one batch, of the columns `columns` (indices into the
+    /// schema, in that order) or of all of them.
+    fn records_batch(
+        &self,
+        ids: impl Iterator<Item = u64> + Clone,
+        columns: Option<&[usize]>,
+    ) -> Result<RecordBatch> {
+        let all: Vec<ArrayRef> = match self.kind {
             GeneratorKind::MarketData => {
                 let symbols = names("SYM", self.symbols);
                 let traders = names("TRADER", self.traders);
@@ -323,10 +328,14 @@ impl GeneratorSpec {
             ],
             GeneratorKind::Nexmark(table) => {
                 let strings = self.strings.get(self.seed);
-                return nexmark_batch(table, &self.nexmark_clock(), &strings, ids);
+                return nexmark_batch(table, &self.nexmark_clock(), &strings, ids, columns);
             }
         };
-        Ok(RecordBatch::try_new(self.schema(), columns)?)
+        let batch = RecordBatch::try_new(self.schema(), all)?;
+        match columns {
+            Some(columns) => Ok(batch.project(columns)?),
+            None => Ok(batch),
+        }
     }
 
     fn event_time_ms(&self, i: u64) -> i64 {
@@ -372,11 +381,14 @@ impl GeneratorSpec {
         self: &Arc<Self>,
         partitions: usize,
         block_records: usize,
+        columns: Option<&[usize]>,
     ) -> Vec<Arc<RwLock<dyn LazyBatchGenerator>>> {
+        let columns: Option<Arc<[usize]>> = columns.map(Arc::from);
         (0..partitions)
             .map(|partition| {
                 Arc::new(RwLock::new(PartitionGenerator {
                     spec: Arc::clone(self),
+                    columns: columns.clone(),
                     partitions: partitions as u64,
                     partition: partition as u64,
                     block_records: block_records.max(1) as u64,
@@ -423,6 +435,9 @@ pub fn splitmix64(mut x: u64) -> u64 {
 #[derive(Debug)]
 struct PartitionGenerator {
     spec: Arc<GeneratorSpec>,
+    /// The columns the query reads (the scan's projection), or all of them: a generator
+    /// builds only those.
+    columns: Option<Arc<[usize]>>,
     partitions: u64,
     partition: u64,
     block_records: u64,
@@ -544,12 +559,13 @@ impl LazyBatchGenerator for PartitionGenerator {
         let ids = (first..first + spec.batch_size as u64)
             .map(record)
             .take_while(move |&id| id < records);
-        spec.records_batch(ids).map(Some)
+        spec.records_batch(ids, self.columns.as_deref()).map(Some)
     }
 
     fn reset_state(&self) -> Arc<RwLock<dyn LazyBatchGenerator>> {
         Arc::new(RwLock::new(PartitionGenerator {
             spec: Arc::clone(&self.spec),
+            columns: self.columns.clone(),
             partitions: self.partitions,
             partition: self.partition,
             block_records: self.block_records,
@@ -586,7 +602,7 @@ mod tests {
         let spec = Arc::new(spec);
         for block in [1, 64, 999] {
             let mut seen = vec![false; 10_000];
-            for generator in spec.partition_generators(3, block) {
+            for generator in spec.partition_generators(3, block, None) {
                 while let Some(batch) = generator.write().generate_next_batch().unwrap() {
                     let ids = batch
                         .column(0)
@@ -607,7 +623,7 @@ mod tests {
         spec.batch_size = 100;
         let spec = Arc::new(spec);
         for block in [1, 10, 100] {
-            let generators = spec.partition_generators(4, block);
+            let generators = spec.partition_generators(4, block, None);
             for (partition, generator) in generators.into_iter().enumerate() {
                 let mut times = Vec::new();
                 while let Some(batch) = generator.write().generate_next_batch().unwrap() {

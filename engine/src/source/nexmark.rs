@@ -41,7 +41,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::buffer::{Buffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{Result, internal_datafusion_err, plan_err};
 
 use super::generator::splitmix64;
 
@@ -364,27 +364,46 @@ impl AsciiViews {
     }
 }
 
-/// Rows `rows` of `table` as one batch.
+/// Rows `rows` of `table` as one batch, of the columns `columns` (indices into the table's
+/// schema, in that order) or of all of them. A bid's values are the same whichever columns
+/// are asked for: the random draws of every value are made, only the work of building an
+/// unwanted column (a price's exponential, the padding text) is left out.
 pub fn nexmark_batch(
     table: NexmarkTable,
     clock: &NexmarkClock,
     strings: &NexmarkStrings,
     rows: impl Iterator<Item = u64>,
+    columns: Option<&[usize]>,
 ) -> Result<RecordBatch> {
+    let schema = table.schema();
     let events = rows.map(|row| table.event_of_row(row));
-    let columns = match table {
+    let all = match table {
         NexmarkTable::Person => people(clock, strings, events),
         NexmarkTable::Auction => auctions(clock, strings, events),
-        NexmarkTable::Bid => bids(clock, strings, events),
+        NexmarkTable::Bid => bids(clock, strings, events, columns),
     };
-    Ok(RecordBatch::try_new(table.schema(), columns)?)
+    let Some(columns) = columns else {
+        let all: Vec<ArrayRef> = all.into_iter().flatten().collect();
+        return Ok(RecordBatch::try_new(schema, all)?);
+    };
+    let projected = Arc::new(schema.project(columns)?);
+    let chosen: Vec<ArrayRef> = columns
+        .iter()
+        .map(|&index| {
+            all.get(index)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| internal_datafusion_err!("Nexmark column {index} was not built"))
+        })
+        .collect::<Result<_>>()?;
+    Ok(RecordBatch::try_new(projected, chosen)?)
 }
 
 fn people(
     clock: &NexmarkClock,
     strings: &NexmarkStrings,
     events: impl Iterator<Item = u64>,
-) -> Vec<ArrayRef> {
+) -> Vec<Option<ArrayRef>> {
     let (mut ids, mut times) = (Vec::new(), Vec::new());
     let mut names = StringViewBuilder::new();
     let mut emails = StringViewBuilder::new();
@@ -426,14 +445,14 @@ fn people(
         text.clear();
     }
     vec![
-        Arc::new(Int64Array::from(ids)),
-        Arc::new(names.finish()),
-        Arc::new(emails.finish()),
-        Arc::new(cards.finish()),
-        Arc::new(cities.finish()),
-        Arc::new(states.finish()),
-        Arc::new(TimestampMillisecondArray::from(times)),
-        Arc::new(extras.finish()),
+        Some(Arc::new(Int64Array::from(ids))),
+        Some(Arc::new(names.finish())),
+        Some(Arc::new(emails.finish())),
+        Some(Arc::new(cards.finish())),
+        Some(Arc::new(cities.finish())),
+        Some(Arc::new(states.finish())),
+        Some(Arc::new(TimestampMillisecondArray::from(times))),
+        Some(Arc::new(extras.finish())),
     ]
 }
 
@@ -441,7 +460,7 @@ fn auctions(
     clock: &NexmarkClock,
     strings: &NexmarkStrings,
     events: impl Iterator<Item = u64>,
-) -> Vec<ArrayRef> {
+) -> Vec<Option<ArrayRef>> {
     let (mut ids, mut initial_bids, mut reserves) = (Vec::new(), Vec::new(), Vec::new());
     let (mut times, mut expires, mut sellers, mut categories) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -480,16 +499,16 @@ fn auctions(
         times.push(time);
     }
     vec![
-        Arc::new(Int64Array::from(ids)),
-        Arc::new(item_names.finish()),
-        Arc::new(descriptions.finish()),
-        Arc::new(Int64Array::from(initial_bids)),
-        Arc::new(Int64Array::from(reserves)),
-        Arc::new(TimestampMillisecondArray::from(times)),
-        Arc::new(TimestampMillisecondArray::from(expires)),
-        Arc::new(Int64Array::from(sellers)),
-        Arc::new(Int64Array::from(categories)),
-        Arc::new(extras.finish()),
+        Some(Arc::new(Int64Array::from(ids))),
+        Some(Arc::new(item_names.finish())),
+        Some(Arc::new(descriptions.finish())),
+        Some(Arc::new(Int64Array::from(initial_bids))),
+        Some(Arc::new(Int64Array::from(reserves))),
+        Some(Arc::new(TimestampMillisecondArray::from(times))),
+        Some(Arc::new(TimestampMillisecondArray::from(expires))),
+        Some(Arc::new(Int64Array::from(sellers))),
+        Some(Arc::new(Int64Array::from(categories))),
+        Some(Arc::new(extras.finish())),
     ]
 }
 
@@ -497,11 +516,15 @@ fn bids(
     clock: &NexmarkClock,
     strings: &NexmarkStrings,
     events: impl Iterator<Item = u64>,
-) -> Vec<ArrayRef> {
+    columns: Option<&[usize]>,
+) -> Vec<Option<ArrayRef>> {
+    let wanted = |index: usize| columns.is_none_or(|columns| columns.contains(&index));
+    let (want_price, want_channel, want_url, want_extra) =
+        (wanted(2), wanted(3), wanted(4), wanted(6));
     let (lower, _) = events.size_hint();
     let mut auctions = Vec::with_capacity(lower);
     let mut bidders = Vec::with_capacity(lower);
-    let mut prices = Vec::with_capacity(lower);
+    let mut prices = Vec::with_capacity(if want_price { lower } else { 0 });
     let mut times = Vec::with_capacity(lower);
     let mut channels = AsciiViews::new(vec![strings.channel_names.bytes.clone()], lower);
     let mut urls = AsciiViews::new(vec![strings.channel_urls.bytes.clone()], lower);
@@ -520,27 +543,38 @@ fn bids(
             random_person(n, &mut random)
         };
         bidders.push(bidder as i64 + FIRST_ID);
-        prices.push(price(&mut random));
+        // The draw is made either way, so that the draws after it are the same.
+        let price_draw = random.unit();
+        if want_price {
+            prices.push(price_of(price_draw));
+        }
         // The hot channels come first among the channels.
         let channel = if random.below(2) > 0 {
             random.below(HOT_CHANNELS.len() as u64) as usize
         } else {
             HOT_CHANNELS.len() + random.below(CHANNELS) as usize
         };
-        channels.push_view(strings.channel_names.views[channel]);
-        urls.push_view(strings.channel_urls.views[channel]);
-        let (offset, len) = strings.extra(&mut random, 32, BID_BYTES);
-        extras.push(0, offset, len);
+        if want_channel {
+            channels.push_view(strings.channel_names.views[channel]);
+        }
+        if want_url {
+            urls.push_view(strings.channel_urls.views[channel]);
+        }
+        // The padding's draws come last: left out with the padding.
+        if want_extra {
+            let (offset, len) = strings.extra(&mut random, 32, BID_BYTES);
+            extras.push(0, offset, len);
+        }
         times.push(clock.time_ms(n));
     }
     vec![
-        Arc::new(Int64Array::from(auctions)),
-        Arc::new(Int64Array::from(bidders)),
-        Arc::new(Int64Array::from(prices)),
-        Arc::new(channels.finish()),
-        Arc::new(urls.finish()),
-        Arc::new(TimestampMillisecondArray::from(times)),
-        Arc::new(extras.finish()),
+        Some(Arc::new(Int64Array::from(auctions))),
+        Some(Arc::new(Int64Array::from(bidders))),
+        want_price.then(|| Arc::new(Int64Array::from(prices)) as ArrayRef),
+        want_channel.then(|| Arc::new(channels.finish()) as ArrayRef),
+        want_url.then(|| Arc::new(urls.finish()) as ArrayRef),
+        Some(Arc::new(TimestampMillisecondArray::from(times))),
+        want_extra.then(|| Arc::new(extras.finish()) as ArrayRef),
     ]
 }
 
@@ -580,7 +614,12 @@ fn random_auction(n: u64, random: &mut EventRandom) -> u64 {
 /// `round(10^(6u) * 100)`, rounding as Java's `Math.round` (half up; the value is positive,
 /// so truncating `x + 0.5` is its floor).
 fn price(random: &mut EventRandom) -> i64 {
-    ((random.unit() * 6.0 * std::f64::consts::LN_10).exp() * 100.0 + 0.5) as i64
+    price_of(random.unit())
+}
+
+/// The price for the uniform draw `unit`: `round(10^(6 * unit) * 100)`.
+fn price_of(unit: f64) -> i64 {
+    ((unit * 6.0 * std::f64::consts::LN_10).exp() * 100.0 + 0.5) as i64
 }
 
 /// `https://www.nexmark.com/xxx/xxx/xxx/item.htm?query=1` with three random words.
@@ -707,13 +746,14 @@ mod tests {
     #[test]
     fn ids_are_dense_and_references_point_at_recent_ids() {
         let (clock, strings) = (clock(), NexmarkStrings::new(7));
-        let people = nexmark_batch(NexmarkTable::Person, &clock, &strings, 0..200).unwrap();
+        let people = nexmark_batch(NexmarkTable::Person, &clock, &strings, 0..200, None).unwrap();
         let ids = people.column(0).as_primitive::<Int64Type>();
         assert!(ids.values().iter().copied().eq(1000..1200));
-        let auctions = nexmark_batch(NexmarkTable::Auction, &clock, &strings, 0..600).unwrap();
+        let auctions =
+            nexmark_batch(NexmarkTable::Auction, &clock, &strings, 0..600, None).unwrap();
         let ids = auctions.column(0).as_primitive::<Int64Type>();
         assert!(ids.values().iter().copied().eq(1000..1600));
-        let bids = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..9_200).unwrap();
+        let bids = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..9_200, None).unwrap();
         let auction = bids.column(0).as_primitive::<Int64Type>();
         let bidder = bids.column(1).as_primitive::<Int64Type>();
         // 9 200 bids span events up to 10 000: 200 people, 600 auctions.
@@ -741,7 +781,7 @@ mod tests {
     fn every_column_is_valid_arrow() {
         let (clock, strings) = (clock(), NexmarkStrings::new(7));
         for table in NexmarkTable::ALL {
-            let batch = nexmark_batch(table, &clock, &strings, 0..3_000).unwrap();
+            let batch = nexmark_batch(table, &clock, &strings, 0..3_000, None).unwrap();
             for column in batch.columns() {
                 column.to_data().validate_full().unwrap();
             }
@@ -751,10 +791,16 @@ mod tests {
     #[test]
     fn an_event_is_the_same_whatever_batch_makes_it() {
         let (clock, strings) = (clock(), NexmarkStrings::new(7));
-        let whole = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..100).unwrap();
-        let alone = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 57..58).unwrap();
+        let whole = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..100, None).unwrap();
+        let alone = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 57..58, None).unwrap();
         assert_eq!(whole.slice(57, 1), alone);
-        let other_seed = nexmark_batch(NexmarkTable::Bid, &clock, &NexmarkStrings::new(8), 0..100);
+        let other_seed = nexmark_batch(
+            NexmarkTable::Bid,
+            &clock,
+            &NexmarkStrings::new(8),
+            0..100,
+            None,
+        );
         assert_ne!(whole, other_seed.unwrap(), "the strings depend on the seed");
     }
 
@@ -766,7 +812,7 @@ mod tests {
             (NexmarkTable::Auction, 500.0, vec![1, 2, 9]),
             (NexmarkTable::Bid, 100.0, vec![6]),
         ] {
-            let batch = nexmark_batch(table, &clock, &strings, 0..2_000).unwrap();
+            let batch = nexmark_batch(table, &clock, &strings, 0..2_000, None).unwrap();
             let fixed = match table {
                 NexmarkTable::Person => 8.0,
                 NexmarkTable::Auction => 40.0 + 8.0,
@@ -785,7 +831,8 @@ mod tests {
     #[test]
     fn times_follow_the_event_rate_and_auctions_expire_after_they_start() {
         let (clock, strings) = (clock(), NexmarkStrings::new(7));
-        let auctions = nexmark_batch(NexmarkTable::Auction, &clock, &strings, 0..3_000).unwrap();
+        let auctions =
+            nexmark_batch(NexmarkTable::Auction, &clock, &strings, 0..3_000, None).unwrap();
         let start = auctions
             .column(5)
             .as_primitive::<TimestampMillisecondType>();
@@ -813,9 +860,31 @@ mod tests {
     }
 
     #[test]
+    fn columns_asked_for_are_those_of_the_whole_batch() {
+        let (clock, strings) = (clock(), NexmarkStrings::new(7));
+        for table in NexmarkTable::ALL {
+            let whole = nexmark_batch(table, &clock, &strings, 0..5_000, None).unwrap();
+            let columns = whole.num_columns();
+            for chosen in [
+                vec![0],
+                vec![columns - 2, 0],
+                vec![2, 5],
+                vec![columns - 1, 3, 1],
+            ] {
+                let part = nexmark_batch(table, &clock, &strings, 0..5_000, Some(&chosen)).unwrap();
+                assert_eq!(
+                    part,
+                    whole.project(&chosen).unwrap(),
+                    "{table:?} {chosen:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn prices_and_urls_follow_the_standard_shapes() {
         let (clock, strings) = (clock(), NexmarkStrings::new(7));
-        let bids = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..10_000).unwrap();
+        let bids = nexmark_batch(NexmarkTable::Bid, &clock, &strings, 0..10_000, None).unwrap();
         let prices = bids.column(2).as_primitive::<Int64Type>();
         assert!(
             prices

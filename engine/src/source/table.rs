@@ -304,11 +304,17 @@ impl TableProvider for StreamTable {
                     Pacing::RecordsPerSecond(_) => 1,
                     _ => spec.batch_size,
                 };
-                let generators = spec.partition_generators(partitions, block_records);
-                Arc::new(
-                    LazyMemoryExec::try_new(spec.schema(), generators)?
-                        .with_projection(projection.cloned()),
-                )
+                // The generators build only the columns the query reads.
+                let generators = spec.partition_generators(
+                    partitions,
+                    block_records,
+                    projection.map(Vec::as_slice),
+                );
+                let schema = match projection {
+                    Some(columns) => Arc::new(spec.schema().project(columns)?),
+                    None => spec.schema(),
+                };
+                Arc::new(LazyMemoryExec::try_new(schema, generators)?)
             }
             ReplaySource::Live(batches) => Arc::new(StreamingTableExec::try_new(
                 batches.schema(),
