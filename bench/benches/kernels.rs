@@ -173,9 +173,14 @@ fn kernels(c: &mut Criterion) {
         batch.column(1).clone(),
         batch.column(0).clone(),
     ];
+    // Nexmark's auction ids: one Int64 key of tens of thousands of values (q5's HOP count).
+    let auctions: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
+        (0..ROWS as i64).map(|i| 1000 + (i * 7919) % 50_000),
+    ))];
     for (name, keys) in [
         ("one_utf8_key", &symbols),
         ("window_and_two_utf8_keys", &window_keys),
+        ("one_int64_key", &auctions),
     ] {
         let key_schema = Arc::new(Schema::new(
             keys.iter()
