@@ -75,11 +75,57 @@ pub fn new_group_values(schema: SchemaRef) -> Result<Box<dyn GroupValues>> {
     if let [field] = schema.fields().as_ref()
         && field.data_type().is_primitive()
     {
-        return group_values::new_group_values(schema, &GroupOrdering::None);
+        return Ok(Box::new(PrimitiveGroupValues::try_new(schema)?));
     }
     match PackedGroupValues::try_new(&schema) {
         Some(packed) => Ok(Box::new(packed)),
         None => group_values::new_group_values(schema, &GroupOrdering::None),
+    }
+}
+
+/// DataFusion's interner of one primitive key, made anew by `clear_shrink`: DataFusion 55's
+/// `GroupValuesPrimitive::clear_shrink` keeps the id it gave the null key, which a key table
+/// refilled after a clear would then hand out again, out of range.
+struct PrimitiveGroupValues {
+    schema: SchemaRef,
+    inner: Box<dyn GroupValues>,
+}
+
+impl PrimitiveGroupValues {
+    fn try_new(schema: SchemaRef) -> Result<Self> {
+        let inner = group_values::new_group_values(Arc::clone(&schema), &GroupOrdering::None)?;
+        Ok(Self { schema, inner })
+    }
+}
+
+impl GroupValues for PrimitiveGroupValues {
+    fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        self.inner.intern(cols, groups)
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        self.inner.emit(emit_to)
+    }
+
+    fn clear_shrink(&mut self, _num_rows: usize) {
+        // A new interner cannot fail where the first one was made from the same schema.
+        if let Ok(fresh) =
+            group_values::new_group_values(Arc::clone(&self.schema), &GroupOrdering::None)
+        {
+            self.inner = fresh;
+        }
     }
 }
 
@@ -997,6 +1043,21 @@ mod tests {
     #[test]
     fn matches_datafusion_on_utf8_view_keys() {
         assert_same_as_datafusion(DataType::Utf8View);
+    }
+
+    #[test]
+    fn a_single_primitive_key_hands_out_ids_in_range_after_clear_shrink() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        let mut values = new_group_values(schema).unwrap();
+        let mut ids = Vec::new();
+        let keys: ArrayRef = Arc::new(Int64Array::from(vec![Some(7), None, Some(8)]));
+        values.intern(&[keys], &mut ids).unwrap();
+        assert_eq!(ids, vec![0, 1, 2]);
+        values.clear_shrink(0);
+        let keys: ArrayRef = Arc::new(Int64Array::from(vec![Some(9), None]));
+        values.intern(&[keys], &mut ids).unwrap();
+        assert_eq!(ids, vec![0, 1]);
+        assert_eq!(values.len(), 2);
     }
 
     #[test]
