@@ -22,7 +22,8 @@
 //!
 //! Only types whose equality is bitwise are packed: integers, dates, times, timestamps,
 //! durations, decimals and strings. Other keys (floats, booleans, nested types) use
-//! DataFusion's own interner; see [`new_group_values`].
+//! DataFusion's own interner, and so does a key of a single primitive column, which
+//! DataFusion's `GroupValuesPrimitive` interns faster; see [`new_group_values`].
 //!
 //! `bench/benches/kernels.rs` (`intern_*`) measures this against DataFusion's interner on the
 //! scenario keys.
