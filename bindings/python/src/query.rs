@@ -29,6 +29,8 @@ enum Results {
     Running(SendableRecordBatchStream),
     /// Handed out as a C stream, to be read there.
     HandedOut,
+    /// A thread is waiting for the next batch.
+    Busy,
     /// Ended, stopped by an interrupt, or failed.
     Ended,
 }
@@ -62,14 +64,21 @@ impl Query {
         }
     }
 
-    /// The result stream, started if it was not; `None` once it ended or was handed out.
+    /// The result stream, started if it was not, for the caller to read (the query is busy
+    /// until the caller puts it back); `None` once it ended.
     fn take_stream(&self) -> PyResult<Option<SendableRecordBatchStream>> {
         let mut results = self.results.lock().map_err(poisoned)?;
-        match std::mem::replace(&mut *results, Results::Ended) {
+        match std::mem::replace(&mut *results, Results::Busy) {
             Results::NotStarted => {
                 // DataFusion spawns the partitions' tasks as it executes: on the runtime.
                 let _guard = runtime()?.enter();
-                Ok(Some(self.query.execute_merged().map_err(to_py)?))
+                match self.query.execute_merged() {
+                    Ok(stream) => Ok(Some(stream)),
+                    Err(error) => {
+                        *results = Results::Ended;
+                        Err(to_py(error))
+                    }
+                }
             }
             Results::Running(stream) => Ok(Some(stream)),
             Results::HandedOut => {
@@ -78,8 +87,20 @@ impl Query {
                     "the results were handed out as an Arrow C stream: read them there",
                 ))
             }
-            Results::Ended => Ok(None),
+            Results::Busy => Err(FreshetError::new_err(
+                "another thread is reading this query's results: read a query from one thread at a time",
+            )),
+            Results::Ended => {
+                *results = Results::Ended;
+                Ok(None)
+            }
         }
+    }
+
+    /// Puts the results back as `state` after a read.
+    fn settle(&self, state: Results) -> PyResult<()> {
+        *self.results.lock().map_err(poisoned)? = state;
+        Ok(())
     }
 
     /// Waits at most `limit` (or until the next batch or the end) for the next result,
@@ -103,11 +124,17 @@ impl Query {
                 // Operators pass on empty batches as progress: nothing to hand out.
                 Ok(Some(Ok(batch))) if batch.num_rows() == 0 => {}
                 Ok(Some(Ok(batch))) => {
-                    *self.results.lock().map_err(poisoned)? = Results::Running(stream);
+                    self.settle(Results::Running(stream))?;
                     return Ok(Next::Batch(batch));
                 }
-                Ok(Some(Err(error))) => return Err(to_py(error)),
-                Ok(None) => return Ok(Next::End),
+                Ok(Some(Err(error))) => {
+                    self.settle(Results::Ended)?;
+                    return Err(to_py(error));
+                }
+                Ok(None) => {
+                    self.settle(Results::Ended)?;
+                    return Ok(Next::End);
+                }
                 Err(_elapsed) => {}
             }
             // Between batches, or after a slice without one (progress batches may come
@@ -117,10 +144,11 @@ impl Query {
                 // tasks end and nothing is left running.
                 self.query.stop();
                 drop(stream);
+                self.settle(Results::Ended)?;
                 return Err(interrupt);
             }
             if limit.is_some_and(|limit| started.elapsed() >= limit) {
-                *self.results.lock().map_err(poisoned)? = Results::Running(stream);
+                self.settle(Results::Running(stream))?;
                 return Ok(Next::Pending);
             }
         }

@@ -381,6 +381,21 @@ def test_iteration_leaves_other_python_threads_running(ctx):
     assert len(ticks) > 20
 
 
+def test_a_query_is_read_by_one_thread_at_a_time(ctx):
+    ctx.register_generator("md", "market_data", records="unbounded", rate=1000)
+    query = ctx.sql(
+        "SELECT symbol, COUNT(*) AS n FROM md GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' DAY)"
+    )
+    waiting = threading.Thread(target=lambda: next(query, None))
+    waiting.start()
+    time.sleep(0.5)
+    with pytest.raises(freshet.FreshetError, match="another thread"):
+        next(query)
+    query.stop()
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()
+
+
 # datafusion-python
 
 
