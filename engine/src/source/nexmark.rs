@@ -40,7 +40,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::{Buffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{Result, internal_datafusion_err, plan_err};
 
 use super::generator::splitmix64;
@@ -387,6 +387,8 @@ pub fn nexmark_batch(
         return Ok(RecordBatch::try_new(schema, all)?);
     };
     let projected = Arc::new(schema.project(columns)?);
+    // The event count, for a batch of no columns (`COUNT(*)` reads none).
+    let rows = all.iter().flatten().next().map_or(0, |column| column.len());
     let chosen: Vec<ArrayRef> = columns
         .iter()
         .map(|&index| {
@@ -396,7 +398,10 @@ pub fn nexmark_batch(
                 .ok_or_else(|| internal_datafusion_err!("Nexmark column {index} was not built"))
         })
         .collect::<Result<_>>()?;
-    Ok(RecordBatch::try_new(projected, chosen)?)
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(
+        projected, chosen, &options,
+    )?)
 }
 
 fn people(
