@@ -12,11 +12,13 @@ Each round runs, in turns, `freshet query SQL --table market_data=FILE,event_tim
 Both give the same row count (checked). Reported per scenario, as medians over the rounds:
 wall-clock seconds of each process, Python's over the command line's, and the time inside
 Python from creating the context to the last batch (the interpreter's start and the imports
-of pyarrow and freshet left out) over the command line's whole process. A second part registers a pyarrow table of 10 M rows
+of pyarrow and freshet left out) over the command line's whole process, and the CPU time
+(user + system, `getrusage` of each finished child) per input record of both processes. A second part registers a pyarrow table of 10 M rows
 (`register_stream`) and reports how much the process grew (resident memory): the buffers are
 not copied. Not part of the build or the tests.
 """
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,9 +57,14 @@ print(table.nbytes, resident() - before)
 
 
 def timed(command):
+    """Wall seconds, CPU seconds (user + system of the finished child) and the output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     out = subprocess.run(command, check=True, capture_output=True, text=True)
-    return time.monotonic() - started, out
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out
 
 
 def main():
@@ -66,17 +73,20 @@ def main():
     scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else ["S3a"]
     partitions = sys.argv[4] if len(sys.argv) > 4 else "auto"
     print(f"{path}, {rounds} rounds, streams: {partitions}")
-    print("| scenario | freshet query (s) | Python process (s) | Python / CLI | Python, the query alone (s) | the query alone / CLI |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| scenario | freshet query (s) | Python process (s) | Python / CLI | Python, the query alone (s) | the query alone / CLI | CPU ns a record, CLI / Python process |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for scenario in scenarios:
         sql = SQL[scenario]
         cli_args = [FRESHET, "query", sql, "--table", f"market_data={path},event_time=trade_time", "-o", "null"]
         if partitions != "auto":
             cli_args += ["--partitions", partitions]
-        cli, python, ratios, inside, inside_ratios = [], [], [], [], []
+        cli, python, ratios, inside, inside_ratios, cli_cpu, py_cpu = [], [], [], [], [], [], []
         for _ in range(rounds):
-            cli_time, cli_out = timed(cli_args)
-            py_time, py_out = timed([sys.executable, "-c", PYTHON_RUN, path, sql, partitions])
+            cli_time, cli_seconds, cli_out = timed(cli_args)
+            py_time, py_seconds, py_out = timed([sys.executable, "-c", PYTHON_RUN, path, sql, partitions])
+            records = int(cli_out.stderr.strip().split("records read")[0].split()[-1])
+            cli_cpu.append(cli_seconds * 1e9 / records)
+            py_cpu.append(py_seconds * 1e9 / records)
             cli_rows = int(cli_out.stderr.strip().split()[0])
             py_rows, query_time = py_out.stdout.split()
             assert cli_rows == int(py_rows), (cli_rows, py_rows)
@@ -88,7 +98,8 @@ def main():
         print(
             f"| {scenario} | {statistics.median(cli):.2f} | {statistics.median(python):.2f} | "
             f"{statistics.median(ratios):.2f}x | {statistics.median(inside):.2f} | "
-            f"{statistics.median(inside_ratios):.2f}x |"
+            f"{statistics.median(inside_ratios):.2f}x | {statistics.median(cli_cpu):.0f} / "
+            f"{statistics.median(py_cpu):.0f} |"
         )
     if os.path.exists("/proc/self/statm"):
         out = subprocess.run([sys.executable, "-c", ZERO_COPY], check=True, capture_output=True, text=True)
