@@ -279,6 +279,16 @@ def test_write_with_checkpoints_commits_once_and_resumes(tmp_path):
         ctx.sql("SELECT symbol FROM t").write(f"parquet={out}", checkpoint_dir=checkpoints)
 
 
+def test_checkpoints_refuse_a_live_stream(ctx, tmp_path):
+    table = trades(100)
+    reader = pa.RecordBatchReader.from_batches(table.schema, iter(table.to_batches(max_chunksize=10)))
+    ctx.register_stream("live", reader, bounded=True)
+    with pytest.raises(freshet.FreshetError, match="stream 'live' is not"):
+        ctx.sql("SELECT symbol, price FROM live").write(
+            f"parquet={tmp_path / 'out'}", checkpoint_dir=tmp_path / "ck"
+        )
+
+
 # Options and errors
 
 
