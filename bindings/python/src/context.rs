@@ -314,6 +314,6 @@ impl Context {
             args: self.args.lock().clone(),
             sql: query,
         };
-        Ok(Query::new(planned, Some(origin)))
+        Ok(Query::new(planned, origin))
     }
 }

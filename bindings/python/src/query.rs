@@ -47,15 +47,15 @@ enum Next {
 #[pyclass(module = "freshet._freshet", frozen)]
 pub struct Query {
     query: StreamingQuery,
-    /// The context and text it was planned from (none for a query handed to another session).
-    origin: Option<Origin>,
+    /// The context and text it was planned from.
+    origin: Origin,
     results: Mutex<Results>,
     /// The late-record side output, asked for before the query started.
     late: Mutex<Option<SendableRecordBatchStream>>,
 }
 
 impl Query {
-    pub fn new(query: StreamingQuery, origin: Option<Origin>) -> Self {
+    pub fn new(query: StreamingQuery, origin: Origin) -> Self {
         Self {
             query,
             origin,
@@ -190,11 +190,6 @@ impl Query {
         checkpoint_interval: String,
         checkpoints_kept: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let Some(origin) = &self.origin else {
-            return Err(FreshetError::new_err(
-                "this query cannot be written from here",
-            ));
-        };
         if !matches!(*self.results.lock().map_err(poisoned)?, Results::NotStarted) {
             return Err(FreshetError::new_err(
                 "the query's results are being read: write() runs a query that has not started",
@@ -208,7 +203,7 @@ impl Query {
             checkpoint_interval,
             checkpoints_kept,
         };
-        write(py, &self.query, origin, options)
+        write(py, &self.query, &self.origin, options)
     }
 
     /// The query's results for datafusion-python: each scan there runs the query.
