@@ -416,7 +416,7 @@ impl JoinStream {
         if let (Some((first, _)), Some((_, last))) = (time_range, until_range) {
             let from = bound.probe_range(which, first, last).0;
             let to = bound.probe_range(which, first, last).1;
-            other.state.index_reaching(from, to);
+            other.state.prepare_probes(from, to, matchable.len());
         }
         // Probe the other side's rows.
         // Most rows find one match or none.
