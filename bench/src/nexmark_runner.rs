@@ -20,7 +20,7 @@ use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use freshet_engine::sink::{SinkSpec, write_generated};
 use freshet_engine::{GeneratorSpec, NexmarkTable, StreamOptions, nexmark_side_input};
-use freshet_planner::{StreamingContext, count_char_function};
+use freshet_planner::{StreamingContext, scalar_functions};
 
 use crate::compare::Fingerprint;
 use crate::nexmark::NexmarkQuery;
@@ -151,7 +151,9 @@ impl NexmarkRun<'_> {
         let ctx = SessionContext::new_with_config(
             SessionConfig::new().with_target_partitions(self.streams),
         );
-        ctx.register_udf(count_char_function().as_ref().clone());
+        for function in scalar_functions() {
+            ctx.register_udf(function.as_ref().clone());
+        }
         for (index, table) in self.query.reads.iter().enumerate() {
             match self.input {
                 NexmarkInput::Memory(batches) | NexmarkInput::Generator(batches) => {

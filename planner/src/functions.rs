@@ -20,6 +20,15 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use freshet_engine::window::{WindowSpec, duration_in_unit, time_unit_type, window_starts_array};
 
+/// Freshet's other scalar functions, which plain batch SQL over the same tables may call as
+/// well: `count_char` and `regexp_extract`.
+pub fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
+    vec![
+        crate::count_char::count_char_function(),
+        crate::regexp_extract::regexp_extract_function(),
+    ]
+}
+
 /// The window functions, for registration in a session.
 pub fn window_functions() -> Vec<Arc<ScalarUDF>> {
     [

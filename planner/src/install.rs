@@ -9,9 +9,8 @@ use datafusion::physical_optimizer::limit_pushdown_past_window::LimitPushPastWin
 use crate::aggregate_rule::StreamingAggregateRule;
 use crate::alignment_rule::SourceAlignmentRule;
 use crate::changelog_rule::ChangelogRule;
-use crate::count_char::count_char_function;
 use crate::distribution_repair::DistributionRepair;
-use crate::functions::window_functions;
+use crate::functions::{scalar_functions, window_functions};
 use crate::join_rule::StreamingJoinRule;
 use crate::limits_rule::{KeepLimitsRule, StreamSafeLimitPastWindows};
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
@@ -101,11 +100,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     builder
         .scalar_functions()
         .get_or_insert_with(Vec::new)
-        .extend(
-            window_functions()
-                .into_iter()
-                .chain([count_char_function()]),
-        );
+        .extend(window_functions().into_iter().chain(scalar_functions()));
     let logical_rules = builder.optimizer().take().unwrap_or_default().rules;
     builder
         .with_optimizer_rules(stream_safe(logical_rules))

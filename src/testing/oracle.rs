@@ -16,7 +16,7 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use freshet_engine::changelog::without_op;
 use freshet_engine::{GeneratorSpec, StreamOptions};
-use freshet_planner::{StreamingContext, count_char_function};
+use freshet_planner::{StreamingContext, scalar_functions};
 use futures::TryStreamExt;
 
 use super::compare_results;
@@ -143,10 +143,12 @@ impl Differential {
     }
 
     /// The batch result on plain DataFusion (with Freshet's scalar functions, such as
-    /// `count_char`, that plain SQL may call).
+    /// `count_char` and `regexp_extract`, that plain SQL may call).
     pub async fn batch_result(&self) -> Result<Vec<RecordBatch>> {
         let ctx = SessionContext::new();
-        ctx.register_udf(count_char_function().as_ref().clone());
+        for function in scalar_functions() {
+            ctx.register_udf(function.as_ref().clone());
+        }
         for table in &self.tables {
             match &table.source {
                 TestSource::Batches { schema, batches } | TestSource::Table { schema, batches } => {
