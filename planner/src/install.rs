@@ -17,6 +17,7 @@ use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
 use crate::over_rule::StreamingOverRule;
 use crate::read_placement_rule::ReadPlacementRule;
+use crate::shared_filter_expr_rule::SharedFilterExpressionRule;
 use crate::stateless_rule::StatelessExchangeRule;
 use crate::stream_filter_rule::StreamFilterRule;
 use crate::stream_safe_rules::stream_safe;
@@ -30,7 +31,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`KeepLimitsRule`], [`LookupJoinRule`], [`StreamingJoinRule`], [`StreamingAggregateRule`],
 /// [`StreamingJoinRule`] again (for joins of windowed aggregations),
 /// [`StreamingAggregateRule`] again (for windows over those joins), [`ChangelogRule`],
-/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`], [`StreamSortRule`],
+/// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
+/// [`SharedFilterExpressionRule`], [`StreamSortRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
 /// [`ReadPlacementRule`] and then [`SourceAlignmentRule`] go right before DataFusion's own
 /// `SanityCheckPlan` (and DataFusion's `LimitPushPastWindows` skips plans over streams): a
@@ -39,7 +41,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// interval joins, windowed and changelog aggregations and window functions over streams
 /// become Freshet's operators, a changelog's `op` column reaches the output (operators
 /// that would read it as plain records are refused), the remaining round-robin repartitions of streams become
-/// Freshet's exchange, filters over streams pass each batch on at once, an ORDER BY led by
+/// Freshet's exchange, filters over streams pass each batch on at once (a call both the
+/// filter and the projection above it make is made once), an ORDER BY led by
 /// an event time over an endless stream sorts as the watermark moves,
 /// a query an endless stream still cannot answer fails with Freshet's explanation of
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
@@ -66,6 +69,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     rules.insert(sanity_check, Arc::new(DistributionRepair));
     rules.insert(sanity_check, Arc::new(UnboundedInputCheck));
     rules.insert(sanity_check, Arc::new(StreamSortRule));
+    rules.insert(sanity_check, Arc::new(SharedFilterExpressionRule));
     rules.insert(sanity_check, Arc::new(StreamFilterRule));
     rules.insert(sanity_check, Arc::new(StatelessExchangeRule));
     rules.insert(sanity_check, Arc::new(StreamingOverRule));

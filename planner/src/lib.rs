@@ -25,6 +25,7 @@ mod over_rule;
 mod query;
 mod read_placement_rule;
 mod regexp_extract;
+mod shared_filter_expr_rule;
 mod stateless_rule;
 mod stream_filter_rule;
 mod stream_inputs;
