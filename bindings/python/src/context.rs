@@ -61,16 +61,27 @@ impl Context {
         if let (false, Some(delay)) = (watermark_given, &self.watermark) {
             spec.set("watermark", delay).map_err(to_py)?;
         }
-        self.replace(&spec.name)?;
-        let ctx = self.ctx.clone();
-        wait(py, async move { register_table(&ctx, spec).await })?.map_err(to_py)
+        let name = spec.name.clone();
+        self.replacing(&name, || {
+            let ctx = self.ctx.clone();
+            wait(py, async move { register_table(&ctx, spec).await })?.map_err(to_py)
+        })
     }
 
-    /// Drops the stream `name` if there is one: registering a name again replaces its
-    /// stream, as the command line's `--table` replaces a default table.
-    fn replace(&self, name: &str) -> PyResult<()> {
-        self.ctx.session().deregister_table(name).map_err(to_py)?;
-        Ok(())
+    /// Runs `register`, which registers a stream `name`, in place of the stream of that name
+    /// if there is one (registering a name again replaces its stream, as the command line's
+    /// `--table` replaces a default table); a registration that fails leaves the old stream
+    /// registered.
+    fn replacing(&self, name: &str, register: impl FnOnce() -> PyResult<()>) -> PyResult<()> {
+        let previous = self.ctx.session().deregister_table(name).map_err(to_py)?;
+        let registered = register();
+        if let (Err(_), Some(previous)) = (&registered, previous) {
+            self.ctx
+                .session()
+                .register_table(name, previous)
+                .map_err(to_py)?;
+        }
+        registered
     }
 
     /// Stream options as `(key, value)` pairs, with the context's defaults for those left out.
@@ -177,14 +188,15 @@ impl Context {
             }
         };
         let stream_options = self.stream_options(&options)?;
-        self.replace(name)?;
-        let ctx = self.ctx.clone();
-        let name = name.to_string();
-        wait(py, async move {
-            ctx.register_files(&name, &path, Some(format), stream_options)
-                .await
-        })?
-        .map_err(to_py)
+        self.replacing(name, || {
+            let ctx = self.ctx.clone();
+            let name = name.to_string();
+            wait(py, async move {
+                ctx.register_files(&name, &path, Some(format), stream_options)
+                    .await
+            })?
+            .map_err(to_py)
+        })
     }
 
     /// Registers a built-in generator: market_data, orders, or nexmark for a table named
@@ -219,10 +231,11 @@ impl Context {
                     FreshetError::new_err(format!("reading the data for '{name}' failed: {e}"))
                 })?;
         let stream_options = self.stream_options(&option_pairs(options)?)?;
-        self.replace(name)?;
-        self.ctx
-            .register_batches(name, schema, batches, stream_options)
-            .map_err(to_py)
+        self.replacing(name, || {
+            self.ctx
+                .register_batches(name, schema, batches, stream_options)
+                .map_err(to_py)
+        })
     }
 
     /// Registers a live stream: `data`'s batches read as they come, once, by the first
@@ -267,10 +280,11 @@ impl Context {
         .boxed();
         let stream = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
         let stream_options = self.stream_options(&option_pairs(options)?)?;
-        self.replace(name)?;
-        self.ctx
-            .register_live(name, stream, bounded, stream_options)
-            .map_err(to_py)
+        self.replacing(name, || {
+            self.ctx
+                .register_live(name, stream, bounded, stream_options)
+                .map_err(to_py)
+        })
     }
 
     /// Removes the stream `name`.

@@ -127,6 +127,17 @@ def test_a_table_is_replayed_by_every_query(ctx):
         assert ctx.sql("SELECT COUNT(*) AS n FROM t").to_table().to_pylist() == [{"n": 100}]
 
 
+def test_a_failed_registration_keeps_the_stream_it_would_have_replaced(ctx):
+    ctx.register_stream("t", trades(100))
+    with pytest.raises(freshet.FreshetError, match="not found"):
+        ctx.register_parquet("t", "/no/such/file.parquet")
+    with pytest.raises(freshet.FreshetError, match="not found"):
+        ctx.register_files("t", "/no/such/file.csv")
+    assert ctx.sql("SELECT COUNT(*) AS n FROM t").to_table().to_pylist() == [{"n": 100}]
+    ctx.register_generator("t", "market_data", records=7)
+    assert ctx.sql("SELECT COUNT(*) AS n FROM t").to_table().to_pylist() == [{"n": 7}]
+
+
 def test_generator(ctx):
     ctx.register_generator("md", "market_data", records=12_000, symbols=4)
     got = ctx.sql("SELECT COUNT(DISTINCT symbol) AS s, COUNT(*) AS n FROM md").to_table()
