@@ -609,7 +609,7 @@ fn read_bound(
         };
         if !both_times {
             if time_a.is_some() != time_b.is_some() {
-                until_candidates.push((l, op, constant, r));
+                until_candidates.push((l, op, constant, r, source));
             }
             continue;
         }
@@ -641,7 +641,9 @@ fn read_bound(
     // right side (`right.expires >= left.time`).
     let mut bound = TimeBound::between_times(left_time, right_time, lower, upper);
     let time_type = left.schema().field(left_time).data_type().clone();
-    for (l, op, constant, r) in until_candidates {
+    // The conjuncts an until column was taken from.
+    let mut until_sources = Vec::new();
+    for (l, op, constant, r, source) in until_candidates {
         let same_type = |side: JoinSide, column: usize| {
             inputs.time_type(side, column).as_ref() == Some(&time_type)
         };
@@ -657,6 +659,7 @@ fn read_bound(
             };
             bound.upper = bound.upper.min(limit);
             bound.left_until = Some(l.column);
+            until_sources.push(source);
         } else if lower == i64::MIN
             && l.column == left_time
             && r.column != right_time
@@ -669,6 +672,7 @@ fn read_bound(
             };
             bound.lower = bound.lower.max(limit);
             bound.right_until = Some(r.column);
+            until_sources.push(source);
         }
     }
     if bound.left_until.is_some() && bound.right_until.is_some() {
@@ -677,10 +681,13 @@ fn read_bound(
     if bound.lower == i64::MIN || bound.upper == i64::MAX {
         return Ok(None);
     }
-    // With an until column the join's probe reads only a part of the bound: the filter
-    // checks all of it.
-    if bound.left_until.is_some() || bound.right_until.is_some() {
-        in_bound.clear();
+    // The join checks the whole bound, an until column's end included, so the conjuncts it
+    // stands for leave the filter: when one conjunct gave the until column. Several (two
+    // columns, or two limits on one) leave the filter whole, to check what the bound does not.
+    match until_sources.as_slice() {
+        [] => {}
+        [Source::Conjunct(index)] => in_bound.push(*index),
+        _ => in_bound.clear(),
     }
     let left_type = left.schema().field(left_time).data_type().clone();
     let right_type = right.schema().field(right_time).data_type().clone();

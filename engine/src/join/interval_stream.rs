@@ -157,6 +157,7 @@ impl Side {
         let (min_time, max_time) = batch_time_range(&untils).unwrap_or((i64::MAX, i64::MIN));
         let earliest_event_time =
             batch_time_range(&times).map_or(i64::MAX, |(earliest, _)| earliest);
+        let event_times = self.until_column.map(|_| times);
         let chunk = Chunk {
             batch,
             times: untils,
@@ -165,6 +166,7 @@ impl Side {
             max_time,
             min_time,
             earliest_event_time,
+            event_times,
         };
         Ok((chunk, hashes))
     }
@@ -430,6 +432,14 @@ impl JoinStream {
         // Indexed by the chunk's sequence number from the oldest kept one.
         let first_chunk = other.state.first_sequence();
         let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
+        // A kept row of a side with an until column spans [its time, its until]: the probe
+        // reads the bound's end on the until values, and the other end is checked here, the
+        // kept row's own time at most this limit.
+        let other_has_until = bound.until(which.negate()).is_some();
+        let time_limit = |row: usize| match which {
+            JoinSide::Left => untils.value(row).saturating_add(bound.upper),
+            _ => untils.value(row).saturating_sub(bound.lower),
+        };
         for &row in &matchable {
             let row_index = row as usize;
             let (from, to) = reach(row_index);
@@ -437,7 +447,17 @@ impl JoinStream {
             other
                 .state
                 .probe(hashes[row_index], from, to, &mut candidates);
+            let limit = other_has_until.then(|| time_limit(row_index));
             for &position in &candidates {
+                if let Some(limit) = limit
+                    && other
+                        .state
+                        .chunk(position.chunk)
+                        .and_then(|chunk| chunk.event_times.as_ref())
+                        .is_some_and(|times| times.value(position.row as usize) > limit)
+                {
+                    continue;
+                }
                 let same_key = keys.is_empty() || {
                     let slot = (position.chunk - first_chunk) as usize;
                     if same_keys.len() <= slot {
@@ -572,6 +592,7 @@ impl JoinStream {
                 max_time,
                 min_time,
                 earliest_event_time,
+                event_times: side.until_column.map(|_| chunk_times),
             };
             side.state.insert(chunk, chunk_hashes);
         }

@@ -55,6 +55,9 @@ pub(super) struct Chunk {
     pub min_time: i64,
     /// The smallest event time of the chunk's rows (its `min_time` without an until column).
     pub earliest_event_time: i64,
+    /// Each row's event time, for a side with an until column (where `times` are the until
+    /// values): a probe checks the other end of the bound against them.
+    pub event_times: Option<Int64Array>,
 }
 
 /// A row of the state: chunk sequence number and row.
@@ -413,6 +416,7 @@ mod tests {
             keys: Vec::new(),
             matched: None,
             earliest_event_time: i64::MIN,
+            event_times: None,
         };
         (chunk, hashes)
     }
