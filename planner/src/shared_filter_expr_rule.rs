@@ -35,6 +35,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use freshet_engine::StreamFilterExec;
 
+/// Rewrites an expression of the top projection in terms of the filter's columns.
+type InFilterTerms<'a> = dyn Fn(&Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> + 'a;
+
 /// The name of the shared column (the index keeps names apart if a query shares several).
 const SHARED_COLUMN: &str = "__freshet_shared_";
 
@@ -114,7 +117,7 @@ fn rewrite(
     projections: &[&ProjectionExec],
     filter: &StreamFilterExec,
     candidate: &Arc<dyn PhysicalExpr>,
-    in_filter_terms: &dyn Fn(&Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>>,
+    in_filter_terms: &InFilterTerms<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let input = filter.input();
     let width = input.schema().fields().len();
