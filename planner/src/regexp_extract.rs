@@ -10,7 +10,7 @@
 //! list of every group for each row and then picks one. Here one set of capture locations
 //! is reused for every row, and the result points into the input's own buffers: a string
 //! view of the extracted bytes (inline when they are at most 12 bytes long, as every view
-//! is), with no copy. The pattern is compiled once per query, not once per batch.
+//! is), with no copy. Each pattern is compiled once per session, not once per batch.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -37,8 +37,9 @@ pub fn regexp_extract_function() -> Arc<ScalarUDF> {
 #[derive(Debug)]
 struct RegexpExtract {
     signature: Signature,
-    /// The last pattern compiled, and its regex (cloning a `Regex` shares it).
-    compiled: Mutex<Option<(String, Regex)>>,
+    /// The patterns compiled so far, with their regexes (cloning a `Regex` shares it): a
+    /// query that calls the function with several patterns compiles each once.
+    compiled: Mutex<Vec<(String, Regex)>>,
 }
 
 impl PartialEq for RegexpExtract {
@@ -71,23 +72,26 @@ impl RegexpExtract {
             .collect();
         Self {
             signature: Signature::one_of(exact, Volatility::Immutable),
-            compiled: Mutex::new(None),
+            compiled: Mutex::new(Vec::new()),
         }
     }
 
-    /// `pattern` compiled, from the cache when it was the last one.
+    /// `pattern` compiled, from the cache when it was compiled before.
     fn regex(&self, pattern: &str) -> Result<Regex> {
+        /// Patterns kept compiled: more than a query writes, few enough to search in order.
+        const CACHED_PATTERNS: usize = 16;
         let mut compiled = self.compiled.lock();
-        if let Some((cached, regex)) = compiled.as_ref()
-            && cached == pattern
-        {
+        if let Some((_, regex)) = compiled.iter().find(|(cached, _)| cached == pattern) {
             return Ok(regex.clone());
         }
         let regex = match Regex::new(pattern) {
             Ok(regex) => regex,
             Err(e) => return exec_err!("regexp_extract: invalid pattern '{pattern}': {e}"),
         };
-        *compiled = Some((pattern.to_string(), regex.clone()));
+        if compiled.len() == CACHED_PATTERNS {
+            compiled.remove(0);
+        }
+        compiled.push((pattern.to_string(), regex.clone()));
         Ok(regex)
     }
 }
