@@ -63,7 +63,7 @@ def run_duckdb(con, sql, threads):
 
 def main():
     path, rounds = sys.argv[1], int(sys.argv[2])
-    scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else list(FRESHET_SQL)
+    scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else list(DUCKDB_SQL)
     con = duckdb.connect()
     print("| scenario | engine | wall s at 1 / 2 | speed-up of 2 over 1 | CPU s at 1 / 2 | CPU at 2 over 1 |")
     print("|---|---|---:|---:|---:|---:|")

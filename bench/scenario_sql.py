@@ -1,7 +1,9 @@
-"""The reference scenarios' queries (docs/scenarios.md) as the comparison scripts run them
-through `freshet query` and the Python package: one copy for all of them."""
+"""The reference scenarios' queries (docs/scenarios.md) as the comparison scripts and the
+Python package's tests run them through `freshet query` and the Python package: one copy for
+all of them."""
 
 FRESHET_SQL = {
+    "S0": "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100",
     "S1": "SELECT symbol, price, LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, "
           "ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS seq_num, "
           "AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 99 PRECEDING AND CURRENT ROW) AS moving_avg "

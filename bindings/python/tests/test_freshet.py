@@ -19,11 +19,11 @@ import pytest
 
 import freshet
 
-S3A = (
-    "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, "
-    "SUM(quantity) AS total_quantity FROM market_data GROUP BY trader_id, symbol "
-    "WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)"
-)
+# The reference scenarios' queries, as the comparison scripts run them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench"))
+from scenario_sql import FRESHET_SQL  # noqa: E402
+
+S3A = FRESHET_SQL["S3a"]
 
 
 def sorted_rows(table: pa.Table) -> list[tuple]:
@@ -452,19 +452,7 @@ def test_scenarios_equal_the_command_line(scenario, tmp_path):
     cli = os.environ.get("FRESHET_CLI")
     if not cli:
         pytest.skip("FRESHET_CLI (the freshet binary) not set")
-    queries = {
-        "S0": "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100",
-        "S1": "SELECT symbol, price, LAG(price, 1) OVER (PARTITION BY symbol ORDER BY trade_time) AS prev_price, "
-        "ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY trade_time) AS seq_num, "
-        "AVG(price) OVER (PARTITION BY symbol ORDER BY trade_time ROWS BETWEEN 99 PRECEDING AND CURRENT ROW) AS moving_avg "
-        "FROM market_data",
-        "S2": "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, MIN(price) AS min_price, "
-        "MAX(price) AS max_price, SUM(quantity) AS total_quantity FROM market_data GROUP BY symbol",
-        "S3a": S3A,
-        "S3b": "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price FROM market_data "
-        "GROUP BY trader_id, symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES",
-    }
-    sql = queries[scenario]
+    sql = FRESHET_SQL[scenario]
     tables = ["--table", "market_data=generator:market_data,records=50k", "--table", "orders=generator:orders,records=50k"]
     out = tmp_path / "cli.parquet"
     subprocess.run([cli, "query", sql, *tables, "--partitions", "2", "-o", f"parquet={out}"], check=True, capture_output=True)
