@@ -10,7 +10,7 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::alignment_rule::SourceAlignmentRule;
 use crate::changelog_rule::ChangelogRule;
 use crate::distribution_repair::DistributionRepair;
-use crate::functions::{scalar_functions, window_functions};
+use crate::functions::{faster_builtin_functions, scalar_functions, window_functions};
 use crate::join_rule::StreamingJoinRule;
 use crate::limits_rule::{KeepLimitsRule, StreamSafeLimitPastWindows};
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
@@ -104,7 +104,12 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     builder
         .scalar_functions()
         .get_or_insert_with(Vec::new)
-        .extend(window_functions().into_iter().chain(scalar_functions()));
+        .extend(
+            window_functions()
+                .into_iter()
+                .chain(scalar_functions())
+                .chain(faster_builtin_functions()),
+        );
     let logical_rules = builder.optimizer().take().unwrap_or_default().rules;
     builder
         .with_optimizer_rules(stream_safe(logical_rules))

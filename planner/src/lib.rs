@@ -33,6 +33,7 @@ mod stream_safe_rules;
 mod stream_sort_rule;
 #[cfg(test)]
 mod test_support;
+mod to_char;
 mod top_n_rule;
 mod unbounded_check;
 
