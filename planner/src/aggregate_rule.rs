@@ -318,7 +318,10 @@ fn streaming_aggregate(
             (strategy, reason, Some(partial))
         }
         None => {
-            let (strategy, reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
+            let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
+            if setting.is_empty() && has_distinct(&spec) {
+                reason.push_str(DISTINCT_NOT_PARTIAL);
+            }
             (strategy, reason, None)
         }
     };
@@ -401,6 +404,14 @@ fn lift_window_predicates(input: &Arc<dyn ExecutionPlan>) -> Result<Lifted> {
     Ok((input, conjunction_opt(lifted)))
 }
 
+/// Why an aggregation with a DISTINCT aggregate is not split automatically.
+const DISTINCT_NOT_PARTIAL: &str =
+    "; no partial step: a DISTINCT aggregate's partial state holds every distinct value";
+
+fn has_distinct(spec: &AggregateSpec) -> bool {
+    spec.aggregates.iter().any(|aggregate| aggregate.is_distinct())
+}
+
 /// Whether the aggregation runs in two phases (a partial step per source partition in the
 /// exchange, the final step after it), and why: when the user asks for `two_phase` (an error
 /// where it does not apply); automatically for a GROUP BY without keys over tumbling or
@@ -410,7 +421,10 @@ fn lift_window_predicates(input: &Arc<dyn ExecutionPlan>) -> Result<Lifted> {
 /// instead of every row (as DataFusion's partial and final aggregation do). Not
 /// automatically for windows over a replay of files: each source partition's step would
 /// judge its records late at the watermark of all partitions, not at the one the files'
-/// order gives (which one stream merging the partitions by unit keeps).
+/// order gives (which one stream merging the partitions by unit keeps). Not automatically
+/// with a DISTINCT aggregate: its partial state is the set of distinct values a source
+/// partition saw, about as large as its rows when most values are distinct, and the final
+/// step inserts them all again (twice the work of one step after a shuffle of the rows).
 fn two_phase(
     setting: &str,
     keys: &[Arc<dyn PhysicalExpr>],
@@ -428,6 +442,7 @@ fn two_phase(
             PartialAggregate::try_new(spec)?,
             format!("user: partial aggregates per source partition, {destination}"),
         ))),
+        "" if has_distinct(spec) => Ok(None),
         "" if keys.is_empty()
             && !file_order
             && spec.emit == AggregateEmit::Final
@@ -482,6 +497,27 @@ mod tests {
         assert!(
             plan.contains("partial_aggregate=[count(Int64(1))]"),
             "{plan}"
+        );
+    }
+
+    #[test]
+    fn a_distinct_aggregate_shuffles_rows_rather_than_partial_sets() {
+        let query = |aggregate: &str| {
+            plan(
+                &format!("SELECT symbol, {aggregate} FROM market_data GROUP BY symbol"),
+                2,
+                2,
+            )
+            .unwrap()
+        };
+        let counted = query("COUNT(trader_id)");
+        assert!(counted.contains("partial_aggregate"), "{counted}");
+        let distinct = query("COUNT(trader_id), COUNT(DISTINCT trader_id)");
+        assert!(!distinct.contains("partial_aggregate"), "{distinct}");
+        assert!(distinct.contains("strategy=hash([symbol"), "{distinct}");
+        assert!(
+            distinct.contains("no partial step: a DISTINCT aggregate's partial state"),
+            "{distinct}"
         );
     }
 
