@@ -409,7 +409,9 @@ const DISTINCT_NOT_PARTIAL: &str =
     "; no partial step: a DISTINCT aggregate's partial state holds every distinct value";
 
 fn has_distinct(spec: &AggregateSpec) -> bool {
-    spec.aggregates.iter().any(|aggregate| aggregate.is_distinct())
+    spec.aggregates
+        .iter()
+        .any(|aggregate| aggregate.is_distinct())
 }
 
 /// Whether the aggregation runs in two phases (a partial step per source partition in the
