@@ -13,6 +13,7 @@ use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use super::distinct_counts::DistinctCounts;
 use super::fused::FusedAggregates;
 use super::packed_keys::{PackedGroupValues, new_group_values};
 use super::windowed_keys::WindowedGroupValues;
@@ -62,6 +63,9 @@ pub struct GroupTable {
     /// `accumulators` (which has one per aggregate: a fused aggregate's is left empty and
     /// only turns rows into states).
     fused: Option<FusedAggregates>,
+    /// COUNT(DISTINCT x) aggregates of one column under several FILTERs, sharing one table
+    /// of the pairs seen (their accumulators are left empty too).
+    distinct: Option<DistinctCounts>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     group_ids: Vec<usize>,
@@ -104,6 +108,7 @@ impl GroupTable {
             keys,
             groups: 0,
             fused: FusedAggregates::plan(aggregates),
+            distinct: DistinctCounts::plan(aggregates),
             accumulators,
             aggregates: aggregates.to_vec(),
             group_ids: Vec::new(),
@@ -213,6 +218,9 @@ impl GroupTable {
         if let Some(fused) = &mut self.fused {
             fused.update(arguments, filters, group_ids, self.groups)?;
         }
+        if let Some(distinct) = &mut self.distinct {
+            distinct.update(arguments, filters, group_ids, self.groups)?;
+        }
         for (index, ((accumulator, arguments), filter)) in self
             .accumulators
             .iter_mut()
@@ -220,7 +228,7 @@ impl GroupTable {
             .zip(filters)
             .enumerate()
         {
-            if fused_at(&mut self.fused, index).is_none() {
+            if shared_at(&mut self.fused, &mut self.distinct, index).is_none() {
                 accumulator.update_batch(arguments, group_ids, filter.as_ref(), self.groups)?;
             }
         }
@@ -256,8 +264,8 @@ impl GroupTable {
 
     fn merge_into(&mut self, group_ids: &[usize], states: &[Vec<ArrayRef>]) -> Result<()> {
         for (index, (accumulator, states)) in self.accumulators.iter_mut().zip(states).enumerate() {
-            match fused_at(&mut self.fused, index) {
-                Some(fused) => fused.merge(index, states, group_ids, self.groups)?,
+            match shared_at(&mut self.fused, &mut self.distinct, index) {
+                Some(shared) => shared.merge(index, states, group_ids, self.groups)?,
                 None => accumulator.merge_batch(states, group_ids, self.groups)?,
             }
         }
@@ -313,12 +321,12 @@ impl GroupTable {
         self.accumulators
             .iter_mut()
             .enumerate()
-            .map(
-                |(index, accumulator)| match fused_at(&mut self.fused, index) {
-                    Some(fused) => fused.emit_states(index, n),
+            .map(|(index, accumulator)| {
+                match shared_at(&mut self.fused, &mut self.distinct, index) {
+                    Some(shared) => shared.emit_states(index, n),
                     None => accumulator.state(emit_to),
-                },
-            )
+                }
+            })
             .collect()
     }
 
@@ -338,12 +346,12 @@ impl GroupTable {
             .accumulators
             .iter_mut()
             .enumerate()
-            .map(
-                |(index, accumulator)| match fused_at(&mut self.fused, index) {
-                    Some(fused) => fused.emit(index, n),
+            .map(|(index, accumulator)| {
+                match shared_at(&mut self.fused, &mut self.distinct, index) {
+                    Some(shared) => shared.emit(index, n),
                     None => accumulator.evaluate(emit_to),
-                },
-            )
+                }
+            })
             .collect::<Result<_>>()?;
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, results))
@@ -443,8 +451,8 @@ impl GroupTable {
             .zip(&self.aggregates)
             .enumerate()
             .map(|(index, (accumulator, aggregate))| {
-                if let Some(fused) = fused_at(&mut self.fused, index) {
-                    return fused.results_of(index, total, groups);
+                if let Some(shared) = shared_at(&mut self.fused, &mut self.distinct, index) {
+                    return shared.results_of(index, total, groups);
                 }
                 let state = accumulator.state(EmitTo::All)?;
                 accumulator.merge_batch(&state, &all, self.groups)?;
@@ -477,13 +485,66 @@ impl GroupTable {
         self.keys.as_ref().map_or(0, Keys::size)
             + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
             + self.fused.as_ref().map_or(0, FusedAggregates::size)
+            + self.distinct.as_ref().map_or(0, DistinctCounts::size)
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }
 }
 
-/// The fused aggregates, if they hold aggregate `index` (else its accumulator does).
-fn fused_at(fused: &mut Option<FusedAggregates>, index: usize) -> Option<&mut FusedAggregates> {
-    fused.as_mut().filter(|f| f.fuses(index))
+/// A kernel that holds several aggregates of a table together.
+enum Shared<'a> {
+    Fused(&'a mut FusedAggregates),
+    Distinct(&'a mut DistinctCounts),
+}
+
+/// The kernel that holds aggregate `index`, if one does (else its accumulator does).
+fn shared_at<'a>(
+    fused: &'a mut Option<FusedAggregates>,
+    distinct: &'a mut Option<DistinctCounts>,
+    index: usize,
+) -> Option<Shared<'a>> {
+    if let Some(fused) = fused.as_mut().filter(|f| f.fuses(index)) {
+        return Some(Shared::Fused(fused));
+    }
+    distinct
+        .as_mut()
+        .filter(|d| d.counts(index))
+        .map(Shared::Distinct)
+}
+
+impl Shared<'_> {
+    fn merge(
+        self,
+        index: usize,
+        states: &[ArrayRef],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        match self {
+            Shared::Fused(fused) => fused.merge(index, states, groups, total),
+            Shared::Distinct(distinct) => distinct.merge(index, states, groups, total),
+        }
+    }
+
+    fn emit(self, index: usize, n: usize) -> Result<ArrayRef> {
+        match self {
+            Shared::Fused(fused) => fused.emit(index, n),
+            Shared::Distinct(distinct) => distinct.emit(index, n),
+        }
+    }
+
+    fn emit_states(self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        match self {
+            Shared::Fused(fused) => fused.emit_states(index, n),
+            Shared::Distinct(distinct) => distinct.emit_states(index, n),
+        }
+    }
+
+    fn results_of(self, index: usize, total: usize, groups: &UInt32Array) -> Result<ArrayRef> {
+        match self {
+            Shared::Fused(fused) => fused.results_of(index, total, groups),
+            Shared::Distinct(distinct) => distinct.results_of(index, total, groups),
+        }
+    }
 }
 
 /// A `GroupsAccumulator` for `aggregate`, or DataFusion's adapter over its row accumulator.
