@@ -1,13 +1,14 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
 //! assignment, event-time ranges, hash and sticky routing, the check of a declared key
 //! partitioning, group interning and accumulator
-//! updates (S2's aggregates fused against DataFusion's accumulators), the per-record
+//! updates (S2's aggregates fused against DataFusion's accumulators; q16's DISTINCT counts
+//! sharing one table against DataFusion's), the per-record
 //! changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
 
 use std::sync::Arc;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, UInt32Array};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::{cast, max, min, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -155,6 +156,7 @@ fn kernels(c: &mut Criterion) {
         })
     });
     accumulate_s2(&mut group, &schema, &batch);
+    accumulate_distinct(&mut group, &schema, &batch);
     let symbols = vec![batch.column(0).clone()];
     let symbol_schema = Arc::new(Schema::new(vec![schema.field(0).clone()]));
     let mut symbol_table = GroupTable::try_new(&symbol_schema, &[]).expect("table"); // ok: bench setup
@@ -304,6 +306,84 @@ fn accumulate_s2(
     });
     group.bench_function("accumulate_s2_fused", |b| {
         b.iter(|| table.accumulate(&arguments, &filters).expect("update")) // ok: bench
+    });
+}
+
+/// Nexmark q16's distinct counts of one column over the 10 symbol groups: `COUNT(DISTINCT
+/// v)` without a FILTER and under three FILTERs that split the rows (a price range each),
+/// into empty state each time (8 192 mostly distinct values): DataFusion's accumulators, a
+/// set each, against the group table's one shared table of pairs.
+fn accumulate_distinct(
+    group: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+) {
+    let values_schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+    let argument = col("v", &values_schema).expect("column"); // ok: bench setup
+    let aggregates: Vec<_> = (0..4)
+        .map(|i| {
+            Arc::new(
+                AggregateExprBuilder::new(count_udaf(), vec![Arc::clone(&argument)])
+                    .schema(Arc::clone(&values_schema))
+                    .alias(format!("distinct_{i}"))
+                    .distinct()
+                    .build()
+                    .expect("aggregate"), // ok: bench setup
+            )
+        })
+        .collect();
+    let values: ArrayRef = Arc::new(Int64Array::from_iter_values(
+        (0..ROWS as i64).map(|row| row * 2_654_435_761 % 1_000_003),
+    ));
+    let arguments = vec![vec![values]; aggregates.len()];
+    let filters: Vec<Option<BooleanArray>> = [None]
+        .into_iter()
+        .chain((0..3).map(|range| {
+            Some(BooleanArray::from_iter(
+                (0..ROWS).map(|row| Some(row % 3 == range)),
+            ))
+        }))
+        .collect();
+    let symbols = vec![batch.column(0).clone()];
+    let symbol_schema = Arc::new(Schema::new(vec![schema.field(0).clone()]));
+    let mut table = GroupTable::try_new(&symbol_schema, &aggregates).expect("table"); // ok: bench setup
+    table.intern(&symbols, ROWS).expect("intern"); // ok: bench setup
+    let group_ids = table.last_group_ids(ROWS).to_vec();
+    let groups = table.len();
+    group.bench_function("accumulate_distinct_datafusion", |b| {
+        b.iter_batched(
+            || {
+                aggregates
+                    .iter()
+                    .map(|a| a.create_groups_accumulator().expect("accumulator")) // ok: bench setup
+                    .collect::<Vec<_>>()
+            },
+            |mut accumulators| {
+                for ((accumulator, arguments), filter) in
+                    accumulators.iter_mut().zip(&arguments).zip(&filters)
+                {
+                    accumulator
+                        .update_batch(arguments, &group_ids, filter.as_ref(), groups)
+                        .expect("update"); // ok: bench
+                }
+                accumulators
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("accumulate_distinct_shared", |b| {
+        b.iter_batched(
+            || {
+                let mut table = GroupTable::try_new(&symbol_schema, &aggregates).expect("table"); // ok: bench setup
+                table.intern(&symbols, ROWS).expect("intern"); // ok: bench setup
+                table
+            },
+            |mut table| {
+                table.accumulate(&arguments, &filters).expect("update"); // ok: bench
+                table
+            },
+            BatchSize::SmallInput,
+        )
     });
 }
 
