@@ -425,6 +425,10 @@ impl FuzzQuery {
             aggregates.extend([
                 "COUNT(DISTINCT k)".to_string(),
                 "COUNT(DISTINCT i % 5)".to_string(),
+                // Distinct counts of one column under several FILTERs share one table.
+                "COUNT(DISTINCT i % 5) FILTER (WHERE k = 'a')".to_string(),
+                "COUNT(DISTINCT i) FILTER (WHERE v > 0)".to_string(),
+                "COUNT(DISTINCT i) FILTER (WHERE v <= 0)".to_string(),
                 "SUM(i) FILTER (WHERE v > 0)".to_string(),
                 "COUNT(*) FILTER (WHERE k = 'a')".to_string(),
                 "stddev(i)".to_string(),
