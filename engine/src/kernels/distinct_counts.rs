@@ -34,6 +34,17 @@ use super::builtin::BuiltinAggregate;
 /// Aggregates one table's entry can carry a bit for.
 const MOST_MEMBERS: usize = 8;
 
+/// A (group, value) pair as the table keeps it: packed into 12 bytes, so that an entry with
+/// its members' bits takes 13 (24 as an aligned tuple). The table's growth writes fresh
+/// memory, which the kernel zeroes first: a third of Nexmark q16's time with 24-byte
+/// entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C, packed)]
+struct Pair {
+    value: i64,
+    group: u32,
+}
+
 /// The shared DISTINCT counts of a group table, by argument column.
 #[derive(Debug)]
 pub(crate) struct DistinctCounts {
@@ -48,7 +59,7 @@ struct DistinctColumn {
     /// The aggregates counted here, in their table order; member `m` is bit `1 << m`.
     members: Vec<usize>,
     /// Each (group, value) pair seen, with the members that have counted it.
-    seen: HashMap<(usize, i64), u8, RandomState>,
+    seen: HashMap<Pair, u8, RandomState>,
     /// Per member, its count of each group.
     counts: Vec<Vec<i64>>,
     /// The table's group count, as last given.
@@ -138,7 +149,7 @@ impl DistinctCounts {
     /// Aggregate `index`'s counts of the first `n` groups, which leave it.
     pub fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
         let (column, member) = self.place(index)?;
-        let counts = self.columns[column].take_counts(member, n);
+        let counts = self.columns[column].take_counts(member, n)?;
         Ok(Arc::new(Int64Array::from(counts)))
     }
 
@@ -146,8 +157,8 @@ impl DistinctCounts {
     pub fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
         let (column, member) = self.place(index)?;
         let column = &mut self.columns[column];
-        let lists = column.values_of(member, n);
-        column.take_counts(member, n);
+        let lists = column.values_of(member, n)?;
+        column.take_counts(member, n)?;
         Ok(vec![lists])
     }
 
@@ -167,7 +178,7 @@ impl DistinctCounts {
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        let entry = size_of::<((usize, i64), u8)>() + 1;
+        let entry = size_of::<(Pair, u8)>() + 1;
         self.columns
             .iter()
             .map(|column| {
@@ -203,13 +214,17 @@ fn counts_distinct_int64(aggregate: &AggregateFunctionExpr) -> bool {
 }
 
 impl DistinctColumn {
-    fn grow(&mut self, total: usize) {
+    fn grow(&mut self, total: usize) -> Result<()> {
+        if u32::try_from(total).is_err() {
+            return internal_err!("COUNT(DISTINCT) of more than {} groups", u32::MAX);
+        }
         self.groups = self.groups.max(total);
         for counts in &mut self.counts {
             if counts.len() < total {
                 counts.resize(total, 0);
             }
         }
+        Ok(())
     }
 
     fn update(
@@ -219,7 +234,7 @@ impl DistinctColumn {
         groups: &[usize],
         total: usize,
     ) -> Result<()> {
-        self.grow(total);
+        self.grow(total)?;
         let Some(values) = arguments.get(self.members[0]).and_then(|a| a.first()) else {
             return internal_err!("COUNT(DISTINCT) without its argument");
         };
@@ -258,7 +273,11 @@ impl DistinctColumn {
 
     /// Counts `value` for `group` in each of `members` that has not counted it yet.
     fn insert(&mut self, group: usize, value: i64, members: u8) {
-        let counted = self.seen.entry((group, value)).or_insert(0);
+        let pair = Pair {
+            value,
+            group: group as u32, // ok: `grow` bounds the groups
+        };
+        let counted = self.seen.entry(pair).or_insert(0);
         let mut new = members & !*counted;
         *counted |= members;
         while new != 0 {
@@ -274,7 +293,7 @@ impl DistinctColumn {
         groups: &[usize],
         total: usize,
     ) -> Result<()> {
-        self.grow(total);
+        self.grow(total)?;
         let values = lists.values().as_primitive::<Int64Type>();
         let offsets = lists.offsets();
         for (row, &group) in groups.iter().enumerate() {
@@ -290,38 +309,39 @@ impl DistinctColumn {
 
     /// Member `member`'s distinct values of each of the first `n` groups, as DataFusion's
     /// partial state: a list per group. A group's count is its number of values.
-    fn values_of(&mut self, member: usize, n: usize) -> ArrayRef {
-        self.grow(n);
+    fn values_of(&mut self, member: usize, n: usize) -> Result<ArrayRef> {
+        self.grow(n)?;
         let counts = &self.counts[member][..n];
         let offsets = OffsetBuffer::<i32>::from_lengths(counts.iter().map(|&c| c as usize));
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
         let mut values = vec![0i64; offsets[n] as usize];
         let bit = 1u8 << member;
-        for (&(group, value), &members) in &self.seen {
+        for (&Pair { value, group }, &members) in &self.seen {
+            let group = group as usize;
             if group < n && members & bit != 0 {
                 values[next[group]] = value;
                 next[group] += 1;
             }
         }
-        Arc::new(ListArray::new(
+        Ok(Arc::new(ListArray::new(
             Arc::new(Field::new_list_field(DataType::Int64, true)),
             offsets,
             Arc::new(Int64Array::new(ScalarBuffer::from(values), None)),
             None,
-        ))
+        )))
     }
 
     /// Member `member`'s counts of the first `n` groups, which leave it; once every member
     /// has given them, the pairs of those groups leave the table.
-    fn take_counts(&mut self, member: usize, n: usize) -> Vec<i64> {
-        self.grow(n);
+    fn take_counts(&mut self, member: usize, n: usize) -> Result<Vec<i64>> {
+        self.grow(n)?;
         let counts = self.counts[member].drain(..n).collect();
         self.emitted |= 1 << member;
         if self.emitted.count_ones() as usize == self.members.len() {
             self.emitted = 0;
             self.drop_first_groups(n);
         }
-        counts
+        Ok(counts)
     }
 
     fn drop_first_groups(&mut self, n: usize) {
@@ -330,8 +350,11 @@ impl DistinctColumn {
         } else {
             self.seen = std::mem::take(&mut self.seen)
                 .into_iter()
-                .filter(|((group, _), _)| *group >= n)
-                .map(|((group, value), members)| ((group - n, value), members))
+                .filter(|(pair, _)| pair.group as usize >= n)
+                .map(|(Pair { value, group }, members)| {
+                    let group = group - n as u32; // ok: at least n
+                    (Pair { value, group }, members)
+                })
                 .collect();
         }
         self.groups = self.groups.saturating_sub(n);
