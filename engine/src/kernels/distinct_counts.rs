@@ -30,6 +30,7 @@ use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::builtin::BuiltinAggregate;
+use super::shared::{Placement, SharedAggregates};
 
 /// Aggregates one table's entry can carry a bit for.
 const MOST_MEMBERS: usize = 8;
@@ -49,8 +50,7 @@ struct Pair {
 #[derive(Debug)]
 pub(crate) struct DistinctCounts {
     columns: Vec<DistinctColumn>,
-    /// Per aggregate of the table: its column and member index, if counted here.
-    placement: Vec<Option<(usize, usize)>>,
+    placement: Placement,
 }
 
 /// The aggregates counting one column's distinct values, and the pairs they have seen.
@@ -92,12 +92,7 @@ impl DistinctCounts {
         if columns.is_empty() {
             return None;
         }
-        let mut placement = vec![None; aggregates.len()];
-        for (column, members) in columns.iter().enumerate() {
-            for (member, &aggregate) in members.iter().enumerate() {
-                placement[aggregate] = Some((column, member));
-            }
-        }
+        let placement = Placement::new(aggregates.len(), columns.iter().cloned());
         let columns = columns
             .into_iter()
             .map(|members| DistinctColumn {
@@ -110,15 +105,14 @@ impl DistinctCounts {
             .collect();
         Some(Self { columns, placement })
     }
+}
 
-    /// Whether aggregate `index` is counted here.
-    pub fn counts(&self, index: usize) -> bool {
-        self.placement.get(index).is_some_and(Option::is_some)
+impl SharedAggregates for DistinctCounts {
+    fn holds(&self, index: usize) -> bool {
+        self.placement.holds(index)
     }
 
-    /// Counts a batch: `arguments[i]` and `filters[i]` belong to aggregate `i`, `groups` are
-    /// the rows' group ids and `total` the table's group count.
-    pub fn update(
+    fn update(
         &mut self,
         arguments: &[Vec<ArrayRef>],
         filters: &[Option<BooleanArray>],
@@ -131,53 +125,44 @@ impl DistinctCounts {
         Ok(())
     }
 
-    /// Merges aggregate `index`'s partial states: a list of distinct values per row.
-    pub fn merge(
+    /// The partial states are a list of distinct values per row.
+    fn merge(
         &mut self,
         index: usize,
         states: &[ArrayRef],
         groups: &[usize],
         total: usize,
     ) -> Result<()> {
-        let (column, member) = self.place(index)?;
+        let (column, member) = self.placement.of(index)?;
         let [lists] = states else {
             return internal_err!("COUNT(DISTINCT) has one state column");
         };
         self.columns[column].merge(member, lists.as_list::<i32>(), groups, total)
     }
 
-    /// Aggregate `index`'s counts of the first `n` groups, which leave it.
-    pub fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
-        let (column, member) = self.place(index)?;
+    fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
+        let (column, member) = self.placement.of(index)?;
         let counts = self.columns[column].take_counts(member, n)?;
         Ok(Arc::new(Int64Array::from(counts)))
     }
 
-    /// Aggregate `index`'s partial states of the first `n` groups, which leave it.
-    pub fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
-        let (column, member) = self.place(index)?;
+    fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        let (column, member) = self.placement.of(index)?;
         let column = &mut self.columns[column];
         let lists = column.values_of(member, n)?;
         column.take_counts(member, n)?;
         Ok(vec![lists])
     }
 
-    /// Aggregate `index`'s current counts of `groups`, of a table of `total` groups.
-    pub fn results_of(
-        &mut self,
-        index: usize,
-        total: usize,
-        groups: &UInt32Array,
-    ) -> Result<ArrayRef> {
-        let (column, member) = self.place(index)?;
+    fn results_of(&mut self, index: usize, total: usize, groups: &UInt32Array) -> Result<ArrayRef> {
+        let (column, member) = self.placement.of(index)?;
         let counts = &mut self.columns[column].counts[member];
         counts.resize(counts.len().max(total), 0);
         let counts = Int64Array::from(counts[..total].to_vec());
         Ok(take(&counts, groups, None)?)
     }
 
-    /// Bytes held.
-    pub fn size(&self) -> usize {
+    fn size(&self) -> usize {
         let entry = size_of::<(Pair, u8)>() + 1;
         self.columns
             .iter()
@@ -190,13 +175,6 @@ impl DistinctCounts {
                         .sum::<usize>()
             })
             .sum()
-    }
-
-    fn place(&self, index: usize) -> Result<(usize, usize)> {
-        match self.placement.get(index).copied().flatten() {
-            Some(place) => Ok(place),
-            None => internal_err!("aggregate {index} is not a shared DISTINCT count"),
-        }
     }
 }
 
@@ -423,8 +401,8 @@ mod tests {
             .map(count_distinct)
             .collect();
         let mut ours = DistinctCounts::plan(&aggregates).expect("four counts of x");
-        assert!((0..4).all(|i| ours.counts(i)));
-        assert!(!ours.counts(4), "one count of y is DataFusion's");
+        assert!((0..4).all(|i| ours.holds(i)));
+        assert!(!ours.holds(4), "one count of y is DataFusion's");
         let mut theirs: Vec<Box<dyn GroupsAccumulator>> = aggregates[..4]
             .iter()
             .map(|a| a.create_groups_accumulator())

@@ -27,11 +27,12 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{
     DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type, UInt64Type,
 };
-use datafusion::common::{Result, internal_err};
+use datafusion::common::Result;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::fused_column::{Column, FusedColumn};
 use super::fused_member::{Fold, Member, Numeric};
+use super::shared::{Placement, SharedAggregates};
 
 /// A column while planning: its type (unknown while only COUNTs use it), the aggregate whose
 /// argument it is, and its members as (aggregate, fold, result type).
@@ -41,8 +42,7 @@ type PlannedColumn = (Option<DataType>, usize, Vec<(usize, Fold, DataType)>);
 #[derive(Debug)]
 pub(crate) struct FusedAggregates {
     columns: Vec<Box<dyn FusedColumn>>,
-    /// Per aggregate of the table: its column and member index, if fused.
-    placement: Vec<Option<(usize, usize)>>,
+    placement: Placement,
 }
 
 impl FusedAggregates {
@@ -98,29 +98,29 @@ impl FusedAggregates {
         if fused < 2 {
             return None;
         }
-        let mut placement = vec![None; aggregates.len()];
+        let placement = Placement::new(
+            aggregates.len(),
+            columns
+                .iter()
+                .map(|(_, _, members)| members.iter().map(|(aggregate, _, _)| *aggregate)),
+        );
         let columns = columns
             .into_iter()
-            .enumerate()
-            .map(|(position, (data_type, argument_of, members))| {
-                for (member, (aggregate, _, _)) in members.iter().enumerate() {
-                    placement[*aggregate] = Some((position, member));
-                }
+            .map(|(data_type, argument_of, members)| {
                 let data_type = data_type.unwrap_or(DataType::Int64);
                 new_column(&data_type, argument_of, members)
             })
             .collect::<Option<Vec<_>>>()?;
         Some(Self { columns, placement })
     }
+}
 
-    /// Whether aggregate `index` is fused.
-    pub fn fuses(&self, index: usize) -> bool {
-        self.placement.get(index).is_some_and(Option::is_some)
+impl SharedAggregates for FusedAggregates {
+    fn holds(&self, index: usize) -> bool {
+        self.placement.holds(index)
     }
 
-    /// Folds a batch: `arguments[i]` and `filters[i]` belong to aggregate `i`, `groups` are
-    /// the rows' group ids and `total` the table's group count.
-    pub fn update(
+    fn update(
         &mut self,
         arguments: &[Vec<ArrayRef>],
         filters: &[Option<BooleanArray>],
@@ -133,54 +133,38 @@ impl FusedAggregates {
         Ok(())
     }
 
-    /// Merges aggregate `index`'s partial states.
-    pub fn merge(
+    fn merge(
         &mut self,
         index: usize,
         states: &[ArrayRef],
         groups: &[usize],
         total: usize,
     ) -> Result<()> {
-        let (column, member) = self.place(index)?;
+        let (column, member) = self.placement.of(index)?;
         self.columns[column].merge(member, states, groups, total)
     }
 
-    /// Aggregate `index`'s results of the first `n` groups, which leave it.
-    pub fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
-        let (column, member) = self.place(index)?;
+    fn emit(&mut self, index: usize, n: usize) -> Result<ArrayRef> {
+        let (column, member) = self.placement.of(index)?;
         self.columns[column].cover(n);
         self.columns[column].emit(member, n)
     }
 
-    /// Aggregate `index`'s partial states of the first `n` groups, which leave it.
-    pub fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
-        let (column, member) = self.place(index)?;
+    fn emit_states(&mut self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
+        let (column, member) = self.placement.of(index)?;
         self.columns[column].cover(n);
         self.columns[column].emit_states(member, n)
     }
 
-    /// Aggregate `index`'s current results of `groups`, of a table of `total` groups.
-    pub fn results_of(
-        &mut self,
-        index: usize,
-        total: usize,
-        groups: &UInt32Array,
-    ) -> Result<ArrayRef> {
-        let (column, member) = self.place(index)?;
+    fn results_of(&mut self, index: usize, total: usize, groups: &UInt32Array) -> Result<ArrayRef> {
+        let (column, member) = self.placement.of(index)?;
         self.columns[column].cover(total);
         let results = self.columns[column].peek(member, total)?;
         Ok(take(results.as_ref(), groups, None)?)
     }
 
-    pub fn size(&self) -> usize {
+    fn size(&self) -> usize {
         self.columns.iter().map(|c| c.size()).sum()
-    }
-
-    fn place(&self, index: usize) -> Result<(usize, usize)> {
-        match self.placement.get(index).copied().flatten() {
-            Some(place) => Ok(place),
-            None => internal_err!("aggregate {index} is not fused"),
-        }
     }
 }
 
@@ -421,7 +405,7 @@ mod tests {
     fn the_fused_aggregates_are_planned_for_count_sum_avg_min_max() {
         let aggregates = aggregates();
         let fused = FusedAggregates::plan(&aggregates).unwrap();
-        assert!((0..aggregates.len()).all(|a| fused.fuses(a)));
+        assert!((0..aggregates.len()).all(|a| fused.holds(a)));
         // x, i and s: three columns; both COUNT(*)s ride in them.
         assert_eq!(fused.columns.len(), 3);
     }
@@ -447,7 +431,7 @@ mod tests {
         ];
         let fused = FusedAggregates::plan(&aggregates).unwrap();
         // COUNT(k) alone on its column, DISTINCT and COUNT(NULL) are DataFusion's.
-        let fuses: Vec<bool> = (0..aggregates.len()).map(|a| fused.fuses(a)).collect();
+        let fuses: Vec<bool> = (0..aggregates.len()).map(|a| fused.holds(a)).collect();
         assert_eq!(fuses, [false, false, false, true, true]);
         // A single aggregate gains nothing from fusing.
         assert!(FusedAggregates::plan(&aggregates[3..4]).is_none());

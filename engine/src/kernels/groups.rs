@@ -16,6 +16,7 @@ use datafusion::physical_plan::aggregates::group_values::GroupValues;
 use super::distinct_counts::DistinctCounts;
 use super::fused::FusedAggregates;
 use super::packed_keys::{PackedGroupValues, new_group_values};
+use super::shared::SharedAggregates;
 use super::windowed_keys::WindowedGroupValues;
 use crate::checkpoint::OperatorState;
 
@@ -59,13 +60,11 @@ pub struct GroupTable {
     /// `None` without key columns: every row is in group 0.
     keys: Option<Keys>,
     groups: usize,
-    /// COUNT/SUM/AVG/MIN/MAX folded a column at a time; the other aggregates are in
-    /// `accumulators` (which has one per aggregate: a fused aggregate's is left empty and
-    /// only turns rows into states).
-    fused: Option<FusedAggregates>,
-    /// COUNT(DISTINCT x) aggregates of one column under several FILTERs, sharing one table
-    /// of the pairs seen (their accumulators are left empty too).
-    distinct: Option<DistinctCounts>,
+    /// Kernels that hold several aggregates together: COUNT/SUM/AVG/MIN/MAX folded a column
+    /// at a time, and COUNT(DISTINCT x) of one column under several FILTERs sharing one
+    /// table of the pairs seen. The other aggregates are in `accumulators` (which has one
+    /// per aggregate: a shared aggregate's is left empty and only turns rows into states).
+    shared: Vec<Box<dyn SharedAggregates>>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     group_ids: Vec<usize>,
@@ -107,8 +106,7 @@ impl GroupTable {
         Ok(Self {
             keys,
             groups: 0,
-            fused: FusedAggregates::plan(aggregates),
-            distinct: DistinctCounts::plan(aggregates),
+            shared: shared_kernels(aggregates),
             accumulators,
             aggregates: aggregates.to_vec(),
             group_ids: Vec::new(),
@@ -215,11 +213,8 @@ impl GroupTable {
         arguments: &[Vec<ArrayRef>],
         filters: &[Option<BooleanArray>],
     ) -> Result<()> {
-        if let Some(fused) = &mut self.fused {
-            fused.update(arguments, filters, group_ids, self.groups)?;
-        }
-        if let Some(distinct) = &mut self.distinct {
-            distinct.update(arguments, filters, group_ids, self.groups)?;
+        for kernel in &mut self.shared {
+            kernel.update(arguments, filters, group_ids, self.groups)?;
         }
         for (index, ((accumulator, arguments), filter)) in self
             .accumulators
@@ -228,7 +223,7 @@ impl GroupTable {
             .zip(filters)
             .enumerate()
         {
-            if shared_at(&mut self.fused, &mut self.distinct, index).is_none() {
+            if shared_at(&mut self.shared, index).is_none() {
                 accumulator.update_batch(arguments, group_ids, filter.as_ref(), self.groups)?;
             }
         }
@@ -264,7 +259,7 @@ impl GroupTable {
 
     fn merge_into(&mut self, group_ids: &[usize], states: &[Vec<ArrayRef>]) -> Result<()> {
         for (index, (accumulator, states)) in self.accumulators.iter_mut().zip(states).enumerate() {
-            match shared_at(&mut self.fused, &mut self.distinct, index) {
+            match shared_at(&mut self.shared, index) {
                 Some(shared) => shared.merge(index, states, group_ids, self.groups)?,
                 None => accumulator.merge_batch(states, group_ids, self.groups)?,
             }
@@ -321,12 +316,12 @@ impl GroupTable {
         self.accumulators
             .iter_mut()
             .enumerate()
-            .map(|(index, accumulator)| {
-                match shared_at(&mut self.fused, &mut self.distinct, index) {
+            .map(
+                |(index, accumulator)| match shared_at(&mut self.shared, index) {
                     Some(shared) => shared.emit_states(index, n),
                     None => accumulator.state(emit_to),
-                }
-            })
+                },
+            )
             .collect()
     }
 
@@ -346,12 +341,12 @@ impl GroupTable {
             .accumulators
             .iter_mut()
             .enumerate()
-            .map(|(index, accumulator)| {
-                match shared_at(&mut self.fused, &mut self.distinct, index) {
+            .map(
+                |(index, accumulator)| match shared_at(&mut self.shared, index) {
                     Some(shared) => shared.emit(index, n),
                     None => accumulator.evaluate(emit_to),
-                }
-            })
+                },
+            )
             .collect::<Result<_>>()?;
         let keys = self.emit_keys(emit_to)?;
         Ok((keys, results))
@@ -451,7 +446,7 @@ impl GroupTable {
             .zip(&self.aggregates)
             .enumerate()
             .map(|(index, (accumulator, aggregate))| {
-                if let Some(shared) = shared_at(&mut self.fused, &mut self.distinct, index) {
+                if let Some(shared) = shared_at(&mut self.shared, index) {
                     return shared.results_of(index, total, groups);
                 }
                 let state = accumulator.state(EmitTo::All)?;
@@ -484,67 +479,25 @@ impl GroupTable {
     pub fn size(&self) -> usize {
         self.keys.as_ref().map_or(0, Keys::size)
             + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
-            + self.fused.as_ref().map_or(0, FusedAggregates::size)
-            + self.distinct.as_ref().map_or(0, DistinctCounts::size)
+            + self.shared.iter().map(|k| k.size()).sum::<usize>()
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }
 }
 
-/// A kernel that holds several aggregates of a table together.
-enum Shared<'a> {
-    Fused(&'a mut FusedAggregates),
-    Distinct(&'a mut DistinctCounts),
+/// The kernels that hold aggregates of `aggregates` together.
+fn shared_kernels(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Box<dyn SharedAggregates>> {
+    let fused = FusedAggregates::plan(aggregates).map(|k| Box::new(k) as Box<dyn SharedAggregates>);
+    let distinct =
+        DistinctCounts::plan(aggregates).map(|k| Box::new(k) as Box<dyn SharedAggregates>);
+    fused.into_iter().chain(distinct).collect()
 }
 
 /// The kernel that holds aggregate `index`, if one does (else its accumulator does).
-fn shared_at<'a>(
-    fused: &'a mut Option<FusedAggregates>,
-    distinct: &'a mut Option<DistinctCounts>,
+fn shared_at(
+    shared: &mut [Box<dyn SharedAggregates>],
     index: usize,
-) -> Option<Shared<'a>> {
-    if let Some(fused) = fused.as_mut().filter(|f| f.fuses(index)) {
-        return Some(Shared::Fused(fused));
-    }
-    distinct
-        .as_mut()
-        .filter(|d| d.counts(index))
-        .map(Shared::Distinct)
-}
-
-impl Shared<'_> {
-    fn merge(
-        self,
-        index: usize,
-        states: &[ArrayRef],
-        groups: &[usize],
-        total: usize,
-    ) -> Result<()> {
-        match self {
-            Shared::Fused(fused) => fused.merge(index, states, groups, total),
-            Shared::Distinct(distinct) => distinct.merge(index, states, groups, total),
-        }
-    }
-
-    fn emit(self, index: usize, n: usize) -> Result<ArrayRef> {
-        match self {
-            Shared::Fused(fused) => fused.emit(index, n),
-            Shared::Distinct(distinct) => distinct.emit(index, n),
-        }
-    }
-
-    fn emit_states(self, index: usize, n: usize) -> Result<Vec<ArrayRef>> {
-        match self {
-            Shared::Fused(fused) => fused.emit_states(index, n),
-            Shared::Distinct(distinct) => distinct.emit_states(index, n),
-        }
-    }
-
-    fn results_of(self, index: usize, total: usize, groups: &UInt32Array) -> Result<ArrayRef> {
-        match self {
-            Shared::Fused(fused) => fused.results_of(index, total, groups),
-            Shared::Distinct(distinct) => distinct.results_of(index, total, groups),
-        }
-    }
+) -> Option<&mut Box<dyn SharedAggregates>> {
+    shared.iter_mut().find(|kernel| kernel.holds(index))
 }
 
 /// A `GroupsAccumulator` for `aggregate`, or DataFusion's adapter over its row accumulator.

@@ -16,6 +16,7 @@ mod packed_encoding;
 mod packed_keys;
 mod prehashed;
 mod running;
+mod shared;
 mod short_keys;
 mod take_rows;
 mod windowed_keys;
