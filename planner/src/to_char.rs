@@ -267,6 +267,19 @@ mod tests {
     }
 
     #[test]
+    fn batches_of_nulls_or_no_rows_are_formatted_as_datafusion_does() -> Result<()> {
+        for times in [
+            Arc::new(TimestampMillisecondArray::from(vec![None, None, None])) as ArrayRef,
+            Arc::new(TimestampMillisecondArray::from(Vec::<i64>::new())),
+        ] {
+            let ours = call(&ToChar::default(), &times, "%Y-%m-%d")?;
+            let theirs = call(&ToCharFunc::new(), &times, "%Y-%m-%d")?;
+            assert_eq!(ours.as_string::<i32>(), theirs.as_string::<i32>());
+        }
+        Ok(())
+    }
+
+    #[test]
     fn granules_follow_the_finest_field_of_the_format() {
         assert_eq!(format_granule("%Y-%m-%d"), Some(86_400));
         assert_eq!(format_granule("%d %H"), Some(3_600));
