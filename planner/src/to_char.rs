@@ -71,20 +71,19 @@ impl ScalarUDFImpl for ToChar {
             && let Some(granule) = format_granule(format)
             && let Some(by_granule) = Granules::of(times, ticks_per_second(unit) * granule)?
         {
-            let distinct = ColumnarValue::Array(by_granule.starts(times.data_type())?);
+            let Granules { starts, rows } = by_granule;
+            let distinct = starts.len();
+            let starts = PrimitiveArray::<Int64Type>::from(starts);
+            let starts = ColumnarValue::Array(cast(&starts, times.data_type())?);
             let formatted = self
                 .datafusion
                 .invoke_with_args(ScalarFunctionArgs {
-                    number_rows: by_granule.starts.len(),
-                    args: vec![distinct, args.args[1].clone()],
+                    number_rows: distinct,
+                    args: vec![starts, args.args[1].clone()],
                     ..args
                 })?
-                .into_array(by_granule.starts.len())?;
-            return Ok(ColumnarValue::Array(take(
-                &formatted,
-                &by_granule.rows,
-                None,
-            )?));
+                .into_array(distinct)?;
+            return Ok(ColumnarValue::Array(take(&formatted, &rows, None)?));
         }
         self.datafusion.invoke_with_args(args)
     }
@@ -141,12 +140,6 @@ impl Granules {
             starts,
             rows: UInt32Array::new(ScalarBuffer::from(rows), nulls),
         }))
-    }
-
-    /// The granules' starts as timestamps of `time_type`.
-    fn starts(&self, time_type: &DataType) -> Result<ArrayRef> {
-        let starts = PrimitiveArray::<Int64Type>::from(self.starts.clone());
-        Ok(cast(&starts, time_type)?)
     }
 }
 
