@@ -7,6 +7,7 @@
 //! else uses DataFusion's own (`GroupValues`, `GroupsAccumulator`, arrow's kernels).
 
 mod builtin;
+mod dictionary_keys;
 mod distinct_counts;
 mod fused;
 mod fused_column;
