@@ -21,6 +21,7 @@ pub mod options;
 pub mod over;
 mod plan_util;
 pub mod progress;
+mod row_format;
 pub mod sink;
 pub mod sort;
 pub mod source;

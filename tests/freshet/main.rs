@@ -4,6 +4,7 @@ mod aggregation;
 mod bad_input;
 mod checkpoints;
 mod cli;
+mod dictionaries;
 mod filters;
 mod fuzz;
 mod handed_over;

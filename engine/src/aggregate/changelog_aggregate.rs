@@ -36,7 +36,7 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::arrow::row::{OwnedRow, RowConverter, Rows};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, ScalarValue, internal_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -57,6 +57,7 @@ use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{evaluate, stateful_properties, visit_expressions};
+use crate::row_format::TypedRowConverter;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -290,9 +291,9 @@ struct ChangelogGroups {
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// Per aggregate, its arguments' positions among all the aggregates' arguments.
     argument_ranges: Vec<std::ops::Range<usize>>,
-    key_rows: RowConverter,
-    group_rows: RowConverter,
-    argument_rows: RowConverter,
+    key_rows: TypedRowConverter,
+    group_rows: TypedRowConverter,
+    argument_rows: TypedRowConverter,
     /// Per input key (row-encoded), the row it counts now.
     counted: HashMap<Box<[u8]>, Counted>,
     group_index: HashMap<Box<[u8]>, usize>,
@@ -317,11 +318,11 @@ impl ChangelogGroups {
         };
         // No columns (a whole-stream aggregation's key, COUNT(*)'s arguments) are encoded
         // as one constant column, so that each row has its row.
-        let sort_fields = |types: Vec<DataType>| -> Vec<SortField> {
-            match types.is_empty() {
-                true => vec![SortField::new(DataType::Boolean)],
-                false => types.into_iter().map(SortField::new).collect(),
-            }
+        let rows_of = |types: Vec<DataType>| {
+            TypedRowConverter::try_new(match types.is_empty() {
+                true => vec![DataType::Boolean],
+                false => types,
+            })
         };
         let key_types = exec
             .input_key
@@ -347,9 +348,9 @@ impl ChangelogGroups {
             group_by: exec.group_by.iter().map(|(e, _)| Arc::clone(e)).collect(),
             aggregates: exec.aggregates.clone(),
             argument_ranges,
-            key_rows: RowConverter::new(sort_fields(key_types))?,
-            group_rows: RowConverter::new(sort_fields(group_types))?,
-            argument_rows: RowConverter::new(sort_fields(argument_types))?,
+            key_rows: rows_of(key_types)?,
+            group_rows: rows_of(group_types)?,
+            argument_rows: rows_of(argument_types)?,
             counted: HashMap::new(),
             group_index: HashMap::new(),
             groups: Vec::new(),
@@ -700,7 +701,7 @@ fn row_bytes(row: &OwnedRow) -> usize {
 /// the value's row encoding (which orders as the values do).
 #[derive(Debug)]
 pub struct RetractableExtremum {
-    rows: RowConverter,
+    rows: TypedRowConverter,
     counts: BTreeMap<Vec<u8>, usize>,
     data_type: DataType,
     max: bool,
@@ -709,7 +710,7 @@ pub struct RetractableExtremum {
 impl RetractableExtremum {
     pub fn try_new(data_type: DataType, max: bool) -> Result<Self> {
         Ok(Self {
-            rows: RowConverter::new(vec![SortField::new(data_type.clone())])?,
+            rows: TypedRowConverter::try_new(vec![data_type.clone()])?,
             counts: BTreeMap::new(),
             data_type,
             max,

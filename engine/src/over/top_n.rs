@@ -51,6 +51,7 @@ use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
+use crate::row_format::TypedRowConverter;
 use crate::watermark::StreamMessage;
 
 /// When a [`TopNExec`]'s rows leave.
@@ -310,7 +311,7 @@ struct TopNState {
     with_op: bool,
     keys: RowConverter,
     order: RowConverter,
-    rows: RowConverter,
+    rows: TypedRowConverter,
     /// Key (encoded) to its index in `lists`.
     key_index: HashMap<Box<[u8]>, usize>,
     lists: Vec<Vec<Ranked>>,
@@ -342,10 +343,10 @@ impl TopNState {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let row_fields = input
+        let row_types = input
             .fields()
             .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
+            .map(|f| f.data_type().clone())
             .collect();
         Ok(Self {
             spec: spec.clone(),
@@ -357,7 +358,7 @@ impl TopNState {
             input_schema: Arc::clone(input),
             keys: RowConverter::new(key_fields)?,
             order: RowConverter::new(order_fields)?,
-            rows: RowConverter::new(row_fields)?,
+            rows: TypedRowConverter::try_new(row_types)?,
             key_index: HashMap::new(),
             lists: Vec::new(),
             changed: HashMap::new(),
