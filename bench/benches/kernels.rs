@@ -1,6 +1,6 @@
 //! Criterion benches of Freshet's kernels on one 8 192-row `market_data` batch: window
 //! assignment, event-time ranges, hash and sticky routing, the check of a declared key
-//! partitioning, group interning and accumulator
+//! partitioning, group interning (strings, integers and dictionaries) and accumulator
 //! updates (S2's aggregates fused against DataFusion's accumulators; q16's DISTINCT counts
 //! sharing one table against DataFusion's), the per-record
 //! changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
@@ -179,10 +179,26 @@ fn kernels(c: &mut Criterion) {
     let auctions: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
         (0..ROWS as i64).map(|i| 1000 + (i * 7919) % 50_000),
     ))];
+    // The trader and symbol as dictionaries (a Parquet file's dictionary-encoded columns read
+    // as they are stored), which Freshet interns once per dictionary value.
+    let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let dictionary_keys: Vec<ArrayRef> = [1, 0]
+        .iter()
+        .map(|&c| cast(batch.column(c), &dictionary).expect("cast")) // ok: bench setup
+        .collect();
+    let window_and_dictionary_keys: Vec<ArrayRef> = std::iter::once(window_keys[0].clone())
+        .chain(dictionary_keys.iter().cloned())
+        .collect();
     for (name, keys) in [
         ("one_utf8_key", &symbols),
         ("window_and_two_utf8_keys", &window_keys),
         ("one_int64_key", &auctions),
+        ("two_utf8_keys", &window_keys[1..].to_vec()),
+        ("two_dictionary_keys", &dictionary_keys),
+        (
+            "window_and_two_dictionary_keys",
+            &window_and_dictionary_keys,
+        ),
     ] {
         let key_schema = Arc::new(Schema::new(
             keys.iter()
@@ -190,9 +206,13 @@ fn kernels(c: &mut Criterion) {
                 .map(|(i, k)| Field::new(format!("k{i}"), k.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
-        let packed = new_group_values(Arc::clone(&key_schema)).expect("interner"); // ok: bench setup
-        let mut interners: Vec<(&str, Box<dyn GroupValues>)> = vec![("packed", packed)];
-        if keys.len() > 1 {
+        let freshet = new_group_values(Arc::clone(&key_schema)).expect("interner"); // ok: bench setup
+        let label = match name.contains("dictionary") {
+            true => "dictionary",
+            false => "packed",
+        };
+        let mut interners: Vec<(&str, Box<dyn GroupValues>)> = vec![(label, freshet)];
+        if name.starts_with("window_") {
             let windowed = WindowedGroupValues::try_new(&key_schema).expect("interner"); // ok: bench setup
             interners.push(("windowed", Box::new(windowed)));
         }
