@@ -426,7 +426,7 @@ mod tests {
         let keys: Int32Array = (0..rows as u64)
             .map(|i| {
                 let draw = splitmix64(seed ^ i.wrapping_mul(0x9E37_79B9));
-                (draw % 10 != 0).then(|| ((draw >> 8) % size) as i32)
+                (!draw.is_multiple_of(10)).then(|| ((draw >> 8) % size) as i32)
             })
             .collect();
         Arc::new(DictionaryArray::<Int32Type>::try_new(keys, Arc::clone(values)).unwrap())
