@@ -140,6 +140,9 @@ impl DictionaryColumn {
         let values = dictionary.values();
         let null_key = values.len();
         if values.is_empty() {
+            // Every key is null: no value may be mapped for it.
+            self.ids.clear();
+            self.last_dictionary = None;
             return Ok(vec![null_key; column.len()]);
         }
         self.map_dictionary(values)?;
@@ -596,6 +599,38 @@ mod tests {
             })
             .collect();
         check_against_values(schema, batches, 100);
+    }
+
+    #[test]
+    fn a_batch_of_null_keys_after_another_dictionary_stays_null() {
+        // An all-null column has an empty dictionary: its keys must not reach the values of
+        // the dictionary mapped before it.
+        let schema = Arc::new(Schema::new(vec![Field::new("k", dictionary_type(), true)]));
+        let no_values: ArrayRef = Arc::new(StringArray::from(Vec::<Option<&str>>::new()));
+        let all_null: ArrayRef = Arc::new(
+            DictionaryArray::<Int32Type>::try_new(Int32Array::from(vec![None, None]), no_values)
+                .unwrap(),
+        );
+        let batches = vec![
+            vec![random_dictionary(1, 50, &values(3, 4, false))],
+            vec![all_null],
+            vec![random_dictionary(2, 50, &values(4, 4, true))],
+        ];
+        check_against_values(Arc::clone(&schema), batches.clone(), 1);
+        // The same beside a plain column (the path without the dense array).
+        let two = Arc::new(Schema::new(vec![
+            Field::new("k", dictionary_type(), true),
+            Field::new("g", DataType::Int64, true),
+        ]));
+        let with_plain = batches
+            .into_iter()
+            .map(|mut batch| {
+                let rows = batch[0].len() as i64;
+                batch.push(Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 2))));
+                batch
+            })
+            .collect();
+        check_against_values(two, with_plain, 1);
     }
 
     #[test]

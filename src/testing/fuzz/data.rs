@@ -2,7 +2,8 @@
 //! (in-memory batches, a Parquet file with row groups of a chosen size, a directory of Parquet
 //! files, a CSV or an Arrow IPC file).
 //!
-//! Columns: `id` (the row's position in stored order, unique), `k` (Utf8 key, nullable), `g`
+//! Columns: `id` (the row's position in stored order, unique), `k` (Utf8 key, nullable; a
+//! dictionary in a quarter of the tables not stored as CSV or Arrow IPC), `g`
 //! (Int64 key, nullable), `v` (Float64, nullable, NaN in some tables), `i` (Int64) and `ts`
 //! (the event time: a millisecond timestamp, or Int64 epoch milliseconds). Event times move
 //! forward in small random steps (zero steps give ties) and some rows arrive up to `disorder_ms`
@@ -14,9 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    ArrayRef, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    TimestampMillisecondArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
@@ -85,6 +87,8 @@ pub struct FuzzData {
     pub ties: bool,
     /// Seed of the batch sizes of in-memory storage.
     pub split_seed: u64,
+    /// Whether `k` is a dictionary (as pyarrow writes a category).
+    pub dictionary_keys: bool,
 }
 
 /// The first event time of every table: a whole minute, so windows start with the data.
@@ -155,7 +159,14 @@ impl FuzzData {
             nan,
             ties,
             split_seed: rng.next_u64(),
+            dictionary_keys: false,
         };
+        // From bits of a seed already drawn, so that a seed's case is otherwise the one it was
+        // before dictionary keys were drawn.
+        // (An Arrow IPC file holds one dictionary per column for all its batches, and a CSV
+        // file none.)
+        data.dictionary_keys = !matches!(storage, Storage::Csv | Storage::Arrow)
+            && (data.split_seed >> 17).is_multiple_of(4);
         if !ties {
             data.separate_ties();
         }
@@ -180,12 +191,20 @@ impl FuzzData {
         };
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, true),
+            Field::new("k", self.key_type(), true),
             Field::new("g", DataType::Int64, true),
             Field::new("v", DataType::Float64, true),
             Field::new("i", DataType::Int64, false),
             Field::new("ts", ts_type, false),
         ]))
+    }
+
+    /// The type of `k`.
+    fn key_type(&self) -> DataType {
+        match self.dictionary_keys {
+            true => DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false => DataType::Utf8,
+        }
     }
 
     /// The rows `range` as one batch.
@@ -200,7 +219,12 @@ impl FuzzData {
         };
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.id))),
-            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.k.as_deref()))),
+            match self.dictionary_keys {
+                true => Arc::new(DictionaryArray::<Int32Type>::from_iter(
+                    rows.iter().map(|r| r.k.as_deref()),
+                )),
+                false => Arc::new(StringArray::from_iter(rows.iter().map(|r| r.k.as_deref()))),
+            },
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.g))),
             Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.v))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.i))),

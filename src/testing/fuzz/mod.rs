@@ -565,7 +565,10 @@ impl FuzzCase {
                 ),
                 false => self.data.disorder_ms.to_string(),
             },
-            storage = self.data.storage,
+            storage = match self.data.dictionary_keys {
+                true => format!("{}, k a dictionary", self.data.storage),
+                false => self.data.storage.to_string(),
+            },
             rows = self.data.describe_rows(),
             batch = self.query.batch_sql(),
         ) + &self
