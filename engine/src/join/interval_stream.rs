@@ -385,12 +385,15 @@ impl JoinStream {
         } else {
             let mut matchable = Vec::with_capacity(rows);
             for row in 0..rows {
-                if (time_nulls && (times.is_null(row) || untils.is_null(row)))
+                // A late row is late whatever its keys: an outer join's unmatched row
+                // passed on behind the join's progress would be late downstream instead, at
+                // one number of streams and not at another.
+                if times.is_valid(row) && times.value(row) < own_limit {
+                    late.push(row);
+                } else if (time_nulls && (times.is_null(row) || untils.is_null(row)))
                     || nullable.iter().any(|k| k.is_null(row))
                 {
                     unmatchable.push(row as u32);
-                } else if times.value(row) < own_limit {
-                    late.push(row);
                 } else {
                     let widen = |range: &mut Option<(i64, i64)>, value: i64| {
                         let (first, last) = range.unwrap_or((value, value));

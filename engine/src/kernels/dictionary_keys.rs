@@ -626,7 +626,9 @@ mod tests {
             .into_iter()
             .map(|mut batch| {
                 let rows = batch[0].len() as i64;
-                batch.push(Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 2))));
+                batch.push(Arc::new(Int64Array::from_iter_values(
+                    (0..rows).map(|i| i % 2),
+                )));
                 batch
             })
             .collect();
