@@ -9,8 +9,6 @@ use datafusion::arrow::array::{
     ArrayRef, DictionaryArray, Int64Array, RecordBatch, TimestampMillisecondArray,
 };
 use datafusion::arrow::datatypes::Int32Type;
-use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::file::properties::WriterProperties;
 use freshet::StreamOptions;
 use freshet::testing::{Differential, TestSource, TestTable};
 
@@ -47,14 +45,7 @@ fn rows(count: i64) -> RecordBatch {
 
 /// `rows(count)` as a Parquet file of row groups of 101 rows, each with its own dictionaries.
 fn parquet(path: &Path, count: i64) {
-    let batch = rows(count);
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(101))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    crate::support::write_parquet(path, &rows(count), 101);
 }
 
 fn table(path: &Path) -> TestTable {

@@ -9,8 +9,6 @@ use std::time::Duration;
 use datafusion::arrow::array::{
     ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
-use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::file::properties::WriterProperties;
 use freshet::testing::display_rows;
 use freshet::{Pacing, StreamOptions, StreamingContext};
 use futures::TryStreamExt;
@@ -93,13 +91,7 @@ fn write_rows(
         ),
     ])
     .unwrap();
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(group_rows))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    crate::support::write_parquet(path, &batch, group_rows);
 }
 
 /// The query's rows in output order, over `path` read as `source_partitions` partitions on

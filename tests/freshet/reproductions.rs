@@ -10,7 +10,6 @@ use datafusion::arrow::array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
 };
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::file::properties::WriterProperties;
 use freshet::testing::{display_rows, without_op_column};
 use freshet::{StreamOptions, StreamingContext};
 use futures::TryStreamExt;
@@ -21,17 +20,7 @@ use crate::support::{execution_error, freshet_error};
 fn parquet_row_per_group(dir: &Path, columns: Vec<(&str, ArrayRef)>) -> PathBuf {
     let batch = RecordBatch::try_from_iter(columns).unwrap();
     let path = dir.join("t.parquet");
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(1))
-        .build();
-    let mut writer = ArrowWriter::try_new(
-        std::fs::File::create(&path).unwrap(),
-        batch.schema(),
-        Some(properties),
-    )
-    .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    crate::support::write_parquet(&path, &batch, 1);
     path
 }
 
@@ -437,13 +426,7 @@ async fn each_source_partition_reads_only_its_own_units() {
             ),
         ])
         .unwrap();
-        let properties = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(3))
-            .build();
-        let file = std::fs::File::create(root.join(format!("part-{index}.parquet"))).unwrap();
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
+        crate::support::write_parquet(&root.join(format!("part-{index}.parquet")), &batch, 3);
     }
     let options = StreamOptions {
         partitions: Some(3),

@@ -3,7 +3,21 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
 use freshet::StreamingContext;
+
+/// Writes `batch` to a Parquet file at `path` in row groups of at most `group_rows` rows.
+pub fn write_parquet(path: &Path, batch: &RecordBatch, group_rows: usize) {
+    let properties = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+}
 
 /// Runs the `freshet` binary with `args`.
 pub fn freshet(args: &[&str]) -> Output {

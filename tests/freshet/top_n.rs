@@ -11,8 +11,6 @@ use datafusion::arrow::array::{
     ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray,
 };
 use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
-use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::file::properties::WriterProperties;
 use freshet::testing::{Differential, TestSource, TestTable};
 use freshet::{StreamOptions, StreamingContext};
 use futures::TryStreamExt;
@@ -38,14 +36,7 @@ fn rows(count: i64) -> RecordBatch {
 
 /// `rows(count)` as a Parquet file of row groups of 97 rows (ties cross row groups).
 fn parquet(path: &Path, count: i64) {
-    let batch = rows(count);
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(97))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    crate::support::write_parquet(path, &rows(count), 97);
 }
 
 fn table(path: &Path) -> TestTable {
