@@ -32,7 +32,7 @@ use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array, UInt
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::arrow::row::{OwnedRow, Row, RowConverter, SortField};
+use datafusion::arrow::row::{Row, RowConverter, RowParser, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -278,26 +278,28 @@ impl ExecutionPlan for TopNExec {
     }
 }
 
-/// One kept row: its ORDER BY values and all its columns, as arrow rows.
+/// One kept row: its ORDER BY values and all its columns, as the bytes of arrow rows (held
+/// as bare bytes, one allocation each: an `OwnedRow` would also hold its converter's
+/// configuration, a reference count touched per row). Arrow rows compare as their bytes.
 #[derive(Debug)]
 struct Ranked {
-    order: OwnedRow,
+    order: Box<[u8]>,
     row: Stored,
 }
 
 /// A kept row's columns.
 #[derive(Debug)]
 enum Stored {
-    Encoded(OwnedRow),
+    Encoded(Box<[u8]>),
     /// Row `n` of the batch being placed: encoded once the batch is placed, if the row is
     /// still kept then (most rows that enter a top N early leave it within their batch).
     Pending(usize),
 }
 
 impl Stored {
-    fn encoded(&self) -> Result<Row<'_>> {
+    fn encoded<'a>(&'a self, parser: &'a RowParser) -> Result<Row<'a>> {
         match self {
-            Self::Encoded(row) => Ok(row.row()),
+            Self::Encoded(row) => Ok(parser.parse(row)),
             Self::Pending(_) => internal_err!("TopNExec: a row was not encoded"),
         }
     }
@@ -404,8 +406,8 @@ impl TopNState {
             let ranked = &mut self.lists[list];
             let value = order.row(i);
             let position = match self.spec.ties {
-                TieOrder::EarlierFirst => ranked.partition_point(|r| r.order.row() <= value),
-                TieOrder::LaterFirst => ranked.partition_point(|r| r.order.row() < value),
+                TieOrder::EarlierFirst => ranked.partition_point(|r| *r.order <= *value.data()),
+                TieOrder::LaterFirst => ranked.partition_point(|r| *r.order < *value.data()),
             };
             if position >= limit {
                 continue;
@@ -414,7 +416,7 @@ impl TopNState {
             ranked.insert(
                 position,
                 Ranked {
-                    order: value.owned(),
+                    order: value.data().into(),
                     row: Stored::Pending(i),
                 },
             );
@@ -450,7 +452,7 @@ impl TopNState {
         let kept = take_record_batch(batch, &indices)?;
         let encoded = self.rows.convert_columns(kept.columns())?;
         for (at, (list, rank, _)) in pending.into_iter().enumerate() {
-            self.lists[list][rank].row = Stored::Encoded(encoded.row(at).owned());
+            self.lists[list][rank].row = Stored::Encoded(encoded.row(at).data().into());
         }
         Ok(())
     }
@@ -496,10 +498,11 @@ impl TopNState {
     fn snapshot_state(&self) -> Result<OperatorState> {
         let mut lists = Vec::new();
         let mut rows = Vec::new();
+        let parser = self.rows.parser();
         for (list, ranked) in self.lists.iter().enumerate() {
             for kept in ranked {
                 lists.push(list as u64);
-                rows.push(kept.row.encoded()?);
+                rows.push(kept.row.encoded(&parser)?);
             }
         }
         let mut state = OperatorState::default();
@@ -539,8 +542,8 @@ impl TopNState {
             };
             self.key_index.entry(key.into()).or_insert(list);
             self.lists[list].push(Ranked {
-                order: order.row(row).owned(),
-                row: Stored::Encoded(encoded.row(row).owned()),
+                order: order.row(row).data().into(),
+                row: Stored::Encoded(encoded.row(row).data().into()),
             });
         }
         Ok(())
@@ -548,9 +551,10 @@ impl TopNState {
 
     /// The output rows of (key, rank) pairs, with their ranks (and ops).
     fn rows_of(&self, picked: &[(usize, usize, ChangeOp)]) -> Result<RecordBatch> {
+        let parser = self.rows.parser();
         let rows = picked
             .iter()
-            .map(|(list, rank, _)| self.lists[*list][*rank].row.encoded())
+            .map(|(list, rank, _)| self.lists[*list][*rank].row.encoded(&parser))
             .collect::<Result<Vec<_>>>()?;
         let mut columns = self.rows.convert_rows(rows)?;
         columns.push(Arc::new(UInt64Array::from_iter_values(
