@@ -24,8 +24,8 @@ pub(crate) trait MessageHandler: Send + 'static {
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>>;
     /// Output computed beyond the batch a call returned (a release computed batch by batch);
     /// the loop hands it out before it reads the next message.
-    fn queued_output(&mut self) -> Option<RecordBatch> {
-        None
+    fn queued_output(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(None)
     }
     /// The state to checkpoint; `None`: this operator cannot be checkpointed.
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {
@@ -139,13 +139,20 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
             let (mut messages, mut handler) = match state? {
                 Drive::Reading(messages, handler) => (messages, handler),
                 Drive::Ended(mut handler) => {
-                    let batch = handler.queued_output()?;
-                    return Some((Ok(batch), Some(Drive::Ended(handler))));
+                    return match handler.queued_output() {
+                        Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
+                        Ok(None) => None,
+                        Err(error) => Some((Err(error), None)),
+                    };
                 }
             };
             loop {
-                if let Some(batch) = handler.queued_output() {
-                    return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
+                match handler.queued_output() {
+                    Ok(Some(batch)) => {
+                        return Some((Ok(batch), Some(Drive::Reading(messages, handler))));
+                    }
+                    Ok(None) => {}
+                    Err(error) => return Some((Err(error), None)),
                 }
                 let output = match messages.next().await {
                     Some(Ok(StreamMessage::Batch(batch))) => handler.on_batch(&batch),

@@ -775,8 +775,8 @@ impl MessageHandler for OverState {
         self.advance(watermark)
     }
 
-    fn queued_output(&mut self) -> Option<RecordBatch> {
-        self.queued.pop_front()
+    fn queued_output(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(self.queued.pop_front())
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {

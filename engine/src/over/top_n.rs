@@ -24,7 +24,7 @@
 //!
 //! The state grows with the number of keys (N rows each); it is not freed by the watermark.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -322,8 +322,10 @@ struct TopNState {
     changed: HashMap<usize, (usize, usize)>,
     /// Rows per batch of the final answer.
     batch_size: usize,
-    /// The final answer's batches not handed out yet.
-    flushing: VecDeque<RecordBatch>,
+    /// At the end of the input (`Final` mode): the first list whose rows have not gone out
+    /// yet. The final answer is built a batch at a time as it is handed out, so that it is
+    /// never all in memory beside the state.
+    flushing_from: Option<usize>,
     /// Whether the end of the input has come.
     finished: bool,
 }
@@ -365,7 +367,7 @@ impl TopNState {
             lists: Vec::new(),
             changed: HashMap::new(),
             batch_size: 8192,
-            flushing: VecDeque::new(),
+            flushing_from: None,
             finished: false,
         })
     }
@@ -474,23 +476,25 @@ impl TopNState {
         self.rows_of(&out).map(Some)
     }
 
-    /// At the end of the input: in `Final` mode every key's rows, in batches of about
-    /// `batch_size` rows.
-    fn finish(&mut self, batch_size: usize) -> Result<Vec<RecordBatch>> {
-        if self.spec.emit != TopNEmit::Final {
-            return Ok(Vec::new());
+    /// At the end of the input in `Final` mode: the next batch of every key's rows (the
+    /// keys from `flushing_from` on, whole, until about `batch_size` rows), or `None` once
+    /// all went out.
+    fn next_final_batch(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        let Some(first) = self.flushing_from else {
+            return Ok(None);
+        };
+        let mut picked = Vec::new();
+        let mut list = first;
+        while list < self.lists.len() && picked.len() < batch_size.max(1) {
+            picked.extend((0..self.lists[list].len()).map(|rank| (list, rank, ChangeOp::Insert)));
+            list += 1;
         }
-        let all: Vec<(usize, usize, ChangeOp)> = self
-            .lists
-            .iter()
-            .enumerate()
-            .flat_map(|(list, ranked)| {
-                (0..ranked.len()).map(move |rank| (list, rank, ChangeOp::Insert))
-            })
-            .collect();
-        all.chunks(batch_size.max(1))
-            .map(|chunk| self.rows_of(chunk))
-            .collect()
+        if picked.is_empty() {
+            self.flushing_from = None;
+            return Ok(None);
+        }
+        self.flushing_from = Some(list);
+        self.rows_of(&picked).map(Some)
     }
 
     /// Every kept row's input columns (key by key, in rank order) and the index of its key's
@@ -576,13 +580,15 @@ impl MessageHandler for TopNState {
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
         if watermark == i64::MAX && !self.finished {
             self.finished = true;
-            self.flushing = self.finish(self.batch_size)?.into();
+            if self.spec.emit == TopNEmit::Final {
+                self.flushing_from = Some(0);
+            }
         }
-        Ok(self.flushing.pop_front())
+        self.next_final_batch(self.batch_size)
     }
 
-    fn queued_output(&mut self) -> Option<RecordBatch> {
-        self.flushing.pop_front()
+    fn queued_output(&mut self) -> Result<Option<RecordBatch>> {
+        self.next_final_batch(self.batch_size)
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {
@@ -719,7 +725,12 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        let out = state.finish(2).unwrap();
+        state.batch_size = 2;
+        // The final answer comes at the end of the input, a batch at a time.
+        let mut out: Vec<RecordBatch> = state.on_watermark(i64::MAX).unwrap().into_iter().collect();
+        while let Some(batch) = state.queued_output().unwrap() {
+            out.push(batch);
+        }
         assert_eq!(out.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), [2, 1]);
         let v: Vec<i64> = out
             .iter()
