@@ -23,8 +23,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayData, ArrayRef, AsArray, UInt32Array, make_array};
-use datafusion::arrow::compute::{CastOptions, cast_with_options, concat};
+use datafusion::arrow::array::{
+    Array, ArrayData, ArrayRef, AsArray, UInt32Array, make_array, new_empty_array,
+};
+use datafusion::arrow::compute::{CastOptions, cast_with_options, concat, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
@@ -110,11 +112,7 @@ impl DictionaryColumn {
         }
         if !first_positions.is_empty() {
             let positions = UInt32Array::from(first_positions);
-            self.seen.push(datafusion::arrow::compute::take(
-                dictionary.as_ref(),
-                &positions,
-                None,
-            )?);
+            self.seen.push(take(dictionary.as_ref(), &positions, None)?);
         }
         let nulls = dictionary.logical_nulls();
         self.ids.clear();
@@ -172,7 +170,7 @@ impl DictionaryColumn {
 
     /// Emitted value ids as a column of this dictionary's type.
     fn dictionary_of(&mut self, ids: &ArrayRef) -> Result<ArrayRef> {
-        let DataType::Dictionary(key_type, _) = &self.data_type else {
+        let DataType::Dictionary(key_type, value_type) = &self.data_type else {
             return internal_err!("{} is not a dictionary", self.data_type);
         };
         if self.seen.len() > 1 {
@@ -181,12 +179,7 @@ impl DictionaryColumn {
         }
         let values = match self.seen.first() {
             Some(values) => Arc::clone(values),
-            None => {
-                let DataType::Dictionary(_, value_type) = &self.data_type else {
-                    unreachable!("checked above");
-                };
-                datafusion::arrow::array::new_empty_array(value_type)
-            }
+            None => new_empty_array(value_type),
         };
         let options = CastOptions {
             safe: false,
