@@ -479,13 +479,13 @@ impl TopNState {
     /// At the end of the input in `Final` mode: the next batch of every key's rows (the
     /// keys from `flushing_from` on, whole, until about `batch_size` rows), or `None` once
     /// all went out.
-    fn next_final_batch(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+    fn next_final_batch(&mut self) -> Result<Option<RecordBatch>> {
         let Some(first) = self.flushing_from else {
             return Ok(None);
         };
         let mut picked = Vec::new();
         let mut list = first;
-        while list < self.lists.len() && picked.len() < batch_size.max(1) {
+        while list < self.lists.len() && picked.len() < self.batch_size.max(1) {
             picked.extend((0..self.lists[list].len()).map(|rank| (list, rank, ChangeOp::Insert)));
             list += 1;
         }
@@ -584,11 +584,11 @@ impl MessageHandler for TopNState {
                 self.flushing_from = Some(0);
             }
         }
-        self.next_final_batch(self.batch_size)
+        self.next_final_batch()
     }
 
     fn queued_output(&mut self) -> Result<Option<RecordBatch>> {
-        self.next_final_batch(self.batch_size)
+        self.next_final_batch()
     }
 
     fn snapshot(&mut self) -> Result<Option<OperatorState>> {
