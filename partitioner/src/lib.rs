@@ -15,4 +15,4 @@ mod router;
 mod strategy;
 
 pub use router::Router;
-pub use strategy::{RoutingStrategy, WatermarkDomain};
+pub use strategy::{RoutingStrategy, TimeRuns, WatermarkDomain};

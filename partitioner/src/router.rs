@@ -1,11 +1,14 @@
 //! [`Router`]: one input partition's routing of batches to output partitions.
 
+use datafusion::arrow::array::{Array, AsArray, UInt32Array};
+use datafusion::arrow::compute::{cast, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use datafusion::physical_plan::metrics;
 use datafusion::physical_plan::repartition::BatchPartitioner;
 
-use crate::strategy::RoutingStrategy;
+use crate::strategy::{RoutingStrategy, TimeRuns};
 
 /// Routes the batches of one input partition.
 pub struct Router {
@@ -17,6 +20,8 @@ enum RouterKind {
     Partitioner(BatchPartitioner),
     /// Sticky and fan-in: every batch to one output.
     Fixed(usize),
+    /// Time runs: slices of the batch where its rows come in runs, else a grouped take.
+    TimeRuns { runs: TimeRuns, outputs: usize },
 }
 
 impl Router {
@@ -34,6 +39,10 @@ impl Router {
             (None, RoutingStrategy::Hash(keys)) => RouterKind::Partitioner(
                 BatchPartitioner::new_hash_partitioner(keys.clone(), outputs, timer)?,
             ),
+            (None, RoutingStrategy::TimeRuns(runs)) => RouterKind::TimeRuns {
+                runs: runs.clone(),
+                outputs,
+            },
             (None, _) => RouterKind::Partitioner(BatchPartitioner::new_round_robin_partitioner(
                 outputs, timer, input, inputs,
             )),
@@ -46,8 +55,82 @@ impl Router {
         match &mut self.kind {
             RouterKind::Fixed(output) => Ok(vec![(*output, batch)]),
             RouterKind::Partitioner(partitioner) => partitioner.partition_iter(batch)?.collect(),
+            RouterKind::TimeRuns { runs, outputs } => route_time_runs(runs, *outputs, batch),
         }
     }
+}
+
+/// The pieces of `batch` under time runs. Each row's output is found in one pass that
+/// divides only when a row leaves the run of the row before it, and the rows are cut into
+/// segments of one output. When each output has at most one segment (a batch in time
+/// order, which a run of many batches' worth of time mostly holds whole) the pieces are
+/// slices of the batch, which copy nothing; otherwise one grouped take gathers them.
+fn route_time_runs(
+    runs: &TimeRuns,
+    outputs: usize,
+    batch: RecordBatch,
+) -> Result<Vec<(usize, RecordBatch)>> {
+    let rows = batch.num_rows();
+    if rows == 0 {
+        return Ok(Vec::new());
+    }
+    let times = runs.time.evaluate(&batch)?.into_array(rows)?;
+    let times = cast(&times, &DataType::Int64)?;
+    let times = times.as_primitive::<Int64Type>();
+    // The current run's bounds [low, high) and output; empty until a row sets them.
+    let (mut low, mut high, mut current) = (1i64, 0i64, 0usize);
+    let mut segments: Vec<(usize, usize, usize)> = Vec::new();
+    for (row, time) in times.values().iter().enumerate() {
+        let output = if times.is_null(row) {
+            0
+        } else {
+            let time = *time;
+            if !(low <= time && time < high) {
+                current = runs.output_of(time, outputs);
+                let run = time.wrapping_sub(runs.origin).div_euclid(runs.run);
+                // Bounds that would overflow are not kept: every row then divides.
+                (low, high) = run
+                    .checked_mul(runs.run)
+                    .and_then(|start| start.checked_add(runs.origin))
+                    .and_then(|start| Some((start, start.checked_add(runs.run)?)))
+                    .unwrap_or((1, 0));
+            }
+            current
+        };
+        match segments.last_mut() {
+            Some((last, _, end)) if *last == output => *end = row + 1,
+            _ => segments.push((output, row, row + 1)),
+        }
+    }
+    let mut seen = vec![false; outputs];
+    let one_segment_each = segments
+        .iter()
+        .all(|(output, _, _)| !std::mem::replace(&mut seen[*output], true));
+    if one_segment_each {
+        return Ok(segments
+            .into_iter()
+            .map(|(output, start, end)| (output, batch.slice(start, end - start)))
+            .collect());
+    }
+    // Rows of each output in their order, outputs one after another.
+    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); outputs];
+    for (output, start, end) in segments {
+        indices[output].extend(start as u32..end as u32);
+    }
+    let counts: Vec<usize> = indices.iter().map(Vec::len).collect();
+    let gathered = take_record_batch(
+        &batch,
+        &UInt32Array::from(indices.into_iter().flatten().collect::<Vec<_>>()),
+    )?;
+    let mut offset = 0;
+    let mut pieces = Vec::new();
+    for (output, count) in counts.into_iter().enumerate() {
+        if count > 0 {
+            pieces.push((output, gathered.slice(offset, count)));
+        }
+        offset += count;
+    }
+    Ok(pieces)
 }
 
 #[cfg(test)]
@@ -89,6 +172,79 @@ mod tests {
                 .len()
                 > 1
         );
+    }
+
+    fn timed(times: Vec<Option<i64>>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("t", DataType::Int64, true),
+            Field::new("row", DataType::Int64, false),
+        ]));
+        let rows = times.len() as i64;
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(times)),
+                Arc::new(Int64Array::from_iter_values(0..rows)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn time_runs(run: i64, origin: i64, outputs: usize) -> Router {
+        let time = Arc::new(datafusion::physical_expr::expressions::Column::new("t", 0));
+        let strategy = RoutingStrategy::TimeRuns(TimeRuns { time, run, origin });
+        Router::try_new(&strategy, 0, 1, outputs).unwrap()
+    }
+
+    /// Each output's rows (column `row`) in the order they were routed.
+    fn rows_by_output(pieces: Vec<(usize, RecordBatch)>, outputs: usize) -> Vec<Vec<i64>> {
+        let mut rows = vec![Vec::new(); outputs];
+        for (output, piece) in pieces {
+            rows[output].extend(piece.column(1).as_primitive::<Int64Type>().values());
+        }
+        rows
+    }
+
+    #[test]
+    fn time_runs_slice_a_batch_in_time_order() {
+        let mut router = time_runs(10, 0, 2);
+        let pieces = router.route(timed((0..25).map(Some).collect())).unwrap();
+        // [0, 10) and [20, 25) go to output 0, [10, 20) to output 1: output 0 has two
+        // segments, so the rows are gathered, each output's in order.
+        assert_eq!(
+            rows_by_output(pieces, 2),
+            vec![
+                (0..10).chain(20..25).collect::<Vec<_>>(),
+                (10..20).collect::<Vec<_>>()
+            ]
+        );
+        let pieces = router.route(timed((5..18).map(Some).collect())).unwrap();
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[0].0, 0);
+        assert_eq!(pieces[0].1.num_rows(), 5);
+        assert_eq!(pieces[1].0, 1);
+        assert_eq!(pieces[1].1.num_rows(), 8);
+    }
+
+    #[test]
+    fn time_runs_route_every_row_by_its_own_time_out_of_order() {
+        let mut router = time_runs(10, 5, 3);
+        let times = vec![
+            Some(31),
+            None,
+            Some(4),
+            Some(15),
+            Some(-6),
+            Some(30),
+            Some(14),
+        ];
+        let expected: Vec<usize> = vec![2, 0, 2, 1, 1, 2, 0];
+        let pieces = router.route(timed(times)).unwrap();
+        let mut want = vec![Vec::new(); 3];
+        for (row, output) in expected.into_iter().enumerate() {
+            want[output].push(row as i64);
+        }
+        assert_eq!(rows_by_output(pieces, 3), want);
     }
 
     #[test]

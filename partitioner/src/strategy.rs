@@ -18,6 +18,31 @@ pub enum RoutingStrategy {
     RoundRobin,
     /// Everything to output 0.
     FanIn,
+    /// Rows in runs of event time: a row of time `t` goes to output
+    /// `floor((t - origin) / run) mod n` (rows without a time to output 0). A tumbling
+    /// window's rows share an output when `run` is a whole number of windows starting at
+    /// `origin`, so a windowed aggregation needs no hash of its keys; a replay in time order
+    /// then goes out in a few slices of each batch instead of a gather of every row.
+    TimeRuns(TimeRuns),
+}
+
+/// The runs of [`RoutingStrategy::TimeRuns`].
+#[derive(Debug, Clone)]
+pub struct TimeRuns {
+    /// The event-time column (an integer or timestamp column of the input).
+    pub time: Arc<dyn PhysicalExpr>,
+    /// The length of a run, in the time column's unit.
+    pub run: i64,
+    /// Where runs start: a run starts at `origin + k * run`.
+    pub origin: i64,
+}
+
+impl TimeRuns {
+    /// The output of time `time` over `outputs` outputs.
+    pub fn output_of(&self, time: i64, outputs: usize) -> usize {
+        let run = time.wrapping_sub(self.origin).div_euclid(self.run);
+        run.rem_euclid(outputs as i64) as usize
+    }
 }
 
 /// Inputs whose watermark is combined, and the outputs that watermark goes to.
@@ -45,6 +70,7 @@ impl RoutingStrategy {
             Self::Sticky => "sticky",
             Self::RoundRobin => "round_robin",
             Self::FanIn => "fan_in",
+            Self::TimeRuns(_) => "time_runs",
         }
     }
 
@@ -73,15 +99,15 @@ impl RoutingStrategy {
             _ if outputs <= 1 => Some(0),
             Self::Sticky => Some(input % outputs),
             Self::FanIn => Some(0),
-            Self::Hash(_) | Self::RoundRobin => None,
+            Self::Hash(_) | Self::RoundRobin | Self::TimeRuns(_) => None,
         }
     }
 
     /// Whether one key's rows can reach an output from several inputs, interleaved in an
-    /// order the consumer sees (hash and fan-in). Sticky keeps a key in one input;
-    /// round-robin feeds only consumers that do not care.
+    /// order the consumer sees (hash, time runs and fan-in). Sticky keeps a key in one
+    /// input; round-robin feeds only consumers that do not care.
     pub fn interleaves_keys(&self) -> bool {
-        matches!(self, Self::Hash(_) | Self::FanIn)
+        matches!(self, Self::Hash(_) | Self::FanIn | Self::TimeRuns(_))
     }
 
     /// The groups of inputs whose watermark is combined, and the outputs they feed. Sticky
@@ -110,6 +136,7 @@ impl fmt::Display for RoutingStrategy {
                 let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
                 write!(f, "hash([{}])", keys.join(", "))
             }
+            Self::TimeRuns(runs) => write!(f, "time_runs({}, run={})", runs.time, runs.run),
             other => f.write_str(other.name()),
         }
     }
@@ -127,6 +154,24 @@ mod tests {
         assert_eq!(RoutingStrategy::RoundRobin.output_count(1, 4), 4);
         assert_eq!(RoutingStrategy::Sticky.fixed_output(3, 2), Some(1));
         assert_eq!(RoutingStrategy::RoundRobin.fixed_output(3, 2), None);
+    }
+
+    #[test]
+    fn time_runs_keep_a_run_on_one_output_and_take_turns() {
+        let runs = TimeRuns {
+            time: Arc::new(datafusion::physical_expr::expressions::Column::new("t", 0)),
+            run: 120,
+            origin: 30,
+        };
+        // Runs [30, 150), [150, 270), … take turns; times before the origin too.
+        assert_eq!(runs.output_of(30, 2), 0);
+        assert_eq!(runs.output_of(149, 2), 0);
+        assert_eq!(runs.output_of(150, 2), 1);
+        assert_eq!(runs.output_of(270, 2), 0);
+        assert_eq!(runs.output_of(29, 2), 1);
+        assert_eq!(runs.output_of(-90, 2), 1);
+        assert_eq!(runs.output_of(-91, 2), 0);
+        assert_eq!(runs.output_of(390, 3), 0);
     }
 
     #[test]

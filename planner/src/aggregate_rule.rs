@@ -36,15 +36,16 @@ use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
     AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
 };
+use freshet_engine::source::UNIT_ROWS;
 use freshet_engine::window::{WindowSpec, duration_in_unit};
-use freshet_partitioner::RoutingStrategy;
+use freshet_partitioner::{RoutingStrategy, TimeRuns};
 
 use crate::functions::window_function_call;
 use crate::options::{ChangesPer, EmitSetting, FreshetOptions};
 use crate::stream_inputs::{
     TimeOrigin, below_exchanges, choose_strategy, end_of_input_time, event_time,
-    event_time_columns, holds_stream_join, read_on_every_core, reads_stream, replays_in_file_order,
-    stream_event_time,
+    event_time_columns, holds_stream_join, read_on_every_core, reads_stream, replayed_source,
+    replays_in_file_order, stream_event_time,
 };
 
 /// See the module documentation.
@@ -319,10 +320,21 @@ fn streaming_aggregate(
         }
         None => {
             let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
-            if setting.is_empty() && has_distinct(&spec) {
-                reason.push_str(DISTINCT_NOT_PARTIAL);
+            let time_runs = match &strategy {
+                RoutingStrategy::Hash(_) if setting.is_empty() && file_order => {
+                    time_runs_of(&spec, &input)
+                }
+                _ => None,
+            };
+            match time_runs {
+                Some((runs, runs_reason)) => (RoutingStrategy::TimeRuns(runs), runs_reason, None),
+                None => {
+                    if setting.is_empty() && has_distinct(&spec) {
+                        reason.push_str(DISTINCT_NOT_PARTIAL);
+                    }
+                    (strategy, reason, None)
+                }
             }
-            (strategy, reason, None)
         }
     };
     let exchange = StreamExchangeExec::try_new(
@@ -358,6 +370,38 @@ fn streaming_aggregate(
         }
         (None, _) => Ok(Some(streaming)),
     }
+}
+
+/// Records a time run of a tumbling-window aggregation holds on average: about a Parquet
+/// unit's, so that a replay in time order sends most units whole to one stream.
+const RECORDS_PER_TIME_RUN: f64 = UNIT_ROWS as f64;
+
+/// Time runs for a tumbling-window aggregation over a replay of files whose statistics give
+/// its records' span in event time: runs of whole windows holding about
+/// [`RECORDS_PER_TIME_RUN`] records. Every row of a window goes to one stream, as under a
+/// hash of the keys, but a replay in time order is cut into slices of its batches rather
+/// than gathered row by row, and no key is hashed.
+fn time_runs_of(
+    spec: &AggregateSpec,
+    input: &Arc<dyn ExecutionPlan>,
+) -> Option<(TimeRuns, String)> {
+    let window = spec.window.as_ref()?;
+    let WindowSpec::Tumble { size, offset } = window.spec else {
+        return None;
+    };
+    let span = replayed_source(input)?.time_span()?;
+    let per_window = span.records_in(size).max(f64::MIN_POSITIVE);
+    let windows = (RECORDS_PER_TIME_RUN / per_window).ceil().clamp(1.0, 1e12) as i64;
+    let runs = TimeRuns {
+        time: Arc::clone(&window.time),
+        run: size.saturating_mul(windows),
+        origin: offset,
+    };
+    let reason = format!(
+        "auto: tumbling windows, {windows} to a run of about {} records by the files' statistics, each run on one stream",
+        (per_window * windows as f64).round()
+    );
+    Some((runs, reason))
 }
 
 /// The aggregation's input without the predicates on the window bounds, and those.

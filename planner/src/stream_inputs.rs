@@ -472,10 +472,15 @@ pub(crate) fn stream_event_time(plan: &Arc<dyn ExecutionPlan>) -> Option<EventTi
 /// exchange over it applies its records in the files' order, and makes watermarks as one
 /// partition reading the whole replay would (see `StreamSourceExec::positions`).
 pub(crate) fn replays_in_file_order(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    replayed_source(plan).is_some_and(|source| source.positions().is_some())
+}
+
+/// The stream source `plan` reads through filters and projections only, if it does.
+pub(crate) fn replayed_source(plan: &Arc<dyn ExecutionPlan>) -> Option<&StreamSourceExec> {
     let mut node = plan;
     loop {
         if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-            return source.positions().is_some();
+            return Some(source);
         }
         let row_wise = node.downcast_ref::<ProjectionExec>().is_some()
             || node.downcast_ref::<FilterExec>().is_some()
@@ -483,7 +488,7 @@ pub(crate) fn replays_in_file_order(plan: &Arc<dyn ExecutionPlan>) -> bool {
             || node.downcast_ref::<RepartitionExec>().is_some();
         match node.children().as_slice() {
             [child] if row_wise => node = child,
-            _ => return false,
+            _ => return None,
         }
     }
 }

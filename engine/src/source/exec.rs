@@ -50,7 +50,7 @@ use crate::plan_util::{single_child, unless_panicked};
 
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::deal::DealExec;
-use super::file_split::{FileSplit, keep_split};
+use super::file_split::{FileSplit, TimeSpan, keep_split};
 use super::generator::{generates_in_batches, seek_generated};
 use super::key_check::PartitionKeyCheck;
 use super::replay_units::{read_units, reads_units};
@@ -216,6 +216,9 @@ pub struct StreamSourceExec {
     /// The same files split over more source partitions (one per core), for a query that
     /// reads them with a step per source partition.
     wider_split: Option<Arc<FileSplit>>,
+    /// A replay of files: its records and the event times they span, if the files'
+    /// statistics tell.
+    time_span: Option<TimeSpan>,
     /// Whether each partition decodes or generates in its consumer's task rather than in a
     /// task of its own (see [`Self::read_where_consumed`]).
     read_here: AtomicBool,
@@ -273,6 +276,7 @@ impl StreamSourceExec {
             dealt_batches: false,
             stop: Arc::new(watch::Sender::new(false)),
             wider_split: None,
+            time_span: None,
             read_here: AtomicBool::new(false),
             alignment: OnceLock::new(),
             aligned_as: Arc::default(),
@@ -291,6 +295,17 @@ impl StreamSourceExec {
         self
     }
 
+    /// Records that the replay holds `span`'s records over its event times.
+    pub fn with_time_span(mut self, span: Option<TimeSpan>) -> Self {
+        self.time_span = span;
+        self
+    }
+
+    /// The replay's records and the event times they span, if known (Parquet statistics).
+    pub fn time_span(&self) -> Option<TimeSpan> {
+        self.time_span
+    }
+
     /// This source reading its files over one source partition per core, if it was given
     /// such a split: a query whose first step runs per source partition (a plain GROUP
     /// BY's partial step) then decodes on every core even at one stream. A replay is
@@ -300,7 +315,8 @@ impl StreamSourceExec {
             return Ok(None);
         };
         let input = split.apply(&self.input)?;
-        Self::try_new(input, &self.table, &self.options, self.bounded).map(|s| Some(Arc::new(s)))
+        Self::try_new(input, &self.table, &self.options, self.bounded)
+            .map(|s| Some(Arc::new(s.with_time_span(self.time_span))))
     }
 
     fn compute_properties(
@@ -527,6 +543,7 @@ impl ExecutionPlan for StreamSourceExec {
         }
         let mut source = Self::try_new(child, &self.table, &self.options, self.bounded)?;
         source.wider_split = self.wider_split.clone();
+        source.time_span = self.time_span;
         source.read_here = AtomicBool::new(self.read_here.load(Ordering::Relaxed));
         source.alignment = self.alignment.clone();
         source.aligned_as = Arc::clone(&self.aligned_as);

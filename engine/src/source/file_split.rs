@@ -80,6 +80,34 @@ const MAX_BYTE_RANGE_UNITS: usize = 1024;
 pub struct FileSplit {
     groups: Vec<FileGroup>,
     reader_factory: Option<Arc<dyn ParquetFileReaderFactory>>,
+    /// How the replay's records lie in event time, when every row group's statistics
+    /// tell.
+    time_span: Option<TimeSpan>,
+}
+
+/// The records of a replay and the event times they span (by the Parquet statistics of
+/// the event-time column): how many records an interval of event time holds on average.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeSpan {
+    pub records: u64,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl TimeSpan {
+    /// The records an interval of `length` (in the event time's unit) holds on average.
+    pub fn records_in(&self, length: i64) -> f64 {
+        let span = (self.max as f64 - self.min as f64).max(1.0);
+        self.records as f64 * length as f64 / span
+    }
+
+    fn widened(self, other: Self) -> Self {
+        Self {
+            records: self.records + other.records,
+            min: self.min.min(other.min),
+            max: self.max.max(other.max),
+        }
+    }
 }
 
 impl FileSplit {
@@ -99,6 +127,7 @@ impl FileSplit {
         };
         let parquet = config.file_source().file_type() == "parquet";
         // One partition reads the same units as many: the same batches at any split.
+        let mut time_span = None;
         let groups = if whole_files {
             let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
             let files = files_in_replay_order(config, event_time, state).await?;
@@ -107,7 +136,9 @@ impl FileSplit {
             }
             groups.into_iter().map(FileGroup::new).collect()
         } else if parquet {
-            parquet_units(config, partitions, event_time, state).await?
+            let (groups, span) = parquet_units(config, partitions, event_time, state).await?;
+            time_span = span;
+            groups
         } else {
             byte_range_units(plan, partitions, state.config_options())?
         };
@@ -118,7 +149,13 @@ impl FileSplit {
         Ok(Some(Self {
             groups,
             reader_factory,
+            time_span,
         }))
+    }
+
+    /// The replay's records and the event times they span, if the statistics tell.
+    pub fn time_span(&self) -> Option<TimeSpan> {
+        self.time_span
     }
 
     /// `plan` (the scan this split was made of, or one a DataFusion rule rebuilt from it,
@@ -273,22 +310,34 @@ fn time_column(metadata: &ParquetMetaData, name: &str) -> Option<usize> {
     (0..schema.num_columns()).find(|&c| schema.column(c).path().string() == name)
 }
 
-/// Parquet files cut into row-group and row-range units, dealt round-robin.
+/// Parquet files cut into row-group and row-range units, dealt round-robin, and the span
+/// of their event times if every non-empty row group's statistics tell it.
 async fn parquet_units(
     config: &FileScanConfig,
     partitions: usize,
     event_time: Option<&str>,
     state: &dyn Session,
-) -> Result<Vec<FileGroup>> {
+) -> Result<(Vec<FileGroup>, Option<TimeSpan>)> {
     let store = state.runtime_env().object_store(&config.object_store_url)?;
     let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
     let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
     let mut units = 0;
+    // `Some(None)`: no non-empty row group yet; `None`: one whose statistics do not tell.
+    let mut span: Option<Option<TimeSpan>> = event_time.map(|_| None);
     for file in files_in_replay_order(config, event_time, state).await? {
         let metadata = DFParquetMetadata::new(store.as_ref(), &file.object_meta)
             .with_file_metadata_cache(Some(Arc::clone(&cache)))
             .fetch_metadata()
             .await?;
+        if let (Some(known), Some(name)) = (&mut span, event_time) {
+            match file_time_span(&metadata, name) {
+                Some(Some(file_span)) => {
+                    *known = Some(known.map_or(file_span, |k| k.widened(file_span)))
+                }
+                Some(None) => {}
+                None => span = None,
+            }
+        }
         let row_groups: Vec<usize> = metadata
             .row_groups()
             .iter()
@@ -299,7 +348,27 @@ async fn parquet_units(
             units += 1;
         }
     }
-    Ok(groups.into_iter().map(FileGroup::new).collect())
+    Ok((
+        groups.into_iter().map(FileGroup::new).collect(),
+        span.flatten(),
+    ))
+}
+
+/// The records of a Parquet file and the span of its event-time column `name` by its row
+/// groups' statistics: `Some(None)` for a file without records, `None` if they do not tell.
+fn file_time_span(metadata: &ParquetMetaData, name: &str) -> Option<Option<TimeSpan>> {
+    let column = time_column(metadata, name)?;
+    let mut span: Option<TimeSpan> = None;
+    for group in metadata.row_groups().iter().filter(|g| g.num_rows() > 0) {
+        let (min, max) = group.column(column).statistics().and_then(time_range)?;
+        let group_span = TimeSpan {
+            records: group.num_rows() as u64,
+            min,
+            max,
+        };
+        span = Some(span.map_or(group_span, |s| s.widened(group_span)));
+    }
+    Some(span)
 }
 
 /// The smallest and largest value of an integer (or timestamp) column chunk, if stored.

@@ -256,6 +256,7 @@ impl TableProvider for StreamTable {
         }
         .max(1);
         let mut wider_split = None;
+        let mut time_span = None;
         let input: Arc<dyn ExecutionPlan> = match &self.source {
             ReplaySource::Files { provider, .. } => {
                 let plan = provider.scan(state, projection, filters, limit).await?;
@@ -274,7 +275,10 @@ impl TableProvider for StreamTable {
                 let read = match FileSplit::try_new(&plan, read_as, whole_files, event_time, state)
                     .await?
                 {
-                    Some(split) => split.apply(&plan)?,
+                    Some(split) => {
+                        time_span = split.time_span();
+                        split.apply(&plan)?
+                    }
                     None => plan,
                 };
                 match self.options.pacing {
@@ -328,7 +332,11 @@ impl TableProvider for StreamTable {
         let input = self.retype_time(input)?;
         let source = StreamSourceExec::try_new(input, &self.name, &self.options, self.bounded)?
             .with_dealt_batches(matches!(self.source, ReplaySource::Batches { .. }));
-        Ok(Arc::new(source.with_wider_split(wider_split)))
+        Ok(Arc::new(
+            source
+                .with_wider_split(wider_split)
+                .with_time_span(time_span),
+        ))
     }
 }
 
