@@ -36,7 +36,6 @@ use freshet_engine::StreamExchangeExec;
 use freshet_engine::aggregate::{
     AggregateEmit, AggregateSpec, PartialAggregate, WindowAggregateExec, WindowKey,
 };
-use freshet_engine::source::UNIT_ROWS;
 use freshet_engine::window::{WindowSpec, duration_in_unit};
 use freshet_partitioner::{RoutingStrategy, TimeRuns};
 
@@ -322,7 +321,7 @@ fn streaming_aggregate(
             let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
             let time_runs = match &strategy {
                 RoutingStrategy::Hash(_) if setting.is_empty() && file_order => {
-                    time_runs_of(&spec, &input)
+                    time_runs_of(&spec, &input, options.time_run_records)
                 }
                 _ => None,
             };
@@ -372,26 +371,27 @@ fn streaming_aggregate(
     }
 }
 
-/// Records a time run of a tumbling-window aggregation holds on average: about a Parquet
-/// unit's, so that a replay in time order sends most units whole to one stream.
-const RECORDS_PER_TIME_RUN: f64 = UNIT_ROWS as f64;
-
 /// Time runs for a tumbling-window aggregation over a replay of files whose statistics give
-/// its records' span in event time: runs of whole windows holding about
-/// [`RECORDS_PER_TIME_RUN`] records. Every row of a window goes to one stream, as under a
-/// hash of the keys, but a replay in time order is cut into slices of its batches rather
-/// than gathered row by row, and no key is hashed.
+/// its records' span in event time: runs of whole windows holding about `records` records
+/// (the option `time_run_records`; by default a Parquet unit's, so that a replay in time
+/// order sends most units whole to one stream). Every row of a window goes to one stream,
+/// as under a hash of the keys, but a replay in time order is cut into slices of its
+/// batches rather than gathered row by row, and no key is hashed.
 fn time_runs_of(
     spec: &AggregateSpec,
     input: &Arc<dyn ExecutionPlan>,
+    records: u64,
 ) -> Option<(TimeRuns, String)> {
+    if records == 0 {
+        return None;
+    }
     let window = spec.window.as_ref()?;
     let WindowSpec::Tumble { size, offset } = window.spec else {
         return None;
     };
     let span = replayed_source(input)?.time_span()?;
     let per_window = span.records_in(size).max(f64::MIN_POSITIVE);
-    let windows = (RECORDS_PER_TIME_RUN / per_window).ceil().clamp(1.0, 1e12) as i64;
+    let windows = (records as f64 / per_window).ceil().clamp(1.0, 1e12) as i64;
     let runs = TimeRuns {
         time: Arc::clone(&window.time),
         run: size.saturating_mul(windows),

@@ -175,6 +175,10 @@ extensions_options! {
         /// many milliseconds of event time, matching rows whose event times lie within it of
         /// each other (0: keep every row, only where both streams are bounded).
         pub state_ttl_ms: EventMillis, default = EventMillis(0)
+        /// Tumbling-window aggregations over a replay of files (chosen automatically): route
+        /// rows in runs of whole windows holding about this many records by the files'
+        /// statistics, each run to one stream (0: hash on the GROUP BY keys instead).
+        pub time_run_records: u64, default = 131_072
     }
 }
 

@@ -10,7 +10,7 @@
 //! - the query's output (a stateless query), also through an exchange that forwards whole
 //!   batches (sticky, round-robin or fan-in routing) to it;
 //! - an exchange's input task that runs a partial aggregation step;
-//! - a hash exchange's input task over a replay of files: it routes each batch and hands the
+//! - a hash or time-run exchange's input task over a replay of files: it routes each batch and hands the
 //!   pieces to the streams on the other cores, and the file's bytes are read ahead already
 //!   (the Parquet read ahead); a task between decoding and routing costs a hop per batch and
 //!   gains nothing when every core decodes (3–10 % of the CPU of S3a and S3b over Parquet
@@ -58,7 +58,7 @@ impl PhysicalOptimizerRule for ReadPlacementRule {
 enum Consumer {
     /// Little: a source below is read where consumed.
     Light,
-    /// A hash exchange's routing: light for a replay of files only.
+    /// A hash or time-run exchange's routing: light for a replay of files only.
     Routing,
     Heavy,
 }
@@ -83,7 +83,12 @@ fn place_reads(node: &Arc<dyn ExecutionPlan>, consumer: Consumer, cores: usize) 
     let below = match node.downcast_ref::<StreamExchangeExec>() {
         // The input tasks run the partial step, or forward whole batches to a light consumer.
         Some(exchange) if exchange.input_step().is_some() => Consumer::Light,
-        Some(exchange) if matches!(exchange.strategy(), RoutingStrategy::Hash(_)) => {
+        Some(exchange)
+            if matches!(
+                exchange.strategy(),
+                RoutingStrategy::Hash(_) | RoutingStrategy::TimeRuns(_)
+            ) =>
+        {
             Consumer::Routing
         }
         Some(_) if consumer == Consumer::Light => Consumer::Light,

@@ -19,7 +19,7 @@ mod text_errors;
 
 pub use alignment::SourceAlignment;
 pub use exec::StreamSourceExec;
-pub use file_split::{TimeSpan, UNIT_ROWS};
+pub use file_split::TimeSpan;
 pub use files::{FileFormatKind, open_file_source};
 pub use generator::{GeneratorKind, GeneratorSpec, splitmix64};
 pub use key_check::{CoPartitionedSide, PartitionKeyCheck, PartitionKeys};

@@ -488,6 +488,13 @@ impl FuzzQuery {
                 .settings
                 .push(("freshet.allowed_lateness_ms".into(), "1000".into()));
         }
+        if window.is_some() && rng.chance(0.5) {
+            // Runs of a few records, so that a file's windows spread over the streams.
+            let records = *rng.pick(&["2", "8", "32"]);
+            query
+                .settings
+                .push(("freshet.time_run_records".into(), records.into()));
+        }
         query
     }
 
