@@ -320,7 +320,11 @@ fn streaming_aggregate(
         None => {
             let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
             let time_runs = match &strategy {
-                RoutingStrategy::Hash(_) if setting.is_empty() && file_order => {
+                RoutingStrategy::Hash(_)
+                    if setting.is_empty()
+                        && file_order
+                        && config.execution.target_partitions > 1 =>
+                {
                     time_runs_of(&spec, &input, options.time_run_records)
                 }
                 _ => None,

@@ -137,12 +137,26 @@ async fn run_counting_late(
     options: StreamOptions,
     streams: usize,
 ) -> (String, Vec<String>, usize) {
+    run_counting_late_with(path, sql, options, streams, &[]).await
+}
+
+/// As [`run_counting_late`], after the `SET` statements `settings`.
+async fn run_counting_late_with(
+    path: &Path,
+    sql: &str,
+    options: StreamOptions,
+    streams: usize,
+    settings: &[&str],
+) -> (String, Vec<String>, usize) {
     let ctx = StreamingContext::with_partitions(streams);
     // Split the small file into byte ranges as a large one would be.
     ctx.session()
         .sql("SET datafusion.optimizer.repartition_file_min_size = 0")
         .await
         .unwrap();
+    for setting in settings {
+        ctx.session().sql(setting).await.unwrap();
+    }
     ctx.register_parquet("market_data", path.to_str().unwrap(), options)
         .await
         .unwrap();
@@ -270,6 +284,53 @@ async fn a_disordered_file_is_applied_in_file_order_at_every_split() {
          WINDOW HOPPING (trade_time, INTERVAL '4' SECOND, INTERVAL '2' SECOND)",
     ];
     assert_file_order_at_every_split(&path, &queries).await;
+}
+
+/// A tumbling-window aggregation over a file routes rows in runs of event time (whole
+/// windows, each run to one stream): with runs of about 40 records, a disordered file's
+/// windows spread over the streams and its batches are cut at runs, yet every window,
+/// changelog row and late record is the one stream's, at every split.
+#[tokio::test]
+async fn tumbling_windows_in_time_runs_are_the_same_at_every_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = disordered_file(dir.path(), 3_000);
+    let queries = [
+        "SELECT trader_id, symbol, window_start, COUNT(*) AS n, SUM(price) AS total          FROM market_data GROUP BY trader_id, symbol          WINDOW TUMBLING (trade_time, INTERVAL '5' SECOND)",
+        "SELECT symbol, window_end, COUNT(*) AS n, AVG(price) AS mean FROM market_data          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '3' SECOND) EMIT CHANGES",
+        "SELECT symbol, window_start, MAX(price) AS high FROM market_data WHERE price > 1          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '2' SECOND)          HAVING COUNT(*) > 1",
+    ];
+    let settings = ["SET freshet.time_run_records = 40"];
+    for &sql in &queries {
+        let mut reference: Option<(Vec<String>, usize)> = None;
+        for (source_partitions, streams) in [(1, 1), (2, 2), (4, 4), (3, 2), (2, 4)] {
+            let options = StreamOptions {
+                event_time: Some("trade_time".into()),
+                out_of_orderness: Duration::from_secs(4),
+                partitions: Some(source_partitions),
+                ..StreamOptions::default()
+            };
+            let (plan, mut rows, late) =
+                run_counting_late_with(&path, sql, options, streams, &settings).await;
+            assert_eq!(
+                plan.contains("strategy=time_runs"),
+                streams > 1,
+                "{streams} streams: {plan}"
+            );
+            rows.sort();
+            match &reference {
+                None => reference = Some((rows, late)),
+                Some((expected, expected_late)) => {
+                    assert_eq!(late, *expected_late, "late records on {streams} streams");
+                    assert!(
+                        rows == *expected,
+                        "{source_partitions} source partitions on {streams} streams differ: {sql}"
+                    );
+                }
+            }
+        }
+        let (_, late) = reference.as_ref().unwrap();
+        assert!(*late > 0, "the file has late records for the window");
+    }
 }
 
 /// Window functions over other window functions' output with other PARTITION BY keys number
