@@ -321,9 +321,7 @@ fn streaming_aggregate(
             let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
             let time_runs = match &strategy {
                 RoutingStrategy::Hash(_)
-                    if setting.is_empty()
-                        && file_order
-                        && config.execution.target_partitions > 1 =>
+                    if setting.is_empty() && config.execution.target_partitions > 1 =>
                 {
                     time_runs_of(&spec, &input, options.time_run_records)
                 }
@@ -376,7 +374,7 @@ fn streaming_aggregate(
 }
 
 /// Time runs for a tumbling-window aggregation over a replay of files whose statistics give
-/// its records' span in event time: runs of whole windows holding about `records` records
+/// its records' span in event time, or over a generator (whose rate is known): runs of whole windows holding about `records` records
 /// (the option `time_run_records`; by default a Parquet unit's, so that a replay in time
 /// order sends most units whole to one stream). Every row of a window goes to one stream,
 /// as under a hash of the keys, but a replay in time order is cut into slices of its
@@ -402,7 +400,7 @@ fn time_runs_of(
         origin: offset,
     };
     let reason = format!(
-        "auto: tumbling windows, {windows} to a run of about {} records by the files' statistics, each run on one stream",
+        "auto: tumbling windows, {windows} to a run of about {} records by the source's event-time span, each run on one stream",
         (per_window * windows as f64).round()
     );
     Some((runs, reason))

@@ -27,6 +27,7 @@ use datafusion::physical_plan::execution_plan::Boundedness;
 use datafusion::physical_plan::memory::{LazyBatchGenerator, LazyMemoryExec};
 use parking_lot::RwLock;
 
+use super::file_split::TimeSpan;
 use super::nexmark::{
     NEXMARK_BASE_TIME_MS, NEXMARK_EVENT_RATE, NexmarkClock, NexmarkStrings, NexmarkTable,
     nexmark_batch, parse_events,
@@ -373,6 +374,34 @@ impl GeneratorSpec {
         (0..count)
             .filter_map(|index| self.batch_at(index).transpose())
             .collect()
+    }
+
+    /// The records this generator makes and the event times they span (for an endless one,
+    /// those of its first million records): how many records an interval of event time
+    /// holds. None for orders, which have no event time.
+    pub fn time_span(&self) -> Option<TimeSpan> {
+        const ENDLESS: u64 = 1 << 20;
+        match self.kind {
+            GeneratorKind::MarketData => {
+                let records = self.records.unwrap_or(ENDLESS);
+                let span = (records as i64).saturating_mul(self.step_ms);
+                Some(TimeSpan {
+                    records,
+                    min: self.start_ms,
+                    max: self.start_ms.saturating_add(span),
+                })
+            }
+            GeneratorKind::Nexmark(table) => {
+                let events = self.events.unwrap_or(ENDLESS);
+                let span_ms = events as f64 * 1_000.0 / self.event_rate.max(1) as f64;
+                Some(TimeSpan {
+                    records: table.rows_among(events),
+                    min: self.start_ms,
+                    max: self.start_ms.saturating_add(span_ms as i64),
+                })
+            }
+            GeneratorKind::Orders => None,
+        }
     }
 
     /// One lazy generator per source partition, for `LazyMemoryExec`; the partitions take

@@ -303,6 +303,7 @@ impl TableProvider for StreamTable {
                 projection.cloned(),
             )?,
             ReplaySource::Generator(spec) => {
+                time_span = spec.time_span();
                 // Whole batches unless paced (see the generator's documentation).
                 let block_records = match self.options.pacing {
                     Pacing::RecordsPerSecond(_) => 1,
