@@ -2,7 +2,7 @@
 //! which strategy an exchange uses.
 //!
 //! [`RoutingStrategy`] names the strategies (hash on key columns, sticky, round-robin,
-//! fan-in) and answers what each implies for an exchange: its number of outputs, their
+//! fan-in, time runs) and answers what each implies for an exchange: its number of outputs, their
 //! partitioning, which input feeds which output, and the watermark domains (the inputs whose
 //! watermark is combined for an output). [`Router`] applies a strategy to the batches of one
 //! input partition. The exchange (`freshet_engine::exchange`) moves batches and watermarks
@@ -10,6 +10,8 @@
 //! round-robin routing reuse DataFusion's `BatchPartitioner` (hashes of whole columns with
 //! `create_hashes`, one counting pass, one grouped `take`), so a source declared
 //! hash-partitioned by DataFusion's function and Freshet's exchange agree on where a key lives.
+//! Time runs (runs of event time, each to one output) cut a batch in time order into slices
+//! and gather only a batch whose rows return to an output.
 
 mod router;
 mod strategy;

@@ -136,6 +136,16 @@ enum KeyedPartitions {
         partitions: usize,
         declared: Vec<(usize, DataType)>,
     },
+    /// Windows of a tumbling-window aggregation whose exchange routed its rows in time
+    /// runs: every row with equal window starts (the key at `position`, of type `time`) is
+    /// in the partition of its run (`run` long from `origin`) among `partitions`.
+    TimeRuns {
+        position: usize,
+        time: DataType,
+        run: i64,
+        origin: i64,
+        partitions: usize,
+    },
 }
 
 /// How `plan`'s rows lie over its partitions in terms of `keys` (output columns, per
@@ -204,6 +214,22 @@ fn keyed_partitions(
         if aggregate.is_two_phase() {
             return Err("a two-phase aggregation below routes partial states".to_string());
         }
+        if let (RoutingStrategy::TimeRuns(runs), Some(window)) =
+            (aggregate.exchange().strategy(), aggregate.window())
+        {
+            // A window's rows all went to the partition of its time run.
+            let position = keys
+                .iter()
+                .position(|k| *k == Some(window.position))
+                .ok_or("the keys leave out the window its rows were routed by")?;
+            return Ok(KeyedPartitions::TimeRuns {
+                position,
+                time: plan.schema().field(window.position).data_type().clone(),
+                run: runs.run,
+                origin: runs.origin,
+                partitions: plan.output_partitioning().partition_count(),
+            });
+        }
         // A group's rows all went to the partition its keys hashed to.
         let below: Vec<Option<usize>> = keys
             .iter()
@@ -258,8 +284,9 @@ pub(crate) enum SidesAlike {
     No,
     /// Equal keys are in partitions of the same number on both sides, so a sticky exchange
     /// keeps them together: two sides hashed by Freshet's exchange on the same keys (of the
-    /// same types, into as many partitions), as windowed aggregations are, or two reads of
-    /// one stream declared partitioned by the keys (a self-join).
+    /// same types, into as many partitions), as windowed aggregations are, two tumbling-window
+    /// aggregations routed in the same time runs and joined on their windows, or two reads
+    /// of one stream declared partitioned by the keys (a self-join).
     Yes,
     /// Two different streams, each declared partitioned by the keys at the same positions
     /// (of the same types) into as many partitions. Each declaration alone does not say that

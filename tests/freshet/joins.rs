@@ -449,25 +449,44 @@ fn batch_windowed_count(table: &str) -> String {
     )
 }
 
+/// `left` and `right`, windowed counts, joined on their keys and windows (a window join).
+fn window_join(left: String, right: String) -> String {
+    format!(
+        "SELECT x.symbol, x.window_start, x.n, y.n AS other FROM ({left}) x \
+         JOIN ({right}) y ON x.symbol = y.symbol AND x.window_start = y.window_start"
+    )
+}
+
 /// Two windowed aggregations of bounded replays joined on their keys and windows (a window
-/// join) run as DataFusion's hash join over Freshet's aggregations, which are repartitioned
-/// on the join keys for it.
+/// join) run as an interval join over Freshet's aggregations. (Each aggregation routes its
+/// rows in time runs of its own stream's length, so their windows lie apart and the join
+/// hashes them on its keys.)
 #[tokio::test]
 async fn a_window_join_of_bounded_replays_equals_batch() {
-    let join = |left: String, right: String| {
-        format!(
-            "SELECT x.symbol, x.window_start, x.n, y.n AS other FROM ({left}) x \
-             JOIN ({right}) y ON x.symbol = y.symbol AND x.window_start = y.window_start"
-        )
-    };
-    // Both aggregations hashed their rows on the symbol: the join keeps their partitions.
     Differential::new(
-        &join(windowed_count("bids"), windowed_count("asks")),
-        &join(batch_windowed_count("bids"), batch_windowed_count("asks")),
+        &window_join(windowed_count("bids"), windowed_count("asks")),
+        &window_join(batch_windowed_count("bids"), batch_windowed_count("asks")),
     )
     .table(bids())
     .table(asks())
     .with_plan_text("IntervalJoinExec")
+    .run()
+    .await
+    .unwrap();
+}
+
+/// Two windowed aggregations of one stream joined on their windows (the scenario J3) route
+/// their rows in the same time runs: a window is in a partition of the same number on both
+/// sides, so the join keeps their partitions (sticky) and equals batch.
+#[tokio::test]
+async fn a_window_self_join_keeps_the_time_runs_of_its_aggregations() {
+    Differential::new(
+        &window_join(windowed_count("bids"), windowed_count("bids")),
+        &window_join(batch_windowed_count("bids"), batch_windowed_count("bids")),
+    )
+    .table(bids())
+    .partitions(&[2, 4])
+    .with_plan_text("strategy=time_runs")
     .with_plan_text("strategy=sticky")
     .run()
     .await
