@@ -516,9 +516,30 @@ mod tests {
     use crate::test_support::{operators, plan};
 
     #[test]
-    fn a_keyed_window_aggregates_after_a_hash_exchange_on_its_keys() {
+    fn a_keyed_tumbling_window_over_a_generator_routes_its_rows_in_time_runs() {
         let plan = plan(
             "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' SECOND)",
+            2,
+            2,
+        )
+        .unwrap();
+        assert!(
+            operators(&plan)
+                .windows(2)
+                .any(|pair| pair == ["WindowAggregateExec", "StreamExchangeExec"]),
+            "{plan}"
+        );
+        // market_data makes a record a second: 131 072 one-second windows to a run.
+        assert!(
+            plan.contains("strategy=time_runs(trade_time@1, run=131072000)"),
+            "{plan}"
+        );
+    }
+
+    #[test]
+    fn a_keyed_hopping_window_aggregates_after_a_hash_exchange_on_its_keys() {
+        let plan = plan(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
             2,
             2,
         )
