@@ -467,6 +467,11 @@ impl StreamExchangeExec {
                                 self,
                                 output,
                             )?)?,
+                        // Without idle inputs (whose watermark is a matter of time), the merge
+                        // makes the watermark from the event-time keys it passes on.
+                        None if self.event_time.is_some() && idle_timeout.is_none() => {
+                            OrderedMerge::new(r, None, batch_rows).by_event_time(delay)
+                        }
                         None => OrderedMerge::new(r, idle_timeout, batch_rows),
                     })))
                 })

@@ -311,8 +311,12 @@ pub struct OrderedMerge {
     ready: VecDeque<Result<StreamMessage>>,
     sent_watermark: i64,
     /// Merging by replay position: the watermark of the rows passed on, computed as one
-    /// partition reading the whole replay would (see the module documentation).
+    /// partition reading the whole replay would (see the module documentation). Merging a
+    /// replay by event time: the watermark of the keys passed on.
     replay_watermark: Option<WatermarkTracker>,
+    /// Whether the replay watermark follows the keys passed on (a merge by event time)
+    /// rather than the inputs' `Passed` items (a merge by position).
+    watermark_from_keys: bool,
     /// Merging by replay position in a checkpointed run: the barriers to pass on.
     checkpoint: Option<OutputCheckpoint>,
     done: bool,
@@ -340,6 +344,7 @@ impl OrderedMerge {
             ready: VecDeque::new(),
             sent_watermark: i64::MIN,
             replay_watermark: None,
+            watermark_from_keys: false,
             checkpoint: None,
             done: false,
         }
@@ -388,6 +393,31 @@ impl OrderedMerge {
     pub fn by_position(mut self, delay: i64) -> Self {
         self.replay_watermark = Some(WatermarkTracker::new(1, delay));
         self
+    }
+
+    /// A merge of a replay by event-time keys that makes the watermark itself, ignoring
+    /// the inputs' watermarks: each input sends its watermark when it computes it, so which
+    /// watermarks arrive, and where among the rows, depends on timing, and with them which
+    /// records are late. Here, once an input's batch has been passed on whole (or its
+    /// progress key, for a batch with no rows here), the watermark is the largest key passed
+    /// so far minus `delay`. Keys pass in order and every input's next key is at least the
+    /// one passed, so this is never above the inputs' combined watermark, and it depends on
+    /// the data alone.
+    pub fn by_event_time(mut self, delay: i64) -> Self {
+        self.replay_watermark = Some(WatermarkTracker::new(1, delay));
+        self.watermark_from_keys = true;
+        self
+    }
+
+    /// Merging by event time: the watermark after key `key` was passed on.
+    fn pass_key(&mut self, key: i64) -> Result<()> {
+        if !self.watermark_from_keys {
+            return Ok(());
+        }
+        if let Some(tracker) = &mut self.replay_watermark {
+            tracker.observe(0, key, Instant::now());
+        }
+        self.pass_watermark()
     }
 
     pub fn into_stream(self) -> BoxStream<'static, Result<StreamMessage>> {
@@ -517,7 +547,8 @@ impl OrderedMerge {
             Some(Queued::Rows { .. }) => {
                 return internal_err!("ordered merge: rows taken as a progress item");
             }
-            Some(Queued::Progress(_) | Queued::Watermark { .. }) | None => {}
+            Some(Queued::Progress(key)) => self.pass_key(key)?,
+            Some(Queued::Watermark { .. }) | None => {}
         }
         Ok(())
     }
@@ -572,6 +603,7 @@ impl OrderedMerge {
             };
             let start = *offset;
             let rows = batch.num_rows();
+            let last_key = keys.at(rows - 1).max(*floor);
             let end = run_end(keys, rows, *floor, index, start, second);
             let source = self.pending.source(batch, pending);
             self.pending.push(source, start, end - start);
@@ -584,7 +616,7 @@ impl OrderedMerge {
                 self.flush()?;
             }
             if batch_ended {
-                return Ok(());
+                return self.pass_key(last_key);
             }
         }
     }
@@ -793,6 +825,12 @@ mod tests {
         idle_timeout: Option<Duration>,
         batch_rows: usize,
     ) -> Vec<Vec<String>> {
+        let receivers = channels_holding(inputs).await;
+        seen(OrderedMerge::new(receivers, idle_timeout, batch_rows)).await
+    }
+
+    /// A closed channel per input, holding what the input sends.
+    async fn channels_holding(inputs: Vec<Vec<Routed>>) -> Vec<mpsc::Receiver<RoutedMessage>> {
         let mut receivers = Vec::new();
         for items in inputs {
             let (sender, receiver) = mpsc::channel(items.len().max(1));
@@ -801,10 +839,12 @@ mod tests {
             }
             receivers.push(receiver);
         }
-        let messages: Vec<_> = OrderedMerge::new(receivers, idle_timeout, batch_rows)
-            .into_stream()
-            .collect()
-            .await;
+        receivers
+    }
+
+    /// What leaves `merge`: one list per batch or watermark.
+    async fn seen(merge: OrderedMerge) -> Vec<Vec<String>> {
+        let messages: Vec<_> = merge.into_stream().collect().await;
         let mut seen = Vec::new();
         for message in messages {
             match message.unwrap() {
@@ -821,6 +861,47 @@ mod tests {
 
     fn strings(values: impl IntoIterator<Item = i64>) -> Vec<String> {
         values.into_iter().map(|v| v.to_string()).collect()
+    }
+
+    /// Merged by event time, the watermark follows the keys passed on, wherever the inputs'
+    /// own watermarks (sent when each input computes one) fall: whether input 1's watermark
+    /// arrives or not, the same rows leave before the same watermarks.
+    #[tokio::test]
+    async fn a_merge_by_event_time_makes_the_same_watermarks_whatever_the_inputs_send() {
+        let arrangements = [
+            vec![
+                vec![rows(&[1, 5]), Routed::Progress(6), rows(&[7, 12])],
+                vec![rows(&[2, 9])],
+            ],
+            vec![
+                vec![rows(&[1, 5]), Routed::Progress(6), rows(&[7, 12])],
+                vec![
+                    rows(&[2, 9]),
+                    Routed::Watermark {
+                        watermark: 3,
+                        key: 9,
+                    },
+                ],
+            ],
+        ];
+        let mut outputs = Vec::new();
+        for inputs in arrangements {
+            let receivers = channels_holding(inputs).await;
+            outputs.push(seen(OrderedMerge::new(receivers, None, 1024).by_event_time(2)).await);
+        }
+        let w = |w: i64| vec![format!("w{w}")];
+        let expected = vec![
+            strings([1, 2, 5]),
+            w(3),
+            w(4),
+            strings([7, 9]),
+            w(7),
+            strings([12]),
+            w(10),
+            w(i64::MAX),
+        ];
+        assert_eq!(outputs[0], expected);
+        assert_eq!(outputs[1], expected);
     }
 
     #[tokio::test]
