@@ -12,8 +12,10 @@
 //! replays and generators the key is the largest event time its input has sent up to and
 //! including that row (a running maximum, so keys never fall within one input), or, without
 //! an event time, the input's batch number. After each batch an input also
-//! sends every output that got none of its rows a `Progress` key, and watermarks travel as
-//! items of their own with a key at least `watermark + delay`. The merge passes on the rows
+//! sends every output that got none of its rows a `Progress` key. Watermarks the inputs send
+//! travel as items of their own with a key at least `watermark + delay`; a replay's merge
+//! ignores them and makes the watermark from the keys it passes on (the largest minus the
+//! delay, after each input batch), since which of them arrive, and where, depends on timing. The merge passes on the rows
 //! of the input with the smallest head `(key, input)` up to the next input's head, and
 //! repeats: a k-way merge of sorted runs. An input with nothing queued counts with its last
 //! key (its next ones are no smaller): the merge waits for it only when that could come
