@@ -378,7 +378,8 @@ fn streaming_aggregate(
 /// (the option `time_run_records`; by default a Parquet unit's, so that a replay in time
 /// order sends most units whole to one stream). Every row of a window goes to one stream,
 /// as under a hash of the keys, but a replay in time order is cut into slices of its
-/// batches rather than gathered row by row, and no key is hashed.
+/// batches rather than gathered row by row, and no key is hashed. Windows holding more
+/// records than a run are hashed on their keys.
 fn time_runs_of(
     spec: &AggregateSpec,
     input: &Arc<dyn ExecutionPlan>,
@@ -393,6 +394,11 @@ fn time_runs_of(
     };
     let span = replayed_source(input)?.time_span()?;
     let per_window = span.records_in(size).max(f64::MIN_POSITIVE);
+    // A window larger than a run would keep one stream busy while the others wait for the
+    // replay's order to reach their runs: hashing the keys lets them share each window.
+    if per_window > records as f64 {
+        return None;
+    }
     let windows = (records as f64 / per_window).ceil().clamp(1.0, 1e12) as i64;
     let runs = TimeRuns {
         time: Arc::clone(&window.time),
@@ -534,6 +540,18 @@ mod tests {
             plan.contains("strategy=time_runs(trade_time@1, run=131072000)"),
             "{plan}"
         );
+    }
+
+    #[test]
+    fn a_window_larger_than_a_time_run_hashes_its_keys() {
+        // Two days of market_data hold 172 800 records, more than a run's 131 072.
+        let plan = plan(
+            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '2' DAY)",
+            2,
+            2,
+        )
+        .unwrap();
+        assert!(plan.contains("strategy=hash([symbol"), "{plan}");
     }
 
     #[test]

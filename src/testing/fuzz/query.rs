@@ -490,7 +490,7 @@ impl FuzzQuery {
         }
         if window.is_some() && rng.chance(0.5) {
             // Runs of a few records, so that a file's windows spread over the streams.
-            let records = *rng.pick(&["2", "8", "32"]);
+            let records = *rng.pick(&["8", "16", "64"]);
             query
                 .settings
                 .push(("freshet.time_run_records".into(), records.into()));
