@@ -521,10 +521,11 @@ fn two_phase(
 mod tests {
     use crate::test_support::{operators, plan};
 
-    #[test]
-    fn a_keyed_tumbling_window_over_a_generator_routes_its_rows_in_time_runs() {
+    /// The plan of a per-symbol count of market_data over `window` at two streams, which
+    /// must aggregate right after an exchange.
+    fn windowed_count_plan(window: &str) -> String {
         let plan = plan(
-            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' SECOND)",
+            &format!("SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW {window}"),
             2,
             2,
         )
@@ -535,6 +536,12 @@ mod tests {
                 .any(|pair| pair == ["WindowAggregateExec", "StreamExchangeExec"]),
             "{plan}"
         );
+        plan
+    }
+
+    #[test]
+    fn a_keyed_tumbling_window_over_a_generator_routes_its_rows_in_time_runs() {
+        let plan = windowed_count_plan("TUMBLING (trade_time, INTERVAL '1' SECOND)");
         // market_data makes a record a second: 131 072 one-second windows to a run.
         assert!(
             plan.contains("strategy=time_runs(trade_time@1, run=131072000)"),
@@ -545,29 +552,14 @@ mod tests {
     #[test]
     fn a_window_larger_than_a_time_run_hashes_its_keys() {
         // Two days of market_data hold 172 800 records, more than a run's 131 072.
-        let plan = plan(
-            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '2' DAY)",
-            2,
-            2,
-        )
-        .unwrap();
+        let plan = windowed_count_plan("TUMBLING (trade_time, INTERVAL '2' DAY)");
         assert!(plan.contains("strategy=hash([symbol"), "{plan}");
     }
 
     #[test]
     fn a_keyed_hopping_window_aggregates_after_a_hash_exchange_on_its_keys() {
-        let plan = plan(
-            "SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
-            2,
-            2,
-        )
-        .unwrap();
-        assert!(
-            operators(&plan)
-                .windows(2)
-                .any(|pair| pair == ["WindowAggregateExec", "StreamExchangeExec"]),
-            "{plan}"
-        );
+        let plan =
+            windowed_count_plan("HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)");
         assert!(plan.contains("strategy=hash([symbol"), "{plan}");
         assert!(!plan.contains("partial_aggregate"), "{plan}");
     }

@@ -295,42 +295,24 @@ async fn tumbling_windows_in_time_runs_are_the_same_at_every_split() {
     let dir = tempfile::tempdir().unwrap();
     let path = disordered_file(dir.path(), 3_000);
     let queries = [
-        "SELECT trader_id, symbol, window_start, COUNT(*) AS n, SUM(price) AS total          FROM market_data GROUP BY trader_id, symbol          WINDOW TUMBLING (trade_time, INTERVAL '5' SECOND)",
-        "SELECT symbol, window_end, COUNT(*) AS n, AVG(price) AS mean FROM market_data          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '3' SECOND) EMIT CHANGES",
-        "SELECT symbol, window_start, MAX(price) AS high FROM market_data WHERE price > 1          GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '2' SECOND)          HAVING COUNT(*) > 1",
+        "SELECT trader_id, symbol, window_start, COUNT(*) AS n, SUM(price) AS total \
+         FROM market_data GROUP BY trader_id, symbol \
+         WINDOW TUMBLING (trade_time, INTERVAL '5' SECOND)",
+        "SELECT symbol, window_end, COUNT(*) AS n, AVG(price) AS mean FROM market_data \
+         GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '3' SECOND) EMIT CHANGES",
+        "SELECT symbol, window_start, MAX(price) AS high FROM market_data WHERE price > 1 \
+         GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '2' SECOND) \
+         HAVING COUNT(*) > 1",
     ];
     let settings = ["SET freshet.time_run_records = 40"];
-    for &sql in &queries {
-        let mut reference: Option<(Vec<String>, usize)> = None;
-        for (source_partitions, streams) in [(1, 1), (2, 2), (4, 4), (3, 2), (2, 4)] {
-            let options = StreamOptions {
-                event_time: Some("trade_time".into()),
-                out_of_orderness: Duration::from_secs(4),
-                partitions: Some(source_partitions),
-                ..StreamOptions::default()
-            };
-            let (plan, mut rows, late) =
-                run_counting_late_with(&path, sql, options, streams, &settings).await;
-            assert_eq!(
-                plan.contains("strategy=time_runs"),
-                streams > 1,
-                "{streams} streams: {plan}"
-            );
-            rows.sort();
-            match &reference {
-                None => reference = Some((rows, late)),
-                Some((expected, expected_late)) => {
-                    assert_eq!(late, *expected_late, "late records on {streams} streams");
-                    assert!(
-                        rows == *expected,
-                        "{source_partitions} source partitions on {streams} streams differ: {sql}"
-                    );
-                }
-            }
-        }
-        let (_, late) = reference.as_ref().unwrap();
-        assert!(*late > 0, "the file has late records for the window");
-    }
+    assert_same_at_every_split_with(&path, &queries, &settings, |streams, plan| {
+        assert_eq!(
+            plan.contains("strategy=time_runs"),
+            streams > 1,
+            "{streams} streams: {plan}"
+        );
+    })
+    .await;
 }
 
 /// Window functions over other window functions' output with other PARTITION BY keys number
@@ -397,6 +379,17 @@ async fn a_paced_replay_is_applied_in_file_order_at_every_split() {
 /// Runs each query over the file at (source partitions, streams) = (1, 1), (2, 2), (4, 4),
 /// (3, 2) and (2, 4), bounded and not: the rows and the late records are the first run's.
 async fn assert_file_order_at_every_split(path: &Path, queries: &[&str]) {
+    assert_same_at_every_split_with(path, queries, &[], |_, _| {}).await;
+}
+
+/// As [`assert_file_order_at_every_split`], after the `SET` statements `settings`, with
+/// `check_plan` called on each run's stream count and plan.
+async fn assert_same_at_every_split_with(
+    path: &Path,
+    queries: &[&str],
+    settings: &[&str],
+    check_plan: impl Fn(usize, &str),
+) {
     for bounded in [true, false] {
         for &sql in queries {
             let mut reference: Option<(Vec<String>, usize)> = None;
@@ -408,7 +401,9 @@ async fn assert_file_order_at_every_split(path: &Path, queries: &[&str]) {
                     bounded: Some(bounded),
                     ..StreamOptions::default()
                 };
-                let (_, mut rows, late) = run_counting_late(path, sql, options, streams).await;
+                let (plan, mut rows, late) =
+                    run_counting_late_with(path, sql, options, streams, settings).await;
+                check_plan(streams, &plan);
                 rows.sort();
                 match &reference {
                     None => reference = Some((rows, late)),
