@@ -86,14 +86,10 @@ fn route_time_runs(
         } else {
             let time = *time;
             if !(low <= time && time < high) {
-                current = runs.output_of(time, outputs);
-                let run = time.wrapping_sub(runs.origin).div_euclid(runs.run);
+                let (output, bounds) = runs.run_of(time, outputs);
+                current = output;
                 // Bounds that would overflow are not kept: every row then divides.
-                (low, high) = run
-                    .checked_mul(runs.run)
-                    .and_then(|start| start.checked_add(runs.origin))
-                    .and_then(|start| Some((start, start.checked_add(runs.run)?)))
-                    .unwrap_or((1, 0));
+                (low, high) = bounds.unwrap_or((1, 0));
             }
             current
         };

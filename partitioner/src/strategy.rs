@@ -40,8 +40,18 @@ pub struct TimeRuns {
 impl TimeRuns {
     /// The output of time `time` over `outputs` outputs.
     pub fn output_of(&self, time: i64, outputs: usize) -> usize {
+        self.run_of(time, outputs).0
+    }
+
+    /// The output of time `time` over `outputs` outputs, and the bounds `[low, high)` of its
+    /// run (`None` where they would overflow).
+    pub fn run_of(&self, time: i64, outputs: usize) -> (usize, Option<(i64, i64)>) {
         let run = time.wrapping_sub(self.origin).div_euclid(self.run);
-        run.rem_euclid(outputs as i64) as usize
+        let bounds = run
+            .checked_mul(self.run)
+            .and_then(|start| start.checked_add(self.origin))
+            .and_then(|start| Some((start, start.checked_add(self.run)?)));
+        (run.rem_euclid(outputs as i64) as usize, bounds)
     }
 }
 

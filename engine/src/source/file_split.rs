@@ -266,17 +266,10 @@ async fn files_in_replay_order(
             .with_file_metadata_cache(Some(Arc::clone(&cache)))
             .fetch_metadata()
             .await?;
-        let Some(column) = time_column(&metadata, name) else {
+        let Some(span) = file_time_span(&metadata, name) else {
             return Ok(files);
         };
-        let mut range: Option<(i64, i64)> = None;
-        for group in metadata.row_groups().iter().filter(|g| g.num_rows() > 0) {
-            let Some((min, max)) = group.column(column).statistics().and_then(time_range) else {
-                return Ok(files);
-            };
-            range = Some(range.map_or((min, max), |(lo, hi)| (lo.min(min), hi.max(max))));
-        }
-        ranges.push(range);
+        ranges.push(span.map(|span| (span.min, span.max)));
     }
     Ok(replay_order(&ranges)
         .into_iter()
