@@ -31,7 +31,7 @@ pub mod window;
 pub use duration::parse_duration;
 pub use exchange::StreamExchangeExec;
 pub use filter::StreamFilterExec;
-pub use options::{MAX_PARTITIONS, Pacing, StreamOptions};
+pub use options::{FileReads, MAX_PARTITIONS, Pacing, StreamOptions};
 pub use plan_util::{machine_cores, panic_becomes_error, unless_panicked};
 pub use progress::PartitionProgress;
 pub use sort::StreamSortExec;

@@ -28,6 +28,16 @@ pub enum Pacing {
     RecordsPerSecond(f64),
 }
 
+/// How a replay reads local Parquet files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileReads {
+    /// Through a memory map: the decoder reads the page cache without a copy.
+    #[default]
+    MemoryMap,
+    /// Copied out of the file into buffers (`pread`), as other object stores are read.
+    Copy,
+}
+
 /// Registration options of a stream.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StreamOptions {
@@ -53,6 +63,8 @@ pub struct StreamOptions {
     /// A source partition that sends no record for this long (wall-clock) stops holding
     /// the watermark back until it sends again (its records may then be late).
     pub idle_timeout: Option<Duration>,
+    /// How local Parquet files are read.
+    pub file_reads: FileReads,
 }
 
 impl StreamOptions {
@@ -66,6 +78,7 @@ impl StreamOptions {
         "partitioned_by",
         "rate",
         "idle_timeout",
+        "memory_map",
     ];
 
     /// Sets the option `key` from its textual `value`. Returns `Ok(false)` when `key` is not a
@@ -127,6 +140,13 @@ impl StreamOptions {
                     );
                 }
                 self.idle_timeout = Some(timeout);
+            }
+            "memory_map" => {
+                self.file_reads = if parse_bool(key, value)? {
+                    FileReads::MemoryMap
+                } else {
+                    FileReads::Copy
+                }
             }
             _ => return Ok(false),
         }

@@ -78,7 +78,8 @@ pub struct SessionArgs {
     pub settings: Vec<String>,
     /// A stream: NAME=PATH (Parquet, CSV, JSON-lines or Arrow file or directory) or
     /// NAME=generator:market_data|orders, followed by ,key=value options: event_time, event_time_unit (s, ms, us or ns, for an integer event time),
-    /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout; for generators also
+    /// watermark, bounded, partitions, partitioned_by (a+b), rate, idle_timeout, memory_map (false:
+    /// copy local Parquet files out rather than map them); for generators also
     /// records (a count or unbounded), batch_size, step_ms, disorder_ms, seed, and symbols,
     /// traders (market_data) or customers, amount_base (orders). A path holding a comma is
     /// quoted: 't="a,b.csv",event_time=ts'. The tables market_data and orders exist by

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result, plan_err};
-use freshet_engine::{Pacing, StreamTable};
+use freshet_engine::{FileReads, Pacing, StreamTable};
 use freshet_planner::StreamingContext;
 use tokio::sync::mpsc;
 
@@ -282,6 +282,9 @@ async fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
     }
     if let Some(timeout) = options.idle_timeout {
         facts.push(format!("idle after {timeout:?}"));
+    }
+    if options.file_reads == FileReads::Copy {
+        facts.push("files copied, not memory-mapped".to_string());
     }
     Ok(format!("{}{name}: {}", text_table(&rows), facts.join(", ")))
 }

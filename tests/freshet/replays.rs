@@ -585,3 +585,41 @@ fn a_parquet_replay_without_event_time_is_split_evenly() {
         .collect();
     assert_eq!(units, [3, 3], "{plan}");
 }
+
+/// A local Parquet file is read through a memory map unless `memory_map=false` copies it out
+/// as other stores are read; both read the same records.
+#[tokio::test]
+async fn a_local_file_is_mapped_or_copied_as_its_stream_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = disordered_file(dir.path(), 3_000);
+    let mut results = Vec::new();
+    for memory_map in ["true", "false"] {
+        let mut options = StreamOptions {
+            event_time: Some("trade_time".into()),
+            ..StreamOptions::default()
+        };
+        options.set("memory_map", memory_map).unwrap();
+        let ctx = StreamingContext::with_partitions(2);
+        ctx.register_parquet("market_data", path.to_str().unwrap(), options)
+            .await
+            .unwrap();
+        let query = ctx.sql(S3B).await.unwrap();
+        let batches = query
+            .execute_merged()
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        let mut rows = display_rows(&batches).unwrap();
+        rows.sort();
+        let mapped = query.metric_total("reads_memory_mapped");
+        assert_eq!(
+            mapped > 0,
+            memory_map == "true",
+            "memory_map={memory_map}: {mapped} reads mapped"
+        );
+        results.push(rows);
+    }
+    assert!(!results[0].is_empty());
+    assert_eq!(results[0], results[1]);
+}

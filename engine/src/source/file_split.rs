@@ -49,6 +49,7 @@ use datafusion::datasource::physical_plan::{
     FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
 };
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::parquet::file::statistics::Statistics;
@@ -57,6 +58,7 @@ use datafusion::physical_plan::{
 };
 
 use super::prefetch::PrefetchingReaderFactory;
+use crate::options::FileReads;
 
 /// The most rows of a Parquet unit: row groups larger than this (arrow's default is a
 /// million rows) are cut into row ranges, so that the partitions take turns often enough to
@@ -83,6 +85,8 @@ pub struct FileSplit {
     /// How the replay's records lie in event time, when every row group's statistics
     /// tell.
     time_span: Option<TimeSpan>,
+    /// How local Parquet files are read.
+    file_reads: FileReads,
 }
 
 /// The records of a replay and the event times they span (by the Parquet statistics of
@@ -150,7 +154,14 @@ impl FileSplit {
             groups,
             reader_factory,
             time_span,
+            file_reads: FileReads::default(),
         }))
+    }
+
+    /// The split, reading local Parquet files as `file_reads` says.
+    pub fn with_file_reads(mut self, file_reads: FileReads) -> Self {
+        self.file_reads = file_reads;
+        self
     }
 
     /// The replay's records and the event times they span, if the statistics tell.
@@ -177,8 +188,10 @@ impl FileSplit {
             config.file_source().downcast_ref::<ParquetSource>(),
             &self.reader_factory,
         ) {
+            let map = self.file_reads == FileReads::MemoryMap
+                && config.object_store_url == ObjectStoreUrl::local_filesystem();
             let reader_factory =
-                PrefetchingReaderFactory::new(Arc::clone(reader_factory), &self.groups);
+                PrefetchingReaderFactory::new(Arc::clone(reader_factory), &self.groups, map);
             let source = parquet
                 .clone()
                 .with_parquet_file_reader_factory(Arc::new(reader_factory));

@@ -11,6 +11,7 @@ mod files;
 mod generator;
 mod key_check;
 mod live;
+mod mapped_file;
 mod nexmark;
 mod prefetch;
 mod replay_units;

@@ -18,6 +18,9 @@
 //!
 //! The bytes a read returns never depend on the guess: a read ahead is used only for the
 //! very ranges it read, of the same file.
+//!
+//! A local file is mapped into memory instead ([`MappedFile`]): a read is then a slice of
+//! the mapping, and reading ahead maps the next row group's pages into the process.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -40,8 +43,13 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
+use super::mapped_file::MappedFile;
+
 /// The scan's metric of reads answered by a read ahead.
 pub const READ_AHEAD_USED: &str = "row_groups_read_ahead";
+
+/// The scan's metric of reads answered from a memory map.
+pub const READ_MAPPED: &str = "reads_memory_mapped";
 
 /// Guesses a partition may miss before it stops reading ahead.
 const MISSES_BEFORE_GIVING_UP: usize = 2;
@@ -58,6 +66,48 @@ struct Shared {
     next_unit: HashMap<(usize, Path, usize), (PartitionedFile, usize)>,
     /// Each partition's read ahead.
     partitions: Vec<Mutex<ReadAhead>>,
+    /// Local files, mapped when first read (`None`: one that could not be mapped, read
+    /// through `inner`); `None` when files are not mapped.
+    mapped: Option<MappedFiles>,
+}
+
+/// The local files of a scan, each mapped once for all its partitions.
+struct MappedFiles {
+    store: datafusion::object_store::local::LocalFileSystem,
+    files: Mutex<HashMap<Path, Option<Arc<MappedFile>>>>,
+}
+
+impl MappedFiles {
+    /// The mapping of the file at `location`, mapped now if it is the first read.
+    fn get(&self, location: &Path) -> Option<Arc<MappedFile>> {
+        let mut files = self.files.lock();
+        if let Some(mapped) = files.get(location) {
+            return mapped.clone();
+        }
+        let mapped = self
+            .store
+            .path_to_filesystem(location)
+            .ok()
+            .and_then(|path| MappedFile::open(&path).ok())
+            .map(Arc::new);
+        files.insert(location.clone(), mapped.clone());
+        mapped
+    }
+}
+
+/// `ranges` of a mapped file, their pages mapped into the process first.
+fn mapped_ranges(
+    file: &Arc<MappedFile>,
+    ranges: &[Range<u64>],
+) -> datafusion::parquet::errors::Result<Vec<Bytes>> {
+    ranges
+        .iter()
+        .map(|range| {
+            file.populate(range.clone());
+            file.bytes(range.clone())
+                .map_err(|error| ParquetError::External(Box::new(error)))
+        })
+        .collect()
 }
 
 /// One partition's read ahead.
@@ -83,8 +133,13 @@ enum AheadState {
 
 impl PrefetchingReaderFactory {
     /// Reads through `inner`'s readers, ahead along `groups` (the scan's file groups, one a
-    /// source partition, in the order each partition reads them).
-    pub fn new(inner: Arc<dyn ParquetFileReaderFactory>, groups: &[FileGroup]) -> Self {
+    /// source partition, in the order each partition reads them); with `map_local_files`,
+    /// the files are local and read through memory maps.
+    pub fn new(
+        inner: Arc<dyn ParquetFileReaderFactory>,
+        groups: &[FileGroup],
+        map_local_files: bool,
+    ) -> Self {
         let mut next_unit = HashMap::new();
         for (partition, group) in groups.iter().enumerate() {
             for pair in group.files().windows(2) {
@@ -102,11 +157,16 @@ impl PrefetchingReaderFactory {
             }
         }
         let partitions = groups.iter().map(|_| Mutex::default()).collect();
+        let mapped = map_local_files.then(|| MappedFiles {
+            store: datafusion::object_store::local::LocalFileSystem::new(),
+            files: Mutex::default(),
+        });
         Self {
             shared: Arc::new(Shared {
                 inner,
                 next_unit,
                 partitions,
+                mapped,
             }),
         }
     }
@@ -143,6 +203,7 @@ impl ParquetFileReaderFactory for PrefetchingReaderFactory {
             metadata_size_hint,
             metrics: metrics.clone(),
             read_ahead_used: MetricBuilder::new(metrics).counter(READ_AHEAD_USED, partition_index),
+            read_mapped: MetricBuilder::new(metrics).counter(READ_MAPPED, partition_index),
             metadata: None,
         }))
     }
@@ -160,6 +221,8 @@ struct PrefetchingReader {
     metrics: ExecutionPlanMetricsSet,
     /// Reads answered by a read ahead.
     read_ahead_used: Count,
+    /// Reads answered from a memory map.
+    read_mapped: Count,
     /// The file's metadata, once the reader was asked for it.
     metadata: Option<Arc<ParquetMetaData>>,
 }
@@ -219,6 +282,16 @@ impl PrefetchingReader {
         if ahead.misses >= MISSES_BEFORE_GIVING_UP || !matches!(ahead.state, AheadState::Idle) {
             return;
         }
+        if let Some(mapped) = self.mapping_of(&file.object_meta.location) {
+            let wanted = next_ranges.clone();
+            let task = runtime.spawn(async move { mapped_ranges(&mapped, &wanted) });
+            ahead.state = AheadState::Reading {
+                file: file.object_meta.location,
+                ranges: next_ranges,
+                task,
+            };
+            return;
+        }
         let Ok(mut reader) = self.shared.inner.create_reader(
             self.partition,
             file.clone(),
@@ -234,6 +307,26 @@ impl PrefetchingReader {
             ranges: next_ranges,
             task,
         };
+    }
+
+    /// The mapping of the file at `location`, if files are mapped and it could be.
+    fn mapping_of(&self, location: &Path) -> Option<Arc<MappedFile>> {
+        let mapped = self.shared.mapped.as_ref()?.get(location)?;
+        if location == &self.file.object_meta.location {
+            self.read_mapped.add(1);
+        }
+        Some(mapped)
+    }
+
+    /// `ranges` of this entry's file, from its mapping or through the inner reader.
+    async fn read(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> datafusion::parquet::errors::Result<Vec<Bytes>> {
+        match self.mapping_of(&self.file.object_meta.location) {
+            Some(mapped) => mapped_ranges(&mapped, &ranges),
+            None => self.inner.get_byte_ranges(ranges).await,
+        }
     }
 
     /// The entry and row group the partition reads after `row_group` of this entry.
@@ -262,7 +355,14 @@ impl AsyncFileReader for PrefetchingReader {
         &mut self,
         range: Range<u64>,
     ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Bytes>> {
-        self.inner.get_bytes(range)
+        match self.mapping_of(&self.file.object_meta.location) {
+            Some(mapped) => {
+                let bytes = mapped_ranges(&mapped, std::slice::from_ref(&range))
+                    .map(|mut read| read.pop().unwrap_or_default());
+                futures::future::ready(bytes).boxed()
+            }
+            None => self.inner.get_bytes(range),
+        }
     }
 
     fn get_byte_ranges(
@@ -280,7 +380,7 @@ impl AsyncFileReader for PrefetchingReader {
                     self.read_ahead_used.add(1);
                     data
                 }
-                None => self.inner.get_byte_ranges(ranges.clone()).await?,
+                None => self.read(ranges.clone()).await?,
             };
             self.read_ahead(&ranges);
             Ok(data)
@@ -398,7 +498,26 @@ mod tests {
 
     /// Column `a` of every row the scan of `groups` returns, partition by partition, and the
     /// reads the read ahead answered.
-    async fn scan(path: &std::path::Path, groups: Vec<FileGroup>) -> (Vec<Vec<i64>>, usize) {
+    async fn scan(
+        path: &std::path::Path,
+        groups: Vec<FileGroup>,
+        mapped: bool,
+    ) -> (Vec<Vec<i64>>, usize) {
+        let (partitions, used, reads_mapped) = scan_counting_maps(path, groups, mapped).await;
+        assert_eq!(
+            reads_mapped > 0,
+            mapped,
+            "reads answered from a memory map: {reads_mapped}"
+        );
+        (partitions, used)
+    }
+
+    /// As `scan`, also with the reads answered from a memory map.
+    async fn scan_counting_maps(
+        path: &std::path::Path,
+        groups: Vec<FileGroup>,
+        mapped: bool,
+    ) -> (Vec<Vec<i64>>, usize, usize) {
         let ctx = SessionContext::new();
         let store = Arc::new(LocalFileSystem::new());
         let size = std::fs::metadata(path).unwrap().len();
@@ -423,6 +542,7 @@ mod tests {
         let reader_factory = PrefetchingReaderFactory::new(
             Arc::new(DefaultParquetFileReaderFactory::new(store)),
             &groups,
+            mapped,
         );
         let schema = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int64, false),
@@ -455,11 +575,12 @@ mod tests {
                 .collect();
             partitions.push(values);
         }
-        let used = plan
-            .metrics()
-            .and_then(|metrics| metrics.sum_by_name(READ_AHEAD_USED))
-            .map_or(0, |value| value.as_usize());
-        (partitions, used)
+        let count = |name: &str| {
+            plan.metrics()
+                .and_then(|metrics| metrics.sum_by_name(name))
+                .map_or(0, |value| value.as_usize())
+        };
+        (partitions, count(READ_AHEAD_USED), count(READ_MAPPED))
     }
 
     fn unit(row_group: usize) -> PartitionedFile {
@@ -470,41 +591,50 @@ mod tests {
 
     #[tokio::test]
     async fn a_whole_file_reads_each_next_row_group_ahead() {
-        let path = write_file("whole");
-        let (partitions, used) = scan(
-            &path,
-            vec![FileGroup::new(vec![PartitionedFile::new("x", 0)])],
-        )
-        .await;
-        std::fs::remove_file(&path).unwrap();
-        let expected: Vec<i64> = (0..(ROWS_PER_GROUP * GROUPS) as i64).collect();
-        assert_eq!(partitions, vec![expected]);
-        assert_eq!(
-            used,
-            GROUPS - 1,
-            "every row group after the first was read ahead"
-        );
+        for mapped in [false, true] {
+            let path = write_file(&format!("whole-{mapped}"));
+            let (partitions, used) = scan(
+                &path,
+                vec![FileGroup::new(vec![PartitionedFile::new("x", 0)])],
+                mapped,
+            )
+            .await;
+            std::fs::remove_file(&path).unwrap();
+            let expected: Vec<i64> = (0..(ROWS_PER_GROUP * GROUPS) as i64).collect();
+            assert_eq!(partitions, vec![expected], "mapped: {mapped}");
+            assert_eq!(
+                used,
+                GROUPS - 1,
+                "every row group after the first was read ahead (mapped: {mapped})"
+            );
+        }
     }
 
     #[tokio::test]
     async fn dealt_row_groups_are_read_ahead_along_each_partition() {
-        let path = write_file("dealt");
-        let groups = vec![
-            FileGroup::new(vec![unit(0), unit(2), unit(4)]),
-            FileGroup::new(vec![unit(1), unit(3)]),
-        ];
-        let (partitions, used) = scan(&path, groups).await;
-        std::fs::remove_file(&path).unwrap();
-        let rows = |groups: &[usize]| -> Vec<i64> {
-            groups
-                .iter()
-                .flat_map(|&g| (g * ROWS_PER_GROUP) as i64..((g + 1) * ROWS_PER_GROUP) as i64)
-                .collect()
-        };
-        assert_eq!(partitions, vec![rows(&[0, 2, 4]), rows(&[1, 3])]);
-        assert_eq!(
-            used, 3,
-            "row groups 2 and 4 of one partition and 3 of the other"
-        );
+        for mapped in [false, true] {
+            let path = write_file(&format!("dealt-{mapped}"));
+            let groups = vec![
+                FileGroup::new(vec![unit(0), unit(2), unit(4)]),
+                FileGroup::new(vec![unit(1), unit(3)]),
+            ];
+            let (partitions, used) = scan(&path, groups, mapped).await;
+            std::fs::remove_file(&path).unwrap();
+            let rows = |groups: &[usize]| -> Vec<i64> {
+                groups
+                    .iter()
+                    .flat_map(|&g| (g * ROWS_PER_GROUP) as i64..((g + 1) * ROWS_PER_GROUP) as i64)
+                    .collect()
+            };
+            assert_eq!(
+                partitions,
+                vec![rows(&[0, 2, 4]), rows(&[1, 3])],
+                "mapped: {mapped}"
+            );
+            assert_eq!(
+                used, 3,
+                "row groups 2 and 4 of one partition and 3 of the other (mapped: {mapped})"
+            );
+        }
     }
 }

@@ -268,8 +268,9 @@ impl TableProvider for StreamTable {
                 // when the user chose the partitions, declared keys or paced the replay.
                 if self.options.partitions.is_none() && !whole_files && !paced && cores > partitions
                 {
-                    wider_split =
-                        FileSplit::try_new(&plan, cores, false, event_time, state).await?;
+                    wider_split = FileSplit::try_new(&plan, cores, false, event_time, state)
+                        .await?
+                        .map(|split| split.with_file_reads(self.options.file_reads));
                 }
                 let read_as = if one_reader { 1 } else { partitions };
                 let read = match FileSplit::try_new(&plan, read_as, whole_files, event_time, state)
@@ -277,7 +278,9 @@ impl TableProvider for StreamTable {
                 {
                     Some(split) => {
                         time_span = split.time_span();
-                        split.apply(&plan)?
+                        split
+                            .with_file_reads(self.options.file_reads)
+                            .apply(&plan)?
                     }
                     None => plan,
                 };

@@ -105,7 +105,7 @@ class StreamingContext:
     def register_files(self, name: str, path: Any, format: str | None = None, **options: Any) -> None:
         """Registers a file or directory replayed as a stream, in ``format`` (parquet, csv,
         arrow, json) or the one its extension names. Options: event_time, event_time_unit,
-        watermark, bounded, partitions, partitioned_by, rate, idle_timeout."""
+        watermark, bounded, partitions, partitioned_by, rate, idle_timeout, memory_map."""
         self._ctx.register_files(name, path, format, **options)
 
     def register_parquet(self, name: str, path: Any, **options: Any) -> None:
