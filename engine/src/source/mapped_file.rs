@@ -96,11 +96,14 @@ impl MappedFile {
     /// Maps the pages of `range` into the process now (best effort), so that decoding them
     /// later does not stop at a page fault for each.
     pub fn populate(&self, range: Range<u64>) {
+        // A kernel without MADV_POPULATE_READ (before Linux 5.14, or another system)
+        // refuses it or is not asked: the pages are then mapped on first touch.
+        #[cfg(target_os = "linux")]
         if let Ok(range) = self.checked(range) {
-            // A kernel without MADV_POPULATE_READ refuses it: the pages are then mapped on
-            // first touch.
             self.advise(range, libc::MADV_POPULATE_READ);
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
     }
 
     /// Gives `advice` for the whole pages that hold `range` (checked) of the mapping.
