@@ -71,18 +71,35 @@ struct Shared {
     mapped: Option<MappedFiles>,
 }
 
-/// The local files of a scan, each mapped once for all its partitions.
+/// The local files of a scan, each mapped once for all its partitions while anything reads
+/// it: the readers of its entries, their reads ahead and the bytes they handed out hold the
+/// mapping, and it is unmapped when the last of them is dropped (a directory's files do not
+/// stay mapped after they were read).
 struct MappedFiles {
     store: datafusion::object_store::local::LocalFileSystem,
-    files: Mutex<HashMap<Path, Option<Arc<MappedFile>>>>,
+    files: Mutex<HashMap<Path, FileMapping>>,
+}
+
+/// What the scan knows of a file's mapping.
+enum FileMapping {
+    /// Mapped, while anything holds the mapping.
+    Mapped(std::sync::Weak<MappedFile>),
+    /// Not mappable (not a plain file, or the system refused): read through the store.
+    Unmappable,
 }
 
 impl MappedFiles {
-    /// The mapping of the file at `location`, mapped now if it is the first read.
+    /// The mapping of the file at `location`, mapped now if nothing holds one.
     fn get(&self, location: &Path) -> Option<Arc<MappedFile>> {
         let mut files = self.files.lock();
-        if let Some(mapped) = files.get(location) {
-            return mapped.clone();
+        match files.get(location) {
+            Some(FileMapping::Unmappable) => return None,
+            Some(FileMapping::Mapped(mapped)) => {
+                if let Some(mapped) = mapped.upgrade() {
+                    return Some(mapped);
+                }
+            }
+            None => {}
         }
         let mapped = self
             .store
@@ -90,7 +107,11 @@ impl MappedFiles {
             .ok()
             .and_then(|path| MappedFile::open(&path).ok())
             .map(Arc::new);
-        files.insert(location.clone(), mapped.clone());
+        let known = match &mapped {
+            Some(mapped) => FileMapping::Mapped(Arc::downgrade(mapped)),
+            None => FileMapping::Unmappable,
+        };
+        files.insert(location.clone(), known);
         mapped
     }
 }
@@ -204,6 +225,7 @@ impl ParquetFileReaderFactory for PrefetchingReaderFactory {
             metrics: metrics.clone(),
             read_ahead_used: MetricBuilder::new(metrics).counter(READ_AHEAD_USED, partition_index),
             read_mapped: MetricBuilder::new(metrics).counter(READ_MAPPED, partition_index),
+            mapping: None,
             metadata: None,
         }))
     }
@@ -223,6 +245,8 @@ struct PrefetchingReader {
     read_ahead_used: Count,
     /// Reads answered from a memory map.
     read_mapped: Count,
+    /// The mapping of the entry's file, held from its first read on.
+    mapping: Option<Arc<MappedFile>>,
     /// The file's metadata, once the reader was asked for it.
     metadata: Option<Arc<ParquetMetaData>>,
 }
@@ -311,11 +335,18 @@ impl PrefetchingReader {
 
     /// The mapping of the file at `location`, if files are mapped and it could be.
     fn mapping_of(&self, location: &Path) -> Option<Arc<MappedFile>> {
-        let mapped = self.shared.mapped.as_ref()?.get(location)?;
-        if location == &self.file.object_meta.location {
-            self.read_mapped.add(1);
+        self.shared.mapped.as_ref()?.get(location)
+    }
+
+    /// The mapping of this entry's file, if files are mapped and it could be; a read
+    /// answered from it is counted.
+    fn own_mapping(&mut self) -> Option<Arc<MappedFile>> {
+        if self.mapping.is_none() {
+            self.mapping = self.mapping_of(&self.file.object_meta.location);
         }
-        Some(mapped)
+        let mapping = self.mapping.clone()?;
+        self.read_mapped.add(1);
+        Some(mapping)
     }
 
     /// `ranges` of this entry's file, from its mapping or through the inner reader.
@@ -323,7 +354,7 @@ impl PrefetchingReader {
         &mut self,
         ranges: Vec<Range<u64>>,
     ) -> datafusion::parquet::errors::Result<Vec<Bytes>> {
-        match self.mapping_of(&self.file.object_meta.location) {
+        match self.own_mapping() {
             Some(mapped) => mapped_ranges(&mapped, &ranges),
             None => self.inner.get_byte_ranges(ranges).await,
         }
@@ -355,7 +386,7 @@ impl AsyncFileReader for PrefetchingReader {
         &mut self,
         range: Range<u64>,
     ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Bytes>> {
-        match self.mapping_of(&self.file.object_meta.location) {
+        match self.own_mapping() {
             Some(mapped) => {
                 let bytes = mapped_ranges(&mapped, std::slice::from_ref(&range))
                     .map(|mut read| read.pop().unwrap_or_default());
@@ -587,6 +618,32 @@ mod tests {
         let mut plan = ParquetAccessPlan::new_none(GROUPS);
         plan.scan(row_group);
         PartitionedFile::new("placeholder", 0).with_extension(plan)
+    }
+
+    #[test]
+    fn a_file_stays_mapped_while_something_holds_it() {
+        let path = write_file("held");
+        let files = MappedFiles {
+            store: LocalFileSystem::new(),
+            files: Mutex::default(),
+        };
+        let location = Path::from_filesystem_path(&path).unwrap();
+        let first = files.get(&location).unwrap();
+        let again = files.get(&location).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "one mapping for every reader");
+        let weak = Arc::downgrade(&first);
+        drop((first, again));
+        assert!(weak.upgrade().is_none(), "unmapped once nothing holds it");
+        assert!(
+            files.get(&location).is_some(),
+            "mapped again when read again"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let directory = Path::from_filesystem_path(std::env::temp_dir()).unwrap();
+        assert!(
+            files.get(&directory).is_none(),
+            "a directory cannot be mapped"
+        );
     }
 
     #[tokio::test]
