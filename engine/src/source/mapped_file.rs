@@ -8,10 +8,12 @@
 //! touch, and [`MappedFile::populate`] maps a range ahead of its decoding, from the task that
 //! used to read it.
 //!
-//! A range past the mapped length (a file that shrank since its metadata was read) is an
-//! error. A file truncated while it is mapped is not seen in time: touching a page past its
-//! new end raises `SIGBUS`, as in every reader that maps files (docs/sql.md says so), so only
-//! replays of local files map them, and `freshet.map_files = false` reads them as before.
+//! A range past the mapped length, or past the file's present length (a file that shrank
+//! since it was mapped: each read looks at the open file's length first), is an error that
+//! names the file. A file truncated in the moment between that look and the decoding of the
+//! range is not seen in time: touching a page past its new end raises `SIGBUS`, as in every
+//! reader that maps files (docs/sql.md says so), and a stream registered with
+//! `memory_map=false` copies its files out instead.
 
 use std::fs::File;
 use std::ops::Range;
@@ -22,6 +24,9 @@ use bytes::Bytes;
 
 /// A whole file mapped read-only.
 pub struct MappedFile {
+    /// The file, kept open to look at its length before each read.
+    file: File,
+    path: std::path::PathBuf,
     /// Start of the mapping; dangling (and never read) for an empty file.
     start: *mut libc::c_void,
     len: usize,
@@ -54,6 +59,8 @@ impl MappedFile {
             .map_err(|_| std::io::Error::other("the file is larger than the address space"))?;
         if len == 0 {
             return Ok(Self {
+                file,
+                path: path.to_path_buf(),
                 start: std::ptr::NonNull::<u8>::dangling().as_ptr().cast(),
                 len,
                 released: Default::default(),
@@ -75,15 +82,29 @@ impl MappedFile {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Self {
+            file,
+            path: path.to_path_buf(),
             start,
             len,
             released: Default::default(),
         })
     }
 
-    /// The file's bytes in `range`, without a copy; an error past the mapped end.
+    /// The file's bytes in `range`, without a copy; an error past the mapped end or past
+    /// the file's present end.
     pub fn bytes(self: &Arc<Self>, range: Range<u64>) -> std::io::Result<Bytes> {
         let range = self.checked(range)?;
+        let present = self.file.metadata()?.len();
+        if range.end as u64 > present {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} shrank from {} to {present} bytes while it was read: it must not change during a replay",
+                    self.path.display(),
+                    self.len
+                ),
+            ));
+        }
         if range.is_empty() {
             return Ok(Bytes::new());
         }
@@ -133,8 +154,11 @@ impl MappedFile {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 format!(
-                    "bytes {}..{} are past the end of the file ({} bytes): did it change while it was read?",
-                    range.start, range.end, self.len
+                    "bytes {}..{} are past the end of {} ({} bytes when it was opened): did it change while it was read?",
+                    range.start,
+                    range.end,
+                    self.path.display(),
+                    self.len
                 ),
             ));
         }
@@ -233,7 +257,30 @@ mod tests {
         assert!(file.bytes(7..7).unwrap().is_empty());
         let error = file.bytes(9_990..10_001).unwrap_err();
         assert!(
-            error.to_string().contains("past the end of the file"),
+            error.to_string().contains("are past the end of"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_shrank_is_an_error_not_a_crash() {
+        let path =
+            std::env::temp_dir().join(format!("freshet-{}-shrinking.bin", std::process::id()));
+        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
+        let file = Arc::new(MappedFile::open(&path).unwrap());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        assert_eq!(file.bytes(0..4096).unwrap().as_ref(), &[7u8; 4096][..]);
+        let error = file.bytes(4096..8192).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            error
+                .to_string()
+                .contains("shrank from 12288 to 4096 bytes"),
             "{error}"
         );
     }
