@@ -308,7 +308,8 @@ impl PrefetchingReader {
         }
         if let Some(mapped) = self.mapping_of(&file.object_meta.location) {
             let wanted = next_ranges.clone();
-            let task = runtime.spawn(async move { mapped_ranges(&mapped, &wanted) });
+            // Mapping pages in blocks the thread, as a read does: not a worker's.
+            let task = runtime.spawn_blocking(move || mapped_ranges(&mapped, &wanted));
             ahead.state = AheadState::Reading {
                 file: file.object_meta.location,
                 ranges: next_ranges,
