@@ -256,10 +256,7 @@ mod tests {
         );
         assert!(file.bytes(7..7).unwrap().is_empty());
         let error = file.bytes(9_990..10_001).unwrap_err();
-        assert!(
-            error.to_string().contains("are past the end of"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("are past the end of"), "{error}");
     }
 
     #[test]
