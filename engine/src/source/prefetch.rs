@@ -66,8 +66,7 @@ struct Shared {
     next_unit: HashMap<(usize, Path, usize), (PartitionedFile, usize)>,
     /// Each partition's read ahead.
     partitions: Vec<Mutex<ReadAhead>>,
-    /// Local files, mapped when first read (`None`: one that could not be mapped, read
-    /// through `inner`); `None` when files are not mapped.
+    /// Local files, mapped when first read; `None` when files are read through `inner`.
     mapped: Option<MappedFiles>,
 }
 
