@@ -57,30 +57,27 @@ impl MappedFile {
         let file = File::open(path)?;
         let len = usize::try_from(file.metadata()?.len())
             .map_err(|_| std::io::Error::other("the file is larger than the address space"))?;
-        if len == 0 {
-            return Ok(Self {
-                file,
-                path: path.to_path_buf(),
-                start: std::ptr::NonNull::<u8>::dangling().as_ptr().cast(),
-                len,
-                released: Default::default(),
-            });
-        }
-        // SAFETY: a new read-only private mapping of a whole file we opened; the kernel
-        // chooses the address, and the result is checked before use.
-        let start = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
+        let start = if len == 0 {
+            // Nothing to map (the system refuses an empty mapping); never read.
+            std::ptr::NonNull::<u8>::dangling().as_ptr().cast()
+        } else {
+            // SAFETY: a new read-only private mapping of a whole file we opened; the kernel
+            // chooses the address, and the result is checked before use.
+            let start = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if start == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            start
         };
-        if start == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Self {
             file,
             path: path.to_path_buf(),

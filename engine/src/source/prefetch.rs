@@ -115,7 +115,8 @@ impl MappedFiles {
     }
 }
 
-/// `ranges` of a mapped file, their pages mapped into the process first.
+/// `ranges` of a mapped file, their pages mapped into the process once the file is known
+/// to still hold them.
 fn mapped_ranges(
     file: &Arc<MappedFile>,
     ranges: &[Range<u64>],
@@ -123,9 +124,11 @@ fn mapped_ranges(
     ranges
         .iter()
         .map(|range| {
+            let bytes = file
+                .bytes(range.clone())
+                .map_err(|error| ParquetError::External(Box::new(error)))?;
             file.populate(range.clone());
-            file.bytes(range.clone())
-                .map_err(|error| ParquetError::External(Box::new(error)))
+            Ok(bytes)
         })
         .collect()
 }
