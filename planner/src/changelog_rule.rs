@@ -26,18 +26,23 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, plan_err};
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, Partitioning, ReplaceChildrenOptions,
 };
 use freshet_engine::aggregate::{ChangelogAggregateExec, WindowAggregateExec};
 use freshet_engine::changelog::{OP_COLUMN, op_column};
-use freshet_engine::over::TopNExec;
+use freshet_engine::over::{ChangelogOverExec, ChangelogOverSpec, TopNExec};
 use freshet_engine::{StreamExchangeExec, StreamFilterExec};
 use freshet_partitioner::RoutingStrategy;
 
@@ -78,6 +83,12 @@ impl PhysicalOptimizerRule for ChangelogRule {
             Ok(Transformed::no(node))
         })
         .map(|transformed| transformed.data)
+        .and_then(
+            |plan| match is_sort(&plan) && op_column(&plan.schema()).is_some() {
+                true => refuse(&plan),
+                false => Ok(plan),
+            },
+        )
     }
 
     fn name(&self) -> &str {
@@ -96,6 +107,17 @@ fn carry_changelog(
     node: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
 ) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    // DataFusion sorts a window's input; the window over a changelog is judged above its
+    // sort, and any other sort of a changelog is an ORDER BY, refused by what reads it.
+    if is_sort(&node) {
+        return Ok(Transformed::no(node));
+    }
+    if let Some(over) = changelog_over(&node, config)? {
+        return Ok(Transformed::yes(over));
+    }
+    if let Some(sort) = node.children().into_iter().find(|child| is_sort(child)) {
+        return refuse(sort);
+    }
     if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
         return with_op(projection).map(Transformed::yes);
     }
@@ -135,6 +157,11 @@ fn carry_changelog(
     {
         return Ok(Transformed::yes(over_changelog));
     }
+    refuse(&node)
+}
+
+/// The error for `node`, which would read a changelog's rows as records.
+fn refuse<T>(node: &Arc<dyn ExecutionPlan>) -> Result<T> {
     let what = if node.is::<WindowAggregateExec>() || node.name().contains("Aggregate") {
         "an aggregation"
     } else if node.name().contains("Join") {
@@ -205,6 +232,77 @@ fn changelog_aggregate(
     )?)))
 }
 
+/// Whether `node` is one of DataFusion's sorts.
+fn is_sort(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.is::<SortExec>() || node.is::<SortPreservingMergeExec>() || node.is::<PartialSortExec>()
+}
+
+/// DataFusion's window operator `node` over a changelog (through the sort and
+/// repartitioning it planned below, which a changelog does not need), as Freshet's
+/// [`ChangelogOverExec`]; `None` for another operator.
+fn changelog_over(
+    node: &Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let (window_exprs, input) = if let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() {
+        (window.window_expr().to_vec(), window.input())
+    } else if let Some(window) = node.downcast_ref::<WindowAggExec>() {
+        (window.window_expr().to_vec(), window.input())
+    } else {
+        return Ok(None);
+    };
+    // The window's input columns without `op`: the output's first columns.
+    let leading = input.schema().fields().len() - 1;
+    let mut below = input;
+    while is_sort(below) || below.is::<RepartitionExec>() || below.is::<CoalescePartitionsExec>() {
+        match below.children().first() {
+            Some(child) => below = child,
+            None => break,
+        }
+    }
+    let Some((changelog, key)) = keyed_changelog(below)? else {
+        return plan_err!(
+            "a window function over this changelog is not supported: its rows cannot be traced to the changelog's key (the keys of an EMIT CHANGES aggregation or a top-N), which says which earlier row each row replaces"
+        );
+    };
+    let first = &window_exprs[0];
+    // A key's rows meet in one stream, in order: hashed on the PARTITION BY keys when they
+    // read only columns of the changelog's key (a key's partition never changes), else one
+    // stream.
+    let partition_in_key = !first.partition_by().is_empty()
+        && first.partition_by().iter().all(|expr| {
+            collect_columns(expr)
+                .iter()
+                .all(|column| key.contains(&column.index()))
+        });
+    let (strategy, reason) = match partition_in_key {
+        true => (
+            RoutingStrategy::Hash(first.partition_by().to_vec()),
+            "auto: a window over a changelog, hashed on its PARTITION BY keys, which depend on the changelog's only",
+        ),
+        false => (
+            RoutingStrategy::FanIn,
+            "auto: a window over a changelog partitioned by other keys than the changelog's: one stream",
+        ),
+    };
+    let exchange = StreamExchangeExec::try_new(
+        changelog,
+        strategy,
+        config.execution.target_partitions,
+        None,
+    )?
+    .with_reason(reason);
+    let spec = ChangelogOverSpec {
+        window_exprs,
+        key,
+        leading,
+    };
+    Ok(Some(Arc::new(ChangelogOverExec::try_new(
+        Arc::new(exchange),
+        spec,
+    )?)))
+}
+
 /// A changelog's plan and the columns of its key.
 type KeyedChangelog = (Arc<dyn ExecutionPlan>, Vec<usize>);
 
@@ -223,6 +321,26 @@ fn keyed_changelog(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<KeyedChangelo
             Some(per_batch) => (Arc::new(per_batch), key),
             None => (Arc::clone(plan), key),
         }));
+    }
+    if let Some(top) = plan.downcast_ref::<TopNExec>() {
+        if op_column(&plan.schema()).is_none() {
+            return Ok(None);
+        }
+        // Keyed by the PARTITION BY keys and, above one row per key, the rank.
+        let mut key = Vec::new();
+        for expr in &top.spec().partition_by {
+            match expr.downcast_ref::<Column>() {
+                Some(column) => key.push(column.index()),
+                None => return Ok(None),
+            }
+        }
+        if top.spec().limit > 1 {
+            key.push(top.spec().schema.fields().len() - 1);
+        }
+        return Ok(Some((Arc::clone(plan), key)));
+    }
+    if let Some(over) = plan.downcast_ref::<ChangelogOverExec>() {
+        return Ok(Some((Arc::clone(plan), over.output_key())));
     }
     if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
         let Some((input, key)) = keyed_changelog(projection.input())? else {

@@ -2,7 +2,8 @@
 //! Freshet's [`TopNExec`].
 //!
 //! `SELECT … FROM (SELECT …, ROW_NUMBER() OVER (PARTITION BY k ORDER BY s) AS rn FROM stream)
-//! WHERE rn <= N` (or `rn < N`, `rn = 1`, with the number on either side) is planned by
+//! WHERE rn <= N` (or `rn < N`, `rn = 1`, with the number on either side, and other
+//! conditions ANDed to it, which filter the top-N's rows) is planned by
 //! DataFusion as a filter over a window operator over a sort: an answer at the end of the
 //! input, ties ranked as the sort leaves them. Over a stream this rule puts a `TopNExec` in
 //! their place, fed by Freshet's exchange hashed on the PARTITION BY keys (one stream without
@@ -17,8 +18,8 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::Operator;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::{PhysicalExpr, conjunction_opt, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -113,9 +114,22 @@ fn top_n(
         }
         None => rank,
     };
-    let Some(limit) = rank_limit(filter.predicate(), rank_column) else {
+    // `rn <= N AND other conditions`: the top-N, then a filter of the others over its rows.
+    let conditions = split_conjunction(filter.predicate());
+    let Some((limit, at)) = conditions
+        .iter()
+        .enumerate()
+        .find_map(|(at, c)| rank_limit(c, rank_column).map(|limit| (limit, at)))
+    else {
         return Ok(None);
     };
+    let others = conjunction_opt(
+        conditions
+            .iter()
+            .enumerate()
+            .filter(|(other, _)| *other != at)
+            .map(|(_, c)| Arc::clone(c)),
+    );
     let input = without_sorts(below)?;
     if !reads_stream(&input)? {
         return Ok(None);
@@ -161,6 +175,9 @@ fn top_n(
     let mut top: Arc<dyn ExecutionPlan> = Arc::new(TopNExec::try_new(Arc::new(exchange), spec)?);
     if let Some(projection) = between {
         top = Arc::new(ProjectionExec::try_new(projection.expr().to_vec(), top)?);
+    }
+    if let Some(others) = others {
+        top = Arc::new(FilterExec::try_new(others, top)?);
     }
     // The columns the filter passed on (the changelog rule adds the op column to them).
     with_filter_projection(filter, top).map(Some)

@@ -184,3 +184,132 @@ async fn an_endless_top_n_must_show_its_rank() {
     .await;
     assert!(error.contains("select the ROW_NUMBER column"), "{error}");
 }
+
+/// The current rows of a changelog whose first column is its key: `+I` and `+U` replace the
+/// key's row, `-D` removes it. Each row's other columns but `op`, as text.
+fn apply_changelog(out: &[RecordBatch]) -> BTreeMap<String, Vec<String>> {
+    let mut applied = BTreeMap::new();
+    for batch in out {
+        let op_at = batch.num_columns() - 1;
+        let op = batch.column(op_at).as_string::<i32>();
+        let text: Vec<Vec<String>> = (0..op_at)
+            .map(|c| {
+                let column = batch.column(c);
+                (0..batch.num_rows())
+                    .map(|i| {
+                        datafusion::arrow::util::display::array_value_to_string(column, i).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        for i in 0..batch.num_rows() {
+            let row: Vec<String> = text.iter().map(|column| column[i].clone()).collect();
+            match op.value(i) {
+                "-D" => {
+                    applied.remove(&row[0]);
+                }
+                "+I" | "+U" => {
+                    applied.insert(row[0].clone(), row[1..].to_vec());
+                }
+                other => panic!("op {other}"),
+            }
+        }
+    }
+    applied
+}
+
+/// The rows of `sql` run by DataFusion batch over `batch` as table `t`, keyed by their first
+/// column, as text.
+async fn batch_answer(sql: &str, batch: &RecordBatch) -> BTreeMap<String, Vec<String>> {
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_batch("t", batch.clone()).unwrap();
+    let out = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows = BTreeMap::new();
+    for batch in &out {
+        for i in 0..batch.num_rows() {
+            let row: Vec<String> = batch
+                .columns()
+                .iter()
+                .map(|c| datafusion::arrow::util::display::array_value_to_string(c, i).unwrap())
+                .collect();
+            assert!(
+                rows.insert(row[0].clone(), row[1..].to_vec()).is_none(),
+                "keys are unique"
+            );
+        }
+    }
+    rows
+}
+
+/// A window function over an endless top-N (Nexmark q6's form) reads its changelog: it emits
+/// an upsert changelog keyed by the top-N's key which, applied in order, is the batch answer,
+/// at every stream count; PARTITION BY a column of the key or not, frames bounded or reaching
+/// the partition's start, and keys a filter deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_over_an_endless_top_n_is_a_changelog_that_applies_to_the_batch_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    parquet(&path, 3_000);
+    let batch = rows(3_000);
+    // Each key's highest v (ties to the earlier arrival), then windows over those rows.
+    let query = |tie: &str, filter: &str, partition: &str| {
+        format!(
+            "SELECT k, seq, v, \
+               SUM(v) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS recent, \
+               COUNT(*) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS so_far, \
+               MAX(v) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS around \
+             FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC{tie}) AS rn FROM t) \
+                   WHERE rn = 1) WHERE {filter}"
+        )
+    };
+    let cases = [
+        ("k % 3", "true"),
+        // Not a column of the key: one stream.
+        ("v % 2", "true"),
+        // A key whose new top row fails the filter is deleted.
+        ("k % 3", "v % 4 <> 1"),
+    ];
+    for (partition, filter) in cases {
+        let expected = batch_answer(&query(", seq", filter, partition), &batch).await;
+        for streams in [1, 2, 4] {
+            let ctx = StreamingContext::with_partitions(streams);
+            let options = StreamOptions {
+                event_time: Some("ts".to_string()),
+                bounded: Some(false),
+                ..StreamOptions::default()
+            };
+            ctx.register_parquet("t", path.to_str().unwrap(), options)
+                .await
+                .unwrap();
+            let running = ctx.sql(&query("", filter, partition)).await.unwrap();
+            assert!(
+                running.explain().contains("ChangelogOverExec"),
+                "{}",
+                running.explain()
+            );
+            let out: Vec<RecordBatch> = running
+                .execute_merged()
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            let deletions = out
+                .iter()
+                .map(|b| {
+                    let op = b.column(b.num_columns() - 1).as_string::<i32>();
+                    op.iter().filter(|op| *op == Some("-D")).count()
+                })
+                .sum::<usize>();
+            assert_eq!(
+                deletions > 0,
+                filter != "true",
+                "{partition} / {filter} at {streams} streams"
+            );
+            assert_eq!(
+                apply_changelog(&out),
+                expected,
+                "{partition} / {filter} at {streams} streams"
+            );
+        }
+    }
+}

@@ -21,7 +21,7 @@ use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::options::Pacing;
-use crate::over::{OverWindowExec, TopNExec};
+use crate::over::{ChangelogOverExec, OverWindowExec, TopNExec};
 use crate::progress::PartitionProgress;
 use crate::source::StreamSourceExec;
 
@@ -107,6 +107,9 @@ pub fn probe_below(
                 aggregate.passed_barriers(),
             )));
         }
+        if let Some(over) = node.downcast_ref::<ChangelogOverExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(over.passed_barriers())));
+        }
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
             && positions.partitions() == outputs
@@ -151,7 +154,7 @@ type NodeKind = fn(&Arc<dyn ExecutionPlan>) -> bool;
 /// What a user calls the operator `name`: its kind, and one of them.
 fn user_terms(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name {
-        "OverWindowExec" | "BoundedWindowAggExec" | "WindowAggExec" => {
+        "OverWindowExec" | "ChangelogOverExec" | "BoundedWindowAggExec" | "WindowAggExec" => {
             ("window functions (OVER)", "a window function (OVER)")
         }
         "IntervalJoinExec" | "HashJoinExec" | "SymmetricHashJoinExec" | "NestedLoopJoinExec" => {
@@ -262,6 +265,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         || node.downcast_ref::<OverWindowExec>().is_some()
         || node.downcast_ref::<LookupJoinExec>().is_some()
         || node.downcast_ref::<ChangelogAggregateExec>().is_some()
+        || node.downcast_ref::<ChangelogOverExec>().is_some()
         || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {
