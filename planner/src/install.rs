@@ -12,6 +12,7 @@ use crate::changelog_rule::ChangelogRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::{faster_builtin_functions, scalar_functions, window_functions};
 use crate::join_rule::StreamingJoinRule;
+use crate::join_time_rule::KeepJoinEventTimes;
 use crate::limits_rule::{KeepLimitsRule, StreamSafeLimitPastWindows};
 use crate::lookup_join_rule::{LookupJoinRule, LookupProbeRule};
 use crate::options::FreshetOptions;
@@ -110,8 +111,9 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
                 .chain(scalar_functions())
                 .chain(faster_builtin_functions()),
         );
-    let logical_rules = builder.optimizer().take().unwrap_or_default().rules;
+    let mut logical_rules = stream_safe(builder.optimizer().take().unwrap_or_default().rules);
+    logical_rules.push(Arc::new(KeepJoinEventTimes));
     builder
-        .with_optimizer_rules(stream_safe(logical_rules))
+        .with_optimizer_rules(logical_rules)
         .with_physical_optimizer_rules(rules)
 }

@@ -39,6 +39,7 @@ use freshet_partitioner::RoutingStrategy;
 
 use crate::join_parts::JoinParts;
 use crate::options::FreshetOptions;
+use crate::stream_filter_rule::with_filter_projection;
 use crate::stream_inputs::{
     SidesAlike, below_exchanges, event_time, event_time_columns, partitioned_alike, reads_stream,
     with_shared_key_check,
@@ -310,13 +311,34 @@ fn regular_join(
 }
 
 /// `plan` with a time column appended to its output, and the column's position: the
-/// declared event time that a projection right above the stream dropped or, where
+/// declared event time that a projection (or a filter's projection) right above the stream
+/// or its filters dropped or, where
 /// `constant` allows and there is none (DataFusion read no time from the stream), a
 /// constant 0; `None` if neither.
 fn with_time_column(
     plan: &Arc<dyn ExecutionPlan>,
     constant: bool,
 ) -> Result<Option<(Arc<dyn ExecutionPlan>, usize)>> {
+    // A filter that also projects (DataFusion's projection pushdown) is a projection above
+    // a filter.
+    let plan = &match plan.downcast_ref::<FilterExec>() {
+        Some(filter) if filter.projection().is_some() => {
+            let unprojected =
+                FilterExec::try_new(Arc::clone(filter.predicate()), Arc::clone(filter.input()))?;
+            with_filter_projection(filter, Arc::new(unprojected))?
+        }
+        _ => Arc::clone(plan),
+    };
+    // A filter passes its input's columns: the time is carried from below it.
+    if let Some(filter) = plan.downcast_ref::<FilterExec>()
+        && filter.projection().is_none()
+    {
+        let Some((input, time)) = with_time_column(filter.input(), constant)? else {
+            return Ok(None);
+        };
+        let filtered = FilterExec::try_new(Arc::clone(filter.predicate()), input)?;
+        return Ok(Some((Arc::new(filtered), time)));
+    }
     let (mut expressions, input): (Vec<ProjectionExpr>, Arc<dyn ExecutionPlan>) =
         match plan.downcast_ref::<ProjectionExec>() {
             Some(projection) => (projection.expr().to_vec(), Arc::clone(projection.input())),

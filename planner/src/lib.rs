@@ -18,6 +18,7 @@ mod functions;
 mod install;
 mod join_parts;
 mod join_rule;
+mod join_time_rule;
 mod limits_rule;
 mod lookup_join_rule;
 mod options;

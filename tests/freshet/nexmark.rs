@@ -7,6 +7,8 @@ use freshet::testing::{Differential, TestSource, TestTable};
 use freshet_bench::nexmark::{NEXMARK_QUERIES, NexmarkQuery};
 use freshet_engine::nexmark_side_input;
 
+use futures::TryStreamExt;
+
 use crate::support::freshet_ok;
 
 /// 20 000 events at 500 a second of event time: 40 seconds, so that the 10-second windows,
@@ -77,6 +79,54 @@ async fn q5_on_endless_streams_closes_its_windows_on_the_watermark() {
         .run()
         .await
         .unwrap();
+}
+
+/// Every query runs on endless streams (the generator's events declared endless, so that no
+/// operator may wait for the end of the input) and emits rows: q3 and q20, regular joins,
+/// with a state time-to-live, and q6 as the changelog of its window over the top-1 of each
+/// auction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_query_runs_on_endless_streams() {
+    let mut failures = Vec::new();
+    for query in &NEXMARK_QUERIES {
+        let ctx = freshet::StreamingContext::with_partitions(2);
+        for table in query.reads {
+            let options = freshet::StreamOptions {
+                event_time: Some("date_time".to_string()),
+                out_of_orderness: std::time::Duration::from_secs(4),
+                bounded: Some(false),
+                ..freshet::StreamOptions::default()
+            };
+            ctx.register_generator(table.name(), events(*table), options)
+                .unwrap();
+        }
+        if query.side_input {
+            let side_input = nexmark_side_input();
+            let options = freshet::StreamOptions {
+                bounded: Some(true),
+                ..freshet::StreamOptions::default()
+            };
+            ctx.register_batches("side_input", side_input.schema(), vec![side_input], options)
+                .unwrap();
+        }
+        ctx.sql("SET freshet.state_ttl_ms = 3600000").await.unwrap();
+        let rows = match ctx.sql(query.sql).await {
+            Ok(running) => match running.execute_merged() {
+                Ok(stream) => stream
+                    .try_fold(0, |rows, batch| async move { Ok(rows + batch.num_rows()) })
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(error) => Err(error.to_string()),
+            },
+            Err(error) => Err(error.to_string()),
+        };
+        match rows {
+            Ok(0) => failures.push(format!("{}: no rows", query.name)),
+            Ok(_) => {}
+            Err(error) => failures.push(format!("{}: {error}", query.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// `freshet gen nexmark` writes the events the generator makes, and a query file runs over

@@ -257,7 +257,7 @@ async fn a_window_over_an_endless_top_n_is_a_changelog_that_applies_to_the_batch
             "SELECT k, seq, v, \
                SUM(v) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS recent, \
                COUNT(*) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS so_far, \
-               MAX(v) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS around \
+               MIN(seq) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) AS around, SUM(seq) OVER (PARTITION BY {partition} ORDER BY seq ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS next_to \
              FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC{tie}) AS rn FROM t) \
                    WHERE rn = 1) WHERE {filter}"
         )
