@@ -589,10 +589,10 @@ impl ChangelogOverState {
         }
         let upserts = output.len();
         // Keys that had a row before the batch and have none now are deleted.
-        let mut deletions: Vec<(&Box<[u8]>, &Box<[u8]>)> = touched
+        let mut deletions: Vec<(&[u8], &[u8])> = touched
             .iter()
             .filter(|(key, touch)| touch.existed && !self.placed.contains_key(*key))
-            .filter_map(|(key, touch)| touch.lost.as_ref().map(|row| (key, row)))
+            .filter_map(|(key, touch)| touch.lost.as_deref().map(|row| (key.as_ref(), row)))
             .collect();
         deletions.sort_unstable();
         output.extend(
@@ -604,9 +604,7 @@ impl ChangelogOverState {
             return Ok(None);
         }
         let deletions = output.len() - upserts;
-        let mut columns = self
-            .rows
-            .convert_rows(output.iter().map(|(row, _)| row.clone()))?;
+        let mut columns = self.rows.convert_rows(output.iter().map(|(row, _)| *row))?;
         let trailing = columns.split_off(self.spec.leading);
         for (expr, mut pieces) in self.spec.window_exprs.iter().zip(values) {
             pieces.push(new_null_array(expr.field()?.data_type(), deletions));
