@@ -313,3 +313,46 @@ async fn a_window_over_an_endless_top_n_is_a_changelog_that_applies_to_the_batch
         }
     }
 }
+
+/// An aggregation over an endless top-1 (or keep-last de-duplication) applies its
+/// changelog: each key's replaced row is retracted from its group, and the aggregation's own
+/// changelog, applied in order, is the batch answer at every stream count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregation_over_an_endless_top_1_applies_its_changelog() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    parquet(&path, 3_000);
+    let batch = rows(3_000);
+    let query = |tie: &str| {
+        format!(
+            "SELECT k % 3 AS g, COUNT(*) AS n, SUM(v) AS s, MAX(seq) AS last \
+             FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC{tie}) AS rn FROM t) \
+                   WHERE rn = 1) GROUP BY k % 3"
+        )
+    };
+    let expected = batch_answer(&query(", seq"), &batch).await;
+    for streams in [1, 2, 4] {
+        let ctx = StreamingContext::with_partitions(streams);
+        let options = StreamOptions {
+            event_time: Some("ts".to_string()),
+            bounded: Some(false),
+            ..StreamOptions::default()
+        };
+        ctx.register_parquet("t", path.to_str().unwrap(), options)
+            .await
+            .unwrap();
+        let running = ctx.sql(&query("")).await.unwrap();
+        assert!(
+            running.explain().contains("ChangelogAggregateExec"),
+            "{}",
+            running.explain()
+        );
+        let out: Vec<RecordBatch> = running
+            .execute_merged()
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(apply_changelog(&out), expected, "at {streams} streams");
+    }
+}
