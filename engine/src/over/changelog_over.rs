@@ -21,7 +21,8 @@
 //!    RANGE frames, ranking functions) are recomputed whole;
 //! 3. each run of those rows, with the `p` rows before and `f` after it that their frames
 //!    read, is decoded into one batch and given to DataFusion's own window expressions, which
-//!    compute every function over a sorted partition;
+//!    compute every function over a sorted partition (a sliding aggregate row by row over
+//!    its own frame, so that its value does not depend on where the run began);
 //! 4. the run's rows leave as upserts (`+I` for a key first seen in the batch, `+U` else), and
 //!    each key deleted and not placed again as `-D` (with its last row's values and NULL
 //!    functions).
@@ -353,6 +354,35 @@ impl ExecutionPlan for ChangelogOverExec {
     }
 }
 
+/// The values of a sliding window `expr` for rows `first..first + count` of `slice`, each
+/// computed over its own frame (`frame`: its reach before and after the row) alone. A
+/// sliding aggregate adds and retracts rows as its frame moves, so over a float its value
+/// would depend, in the last digits, on where the evaluation started; computed row by row
+/// it depends only on the frame, whichever rows a change recomputed.
+fn evaluate_row_by_row(
+    expr: &Arc<dyn WindowExpr>,
+    slice: &RecordBatch,
+    first: usize,
+    count: usize,
+    (before, after): (Reach, Reach),
+) -> Result<ArrayRef> {
+    let mut values = Vec::with_capacity(count);
+    for row in first..first + count {
+        let start = match before {
+            Reach::Rows(n) => row.saturating_sub(n),
+            Reach::Edge => 0,
+        };
+        let end = match after {
+            Reach::Rows(n) => (row + n + 1).min(slice.num_rows()),
+            Reach::Edge => slice.num_rows(),
+        };
+        let frame = slice.slice(start, end - start);
+        values.push(expr.evaluate(&frame)?.slice(row - start, 1));
+    }
+    let values: Vec<&dyn Array> = values.iter().map(|v| v.as_ref()).collect();
+    Ok(concat(&values)?)
+}
+
 /// A row's place in its partition: its ORDER BY values (as an arrow row) and its arrival.
 type Place = (Box<[u8]>, u64);
 
@@ -387,6 +417,9 @@ struct ChangelogOverState {
     op: usize,
     before: Reach,
     after: Reach,
+    /// Per window expression, the frame's reach before and after the row if it slides
+    /// (see [`evaluate_row_by_row`]).
+    sliding: Vec<Option<(Reach, Reach)>>,
     keys: RowConverter,
     partitions: RowConverter,
     order: RowConverter,
@@ -441,6 +474,15 @@ impl ChangelogOverState {
             .map(|f| f.data_type().clone())
             .collect();
         let (before, after) = reaches(&spec.window_exprs);
+        let sliding = spec
+            .window_exprs
+            .iter()
+            .map(|expr| {
+                expr.as_any()
+                    .is::<SlidingAggregateWindowExpr>()
+                    .then(|| reaches(std::slice::from_ref(expr)))
+            })
+            .collect();
         Ok(Self {
             spec: spec.clone(),
             schema: Arc::clone(schema),
@@ -448,6 +490,7 @@ impl ChangelogOverState {
             op,
             before,
             after,
+            sliding,
             keys: RowConverter::new(key_fields)?,
             partitions: RowConverter::new(partition_fields)?,
             order: RowConverter::new(order_fields)?,
@@ -574,8 +617,17 @@ impl ChangelogOverState {
                     .rows
                     .convert_rows(read.iter().map(|(_, stored)| parser.parse(&stored.row)))?;
                 let slice = RecordBatch::try_new(Arc::clone(&self.row_schema), decoded)?;
-                for (expr, out) in self.spec.window_exprs.iter().zip(values.iter_mut()) {
-                    out.push(expr.evaluate(&slice)?.slice(first, count));
+                for ((expr, frame), out) in self
+                    .spec
+                    .window_exprs
+                    .iter()
+                    .zip(&self.sliding)
+                    .zip(values.iter_mut())
+                {
+                    out.push(match frame {
+                        Some(frame) => evaluate_row_by_row(expr, &slice, first, count, *frame)?,
+                        None => expr.evaluate(&slice)?.slice(first, count),
+                    });
                 }
                 for (_, stored) in &read[first..first + count] {
                     // A key without a row before the batch is inserted.
