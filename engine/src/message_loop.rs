@@ -16,6 +16,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
 use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::exchange::StreamExchangeExec;
 use crate::watermark::StreamMessage;
 
 /// An operator's state, as the loop sees it.
@@ -115,6 +116,22 @@ pub(crate) fn drive<H: MessageHandler>(
     handler: H,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
     drive_checkpointed(messages, handler, None)
+}
+
+/// The messages of partition `partition` of `input`: an exchange's own (where checkpoint
+/// barriers and watermarks travel), or any other plan's batches.
+pub(crate) fn input_messages(
+    input: &Arc<dyn ExecutionPlan>,
+    partition: usize,
+    context: Arc<TaskContext>,
+) -> Result<BoxStream<'static, Result<StreamMessage>>> {
+    Ok(match input.downcast_ref::<StreamExchangeExec>() {
+        Some(exchange) => exchange.execute_messages(partition, context)?,
+        None => input
+            .execute(partition, context)?
+            .map(|batch| batch.map(StreamMessage::Batch))
+            .boxed(),
+    })
 }
 
 /// [`drive`], taking part in the run's checkpoints: restored first, snapshot at barriers.

@@ -241,6 +241,37 @@ async fn batch_answer(sql: &str, batch: &RecordBatch) -> BTreeMap<String, Vec<St
     rows
 }
 
+/// The output of `sql` over the file `path` replayed as an endless stream at `streams`
+/// streams, after checking that its plan holds `operator`.
+async fn endless_output(
+    path: &Path,
+    streams: usize,
+    sql: &str,
+    operator: &str,
+) -> Vec<RecordBatch> {
+    let ctx = StreamingContext::with_partitions(streams);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        bounded: Some(false),
+        ..StreamOptions::default()
+    };
+    ctx.register_parquet("t", path.to_str().unwrap(), options)
+        .await
+        .unwrap();
+    let running = ctx.sql(sql).await.unwrap();
+    assert!(
+        running.explain().contains(operator),
+        "{}",
+        running.explain()
+    );
+    running
+        .execute_merged()
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
 /// A window function over an endless top-N (Nexmark q6's form) reads its changelog: it emits
 /// an upsert changelog keyed by the top-N's key which, applied in order, is the batch answer,
 /// at every stream count; PARTITION BY a column of the key or not, frames bounded or reaching
@@ -272,27 +303,13 @@ async fn a_window_over_an_endless_top_n_is_a_changelog_that_applies_to_the_batch
     for (partition, filter) in cases {
         let expected = batch_answer(&query(", seq", filter, partition), &batch).await;
         for streams in [1, 2, 4] {
-            let ctx = StreamingContext::with_partitions(streams);
-            let options = StreamOptions {
-                event_time: Some("ts".to_string()),
-                bounded: Some(false),
-                ..StreamOptions::default()
-            };
-            ctx.register_parquet("t", path.to_str().unwrap(), options)
-                .await
-                .unwrap();
-            let running = ctx.sql(&query("", filter, partition)).await.unwrap();
-            assert!(
-                running.explain().contains("ChangelogOverExec"),
-                "{}",
-                running.explain()
-            );
-            let out: Vec<RecordBatch> = running
-                .execute_merged()
-                .unwrap()
-                .try_collect()
-                .await
-                .unwrap();
+            let out = endless_output(
+                &path,
+                streams,
+                &query("", filter, partition),
+                "ChangelogOverExec",
+            )
+            .await;
             let deletions = out
                 .iter()
                 .map(|b| {
@@ -332,27 +349,7 @@ async fn an_aggregation_over_an_endless_top_1_applies_its_changelog() {
     };
     let expected = batch_answer(&query(", seq"), &batch).await;
     for streams in [1, 2, 4] {
-        let ctx = StreamingContext::with_partitions(streams);
-        let options = StreamOptions {
-            event_time: Some("ts".to_string()),
-            bounded: Some(false),
-            ..StreamOptions::default()
-        };
-        ctx.register_parquet("t", path.to_str().unwrap(), options)
-            .await
-            .unwrap();
-        let running = ctx.sql(&query("")).await.unwrap();
-        assert!(
-            running.explain().contains("ChangelogAggregateExec"),
-            "{}",
-            running.explain()
-        );
-        let out: Vec<RecordBatch> = running
-            .execute_merged()
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let out = endless_output(&path, streams, &query(""), "ChangelogAggregateExec").await;
         assert_eq!(apply_changelog(&out), expected, "at {streams} streams");
     }
 }

@@ -41,7 +41,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, UInt64Type};
-use datafusion::arrow::row::{Row, RowConverter, SortField};
+use datafusion::arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, ScalarValue, internal_err, plan_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -60,11 +60,9 @@ use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
-use crate::exchange::StreamExchangeExec;
-use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{evaluate, single_child, stateful_properties, visit_expressions};
 use crate::row_format::TypedRowConverter;
-use crate::watermark::StreamMessage;
 
 /// What a [`ChangelogOverExec`] computes.
 #[derive(Debug, Clone)]
@@ -325,14 +323,7 @@ impl ExecutionPlan for ChangelogOverExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let messages = match self.input.downcast_ref::<StreamExchangeExec>() {
-            Some(exchange) => exchange.execute_messages(partition, Arc::clone(&context))?,
-            None => self
-                .input
-                .execute(partition, Arc::clone(&context))?
-                .map(|batch| batch.map(StreamMessage::Batch))
-                .boxed(),
-        };
+        let messages = input_messages(&self.input, partition, Arc::clone(&context))?;
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let state = ChangelogOverState::try_new(&self.spec, &self.input.schema(), &self.schema)?;
         let checkpoint =
@@ -515,15 +506,9 @@ impl ChangelogOverState {
         }
     }
 
-    /// Applies the changes of `batch`; the changelog rows they give.
-    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
-        let rows = batch.num_rows();
-        if rows == 0 {
-            return Ok(None);
-        }
-        let Some(ops) = batch.column(self.op).as_string_opt::<i32>() else {
-            return internal_err!("a changelog's op column is not a string");
-        };
+    /// The changelog keys, PARTITION BY values (`None` without PARTITION BY) and ORDER BY
+    /// values of the rows of `batch` (the input's columns), encoded as arrow rows.
+    fn encode(&self, batch: &RecordBatch) -> Result<(Rows, Option<Rows>, Rows)> {
         let key_columns: Vec<ArrayRef> = self
             .spec
             .key
@@ -531,7 +516,7 @@ impl ChangelogOverState {
             .map(|&k| Arc::clone(batch.column(k)))
             .collect();
         let keys = self.keys.convert_columns(&key_columns)?;
-        let window = Arc::clone(&self.spec.window_exprs[0]);
+        let window = &self.spec.window_exprs[0];
         let partitions = match window.partition_by().is_empty() {
             true => None,
             false => Some(
@@ -547,6 +532,19 @@ impl ChangelogOverState {
         let order = self
             .order
             .convert_columns(&evaluate(&order_exprs, batch)?)?;
+        Ok((keys, partitions, order))
+    }
+
+    /// Applies the changes of `batch`; the changelog rows they give.
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(None);
+        }
+        let Some(ops) = batch.column(self.op).as_string_opt::<i32>() else {
+            return internal_err!("a changelog's op column is not a string");
+        };
+        let (keys, partitions, order) = self.encode(batch)?;
         let encoded = self.rows.convert_columns(&batch.columns()[..self.op])?;
 
         // Per partition touched, its change points; per key touched, whether it had a row
@@ -790,29 +788,7 @@ impl ChangelogOverState {
             .collect();
         input_fields.insert(self.op, crate::changelog::op_field());
         let input = RecordBatch::try_new(Arc::new(Schema::new(input_fields)), columns)?;
-        let key_columns: Vec<ArrayRef> = self
-            .spec
-            .key
-            .iter()
-            .map(|&k| Arc::clone(input.column(k)))
-            .collect();
-        let keys = self.keys.convert_columns(&key_columns)?;
-        let window = Arc::clone(&self.spec.window_exprs[0]);
-        let partitions = match window.partition_by().is_empty() {
-            true => None,
-            false => Some(
-                self.partitions
-                    .convert_columns(&evaluate(window.partition_by(), &input)?)?,
-            ),
-        };
-        let order_exprs: Vec<Arc<dyn PhysicalExpr>> = window
-            .order_by()
-            .iter()
-            .map(|s| Arc::clone(&s.expr))
-            .collect();
-        let order = self
-            .order
-            .convert_columns(&evaluate(&order_exprs, &input)?)?;
+        let (keys, partitions, order) = self.encode(&input)?;
         let encoded = self.rows.convert_columns(kept.columns())?;
         for row in 0..kept.num_rows() {
             let value = partitions.as_ref().map_or(&[][..], |p| p.row(row).data());

@@ -48,11 +48,9 @@ use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
-use crate::exchange::StreamExchangeExec;
-use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 use crate::row_format::TypedRowConverter;
-use crate::watermark::StreamMessage;
 
 /// When a [`TopNExec`]'s rows leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,15 +245,7 @@ impl ExecutionPlan for TopNExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let batch_size = context.session_config().batch_size();
-        // Read through the exchange's messages, where checkpoint barriers travel.
-        let messages = match self.input.downcast_ref::<StreamExchangeExec>() {
-            Some(exchange) => exchange.execute_messages(partition, Arc::clone(&context))?,
-            None => self
-                .input
-                .execute(partition, Arc::clone(&context))?
-                .map(|batch| batch.map(StreamMessage::Batch))
-                .boxed(),
-        };
+        let messages = input_messages(&self.input, partition, Arc::clone(&context))?;
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let mut ranked = TopNState::try_new(&self.spec, &self.input.schema(), self.with_op)?;
         ranked.batch_size = batch_size;
