@@ -11,6 +11,7 @@ use crate::alignment_rule::SourceAlignmentRule;
 use crate::changelog_rule::ChangelogRule;
 use crate::distribution_repair::DistributionRepair;
 use crate::functions::{faster_builtin_functions, scalar_functions, window_functions};
+use crate::interval_rule::FixedIntervalsAsDurations;
 use crate::join_rule::StreamingJoinRule;
 use crate::join_time_rule::KeepJoinEventTimes;
 use crate::limits_rule::{KeepLimitsRule, StreamSafeLimitPastWindows};
@@ -113,6 +114,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         );
     let mut logical_rules = stream_safe(builder.optimizer().take().unwrap_or_default().rules);
     logical_rules.push(Arc::new(KeepJoinEventTimes));
+    logical_rules.push(Arc::new(FixedIntervalsAsDurations));
     builder
         .with_optimizer_rules(logical_rules)
         .with_physical_optimizer_rules(rules)

@@ -16,6 +16,7 @@ mod distribution_repair;
 mod execution_errors;
 mod functions;
 mod install;
+mod interval_rule;
 mod join_parts;
 mod join_rule;
 mod join_time_rule;
