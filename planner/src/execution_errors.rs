@@ -7,7 +7,8 @@
 //! (`INTERVAL '1' MINUTE`).
 //!
 //! Arrow reports a timestamp plus or minus an interval that leaves the range of its type as
-//! "Timestamp out of range", naming nothing. The plan knows which expressions add intervals to
+//! "Timestamp out of range" (and plus or minus a duration, as which a fixed interval is added,
+//! as an "Arithmetic overflow"), naming nothing. The plan knows which expressions add intervals to
 //! timestamps: the error is rewritten to name them, by the output column they compute where
 //! there is one (`later`, `window_end`), with the range of the timestamp's unit and how to
 //! widen it.
@@ -98,11 +99,11 @@ pub fn explain_execution_error(
     plan: &Arc<dyn ExecutionPlan>,
     error: DataFusionError,
 ) -> DataFusionError {
-    let message = error.to_string();
-    if !message
-        .to_ascii_lowercase()
-        .contains("timestamp out of range")
-    {
+    let message = error.to_string().to_ascii_lowercase();
+    // A fixed interval is added as a duration (see `interval_rule.rs`), which overflows as
+    // integer arithmetic does.
+    let out_of_range = message.contains("timestamp out of range");
+    if !out_of_range && !message.contains("arithmetic overflow") {
         return error;
     }
     let mut sums = Vec::new();
@@ -130,6 +131,10 @@ pub fn explain_execution_error(
         }
         Ok(TreeNodeRecursion::Continue)
     });
+    // An integer overflow where no time is computed is the user's arithmetic.
+    if !out_of_range && sums.is_empty() {
+        return error;
+    }
     let place = if sums.is_empty() {
         "a time the query computes".to_string()
     } else {
