@@ -477,7 +477,7 @@ fn a_generated_stream_resumes_at_its_block() {
 #[test]
 fn a_resumed_run_counts_the_late_records_dropped_before_it() {
     let dir = temporary("late");
-    let table = replay(dir.path());
+    let table = replay_of(dir.path(), 40_000);
     // A second file whose records are as old as the first file's: all late.
     let stale = dir.path().join("market_data").join("f00b.parquet");
     freshet_ok(&[
@@ -522,14 +522,26 @@ fn a_resumed_run_counts_the_late_records_dropped_before_it() {
     let out = format!("parquet={}", parts.display());
     let checkpoints = dir.path().join("checkpoints");
     let args = checkpointed_args(S3A, &table, "2", &out, checkpoints.to_str().unwrap());
-    assert!(dies_at(&args, "after_commit:1"));
-    let resumed = freshet(&args);
-    let said = String::from_utf8_lossy(&resumed.stderr);
-    assert!(
-        resumed.status.success() && said.contains("restored"),
-        "{said}"
-    );
-    assert_eq!(late_dropped(&said), expected, "{said}");
+    // On a loaded machine the first checkpoint may come only at the end of the input; the
+    // resumed run then reads nothing, which is not the case this test is about: run again.
+    for _ in 0..4 {
+        for path in [&checkpoints, &parts] {
+            let _ = std::fs::remove_dir_all(path);
+        }
+        assert!(dies_at(&args, "after_commit:1"));
+        let resumed = freshet(&args);
+        let said = String::from_utf8_lossy(&resumed.stderr);
+        assert!(
+            resumed.status.success() && said.contains("restored"),
+            "{said}"
+        );
+        if said.contains("; 0 records read") {
+            continue;
+        }
+        assert_eq!(late_dropped(&said), expected, "{said}");
+        return;
+    }
+    panic!("in four runs, the first checkpoint came only at the end of the input");
 }
 
 #[test]
