@@ -17,6 +17,7 @@ use futures::{Stream, StreamExt};
 
 use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
+use crate::operator_metrics::StatefulMetrics;
 use crate::watermark::StreamMessage;
 
 /// An operator's state, as the loop sees it.
@@ -35,6 +36,11 @@ pub(crate) trait MessageHandler: Send + 'static {
     /// Takes back the state a checkpoint holds.
     fn restore(&mut self, _state: &OperatorState) -> Result<()> {
         internal_err!("this operator has no checkpointed state to restore")
+    }
+    /// The counts of records this operator dropped, if it keeps them: the state it leaves
+    /// for the checkpoints after its input ended.
+    fn dropped_counts(&self) -> Option<&StatefulMetrics> {
+        None
     }
 }
 
@@ -75,9 +81,24 @@ impl OperatorCheckpoint {
     /// Restores `handler` from the checkpoint the run resumes, if it holds a state for it.
     pub fn restore<H: MessageHandler>(&self, handler: &mut H) -> Result<()> {
         match self.restored_state()? {
+            Some(state) if ended_state(&state) => match handler.dropped_counts() {
+                Some(counts) => counts.restore_from(&state),
+                None => Ok(()),
+            },
             Some(state) => handler.restore(&state),
             None => Ok(()),
         }
+    }
+
+    /// Records that the partition's input ended, having dropped `dropped`: every later
+    /// checkpoint it did not pass keeps that (see [`Checkpointing::record_ended`]).
+    pub fn end(&self, dropped: Option<&StatefulMetrics>) {
+        let mut state = OperatorState::default();
+        state.put_value(ENDED, 1);
+        if let Some(dropped) = dropped {
+            dropped.snapshot_into(&mut state);
+        }
+        self.checkpointing.record_ended(&self.name, state);
     }
 
     /// The partition's state in the checkpoint the run resumes, if it holds one.
@@ -104,18 +125,20 @@ impl OperatorCheckpoint {
     }
 }
 
+/// Marks the state of an operator partition whose input had ended: it holds only the counts
+/// of the records it dropped, as its windows, rows and matches were all handed out.
+const ENDED: &str = "input_ended";
+
+/// Whether `state` was left by an operator partition whose input had ended (see
+/// [`OperatorCheckpoint::end`]); such a partition reads nothing more on a resumed run.
+pub(crate) fn ended_state(state: &OperatorState) -> bool {
+    state.value(ENDED).is_ok()
+}
+
 /// Where the loop is: reading messages, or handing out what the end of the input left.
 enum Drive<H> {
     Reading(BoxStream<'static, Result<StreamMessage>>, H),
     Ended(H),
-}
-
-/// The output stream of `handler` fed by `messages`; it ends after the first error.
-pub(crate) fn drive<H: MessageHandler>(
-    messages: BoxStream<'static, Result<StreamMessage>>,
-    handler: H,
-) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
-    drive_checkpointed(messages, handler, None)
 }
 
 /// The messages of partition `partition` of `input`: an exchange's own (where checkpoint
@@ -134,7 +157,9 @@ pub(crate) fn input_messages(
     })
 }
 
-/// [`drive`], taking part in the run's checkpoints: restored first, snapshot at barriers.
+/// The output stream of `handler` fed by `messages`, taking part in the run's checkpoints if
+/// `checkpoint` is given (restored first, snapshot at barriers); it ends after the first
+/// error.
 pub(crate) fn drive_checkpointed<H: MessageHandler>(
     messages: BoxStream<'static, Result<StreamMessage>>,
     mut handler: H,
@@ -158,7 +183,10 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
                 Drive::Ended(mut handler) => {
                     return match handler.queued_output() {
                         Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                        Ok(None) => None,
+                        Ok(None) => {
+                            ended(checkpoint.as_deref(), &handler);
+                            None
+                        }
                         Err(error) => Some((Err(error), None)),
                     };
                 }
@@ -186,7 +214,14 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
                     None => {
                         return match handler.on_watermark(i64::MAX) {
                             Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                            Ok(None) => None,
+                            Ok(None) => match handler.queued_output() {
+                                Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
+                                Ok(None) => {
+                                    ended(checkpoint.as_deref(), &handler);
+                                    None
+                                }
+                                Err(e) => Some((Err(e), None)),
+                            },
                             Err(e) => Some((Err(e), None)),
                         };
                     }
@@ -201,4 +236,12 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
             }
         }
     })
+}
+
+/// Records in the run's checkpoints, if any, that `handler`'s input ended and all it made was
+/// handed out.
+fn ended<H: MessageHandler>(checkpoint: Option<&OperatorCheckpoint>, handler: &H) {
+    if let Some(checkpoint) = checkpoint {
+        checkpoint.end(handler.dropped_counts());
+    }
 }

@@ -34,9 +34,10 @@ use datafusion::physical_plan::{
     ReplaceChildrenOptions,
 };
 
+use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::StreamExchangeExec;
 use crate::late_records::LateRecords;
-use crate::message_loop::{MessageHandler, drive};
+use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
 use crate::operator_metrics::StatefulMetrics;
 use crate::over::reorder::ReorderBuffer;
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
@@ -54,6 +55,8 @@ pub struct StreamSortExec {
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     late_records: LateRecords,
+    /// The checkpoint barriers each partition has passed.
+    passed: Arc<PassedBarriers>,
 }
 
 impl StreamSortExec {
@@ -83,6 +86,7 @@ impl StreamSortExec {
                 [ordering.clone()],
             ),
         );
+        let partitions = properties.output_partitioning().partition_count();
         Ok(Self {
             input,
             exchange,
@@ -91,6 +95,7 @@ impl StreamSortExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             late_records: LateRecords::default(),
+            passed: Arc::new(PassedBarriers::new(partitions)),
         })
     }
 
@@ -101,6 +106,11 @@ impl StreamSortExec {
 
     pub fn ordering(&self) -> &LexOrdering {
         &self.ordering
+    }
+
+    /// The checkpoint barriers each partition has passed.
+    pub fn passed_barriers(&self) -> &Arc<PassedBarriers> {
+        &self.passed
     }
 }
 
@@ -170,6 +180,8 @@ impl ExecutionPlan for StreamSortExec {
     ) -> Result<SendableRecordBatchStream> {
         let reservation = MemoryConsumer::new(format!("StreamSortExec[{partition}]"))
             .register(context.memory_pool());
+        let checkpoint =
+            OperatorCheckpoint::of(&context, self, partition, &self.passed, self.schema())?;
         let messages = self.exchange.execute_messages(partition, context)?;
         let schema = self.schema();
         let state = SortState {
@@ -184,7 +196,7 @@ impl ExecutionPlan for StreamSortExec {
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            drive(messages, state),
+            drive_checkpointed(messages, state, checkpoint),
         )))
     }
 
@@ -265,5 +277,25 @@ impl MessageHandler for SortState {
         let output = self.sorted(&all)?;
         self.metrics.baseline.record_output(output.num_rows());
         Ok(Some(output))
+    }
+
+    /// The rows waiting, the watermark and the counts of dropped records.
+    fn snapshot(&mut self) -> Result<Option<OperatorState>> {
+        let mut state = OperatorState::default();
+        self.buffer.snapshot_into(&mut state)?;
+        state.put_value("watermark", self.watermark);
+        self.metrics.snapshot_into(&mut state);
+        Ok(Some(state))
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        self.buffer.restore_from(state, self.time)?;
+        self.watermark = state.value("watermark")?;
+        self.metrics.restore_from(state)?;
+        self.account()
+    }
+
+    fn dropped_counts(&self) -> Option<&StatefulMetrics> {
+        Some(&self.metrics)
     }
 }

@@ -16,13 +16,14 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::take;
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{Schema, UInt64Type};
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
+use crate::checkpoint::OperatorState;
 use crate::kernels::{GroupTable, RunningAggregates};
 
 /// See the module documentation.
@@ -119,6 +120,52 @@ impl SessionStates {
                     return internal_err!("open sessions must be renumbered when any closes");
                 };
                 take_from_accumulators(table, aggregates, merged_into, closed, open)
+            }
+        }
+    }
+
+    /// Puts the open sessions' aggregate states into a checkpoint's `state`: the kernels'
+    /// vectors, or every accumulator's partial states (taken out and merged straight back)
+    /// with the bridges between groups.
+    pub fn snapshot_into(&mut self, state: &mut OperatorState) -> Result<()> {
+        match self {
+            Self::Kernels(kernels) => kernels.snapshot_into(state),
+            Self::Accumulators {
+                table, merged_into, ..
+            } => {
+                let known = merged_into.len();
+                merged_into.extend(known..table.len());
+                if !table.snapshot_in_place(state)? {
+                    return internal_err!("checkpoint: session groups are kept without keys");
+                }
+                let merged = merged_into.iter().map(|&group| group as u64);
+                state.put_array(
+                    "session_merged_into",
+                    Arc::new(UInt64Array::from_iter_values(merged)),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back what [`Self::snapshot_into`] kept.
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<()> {
+        match self {
+            Self::Kernels(kernels) => kernels.restore_from(state),
+            Self::Accumulators {
+                table, merged_into, ..
+            } => {
+                if !table.restore_in_place(state)? {
+                    return internal_err!("checkpoint: no session aggregate states to restore");
+                }
+                *merged_into = state
+                    .array("session_merged_into")?
+                    .as_primitive::<UInt64Type>()
+                    .values()
+                    .iter()
+                    .map(|&group| group as usize)
+                    .collect();
+                Ok(())
             }
         }
     }

@@ -57,6 +57,7 @@ use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::exchange::{InputStep, StreamExchangeExec};
 use crate::late_records::LateRecords;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed};
+use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 use crate::progress::PartitionProgress;
 use crate::window::duration_text;
@@ -267,11 +268,7 @@ impl WindowAggregateExec {
 
     /// Whether a checkpoint can keep this aggregation's state.
     pub fn checkpointable(&self) -> bool {
-        AggregateMode::checkpointable(
-            &self.spec,
-            self.partial.is_some(),
-            self.spec.running_kernels(&self.input.schema()).is_some(),
-        )
+        self.partial.is_none()
     }
 
     /// When the output has an event time (EMIT FINAL over tumbling or hopping windows): the
@@ -308,6 +305,10 @@ impl MessageHandler for ReportProgress {
 
     fn restore(&mut self, state: &OperatorState) -> Result<()> {
         self.inner.restore(state)
+    }
+
+    fn dropped_counts(&self) -> Option<&StatefulMetrics> {
+        self.inner.dropped_counts()
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {

@@ -64,6 +64,9 @@ pub struct Checkpointing {
     /// The state files being written, by epoch: each is written in a task of its own
     /// while its operator goes on.
     written: Mutex<BTreeMap<u64, Vec<JoinHandle<Result<StateEntry>>>>>,
+    /// The states of operator partitions whose input ended, by state file name (see
+    /// [`Self::record_ended`]).
+    ended: Mutex<BTreeMap<String, OperatorState>>,
 }
 
 impl Checkpointing {
@@ -95,6 +98,7 @@ impl Checkpointing {
             operators,
             tables,
             written: Mutex::new(BTreeMap::new()),
+            ended: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -148,6 +152,15 @@ impl Checkpointing {
         Ok(())
     }
 
+    /// Records that the operator partition of state file `name` has ended, leaving `state`.
+    /// A partition ends once its whole input was read, so a barrier it did not pass stands
+    /// past all it read: each later checkpoint it did not pass holds `state` as its state.
+    /// (Without it, a checkpoint placed as the input ended would lose what the ended
+    /// partitions counted.)
+    pub fn record_ended(&self, name: &str, state: OperatorState) {
+        self.ended.lock().insert(name.to_string(), state);
+    }
+
     /// State file `name` of the checkpoint this run resumes, if it has one.
     pub fn restored_state(&self, name: &str) -> Result<Option<OperatorState>> {
         let Some(manifest) = &self.restored else {
@@ -174,6 +187,28 @@ impl Checkpointing {
         for written in writing {
             match written.await {
                 Ok(entry) => states.push(entry?),
+                Err(error) => return internal_err!("writing checkpoint state failed: {error}"),
+            }
+        }
+        let ended: Vec<(String, OperatorState)> = self
+            .ended
+            .lock()
+            .iter()
+            .filter(|(name, _)| !states.iter().any(|entry| &entry.name == *name))
+            .map(|(name, state)| (name.clone(), state.clone()))
+            .collect();
+        if !ended.is_empty() {
+            let store = self.store.clone();
+            let epoch = barrier.epoch;
+            let written = tokio::task::spawn_blocking(move || {
+                ended
+                    .iter()
+                    .map(|(name, state)| store.write_state(epoch, name, state))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await;
+            match written {
+                Ok(entries) => states.extend(entries?),
                 Err(error) => return internal_err!("writing checkpoint state failed: {error}"),
             }
         }

@@ -23,6 +23,7 @@ use crate::join::{IntervalJoinExec, LookupJoinExec};
 use crate::options::Pacing;
 use crate::over::{ChangelogOverExec, OverWindowExec, TopNExec};
 use crate::progress::PartitionProgress;
+use crate::sort::StreamSortExec;
 use crate::source::StreamSourceExec;
 
 /// How far an output partition has carried barriers (see the module documentation).
@@ -109,6 +110,9 @@ pub fn probe_below(
         }
         if let Some(over) = node.downcast_ref::<ChangelogOverExec>() {
             return Ok(BarrierProbe::Operator(Arc::clone(over.passed_barriers())));
+        }
+        if let Some(sort) = node.downcast_ref::<StreamSortExec>() {
+            return Ok(BarrierProbe::Operator(Arc::clone(sort.passed_barriers())));
         }
         if let Some(source) = node.downcast_ref::<StreamSourceExec>()
             && let Some(positions) = source.positions()
@@ -251,7 +255,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     }
     if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
         return Ok((!aggregate.checkpointable()).then(|| {
-            "do not support two-phase aggregation or session windows over aggregates other than COUNT, SUM, AVG, MIN and MAX yet"
+            "do not support two-phase aggregation yet (`--strategy two_phase`; the automatic strategy does not choose it for a checkpointed run)"
                 .to_string()
         }));
     }
@@ -266,6 +270,7 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
         || node.downcast_ref::<LookupJoinExec>().is_some()
         || node.downcast_ref::<ChangelogAggregateExec>().is_some()
         || node.downcast_ref::<ChangelogOverExec>().is_some()
+        || node.downcast_ref::<StreamSortExec>().is_some()
         || node.downcast_ref::<StreamFilterExec>().is_some()
         || node.downcast_ref::<ProjectionExec>().is_some()
     {

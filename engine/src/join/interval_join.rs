@@ -491,7 +491,13 @@ impl ExecutionPlan for IntervalJoinExec {
                 return Some((Err(e), None));
             }
             loop {
-                let output = match inputs.next().await? {
+                let Some(input) = inputs.next().await else {
+                    if let Some(checkpoint) = &checkpoint {
+                        checkpoint.end(Some(join.dropped_counts()));
+                    }
+                    return None;
+                };
+                let output = match input {
                     Ok(JoinInput::Message(side, StreamMessage::Batch(batch))) => {
                         join.on_batch(side, &batch)
                     }

@@ -25,6 +25,7 @@ use super::side_state::{Chunk, Position, SideState};
 use super::{KeyEquality, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
+use crate::message_loop::ended_state;
 use crate::operator_metrics::StatefulMetrics;
 use crate::plan_util::evaluate;
 use crate::watermark::{event_times, time_range as batch_time_range};
@@ -687,8 +688,17 @@ impl JoinStream {
         Ok(state)
     }
 
-    /// Takes back what [`Self::snapshot`] kept.
+    /// The counts of records this partition dropped.
+    pub(super) fn dropped_counts(&self) -> &StatefulMetrics {
+        &self.common.metrics
+    }
+
+    /// Takes back what [`Self::snapshot`] kept; of a partition whose input had ended, only
+    /// the counts of the records it dropped.
     pub(super) fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        if ended_state(state) {
+            return self.common.metrics.restore_from(state);
+        }
         let random_state = &self.common.random_state;
         self.left
             .restore_from(state, "left", &self.common.left_schema, random_state)?;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array, new_null_array,
 };
-use datafusion::arrow::compute::{concat_batches, filter};
+use datafusion::arrow::compute::filter;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -638,16 +638,7 @@ impl OverState {
         state.put_value("groups", groups as i64);
         state.put_array("counts", Arc::new(UInt64Array::from(self.counts.clone())));
         state.put_array("latest", Arc::new(Int64Array::from(self.latest.clone())));
-        let pending: Vec<&RecordBatch> = self.buffer.pending().collect();
-        let waiting = concat_batches(&self.buffer_schema(), pending.iter().copied())?;
-        for (index, column) in waiting.columns().iter().enumerate() {
-            state.put_array(format!("waiting_column_{index:03}"), Arc::clone(column));
-        }
-        let lengths = pending.iter().map(|batch| batch.num_rows() as u64);
-        state.put_array(
-            "waiting_batches",
-            Arc::new(UInt64Array::from_iter_values(lengths)),
-        );
+        self.buffer.snapshot_into(&mut state)?;
         let mut kernels = StateWriter::default();
         for kernel in &self.kernels {
             kernel.persist_keys(&mut kernels);
@@ -680,24 +671,7 @@ impl OverState {
             .as_primitive::<Int64Type>()
             .values()
             .to_vec();
-        let waiting = RecordBatch::try_new(
-            self.buffer_schema(),
-            state.arrays_with_prefix("waiting_column_"),
-        )?;
-        let lengths = state
-            .array("waiting_batches")?
-            .as_primitive::<UInt64Type>()
-            .clone();
-        let mut offset = 0;
-        for length in lengths.values().iter().map(|&l| l as usize) {
-            let batch = waiting.slice(offset, length);
-            let times = event_times(batch.column(self.spec.order_by))?
-                .as_primitive::<Int64Type>()
-                .clone();
-            let newest = times.values().iter().copied().max().unwrap_or(i64::MIN);
-            self.buffer.push(batch, times, newest);
-            offset += length;
-        }
+        self.buffer.restore_from(state, self.spec.order_by)?;
         let mut kernels = StateReader::of(state, "kernels")?;
         for kernel in &mut self.kernels {
             kernel.restore_keys(&mut kernels)?;
@@ -711,11 +685,6 @@ impl OverState {
         self.swept_at = state.value("swept_at")?;
         self.tails_completed = state.value("tails_completed")? != 0;
         self.report_state()
-    }
-
-    /// The schema of the rows waiting in the buffer: the input's.
-    fn buffer_schema(&self) -> SchemaRef {
-        Arc::clone(self.buffer.schema())
     }
 
     /// Publishes the state's size and accounts it in the memory pool: past the pool's limit
@@ -785,5 +754,9 @@ impl MessageHandler for OverState {
 
     fn restore(&mut self, state: &OperatorState) -> Result<()> {
         self.restore_state(state)
+    }
+
+    fn dropped_counts(&self) -> Option<&StatefulMetrics> {
+        Some(&self.metrics.stateful)
     }
 }

@@ -8,17 +8,22 @@
 //! rows at once (one from a lagging source partition) is computed a batch at a time;
 //! otherwise they are concatenated for [`sort_by_time`].
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, UInt32Array};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, AsArray, BooleanArray, Int64Array, UInt32Array, UInt64Array,
+};
 use datafusion::arrow::compute::kernels::cmp::{lt, lt_eq};
 use datafusion::arrow::compute::{
     concat, concat_batches, filter, filter_record_batch, take_record_batch,
 };
-use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 
-use crate::watermark::time_range;
+use crate::checkpoint::OperatorState;
+use crate::watermark::{event_times, time_range};
 
 /// Rows and their ORDER BY values.
 pub struct Released {
@@ -87,14 +92,46 @@ impl ReorderBuffer {
         Ok(late)
     }
 
-    /// The schema of the rows held.
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
     /// The batches waiting, oldest first: what a checkpoint keeps.
     pub fn pending(&self) -> impl Iterator<Item = &RecordBatch> {
         self.pending.iter().map(|(batch, _, _)| batch)
+    }
+
+    /// Puts the rows waiting into `state`, batch by batch: what a checkpoint keeps.
+    pub fn snapshot_into(&self, state: &mut OperatorState) -> Result<()> {
+        let waiting = concat_batches(&self.schema, self.pending())?;
+        for (index, column) in waiting.columns().iter().enumerate() {
+            state.put_array(format!("waiting_column_{index:03}"), Arc::clone(column));
+        }
+        let lengths = self.pending().map(|batch| batch.num_rows() as u64);
+        state.put_array(
+            "waiting_batches",
+            Arc::new(UInt64Array::from_iter_values(lengths)),
+        );
+        Ok(())
+    }
+
+    /// Takes back the rows [`Self::snapshot_into`] kept, whose times are column `time`.
+    pub fn restore_from(&mut self, state: &OperatorState, time: usize) -> Result<()> {
+        let waiting = RecordBatch::try_new(
+            Arc::clone(&self.schema),
+            state.arrays_with_prefix("waiting_column_"),
+        )?;
+        let lengths = state
+            .array("waiting_batches")?
+            .as_primitive::<UInt64Type>()
+            .clone();
+        let mut offset = 0;
+        for length in lengths.values().iter().map(|&l| l as usize) {
+            let batch = waiting.slice(offset, length);
+            let times = event_times(batch.column(time))?
+                .as_primitive::<Int64Type>()
+                .clone();
+            let newest = times.values().iter().copied().max().unwrap_or(i64::MIN);
+            self.push(batch, times, newest);
+            offset += length;
+        }
+        Ok(())
     }
 
     /// Rows waiting.

@@ -25,9 +25,10 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
 
-use super::spec::{AggregateEmit, AggregateSpec, WindowKey};
+use super::spec::{AggregateEmit, WindowKey};
 use crate::checkpoint::OperatorState;
 use crate::message_loop::MessageHandler;
+use crate::operator_metrics::StatefulMetrics;
 
 pub(super) use context::{ModeContext, ModeInputs};
 pub(super) use merge::MergePartials;
@@ -122,14 +123,14 @@ impl MessageHandler for AggregateMode {
             }
         }
     }
-}
 
-impl AggregateMode {
-    /// Whether a checkpoint can keep this mode's state (`running_kernels`: every aggregate
-    /// has a per-record kernel, which a session window's state must be kept in).
-    pub fn checkpointable(spec: &AggregateSpec, two_phase: bool, running_kernels: bool) -> bool {
-        let session = spec.window.as_ref().is_some_and(WindowKey::is_session);
-        !two_phase && (!session || running_kernels)
+    fn dropped_counts(&self) -> Option<&StatefulMetrics> {
+        Some(match self {
+            Self::Windows(mode) => &mode.context.metrics.stateful,
+            Self::SessionFinal(mode) => &mode.context.metrics.stateful,
+            Self::SessionChangelog(mode) => &mode.context.metrics.stateful,
+            Self::MergePartials(mode) => &mode.groups.context.metrics.stateful,
+        })
     }
 }
 
@@ -189,5 +190,35 @@ mod checkpoint_tests {
         for emit in EMITS {
             assert_snapshot_continues(&spec(Some(gap), emit), &before, &after);
         }
+    }
+
+    #[test]
+    fn a_restored_session_aggregation_over_accumulators_continues_every_open_session() {
+        use std::sync::Arc;
+
+        use datafusion::functions_aggregate::count::count_udaf;
+        use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+        use datafusion::physical_expr::expressions::col;
+
+        let gap = WindowSpec::Session { gap: 1_000 };
+        let mut spec = spec(Some(gap), AggregateEmit::Final);
+        // COUNT(DISTINCT q) has no per-record kernel: the sessions' states are accumulators'.
+        let schema = super::test_support::input_schema();
+        let distinct = AggregateExprBuilder::new(count_udaf(), vec![col("q", &schema).unwrap()])
+            .schema(Arc::clone(&schema))
+            .alias("n")
+            .distinct()
+            .build()
+            .unwrap();
+        spec.aggregates[0] = Arc::new(distinct);
+        assert!(spec.running_kernels(&schema).is_none());
+        let before = rows(&[("a", 0, 1), ("a", 1_500, 2), ("b", 500, 4), ("a", 5_000, 8)]);
+        let after = rows(&[
+            ("a", 800, 2),
+            ("b", 1_200, 4),
+            ("c", 1_000, 64),
+            ("a", 5_500, 8),
+        ]);
+        assert_snapshot_continues(&spec, &before, &after);
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::{Result, internal_err};
+use datafusion::common::Result;
 
 use super::context::ModeContext;
 use crate::aggregate::assignment::Assignment;
@@ -115,26 +115,19 @@ impl SessionFinal {
         self.context.combine(vec![output])
     }
 
-    /// The state a checkpoint keeps: the watermark, the open sessions and their aggregates;
-    /// `None` for aggregates kept by accumulators, which a checkpoint does not keep yet.
+    /// The state a checkpoint keeps: the watermark, the open sessions and their aggregates.
     pub fn snapshot(&mut self) -> Result<Option<OperatorState>> {
-        let SessionStates::Kernels(running) = &self.states else {
-            return Ok(None);
-        };
         let mut state = OperatorState::default();
         self.context.snapshot_into(&mut state);
-        running.snapshot_into(&mut state);
+        self.states.snapshot_into(&mut state)?;
         self.open.snapshot_into(&mut state)?;
         Ok(Some(state))
     }
 
     /// Takes back what [`Self::snapshot`] kept.
     pub fn restore(&mut self, state: &OperatorState) -> Result<()> {
-        let SessionStates::Kernels(running) = &mut self.states else {
-            return internal_err!("checkpoint: session aggregates kept by accumulators");
-        };
         self.context.restore_from(state)?;
-        running.restore_from(state)?;
+        self.states.restore_from(state)?;
         self.open.restore_from(state)?;
         self.report_state()
     }
