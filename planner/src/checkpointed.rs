@@ -61,6 +61,8 @@ impl StreamingQuery {
         stop: watch::Receiver<bool>,
         note: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<CheckpointedReport> {
+        // (Idempotent: the caller may have taken it already, to read the run's metrics.)
+        let query = self.for_checkpoints()?;
         if config.kept == 0 {
             return plan_err!("at least the latest checkpoint is kept: keep 1 or more");
         }
@@ -74,7 +76,7 @@ impl StreamingQuery {
         let fingerprint = Fingerprint {
             query: checksum(config.query_text.trim().as_bytes()),
             options: checksum(config.options_text.as_bytes()),
-            streams: self.output_partitions(),
+            streams: query.output_partitions(),
         };
         let mut report = CheckpointedReport::default();
         if let Some(manifest) = &restored {
@@ -106,14 +108,14 @@ impl StreamingQuery {
         }
         // Generators and dealt in-memory batches, replayed as fast as they go, are cut by
         // their blocks and batches.
-        self.plan().apply(|node| {
+        query.plan().apply(|node| {
             if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
                 source.take_checkpoint_positions();
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        let probe = barrier_probe(self.plan())?;
-        let schema = self.schema();
+        let probe = barrier_probe(query.plan())?;
+        let schema = query.schema();
         let output = PartOutput::of(sink, || sink.open(&schema, Box::new(std::io::stdout())))?;
         output.recover(restored.as_ref())?;
         if !output.is_exactly_once() {
@@ -121,8 +123,8 @@ impl StreamingQuery {
                 "note: this output is at-least-once (rows after the last checkpoint are written again on resume); a file output (parquet=PATH, csv=PATH, …) is committed exactly once",
             );
         }
-        let checkpointing = Arc::new(Checkpointing::new(store, restored, self.plan()));
-        let query = self.with_checkpointing(Arc::clone(&checkpointing));
+        let checkpointing = Arc::new(Checkpointing::new(store, restored, query.plan()));
+        let query = query.with_checkpointing(Arc::clone(&checkpointing));
         // Operators restore their state as their streams are made.
         let streams = query.execute_partitions()?;
         report.restore_time = started.elapsed();

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::execution_errors::explain_execution_error;
+use crate::stream_sort_rule::stream_sorts_for_checkpoints;
 
 /// A planned streaming query.
 #[derive(Clone)]
@@ -54,6 +55,17 @@ impl StreamingQuery {
             plan: Arc::clone(&self.plan),
             task_ctx: Arc::new(task_ctx),
         }
+    }
+
+    /// This query as a checkpointed run runs it: an ORDER BY led by an event time sorts as
+    /// the stream goes over bounded replays too (Freshet's stream sort, whose held rows a
+    /// checkpoint keeps, where DataFusion's sort would hold every row to the end). Read a
+    /// checkpointed run's metrics from the query this returns.
+    pub fn for_checkpoints(&self) -> Result<Self> {
+        Ok(Self {
+            plan: stream_sorts_for_checkpoints(&self.plan)?,
+            task_ctx: Arc::clone(&self.task_ctx),
+        })
     }
 
     /// The schema of the results.

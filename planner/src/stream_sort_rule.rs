@@ -8,7 +8,9 @@
 //! windowed EMIT FINAL aggregation, which publishes its progress — the rule puts a fan-in
 //! [`StreamExchangeExec`] carrying that watermark under a [`StreamSortExec`] instead; a LIMIT
 //! folded into the sort stays above it as a `GlobalLimitExec`. Sorts over bounded input stay
-//! DataFusion's (the batch answer at the end).
+//! DataFusion's (the batch answer at the end), except in a checkpointed run
+//! ([`stream_sorts_for_checkpoints`]): DataFusion's sort holds every row to the end, which
+//! no checkpoint can keep, where the stream sort's held rows are its checkpointed state.
 
 use std::sync::Arc;
 
@@ -19,7 +21,9 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::limit::GlobalLimitExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_engine::{StreamExchangeExec, StreamSortExec};
 use freshet_partitioner::RoutingStrategy;
@@ -36,7 +40,7 @@ impl PhysicalOptimizerRule for StreamSortRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_down(|node| match stream_sort(&node)? {
+        plan.transform_down(|node| match stream_sort(&node, false)? {
             Some(sorted) => Ok(Transformed::new(
                 sorted,
                 true,
@@ -56,9 +60,47 @@ impl PhysicalOptimizerRule for StreamSortRule {
     }
 }
 
+/// `plan` with DataFusion's sorts of streams by an event time first, over bounded replays
+/// too, as Freshet's stream sorts, and the merges of their one partition dropped: the plan a
+/// checkpointed run runs. Like windows, the stream sort drops records that come after the
+/// watermark passed their time.
+pub fn stream_sorts_for_checkpoints(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    Arc::clone(plan)
+        .transform_up(|node| {
+            if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>()
+                && sorted_by_stream_sort(merge.input())
+            {
+                let input = Arc::clone(merge.input());
+                return Ok(Transformed::yes(match merge.fetch() {
+                    Some(fetch) => Arc::new(GlobalLimitExec::new(input, 0, Some(fetch))),
+                    None => input,
+                }));
+            }
+            Ok(match stream_sort(&node, true)? {
+                Some(sorted) => Transformed::yes(sorted),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|transformed| transformed.data)
+}
+
+/// Whether `node` is a stream sort's one partition, through projections.
+fn sorted_by_stream_sort(node: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut node = node;
+    while let Some(projection) = node.downcast_ref::<ProjectionExec>() {
+        node = projection.input();
+    }
+    node.downcast_ref::<StreamSortExec>().is_some()
+}
+
 /// `node` as a streaming sort (one partition), if it is DataFusion's sort of an unbounded
-/// stream by an event time first.
-fn stream_sort(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+/// stream (or of any stream, with `bounded_too`) by an event time first.
+fn stream_sort(
+    node: &Arc<dyn ExecutionPlan>,
+    bounded_too: bool,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     // (A merge of sorted partitions above it then merges the one partition it leaves.)
     let Some(sort) = node.downcast_ref::<SortExec>() else {
         return Ok(None);
@@ -67,7 +109,7 @@ fn stream_sort(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
     if let Some(gather) = input.downcast_ref::<CoalescePartitionsExec>() {
         input = Arc::clone(gather.input());
     }
-    if !input.boundedness().is_unbounded() || !reads_stream(&input)? {
+    if !(bounded_too || input.boundedness().is_unbounded()) || !reads_stream(&input)? {
         return Ok(None);
     }
     let ordering = sort.expr().clone();

@@ -390,7 +390,8 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
             }
             _ => return plan_err!("--checkpoint-dir needs the query as text or a file, not stdin"),
         };
-        let query = plan(&args.plan).await?;
+        // The plan a checkpointed run runs, whose metrics the summary reads.
+        let query = plan(&args.plan).await?.for_checkpoints()?;
         return super::checkpointed::run_checkpointed(query, sink, &args, &sql).await;
     }
     let query = plan(&args.plan).await?;

@@ -88,6 +88,13 @@ fn checkpointed_args<'a>(
 
 /// The rows of a run that never stopped, sorted.
 fn uninterrupted(dir: &Path, sql: &str, table: &str, partitions: &str) -> Vec<String> {
+    let mut lines = uninterrupted_in_order(dir, sql, table, partitions);
+    lines.sort();
+    lines
+}
+
+/// The rows of a run that never stopped, in the order it wrote them.
+fn uninterrupted_in_order(dir: &Path, sql: &str, table: &str, partitions: &str) -> Vec<String> {
     let out = dir.join(format!("reference-{partitions}.csv"));
     let output = format!("csv={}", out.display());
     freshet_ok(&[
@@ -102,7 +109,11 @@ fn uninterrupted(dir: &Path, sql: &str, table: &str, partitions: &str) -> Vec<St
         "-o",
         &output,
     ]);
-    sorted_lines(&std::fs::read_to_string(out).unwrap())
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The committed rows of a directory of part files, sorted.
@@ -452,6 +463,47 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
                 expected,
                 "{sql}: fail point {point}"
             );
+        }
+    }
+}
+
+/// An ORDER BY led by an event time (over a stream, or over windows by their start) sorts as
+/// the stream goes in a checkpointed run, its held rows kept by each checkpoint: the
+/// committed output is the uninterrupted run's, in its order. A session window over an
+/// aggregate without a per-record kernel (COUNT(DISTINCT …)) keeps its accumulators' states.
+#[test]
+fn a_sort_or_a_session_over_any_aggregate_that_dies_after_a_checkpoint_resumes_with_its_state() {
+    let dir = temporary("sorts-and-sessions");
+    let table = replay(dir.path());
+    let sorted_stream = "SELECT trade_time, symbol, trader_id, price FROM market_data WHERE quantity > 900 ORDER BY trade_time, symbol, trader_id, price";
+    let sorted_windows = "SELECT window_start, symbol, COUNT(*) AS n FROM market_data GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) ORDER BY window_start, symbol";
+    let distinct_sessions = "SELECT trader_id, COUNT(DISTINCT symbol) AS symbols, SUM(quantity) AS q FROM market_data GROUP BY trader_id WINDOW SESSION (trade_time, INTERVAL '21' SECOND)";
+    for (case, (sql, in_order)) in [
+        (sorted_stream, true),
+        (sorted_windows, true),
+        (distinct_sessions, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let expected = match in_order {
+            true => uninterrupted_in_order(dir.path(), sql, &table, "2"),
+            false => uninterrupted(dir.path(), sql, &table, "2"),
+        };
+        for point in ["before_manifest:2", "after_commit:1"] {
+            let name = format!("{case}-{}", point.replace(':', "-"));
+            let parts = dir.path().join(format!("out-{name}"));
+            let out = format!("parquet={}", parts.display());
+            let checkpoints = dir.path().join(format!("checkpoints-{name}"));
+            let checkpoints = checkpoints.to_str().unwrap();
+            let args = checkpointed_args(sql, &table, "2", &out, checkpoints);
+            assert!(dies_at(&args, point), "{sql} passed fail point {point}");
+            resumes_saying(&args, "restored");
+            let got = match in_order {
+                true => committed_in_order(dir.path(), &parts),
+                false => committed(dir.path(), &parts),
+            };
+            assert_eq!(got, expected, "{sql}: fail point {point}");
         }
     }
 }

@@ -45,7 +45,8 @@ pub fn write<'py>(
     let sink: SinkSpec = options.output.parse().map_err(to_py)?;
     let summary = PyDict::new(py);
     let started = Instant::now();
-    match &options.checkpoint_dir {
+    // The query that ran, whose metrics the summary reads.
+    let ran = match &options.checkpoint_dir {
         None => {
             let late_sink: Option<SinkSpec> = options
                 .late_output
@@ -62,6 +63,7 @@ pub fn write<'py>(
                 wait_stopping(py, run, move || stopping.stop())?.map_err(to_py)?;
             summary.set_item("rows", rows)?;
             summary.set_item("late_records_written", late_written)?;
+            query.clone()
         }
         Some(dir) => {
             if options.late_output.is_some() {
@@ -81,7 +83,9 @@ pub fn write<'py>(
                 // hashed exchanges, as the command line's default under checkpoints.
                 Some(_) => query.clone(),
                 None => hashed(py, origin)?,
-            };
+            }
+            .for_checkpoints()
+            .map_err(to_py)?;
             let (stop_sender, stop) = watch::channel(false);
             let run = {
                 let query = query.clone();
@@ -101,12 +105,13 @@ pub fn write<'py>(
             summary.set_item("checkpoints", report.summary.checkpoints)?;
             summary.set_item("stopped", report.summary.stopped)?;
             summary.set_item("largest_checkpoint_bytes", report.summary.largest_bytes)?;
+            query
         }
-    }
-    summary.set_item("records", query.records_read())?;
+    };
+    summary.set_item("records", ran.records_read())?;
     summary.set_item(
         "late_records_dropped",
-        query.metric_total("late_records_dropped"),
+        ran.metric_total("late_records_dropped"),
     )?;
     summary.set_item("seconds", started.elapsed().as_secs_f64())?;
     Ok(summary)
