@@ -15,7 +15,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
-use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers};
+use crate::checkpoint::{Checkpointing, OperatorState, PassedBarriers, pause_point};
 use crate::exchange::StreamExchangeExec;
 use crate::operator_metrics::StatefulMetrics;
 use crate::watermark::StreamMessage;
@@ -185,6 +185,9 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
                         Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
                         Ok(None) => {
                             ended(checkpoint.as_deref(), &handler);
+                            if checkpoint.is_some() {
+                                pause_point("operator_end").await;
+                            }
                             None
                         }
                         Err(error) => Some((Err(error), None)),
@@ -218,6 +221,9 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
                                 Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
                                 Ok(None) => {
                                     ended(checkpoint.as_deref(), &handler);
+                                    if checkpoint.is_some() {
+                                        pause_point("operator_end").await;
+                                    }
                                     None
                                 }
                                 Err(e) => Some((Err(e), None)),

@@ -253,3 +253,20 @@ pub fn fail_point(name: &str) {
         std::process::abort();
     }
 }
+
+/// A named point at which a test makes the task wait (`FRESHET_PAUSE_POINT=NAME:MS`, for MS
+/// milliseconds), so that what it races with happens meanwhile: a barrier placed while an
+/// operator partition finishes, for example.
+pub async fn pause_point(name: &str) {
+    static CHOSEN: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| {
+        let text = std::env::var("FRESHET_PAUSE_POINT").ok()?;
+        let (name, millis) = text.split_once(':')?;
+        Some((name.to_string(), millis.parse().ok()?))
+    });
+    if let Some((chosen, millis)) = chosen
+        && chosen == name
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(*millis)).await;
+    }
+}
