@@ -180,19 +180,7 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
         async move {
             let (mut messages, mut handler) = match state? {
                 Drive::Reading(messages, handler) => (messages, handler),
-                Drive::Ended(mut handler) => {
-                    return match handler.queued_output() {
-                        Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                        Ok(None) => {
-                            ended(checkpoint.as_deref(), &handler);
-                            if checkpoint.is_some() {
-                                pause_point("operator_end").await;
-                            }
-                            None
-                        }
-                        Err(error) => Some((Err(error), None)),
-                    };
-                }
+                Drive::Ended(handler) => return hand_out_the_rest(handler, checkpoint).await,
             };
             loop {
                 match handler.queued_output() {
@@ -217,17 +205,7 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
                     None => {
                         return match handler.on_watermark(i64::MAX) {
                             Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                            Ok(None) => match handler.queued_output() {
-                                Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
-                                Ok(None) => {
-                                    ended(checkpoint.as_deref(), &handler);
-                                    if checkpoint.is_some() {
-                                        pause_point("operator_end").await;
-                                    }
-                                    None
-                                }
-                                Err(e) => Some((Err(e), None)),
-                            },
+                            Ok(None) => hand_out_the_rest(handler, checkpoint).await,
                             Err(e) => Some((Err(e), None)),
                         };
                     }
@@ -244,10 +222,21 @@ pub(crate) fn drive_checkpointed<H: MessageHandler>(
     })
 }
 
-/// Records in the run's checkpoints, if any, that `handler`'s input ended and all it made was
-/// handed out.
-fn ended<H: MessageHandler>(checkpoint: Option<&OperatorCheckpoint>, handler: &H) {
-    if let Some(checkpoint) = checkpoint {
-        checkpoint.end(handler.dropped_counts());
+/// After the end of `handler`'s input: its next queued output, or, once all is handed out,
+/// the end, recorded in the run's checkpoints if any.
+async fn hand_out_the_rest<H: MessageHandler>(
+    mut handler: H,
+    checkpoint: Option<Arc<OperatorCheckpoint>>,
+) -> Option<(Result<RecordBatch>, Option<Drive<H>>)> {
+    match handler.queued_output() {
+        Ok(Some(batch)) => Some((Ok(batch), Some(Drive::Ended(handler)))),
+        Ok(None) => {
+            if let Some(checkpoint) = checkpoint {
+                checkpoint.end(handler.dropped_counts());
+                pause_point("operator_end").await;
+            }
+            None
+        }
+        Err(error) => Some((Err(error), None)),
     }
 }
