@@ -241,13 +241,24 @@ impl LongRun {
 
 /// Runs `args` until fail point `point` makes the process die; whether it died there.
 fn dies_at(args: &[&str], point: &str) -> bool {
-    let status = Command::new(env!("CARGO_BIN_EXE_freshet"))
-        .args(args)
-        .env("FRESHET_FAIL_POINT", point)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    !status.success()
+    dies_at_pausing(args, point, None)
+}
+
+/// [`dies_at`], the run waiting at the pause point `pause` (`NAME:MS`) if given.
+fn dies_at_pausing(args: &[&str], point: &str, pause: Option<&str>) -> bool {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_freshet"));
+    command.args(args).env("FRESHET_FAIL_POINT", point);
+    if let Some(pause) = pause {
+        command.env("FRESHET_PAUSE_POINT", pause);
+    }
+    !command.stderr(Stdio::null()).status().unwrap().success()
+}
+
+/// Removes `dirs` (a case's checkpoint and output directories) to start it afresh.
+fn remove_dirs(dirs: &[&Path]) {
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// Kills the run of `args` at the fail point `point`, then runs it to the end and expects it
@@ -258,9 +269,7 @@ fn dies_at(args: &[&str], point: &str) -> bool {
 /// output directories, removed), a few times.
 fn dies_then_resumes_writing_rows(args: &[&str], point: &str, fresh: &[&Path]) {
     for _ in 0..4 {
-        for dir in fresh {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        remove_dirs(fresh);
         assert!(
             dies_at(args, point),
             "the run passed the fail point {point}"
@@ -371,9 +380,7 @@ fn a_window_over_a_changelog_killed_and_resumed_commits_the_same_result() {
     args.extend(changes);
     let mut restored = 0;
     for point in ["after_commit:1", "after_state_write:1", "before_manifest:2"] {
-        for path in [&checkpoints, &parts] {
-            let _ = std::fs::remove_dir_all(path);
-        }
+        remove_dirs(&[&checkpoints, &parts]);
         assert!(
             dies_at(&args, point),
             "the run passed the fail point {point}"
@@ -389,9 +396,7 @@ fn a_window_over_a_changelog_killed_and_resumed_commits_the_same_result() {
         restored > 0,
         "no run resumed from a checkpoint: the test proves nothing"
     );
-    for path in [&checkpoints, &parts] {
-        let _ = std::fs::remove_dir_all(path);
-    }
+    remove_dirs(&[&checkpoints, &parts]);
     run_killing(&args, &delays(31, 4));
     let committed = committed_in_order(dir.path(), &parts);
     assert_eq!(applied(committed), expected, "after kills");
@@ -591,9 +596,7 @@ fn a_resumed_run_counts_the_late_records_dropped_before_it() {
     // On a loaded machine the first checkpoint may come only at the end of the input; the
     // resumed run then reads nothing, which is the next test's case: run again.
     for _ in 0..4 {
-        for path in [&checkpoints, &parts] {
-            let _ = std::fs::remove_dir_all(path);
-        }
+        remove_dirs(&[&checkpoints, &parts]);
         assert!(dies_at(&args, "after_commit:1"));
         let resumed = freshet(&args);
         let said = String::from_utf8_lossy(&resumed.stderr);
@@ -627,17 +630,11 @@ fn a_checkpoint_taken_as_the_input_ends_keeps_the_late_count() {
     // (On a machine so loaded that the coordinator did not look during the wait, the only
     // checkpoint marks the run finished, with nothing to resume: run again.)
     for _ in 0..3 {
-        for path in [&checkpoints, &parts] {
-            let _ = std::fs::remove_dir_all(path);
-        }
-        let killed = Command::new(env!("CARGO_BIN_EXE_freshet"))
-            .args(&args)
-            .env("FRESHET_FAIL_POINT", "after_commit:1")
-            .env("FRESHET_PAUSE_POINT", "operator_end:1000")
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(!killed.success(), "the run passed its first commit");
+        remove_dirs(&[&checkpoints, &parts]);
+        assert!(
+            dies_at_pausing(&args, "after_commit:1", Some("operator_end:1000")),
+            "the run passed its first commit"
+        );
         let resumed = freshet(&args);
         let said = String::from_utf8_lossy(&resumed.stderr);
         assert!(resumed.status.success(), "{said}");
