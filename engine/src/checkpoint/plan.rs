@@ -234,9 +234,11 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
             true => " (write it to a file with `freshet gen … --out FILE` and replay that)",
             false => "",
         };
-        return Ok((paced || source.positions().is_none()).then(|| {
+        // A paced replay of files has positions (its units, or the slices it deals); a paced
+        // generator does not.
+        return Ok(((paced && generated) || source.positions().is_none()).then(|| {
             format!(
-                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines), in-memory batches or a generator, read as fast as it goes: stream '{}' is not{hint}",
+                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines, paced or not), in-memory batches or a generator read as fast as it goes: stream '{}' is not{hint}",
                 source.table()
             )
         }));

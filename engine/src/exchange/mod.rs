@@ -329,9 +329,10 @@ impl StreamExchangeExec {
     /// stream without event time or replay positions has no key that a silent input could
     /// not hold; and inputs
     /// fed by another exchange share its input tasks, so that waiting for one of them could
-    /// hold back the rows it waits for (the same reason they are not aligned).
+    /// hold back the rows it waits for (the same reason they are not aligned). One input with
+    /// replay positions is merged too: the merge is where checkpoint barriers are passed on.
     fn merges_inputs(&self, inputs: usize) -> Result<bool> {
-        Ok(inputs > 1
+        Ok((inputs > 1 || self.input_positions(inputs).is_some())
             && self.step.is_none()
             && self.strategy.interleaves_keys()
             && (self.event_time.is_some()

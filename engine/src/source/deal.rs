@@ -102,8 +102,8 @@ impl DealExec {
         })
     }
 
-    /// Starts the task that reads the input and deals its slices.
-    fn start(&self, context: Arc<TaskContext>) -> Result<Dealt> {
+    /// Starts the task that reads the input and deals its slices, from slice `resumed_at` on.
+    fn start(&self, context: Arc<TaskContext>, resumed_at: i64) -> Result<Dealt> {
         let mut input = self.input.execute(0, context)?;
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..self.partitions)
             .map(|_| mpsc::channel(SLICES_AHEAD))
@@ -126,9 +126,12 @@ impl DealExec {
                     }
                 };
                 for start in (0..batch.num_rows()).step_by(slice_rows) {
-                    let rows = slice_rows.min(batch.num_rows() - start);
-                    if !dealer.send(Ok((batch.slice(start, rows), dealt))).await {
-                        return;
+                    // A resumed run's slices before its checkpoint's barrier were applied.
+                    if dealt >= resumed_at {
+                        let rows = slice_rows.min(batch.num_rows() - start);
+                        if !dealer.send(Ok((batch.slice(start, rows), dealt))).await {
+                            return;
+                        }
                     }
                     dealt += 1;
                 }
@@ -143,15 +146,17 @@ impl DealExec {
 
 impl DealExec {
     /// Output `partition`'s slices, each with its number in the replay (the order the reader
-    /// cut them in).
+    /// cut them in), from slice `resumed_at` on (the replay is read again up to it: the
+    /// numbers follow the reader's batches).
     pub fn execute_positioned(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
+        resumed_at: i64,
     ) -> Result<BoxStream<'static, Slice>> {
         let mut dealt = self.dealt.lock();
         if dealt.is_none() {
-            *dealt = Some(self.start(context)?);
+            *dealt = Some(self.start(context, resumed_at)?);
         }
         let Some(Dealt { task, receivers }) = dealt.as_mut() else {
             return internal_err!("DealExec started no deal");
@@ -277,7 +282,7 @@ impl ExecutionPlan for DealExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let batches = self
-            .execute_positioned(partition, context)?
+            .execute_positioned(partition, context, 0)?
             .map(|item| item.map(|(batch, _)| batch));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),

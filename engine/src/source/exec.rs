@@ -252,12 +252,14 @@ impl StreamSourceExec {
                 let partitions = properties.output_partitioning().partition_count();
                 (Arc::new(PartitionProgress::new(partitions)), column)
             });
-        // A replay read as fast as it goes is read unit by unit; a paced one read by several
-        // partitions is dealt by `DealExec`, which numbers its slices. (Read by one paced
-        // partition, nothing is merged.)
+        // A replay of files read as fast as it goes, or paced by one partition, is read unit
+        // by unit; a paced one read by several partitions is dealt by `DealExec`, which
+        // numbers its slices. (Paced partitions split by declared keys are each paced on
+        // their own: merged by unit, they would hold each other back.)
         let dealt = input.downcast_ref::<DealExec>().is_some();
-        let unit_by_unit =
-            matches!(options.pacing, Pacing::AsFastAsPossible) && reads_units(&input);
+        let one_partition = properties.output_partitioning().partition_count() == 1;
+        let unit_by_unit = (matches!(options.pacing, Pacing::AsFastAsPossible) || one_partition)
+            && reads_units(&input);
         let positions = (dealt || unit_by_unit).then(|| {
             let partitions = properties.output_partitioning().partition_count();
             Arc::new(PartitionProgress::new(partitions))
@@ -590,7 +592,7 @@ impl ExecutionPlan for StreamSourceExec {
                     .and_then(|_| seek_generated(&self.input, partition, resumed_at));
                 let partitions = self.properties.output_partitioning().partition_count() as i64;
                 let positioned = match (self.input.downcast_ref::<DealExec>(), generated) {
-                    (Some(deal), _) => deal.execute_positioned(partition, context)?,
+                    (Some(deal), _) => deal.execute_positioned(partition, context, resumed_at)?,
                     (None, Some(mut positions)) => self
                         .input
                         .execute(partition, context)?
@@ -646,6 +648,8 @@ impl ExecutionPlan for StreamSourceExec {
             Ok(batch)
         });
         let progress = self.progress.clone();
+        // The positions of the batches not handed out yet, for the pacing's slices.
+        let queued_positions = positions.as_ref().map(|(_, queued)| Arc::clone(queued));
         // Records count as read, and move the source's progress, when they are handed out.
         let record_progress = move |batch: Result<RecordBatch>| {
             if let Ok(batch) = &batch {
@@ -707,13 +711,26 @@ impl ExecutionPlan for StreamSourceExec {
         };
         let slice_rows = ((slice_rate / 100.0).ceil() as usize).max(1);
         let sliced = counted.flat_map(move |batch| {
-            let slices = match batch {
+            let slices: Vec<Result<RecordBatch>> = match batch {
                 Ok(batch) if batch.num_rows() > slice_rows => (0..batch.num_rows())
                     .step_by(slice_rows)
                     .map(|start| Ok(batch.slice(start, slice_rows.min(batch.num_rows() - start))))
                     .collect(),
                 other => vec![other],
             };
+            // Each slice is handed out with its batch's position: the batch's is first in
+            // the queue (every slice of the batches before it has been handed out), and the
+            // partition passes a barrier only with a slice of a later position.
+            if let Some(queued) = &queued_positions
+                && slices.len() > 1
+            {
+                let mut queued = queued.lock();
+                if let Some(&position) = queued.front() {
+                    for _ in 1..slices.len() {
+                        queued.push_front(position);
+                    }
+                }
+            }
             futures::stream::iter(slices)
         });
         let mut started = None;
