@@ -6,6 +6,10 @@
 //! reads, as batches of one schema the consumer chooses: each operator's input columns are
 //! placed by name, and columns its input lacks are null (the two sides of a join, or two
 //! windows over different inputs, share one side output). Nobody asking costs nothing.
+//!
+//! Each batch goes out with the number of checkpoint barriers its operator partition had
+//! passed when it dropped the rows: in a checkpointed run the late output is committed
+//! with the checkpoints, and the rows dropped before barrier `e` belong to checkpoint `e`.
 
 use std::sync::Arc;
 
@@ -17,24 +21,41 @@ use datafusion::common::Result;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use crate::checkpoint::PassedBarriers;
+
+/// Late rows, and how many checkpoint barriers the operator partition that dropped them had
+/// passed (in this run).
+pub type LateBatch = (u64, RecordBatch);
+
 /// Where an operator sends its late records, once a consumer has subscribed.
 #[derive(Debug, Clone, Default)]
 pub struct LateRecords {
     sender: Arc<Mutex<Option<Subscriber>>>,
+    /// The barriers of the operator partition that sends (see [`Self::of_partition`]).
+    passed: Option<(Arc<PassedBarriers>, usize)>,
 }
 
 /// A consumer of late records, and the schema it reads them in.
 #[derive(Debug)]
 struct Subscriber {
-    sender: mpsc::UnboundedSender<RecordBatch>,
+    sender: mpsc::UnboundedSender<LateBatch>,
     schema: SchemaRef,
 }
 
 impl LateRecords {
     /// Routes late records to `sender` from now on, in `schema` (see the module
     /// documentation).
-    pub fn subscribe(&self, sender: mpsc::UnboundedSender<RecordBatch>, schema: SchemaRef) {
+    pub fn subscribe(&self, sender: mpsc::UnboundedSender<LateBatch>, schema: SchemaRef) {
         *self.sender.lock() = Some(Subscriber { sender, schema });
+    }
+
+    /// The late records of partition `partition` of an operator whose partitions record
+    /// the barriers they pass in `passed`: each batch it sends says how many it had passed.
+    pub fn of_partition(&self, passed: &Arc<PassedBarriers>, partition: usize) -> Self {
+        Self {
+            sender: Arc::clone(&self.sender),
+            passed: Some((Arc::clone(passed), partition)),
+        }
     }
 
     /// Whether somebody reads late records.
@@ -53,8 +74,12 @@ impl LateRecords {
             true => rows,
             false => conform(&rows, &subscriber.schema)?,
         };
+        let passed = self
+            .passed
+            .as_ref()
+            .map_or(0, |(passed, partition)| passed.passed(*partition));
         // A reader that went away no longer wants them.
-        let _ = subscriber.sender.send(rows);
+        let _ = subscriber.sender.send((passed, rows));
         Ok(())
     }
 }

@@ -190,7 +190,7 @@ impl ExecutionPlan for StreamSortExec {
             ordering: self.ordering.clone(),
             time: self.time,
             watermark: i64::MIN,
-            late_records: self.late_records.clone(),
+            late_records: self.late_records.of_partition(&self.passed, partition),
             metrics: StatefulMetrics::new(&self.metrics, partition),
             reservation,
         };

@@ -15,7 +15,7 @@ use freshet_engine::checkpoint::{
 };
 use freshet_engine::sink::SinkSpec;
 use freshet_engine::sink::exactly_once::{
-    CheckpointInterval, CheckpointedRun, CheckpointedSummary, PartOutput,
+    CheckpointInterval, CheckpointedRun, CheckpointedSummary, LateOutput, PartOutput,
 };
 use tokio::sync::watch;
 
@@ -33,6 +33,9 @@ pub struct CheckpointConfig {
     /// the caller states them.
     pub query_text: String,
     pub options_text: String,
+    /// Where the records dropped as late go, if anywhere: a file output is a directory of
+    /// parts committed with the checkpoints, as the query's own.
+    pub late_output: Option<SinkSpec>,
 }
 
 /// What a checkpointed run did.
@@ -73,11 +76,19 @@ impl StreamingQuery {
         for warning in warnings {
             note(&format!("warning: {warning}"));
         }
+        let options = match &config.late_output {
+            // A run with a late output resumes only with the same one.
+            Some(late) => format!("{}\nlate output: {late:?}", config.options_text),
+            None => config.options_text.clone(),
+        };
         let fingerprint = Fingerprint {
             query: checksum(config.query_text.trim().as_bytes()),
-            options: checksum(config.options_text.as_bytes()),
+            options: checksum(options.as_bytes()),
             streams: query.output_partitions(),
         };
+        if let Some(late) = &config.late_output {
+            refuse_overlapping_outputs(sink, late)?;
+        }
         let mut report = CheckpointedReport::default();
         if let Some(manifest) = &restored {
             if let Some(difference) = manifest.fingerprint.difference(&fingerprint) {
@@ -93,6 +104,11 @@ impl StreamingQuery {
                     dir.display()
                 ));
                 if let Ok(output) = PartOutput::of(sink, || plan_err!("no direct output")) {
+                    output.recover(Some(manifest))?;
+                }
+                if let Some(late) = &config.late_output
+                    && let Ok(output) = PartOutput::late(late, || plan_err!("no direct output"))
+                {
                     output.recover(Some(manifest))?;
                 }
                 report.already_finished = true;
@@ -123,6 +139,20 @@ impl StreamingQuery {
                 "note: this output is at-least-once (rows after the last checkpoint are written again on resume); a file output (parquet=PATH, csv=PATH, …) is committed exactly once",
             );
         }
+        let late = match &config.late_output {
+            Some(late) => {
+                let (schema, batches) = query.late_batches();
+                let output =
+                    PartOutput::late(late, || late.open(&schema, Box::new(std::io::stderr())))?;
+                output.recover(restored.as_ref())?;
+                Some(LateOutput {
+                    batches,
+                    output,
+                    schema,
+                })
+            }
+            None => None,
+        };
         let checkpointing = Arc::new(Checkpointing::new(store, restored, query.plan()));
         let query = query.with_checkpointing(Arc::clone(&checkpointing));
         // Operators restore their state as their streams are made.
@@ -140,11 +170,30 @@ impl StreamingQuery {
             interval: config.interval,
             records_read: records,
             stop,
+            late,
         }
         .run(output, schema)
         .await?;
         Ok(report)
     }
+}
+
+/// Refuses a late output that is the query's output, or inside it, or holds it: each is a
+/// directory of its own parts.
+fn refuse_overlapping_outputs(output: &SinkSpec, late: &SinkSpec) -> Result<()> {
+    let (Some(output), Some(late)) = (output.path(), late.path()) else {
+        return Ok(());
+    };
+    let absolute = |path: &std::path::Path| std::path::absolute(path).unwrap_or(path.into());
+    let (output, late) = (absolute(output), absolute(late));
+    if output.starts_with(&late) || late.starts_with(&output) {
+        return plan_err!(
+            "the late output {} and the output {} overlap: with a checkpoint directory each is a directory of its own part files",
+            late.display(),
+            output.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -186,6 +235,7 @@ mod tests {
             kept: 2,
             query_text: QUERY.to_string(),
             options_text: "in-memory".to_string(),
+            late_output: None,
         };
         let (_stopper, stop) = watch::channel(stop_at_once);
         let sink = SinkSpec::Csv(Some(out.to_path_buf()));

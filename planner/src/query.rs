@@ -12,12 +12,12 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, displayable, execute_stream,
 };
-use freshet_engine::StreamSourceExec;
 use freshet_engine::aggregate::{AggregateEmit, ChangelogAggregateExec, WindowAggregateExec};
 use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::join::IntervalJoinExec;
-use freshet_engine::late_records::{LateRecords, side_output_schema};
+use freshet_engine::late_records::{LateBatch, LateRecords, side_output_schema};
 use freshet_engine::over::{OverWindowExec, TopNEmit, TopNExec};
+use freshet_engine::{StreamSortExec, StreamSourceExec};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -119,12 +119,25 @@ impl StreamingQuery {
             .map(|stream| self.explaining_errors(stream))
     }
 
-    /// The records the query's window aggregations, window functions and joins drop as
-    /// late, as a stream of batches of the operators' input rows: one schema with every
-    /// column of their inputs by name, null where a row's operator does not have it. Ask
-    /// before executing the query; read it while the query runs (it ends when the query's
-    /// operators are gone).
+    /// The records the query's window aggregations, window functions, joins and sorts
+    /// drop as late, as a stream of batches of the operators' input rows: one schema with
+    /// every column of their inputs by name, null where a row's operator does not have it.
+    /// Ask before executing the query; read it while the query runs (it ends when the
+    /// query's operators are gone).
     pub fn late_records(&self) -> SendableRecordBatchStream {
+        let (schema, receiver) = self.late_batches();
+        let batches = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver
+                .recv()
+                .await
+                .map(|(_, batch)| (Ok(batch), receiver))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+
+    /// The late records as [`Self::late_records`] gives them, each batch with the number of
+    /// checkpoint barriers its operator partition had passed: the schema and the receiver.
+    pub fn late_batches(&self) -> (SchemaRef, mpsc::UnboundedReceiver<LateBatch>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         let mut outputs: Vec<(LateRecords, SchemaRef)> = Vec::new();
         let _ = self.plan.apply(|node| {
@@ -135,6 +148,8 @@ impl StreamingQuery {
                 ));
             } else if let Some(over) = node.downcast_ref::<OverWindowExec>() {
                 outputs.push((over.late_records().clone(), node.children()[0].schema()));
+            } else if let Some(sort) = node.downcast_ref::<StreamSortExec>() {
+                outputs.push((sort.late_records().clone(), node.schema()));
             } else if let Some(join) = node.downcast_ref::<IntervalJoinExec>() {
                 for (late_records, schema) in join.late_records() {
                     outputs.push((late_records.clone(), schema));
@@ -150,11 +165,7 @@ impl StreamingQuery {
         for (late_records, _) in &outputs {
             late_records.subscribe(sender.clone(), Arc::clone(&schema));
         }
-        drop(sender);
-        let batches = futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|batch| (Ok(batch), receiver))
-        });
-        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+        (schema, receiver)
     }
 
     /// The sum of the metric `name` (e.g. `late_records_dropped`) over the plan's operators

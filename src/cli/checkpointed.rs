@@ -23,9 +23,6 @@ pub(super) async fn run_checkpointed(
     let Some(dir) = &args.checkpoint_dir else {
         return plan_err!("no checkpoint directory");
     };
-    if args.late_output.is_some() {
-        return plan_err!("--late-output cannot be used with --checkpoint-dir yet");
-    }
     if args.checkpoints_kept == 0 {
         return plan_err!(
             "--checkpoints-kept 0: at least the latest checkpoint is kept (1 or more)"
@@ -37,6 +34,7 @@ pub(super) async fn run_checkpointed(
         kept: args.checkpoints_kept,
         query_text: sql.to_string(),
         options_text: format!("{:?}", args.plan.session.without_partitions()),
+        late_output: args.late_output.as_deref().map(str::parse).transpose()?,
     };
     let (stop_sender, stop) = watch::channel(false);
     let stopper = tokio::spawn(async move {
@@ -64,12 +62,16 @@ pub(super) async fn run_checkpointed(
     }
     let run = report.summary;
     eprintln!(
-        "\r{} rows out; {} records read in {:.2}s; {} late records dropped; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit, longest alignment {:.0} ms){}",
+        "\r{} rows out; {} records read in {:.2}s; {} late records dropped{}; {} checkpoints (largest {} bytes of state, slowest {:.0} ms from barrier to commit, longest alignment {:.0} ms){}",
         run.sink.rows,
         query.records_read(),
         started.elapsed().as_secs_f64(),
         // Counted since the query started: a resumed run starts from its checkpoint's.
         query.metric_total("late_records_dropped"),
+        match run.late_written {
+            Some(written) => format!(" ({written} written to the late output)"),
+            None => String::new(),
+        },
         run.checkpoints,
         run.largest_bytes,
         run.slowest.as_secs_f64() * 1e3,

@@ -650,6 +650,89 @@ fn a_resumed_run_counts_the_late_records_dropped_before_it() {
     panic!("in four runs, the first checkpoint came only at the end of the input");
 }
 
+/// A replay of 12 files of 4 000 disordered records, and after the 4th and the 8th a file of
+/// 500 records from the start of the file before it: each is late as a whole.
+fn replay_with_late_files(dir: &Path) -> String {
+    let table = replay(dir);
+    for file in [3u64, 7] {
+        let start = format!("start_ms={}", 1_700_000_000_001 + file * 4_000 * 1_000);
+        let out = dir.join("market_data").join(format!("f{file:02}b.parquet"));
+        freshet_ok(&[
+            "gen",
+            "market_data",
+            "--records",
+            "500",
+            "--set",
+            &start,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+    }
+    table
+}
+
+/// The late output of a run that dies at fail points or is killed at random moments, and is
+/// resumed, holds each record the uninterrupted run drops as late once: it is committed
+/// with the checkpoints, each late record in the part of the checkpoint whose barrier came
+/// after it. A window aggregation, an OVER window and an interval join drop them.
+#[test]
+fn the_late_output_of_a_query_killed_and_resumed_holds_every_late_record_once() {
+    let dir = temporary("late-output");
+    let table = replay_with_late_files(dir.path());
+    for (case, sql) in [S3A, S1, INTERVAL_JOIN].into_iter().enumerate() {
+        let reference = dir.path().join(format!("reference-late-{case}.csv"));
+        let reference_late = format!("csv={}", reference.display());
+        freshet_ok(&[
+            "query",
+            sql,
+            "--table",
+            &table,
+            "--partitions",
+            "2",
+            "--strategy",
+            "hash",
+            "-o",
+            "null",
+            "--late-output",
+            &reference_late,
+        ]);
+        let expected_late = sorted_lines(&std::fs::read_to_string(&reference).unwrap());
+        assert!(
+            expected_late.len() > 500,
+            "case {case} drops too few records"
+        );
+        let expected = uninterrupted(dir.path(), sql, &table, "2");
+        let interrupted = ["after_state_write:3", "before_manifest:2", "after_commit:1"]
+            .into_iter()
+            .map(Some)
+            .chain([None]);
+        for (run, point) in interrupted.enumerate() {
+            let parts = dir.path().join(format!("out-{case}-{run}"));
+            let late_parts = dir.path().join(format!("late-{case}-{run}"));
+            let out = format!("parquet={}", parts.display());
+            let late = format!("parquet={}", late_parts.display());
+            let checkpoints = dir.path().join(format!("checkpoints-{case}-{run}"));
+            let mut args = checkpointed_args(sql, &table, "2", &out, checkpoints.to_str().unwrap());
+            args.extend(["--late-output", &late]);
+            match point {
+                Some(point) => {
+                    assert!(dies_at(&args, point), "{sql} passed fail point {point}");
+                    freshet_ok(&args);
+                }
+                None => {
+                    run_killing(&args, &delays(case as u64 + 31, 4));
+                }
+            }
+            assert_eq!(committed(dir.path(), &parts), expected, "{sql}: {point:?}");
+            assert_eq!(
+                committed(dir.path(), &late_parts),
+                expected_late,
+                "the late records of {sql}: {point:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_checkpoint_taken_as_the_input_ends_keeps_the_late_count() {
     let dir = temporary("late-at-end");
@@ -799,9 +882,12 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
         "checkpoints need every exchange to read its replay in file order",
     );
     let mut late_output = checkpointed_args(S3A, &table, "2", &out, checkpoints);
-    let late = format!("csv={}", dir.path().join("late.csv").display());
+    let late = format!("csv={}", dir.path().join("out").join("late").display());
     late_output.extend(["--late-output", &late]);
-    refused(late_output, "--late-output");
+    refused(
+        late_output,
+        "overlap: with a checkpoint directory each is a directory of its own part files",
+    );
     let paced_generator = "market_data=generator:market_data,records=1000,rate=100000";
     let output = freshet(&checkpointed_args(
         S3A,

@@ -45,15 +45,15 @@ pub fn write<'py>(
     let sink: SinkSpec = options.output.parse().map_err(to_py)?;
     let summary = PyDict::new(py);
     let started = Instant::now();
+    let late_sink: Option<SinkSpec> = options
+        .late_output
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(to_py)?;
     // The query that ran, whose metrics the summary reads.
     let ran = match &options.checkpoint_dir {
         None => {
-            let late_sink: Option<SinkSpec> = options
-                .late_output
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(to_py)?;
             let run = {
                 let query = query.clone();
                 async move { run_plain(query, sink, late_sink).await }
@@ -66,17 +66,13 @@ pub fn write<'py>(
             query.clone()
         }
         Some(dir) => {
-            if options.late_output.is_some() {
-                return Err(to_py(datafusion::error::DataFusionError::Plan(
-                    "late_output cannot be used with checkpoint_dir yet".to_string(),
-                )));
-            }
             let config = CheckpointConfig {
                 dir: dir.clone(),
                 interval: options.checkpoint_interval.parse().map_err(to_py)?,
                 kept: options.checkpoints_kept,
                 query_text: origin.sql.clone(),
                 options_text: format!("{:?}", origin.args.without_partitions()),
+                late_output: late_sink,
             };
             let query = match origin.args.strategy {
                 // Checkpoints cut replays in file order: keyed operators read it through
@@ -105,6 +101,7 @@ pub fn write<'py>(
             summary.set_item("checkpoints", report.summary.checkpoints)?;
             summary.set_item("stopped", report.summary.stopped)?;
             summary.set_item("largest_checkpoint_bytes", report.summary.largest_bytes)?;
+            summary.set_item("late_records_written", report.summary.late_written)?;
             query
         }
     };

@@ -478,7 +478,7 @@ impl ExecutionPlan for WindowAggregateExec {
             spec: &self.spec,
             input_schema: self.input.schema(),
             partial: self.partial.as_ref(),
-            late_records: self.late_records.clone(),
+            late_records: self.late_records.of_partition(&self.passed, partition),
             metrics: &self.metrics,
             partition,
             reservation,

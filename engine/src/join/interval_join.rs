@@ -197,7 +197,7 @@ pub struct IntervalJoinExec {
     /// The side outputs of each side's late rows.
     pub(super) late_records: [LateRecords; 2],
     /// The checkpoint barriers each output partition has passed.
-    passed: Arc<PassedBarriers>,
+    pub(super) passed: Arc<PassedBarriers>,
 }
 
 /// An event-time column of the join's output: the time column of `side`.

@@ -287,7 +287,8 @@ impl JoinStream {
             time_column,
             until_column: spec.bound.until(which),
             role: SideRole::of(spec.join_type, which),
-            late_records: exec.late_records[usize::from(which == JoinSide::Right)].clone(),
+            late_records: exec.late_records[usize::from(which == JoinSide::Right)]
+                .of_partition(&exec.passed, partition),
         };
         Ok(Self {
             left: side(

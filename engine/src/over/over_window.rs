@@ -348,7 +348,7 @@ impl OverState {
             strict: exec.spec.functions.iter().any(|f| f.peers),
             watermark: i64::MIN,
             swept_at: i64::MIN,
-            late_records: exec.late_records.clone(),
+            late_records: exec.late_records.of_partition(&exec.passed, partition),
             metrics: OverMetrics::new(&exec.metrics, partition),
             reservation,
         })

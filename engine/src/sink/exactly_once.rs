@@ -11,6 +11,13 @@
 //! one. Outputs that cannot be committed (the terminal table, stdout, `null`) are written
 //! as they come: at-least-once.
 //!
+//! The late output (the records operators dropped as late) is a second directory of parts,
+//! committed with the same checkpoints: an operator partition tags each late batch with the
+//! barriers it had passed, so rows it dropped before barrier `e` go to part `e`. It sends them
+//! before it passes the barrier on, so by the time every output partition has passed barrier
+//! `e` they wait in the late channel, and are written before the part is closed. The
+//! manifest names the late output's parts under `late/`.
+//!
 //! The coordinator places a barrier once the interval has passed since the last checkpoint
 //! completed (in records read, or in time). Each output partition is read by a task
 //! of its own; before it forwards a batch it asks the partition's [`BarrierProbe`] whether
@@ -28,12 +35,14 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, watch};
 
 use super::{BatchWriter, SinkSpec, SinkSummary};
 use crate::checkpoint::{
     Barrier, BarrierProbe, Checkpointing, Fingerprint, Manifest, fail_point, sync_dir,
 };
+use crate::late_records::LateBatch;
 
 /// When barriers are placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,13 +87,21 @@ impl std::str::FromStr for CheckpointInterval {
     }
 }
 
-/// Where a checkpointed run's rows go.
+/// Where a checkpointed run's rows (or its late records) go.
 pub enum PartOutput {
-    /// A directory of committed part files in the format of `spec`.
-    Parts { dir: PathBuf, spec: SinkSpec },
+    /// A directory of committed part files in the format of `spec`, named in the manifest
+    /// after `prefix` (empty for the query's rows, `late/` for the late output).
+    Parts {
+        dir: PathBuf,
+        spec: SinkSpec,
+        prefix: &'static str,
+    },
     /// A writer that cannot commit (terminal, stdout, null): at-least-once.
     Direct(Box<dyn BatchWriter>),
 }
+
+/// How the manifest names the late output's parts.
+const LATE_PREFIX: &str = "late/";
 
 impl PartOutput {
     /// The output of `spec`: a directory of parts for a file, else `direct`.
@@ -92,10 +109,27 @@ impl PartOutput {
         spec: &SinkSpec,
         direct: impl FnOnce() -> Result<Box<dyn BatchWriter>>,
     ) -> Result<Self> {
+        Self::named(spec, "", direct)
+    }
+
+    /// The late output of `spec`: a directory of parts for a file, else `direct`.
+    pub fn late(
+        spec: &SinkSpec,
+        direct: impl FnOnce() -> Result<Box<dyn BatchWriter>>,
+    ) -> Result<Self> {
+        Self::named(spec, LATE_PREFIX, direct)
+    }
+
+    fn named(
+        spec: &SinkSpec,
+        prefix: &'static str,
+        direct: impl FnOnce() -> Result<Box<dyn BatchWriter>>,
+    ) -> Result<Self> {
         Ok(match spec.path() {
             Some(dir) => Self::Parts {
                 dir: dir.to_path_buf(),
                 spec: spec.clone(),
+                prefix,
             },
             None => Self::Direct(direct()?),
         })
@@ -110,7 +144,7 @@ impl PartOutput {
     /// are still pending and deletes every other pending part. A directory with committed
     /// parts and no checkpoint to resume is another run's output, and refused.
     pub fn recover(&self, restored: Option<&Manifest>) -> Result<()> {
-        let Self::Parts { dir, .. } = self else {
+        let Self::Parts { dir, prefix, .. } = self else {
             return Ok(());
         };
         if dir.exists() && !dir.is_dir() {
@@ -120,8 +154,18 @@ impl PartOutput {
             );
         }
         fs::create_dir_all(dir)?;
-        let covered: Vec<(String, String)> =
-            restored.map(|m| m.outputs.clone()).unwrap_or_default();
+        let covered = restored.map_or_else(Vec::new, |manifest| {
+            manifest
+                .outputs
+                .iter()
+                .filter_map(|(pending, committed)| {
+                    let pending = pending.strip_prefix(prefix)?;
+                    let committed = committed.strip_prefix(prefix)?;
+                    (!pending.contains('/') && !committed.contains('/'))
+                        .then(|| (pending.to_string(), committed.to_string()))
+                })
+                .collect::<Vec<_>>()
+        });
         for (pending, committed) in &covered {
             if dir.join(pending).exists() {
                 fs::rename(dir.join(pending), dir.join(committed))?;
@@ -169,8 +213,97 @@ enum News {
 struct Parts {
     dir: PathBuf,
     spec: SinkSpec,
+    /// How the manifest names them (see [`PartOutput::Parts`]).
+    prefix: &'static str,
     schema: SchemaRef,
     open: BTreeMap<u64, Box<dyn BatchWriter>>,
+}
+
+/// Where a run writes one output: parts committed with the checkpoints, or a writer.
+enum Sink {
+    Parts(Parts),
+    Direct(Box<dyn BatchWriter>),
+}
+
+impl Sink {
+    fn new(output: PartOutput, schema: SchemaRef) -> Self {
+        match output {
+            PartOutput::Parts { dir, spec, prefix } => Self::Parts(Parts {
+                dir,
+                spec,
+                prefix,
+                schema,
+                open: BTreeMap::new(),
+            }),
+            PartOutput::Direct(writer) => Self::Direct(writer),
+        }
+    }
+
+    /// Writes `batch`, which belongs to checkpoint `epoch`.
+    fn write(&mut self, epoch: u64, batch: &RecordBatch) -> Result<()> {
+        match self {
+            Self::Parts(parts) => parts.write(epoch, batch),
+            Self::Direct(writer) => writer.write(batch),
+        }
+    }
+
+    /// Finishes the writers; parts after the last checkpoint (a stop) stay pending: the
+    /// resumed run writes their rows again.
+    fn finish(self) -> Result<()> {
+        match self {
+            Self::Parts(parts) => parts
+                .open
+                .into_values()
+                .try_for_each(|writer| writer.finish()),
+            Self::Direct(writer) => writer.finish(),
+        }
+    }
+}
+
+/// The late records of a checkpointed run: the channel the operators send them into, and
+/// where they go.
+pub struct LateOutput {
+    pub batches: mpsc::UnboundedReceiver<LateBatch>,
+    pub output: PartOutput,
+    pub schema: SchemaRef,
+}
+
+/// The late output while the run goes on.
+struct LateSink {
+    batches: mpsc::UnboundedReceiver<LateBatch>,
+    sink: Sink,
+    /// The epoch of the checkpoint the run resumed (0 for a fresh run): an operator
+    /// partition counts only the barriers it passed in this run.
+    restored: u64,
+    /// Late records written.
+    rows: u64,
+    /// Whether operators may still send some.
+    open: bool,
+}
+
+impl LateSink {
+    /// Writes every late batch the operators have sent so far.
+    fn drain(&mut self) -> Result<()> {
+        loop {
+            match self.batches.try_recv() {
+                Ok(batch) => self.write(batch)?,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+
+    fn write(&mut self, (passed, batch): LateBatch) -> Result<()> {
+        self.rows += batch.num_rows() as u64;
+        self.sink.write(passed.max(self.restored) + 1, &batch)
+    }
+}
+
+/// The late records, if wanted, once some are sent.
+async fn next_late(late: &mut Option<LateSink>) -> Option<LateBatch> {
+    match late {
+        Some(late) if late.open => late.batches.recv().await,
+        _ => std::future::pending().await,
+    }
 }
 
 impl Parts {
@@ -258,6 +391,8 @@ pub struct CheckpointedSummary {
     /// the barrier's way through the exchanges, its alignment at joins, and the operators'
     /// taking of their state (whose files are written after).
     pub slowest_alignment: Duration,
+    /// Late records written to the late output, if the run has one.
+    pub late_written: Option<u64>,
 }
 
 impl CheckpointedSummary {
@@ -283,6 +418,8 @@ pub struct CheckpointedRun {
     pub records_read: Box<dyn Fn() -> u64 + Send>,
     /// Set to stop at the next checkpoint.
     pub stop: watch::Receiver<bool>,
+    /// Where the records dropped as late go, if anywhere.
+    pub late: Option<LateOutput>,
 }
 
 impl CheckpointedRun {
@@ -296,6 +433,7 @@ impl CheckpointedRun {
             interval,
             records_read,
             mut stop,
+            late,
         } = self;
         let partitions = streams.len();
         let (news_sender, mut news) = mpsc::channel::<(usize, News)>(4 * partitions.max(1));
@@ -312,19 +450,18 @@ impl CheckpointedRun {
             ));
         }
         drop(news_sender);
-        let (mut parts, mut direct) = match output {
-            PartOutput::Parts { dir, spec } => (
-                Some(Parts {
-                    dir,
-                    spec,
-                    schema,
-                    open: BTreeMap::new(),
-                }),
-                None,
-            ),
-            PartOutput::Direct(writer) => (None, Some(writer)),
+        let restored = checkpointing.restored().map_or(0, |m| m.epoch);
+        let mut sinks = Sinks {
+            rows: Sink::new(output, schema),
+            late: late.map(|late| LateSink {
+                batches: late.batches,
+                sink: Sink::new(late.output, late.schema),
+                restored,
+                rows: 0,
+                open: true,
+            }),
         };
-        let mut passed = vec![checkpointing.restored().map_or(0, |m| m.epoch); partitions];
+        let mut passed = vec![restored; partitions];
         let mut ended = vec![false; partitions];
         let mut summary = CheckpointedSummary::default();
         let mut last_barrier = (records_read(), Instant::now());
@@ -348,7 +485,17 @@ impl CheckpointedRun {
                     last_barrier = (records_read(), Instant::now());
                     if stopping {
                         summary.stopped = true;
-                        return finish(parts, direct, summary);
+                        return sinks.finish(summary);
+                    }
+                    continue;
+                }
+                batch = next_late(&mut sinks.late) => {
+                    if let Some(late) = &mut sinks.late {
+                        match batch {
+                            Some(batch) => late.write(batch)?,
+                            // Every operator is gone: nothing more comes.
+                            None => late.open = false,
+                        }
                     }
                     continue;
                 }
@@ -373,11 +520,7 @@ impl CheckpointedRun {
                 News::Rows(batch) => {
                     summary.sink.rows += batch.num_rows() as u64;
                     summary.sink.batches += 1;
-                    match (&mut parts, &mut direct) {
-                        (Some(parts), _) => parts.write(passed[partition] + 1, &batch)?,
-                        (None, Some(writer)) => writer.write(&batch)?,
-                        (None, None) => {}
-                    }
+                    sinks.rows.write(passed[partition] + 1, &batch)?;
                 }
                 News::Passed(epoch) => passed[partition] = passed[partition].max(epoch),
                 News::Ended => ended[partition] = true,
@@ -395,11 +538,11 @@ impl CheckpointedRun {
                 completing = Some(Completing::start(
                     &checkpointing,
                     &fingerprint,
-                    &mut parts,
+                    &mut sinks,
                     barrier,
                     last_barrier.1,
                     false,
-                ));
+                )?);
             }
         }
         if !ended.iter().all(|e| *e) {
@@ -409,7 +552,7 @@ impl CheckpointedRun {
             done.count_in(&mut summary).await?;
             if stopping {
                 summary.stopped = true;
-                return finish(parts, direct, summary);
+                return sinks.finish(summary);
             }
         }
         // A barrier placed after the last partition ended is passed by all of them.
@@ -417,11 +560,11 @@ impl CheckpointedRun {
             let done = Completing::start(
                 &checkpointing,
                 &fingerprint,
-                &mut parts,
+                &mut sinks,
                 barrier,
                 last_barrier.1,
                 false,
-            );
+            )?;
             done.count_in(&mut summary).await?;
         }
         // The last checkpoint: everything after the last barrier, and the end.
@@ -435,14 +578,60 @@ impl CheckpointedRun {
         let done = Completing::start(
             &checkpointing,
             &fingerprint,
-            &mut parts,
+            &mut sinks,
             last,
             Instant::now(),
             true,
-        );
+        )?;
         done.count_in(&mut summary).await?;
-        finish(parts, direct, summary)
+        sinks.finish(summary)
     }
+}
+
+/// The run's outputs: its rows, and its late records if wanted.
+struct Sinks {
+    rows: Sink,
+    late: Option<LateSink>,
+}
+
+impl Sinks {
+    /// The parts of epochs up to `epoch` of each output, to be closed, with where they are
+    /// and how the manifest names them; the late records sent so far are written first.
+    fn take_through(&mut self, epoch: u64) -> Result<Vec<ClosingParts>> {
+        if let Some(late) = &mut self.late {
+            late.drain()?;
+        }
+        let late = self.late.as_mut().map(|late| &mut late.sink);
+        Ok([Some(&mut self.rows), late]
+            .into_iter()
+            .flatten()
+            .filter_map(|sink| match sink {
+                Sink::Parts(parts) => Some(ClosingParts {
+                    dir: parts.dir.clone(),
+                    prefix: parts.prefix,
+                    parts: parts.take_through(epoch),
+                }),
+                Sink::Direct(_) => None,
+            })
+            .collect())
+    }
+
+    fn finish(mut self, mut summary: CheckpointedSummary) -> Result<CheckpointedSummary> {
+        if let Some(mut late) = self.late.take() {
+            late.drain()?;
+            summary.late_written = Some(late.rows);
+            late.sink.finish()?;
+        }
+        self.rows.finish()?;
+        Ok(summary)
+    }
+}
+
+/// One output's parts of a checkpoint, being closed.
+struct ClosingParts {
+    dir: PathBuf,
+    prefix: &'static str,
+    parts: Vec<ClosingPart>,
 }
 
 /// A checkpoint completing in a task of its own while the run goes on.
@@ -461,40 +650,50 @@ impl Completing {
     fn start(
         checkpointing: &Arc<Checkpointing>,
         fingerprint: &Fingerprint,
-        parts: &mut Option<Parts>,
+        sinks: &mut Sinks,
         barrier: Barrier,
         placed: Instant,
         finished: bool,
-    ) -> Self {
-        let closing = parts
-            .as_mut()
-            .map(|parts| parts.take_through(barrier.epoch))
-            .unwrap_or_default();
-        let dir = parts.as_ref().map(|parts| parts.dir.clone());
+    ) -> Result<Self> {
+        let closing = sinks.take_through(barrier.epoch)?;
         let checkpointing = Arc::clone(checkpointing);
         let fingerprint = fingerprint.clone();
         let task = tokio::spawn(async move {
-            let outputs = match &dir {
-                Some(dir) => {
-                    let dir = dir.clone();
-                    blocking(move || close_parts(&dir, closing)).await?
-                }
-                None => Vec::new(),
-            };
+            let closed = blocking(move || {
+                closing
+                    .into_iter()
+                    .map(|closing| {
+                        let names = close_parts(&closing.dir, closing.parts)?;
+                        Ok((closing.dir, closing.prefix, names))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
+            let outputs = closed
+                .iter()
+                .flat_map(|(_, prefix, names)| {
+                    names.iter().map(move |(pending, committed)| {
+                        (format!("{prefix}{pending}"), format!("{prefix}{committed}"))
+                    })
+                })
+                .collect();
             let bytes = checkpointing
-                .complete(barrier, finished, &fingerprint, outputs.clone())
+                .complete(barrier, finished, &fingerprint, outputs)
                 .await?;
-            if let Some(dir) = dir {
-                blocking(move || commit_parts(&dir, &outputs)).await?;
-            }
+            blocking(move || {
+                closed
+                    .iter()
+                    .try_for_each(|(dir, _, names)| commit_parts(dir, names))
+            })
+            .await?;
             Ok(bytes)
         });
-        Self {
+        Ok(Self {
             barrier,
             placed,
             aligned: Instant::now(),
             task,
-        }
+        })
     }
 
     /// Waits until the checkpoint is complete, and counts it in `summary`.
@@ -532,24 +731,6 @@ async fn completion(completing: &mut Option<Completing>) -> Result<u64> {
         Some(completing) => completing.finished().await,
         None => std::future::pending().await,
     }
-}
-
-fn finish(
-    parts: Option<Parts>,
-    direct: Option<Box<dyn BatchWriter>>,
-    summary: CheckpointedSummary,
-) -> Result<CheckpointedSummary> {
-    if let Some(parts) = parts {
-        // Parts after the last checkpoint (a stop) are pending: the resumed run writes
-        // their rows again.
-        for writer in parts.open.into_values() {
-            writer.finish()?;
-        }
-    }
-    if let Some(writer) = direct {
-        writer.finish()?;
-    }
-    Ok(summary)
 }
 
 /// Reads output partition `partition`, telling the coordinator of each barrier it passed
