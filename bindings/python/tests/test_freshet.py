@@ -290,6 +290,28 @@ def test_write_with_checkpoints_commits_once_and_resumes(tmp_path):
         ctx.sql("SELECT symbol FROM t").write(f"parquet={out}", checkpoint_dir=checkpoints)
 
 
+def test_write_with_checkpoints_commits_the_late_records_once(tmp_path):
+    ctx = freshet.StreamingContext(partitions=2)
+    table = trades(6_000)
+    # The last 1 000 records are from long before the others: each is late.
+    times = [1_700_000_000_000 + i * 1000 for i in range(6_000)]
+    times = times[:5_000] + [t - 10_000_000 for t in times[5_000:]]
+    table = table.set_column(2, "ts", pa.array(times, pa.timestamp("ms")))
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=500)
+    ctx.register_parquet("t", tmp_path / "t.parquet", event_time="ts", watermark="1s")
+    sql = "SELECT symbol, window_start, COUNT(*) AS n FROM t GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)"
+    out, late, checkpoints = tmp_path / "out", tmp_path / "late", tmp_path / "ck"
+    done = ctx.sql(sql).write(
+        f"parquet={out}", late_output=f"parquet={late}", checkpoint_dir=checkpoints, checkpoint_interval="1k"
+    )
+    assert done["late_records_dropped"] == done["late_records_written"] == 1_000
+    assert pq.read_table(late).num_rows == 1_000
+    with pytest.raises(freshet.FreshetError, match="overlap"):
+        ctx.sql(sql).write(
+            f"parquet={out}", late_output=f"parquet={out / 'late'}", checkpoint_dir=tmp_path / "ck2"
+        )
+
+
 def test_checkpoints_refuse_a_live_stream(ctx, tmp_path):
     table = trades(100)
     reader = pa.RecordBatchReader.from_batches(table.schema, iter(table.to_batches(max_chunksize=10)))
