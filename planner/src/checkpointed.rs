@@ -201,6 +201,8 @@ mod tests {
     use std::path::Path;
 
     use freshet_engine::StreamOptions;
+    use freshet_engine::options::Pacing;
+    use freshet_engine::source::ReplaySource;
     use freshet_engine::source::{GeneratorKind, GeneratorSpec};
 
     use super::*;
@@ -208,8 +210,8 @@ mod tests {
 
     const QUERY: &str = "SELECT trader_id, COUNT(*) AS n, SUM(quantity) AS q FROM market_data GROUP BY trader_id EMIT CHANGES";
 
-    /// Disordered in-memory batches, as a library user registers them.
-    fn context() -> StreamingContext {
+    /// Disordered in-memory batches, as a library user registers them, replayed at `pacing`.
+    fn context(pacing: Pacing) -> StreamingContext {
         let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(60_000));
         spec.set("batch_size", "500").unwrap();
         spec.set("disorder_ms", "3000").unwrap();
@@ -217,6 +219,7 @@ mod tests {
         let context = StreamingContext::with_partitions(2);
         let options = StreamOptions {
             event_time: Some("trade_time".to_string()),
+            pacing,
             ..StreamOptions::default()
         };
         context
@@ -225,22 +228,25 @@ mod tests {
         context
     }
 
-    /// Runs the query into a directory of CSV parts, stopping at its first checkpoint when
-    /// `stop_at_once`; whether it stopped.
-    async fn run(out: &Path, checkpoints: &Path, stop_at_once: bool) -> bool {
-        let query = context().sql(QUERY).await.unwrap();
-        let config = CheckpointConfig {
+    fn config(checkpoints: &Path) -> CheckpointConfig {
+        CheckpointConfig {
             dir: checkpoints.to_path_buf(),
             interval: "5000".parse().unwrap(),
             kept: 2,
             query_text: QUERY.to_string(),
             options_text: "in-memory".to_string(),
             late_output: None,
-        };
+        }
+    }
+
+    /// Runs the query into a directory of CSV parts, stopping at its first checkpoint when
+    /// `stop_at_once`; whether it stopped.
+    async fn run(out: &Path, checkpoints: &Path, stop_at_once: bool, pacing: Pacing) -> bool {
+        let query = context(pacing).sql(QUERY).await.unwrap();
         let (_stopper, stop) = watch::channel(stop_at_once);
         let sink = SinkSpec::Csv(Some(out.to_path_buf()));
         let report = query
-            .run_checkpointed(&sink, &config, stop, &|_| {})
+            .run_checkpointed(&sink, &config(checkpoints), stop, &|_| {})
             .await
             .unwrap();
         report.summary.stopped
@@ -268,19 +274,61 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_in_memory_replay_stopped_at_a_checkpoint_resumes_at_its_batch() {
-        let dir = std::env::temp_dir().join(format!("freshet-memory-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let (reference, out) = (dir.join("reference"), dir.join("out"));
-        assert!(!run(&reference, &dir.join("reference-checkpoints"), false).await);
+        // Paced or not: the replay's batches are numbered by their place in it either way.
+        for (case, pacing) in [
+            Pacing::AsFastAsPossible,
+            Pacing::RecordsPerSecond(300_000.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let dir =
+                std::env::temp_dir().join(format!("freshet-memory-{}-{case}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let (reference, out) = (dir.join("reference"), dir.join("out"));
+            let reference_checkpoints = dir.join("reference-checkpoints");
+            assert!(!run(&reference, &reference_checkpoints, false, pacing).await);
+            let checkpoints = dir.join("checkpoints");
+            assert!(
+                run(&out, &checkpoints, true, pacing).await,
+                "the run did not stop"
+            );
+            let partial = committed(&out).len();
+            assert!(!run(&out, &checkpoints, false, pacing).await);
+            let expected = committed(&reference);
+            assert!(partial < expected.len(), "the first run read everything");
+            assert_eq!(committed(&out), expected, "{pacing:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_memory_partitions_with_no_order_across_them_are_refused() {
+        let mut spec = GeneratorSpec::new(GeneratorKind::MarketData, Some(1_000));
+        spec.set("batch_size", "100").unwrap();
+        let batches = spec.generate_all().unwrap();
+        let (first, second) = batches.split_at(batches.len() / 2);
+        let context = StreamingContext::with_partitions(2);
+        let source = ReplaySource::Partitioned {
+            schema: spec.schema(),
+            partitions: vec![first.to_vec(), second.to_vec()],
+        };
+        context
+            .register_stream("market_data", source, StreamOptions::default())
+            .unwrap();
+        let query = context.sql(QUERY).await.unwrap();
+        let dir = std::env::temp_dir().join(format!("freshet-partitioned-{}", std::process::id()));
+        let (_stopper, stop) = watch::channel(false);
+        let sink = SinkSpec::Csv(Some(dir.join("out")));
+        let refused = query
+            .run_checkpointed(&sink, &config(&dir.join("checkpoints")), stop, &|_| {})
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
-            run(&out, &dir.join("checkpoints"), true).await,
-            "the run did not stop"
+            refused.contains("stream 'market_data' is not (a live stream, or in-memory partitions with no order across them)"),
+            "{refused}"
         );
-        let partial = committed(&out).len();
-        assert!(!run(&out, &dir.join("checkpoints"), false).await);
-        let expected = committed(&reference);
-        assert!(partial < expected.len(), "the first run read everything");
-        assert_eq!(committed(&out), expected);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

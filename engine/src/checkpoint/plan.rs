@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
-use datafusion::physical_plan::memory::LazyMemoryExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
@@ -20,7 +19,6 @@ use crate::aggregate::{ChangelogAggregateExec, WindowAggregateExec};
 use crate::exchange::StreamExchangeExec;
 use crate::filter::StreamFilterExec;
 use crate::join::{IntervalJoinExec, LookupJoinExec};
-use crate::options::Pacing;
 use crate::over::{ChangelogOverExec, OverWindowExec, TopNExec};
 use crate::progress::PartitionProgress;
 use crate::sort::StreamSortExec;
@@ -227,18 +225,11 @@ fn is_operator(node: &Arc<dyn ExecutionPlan>) -> bool {
 /// Why a checkpoint cannot cut through `node`, if it cannot.
 fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
-        let paced = !matches!(source.options().pacing, Pacing::AsFastAsPossible);
-        // A generated stream can be written to a file and replayed from it.
-        let generated = node.exists(|node| Ok(node.downcast_ref::<LazyMemoryExec>().is_some()))?;
-        let hint = match generated {
-            true => " (write it to a file with `freshet gen … --out FILE` and replay that)",
-            false => "",
-        };
-        // A paced replay of files has positions (its units, or the slices it deals); a paced
-        // generator does not.
-        return Ok(((paced && generated) || source.positions().is_none()).then(|| {
+        // Replays of files, generators and dealt in-memory batches, paced or not, have
+        // positions; live streams and partitions a user gave have none.
+        return Ok(source.positions().is_none().then(|| {
             format!(
-                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines, paced or not), in-memory batches or a generator read as fast as it goes: stream '{}' is not{hint}",
+                "need every stream to be a replay of files (Parquet, CSV, Arrow or JSON lines), of in-memory batches or of a generator, paced or not: stream '{}' is not (a live stream, or in-memory partitions with no order across them)",
                 source.table()
             )
         }));

@@ -51,7 +51,7 @@ use crate::plan_util::{single_child, unless_panicked};
 use super::alignment::{AlignedPartition, SourceAlignment};
 use super::deal::DealExec;
 use super::file_split::{FileSplit, TimeSpan, keep_split};
-use super::generator::{generates_in_batches, seek_generated};
+use super::generator::{generate_in_whole_batches, generates_in_batches, seek_generated};
 use super::key_check::PartitionKeyCheck;
 use super::replay_units::{read_units, reads_units};
 use super::text_errors::TextFiles;
@@ -390,10 +390,14 @@ impl StreamSourceExec {
     /// replay positions (see [`Self::positions`]), which its barriers cut and a resumed run
     /// seeks. Nothing for other sources.
     pub fn take_checkpoint_positions(&self) {
-        if self.positions.is_none()
-            && matches!(self.options.pacing, Pacing::AsFastAsPossible)
-            && (self.dealt_batches || generates_in_batches(&self.input))
-        {
+        if self.positions.is_some() {
+            return;
+        }
+        // A paced generator deals whole batches in a checkpointed run.
+        if matches!(self.options.pacing, Pacing::RecordsPerSecond(_)) {
+            generate_in_whole_batches(&self.input);
+        }
+        if self.dealt_batches || generates_in_batches(&self.input) {
             let partitions = self.properties.output_partitioning().partition_count();
             let _ = self
                 .generated_positions

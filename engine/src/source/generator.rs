@@ -420,7 +420,7 @@ impl GeneratorSpec {
                     columns: columns.clone(),
                     partitions: partitions as u64,
                     partition: partition as u64,
-                    block_records: block_records.max(1) as u64,
+                    block_records: Arc::new(AtomicU64::new(block_records.max(1) as u64)),
                     next_batch: 0,
                     first_batch: Arc::default(),
                 })) as Arc<RwLock<dyn LazyBatchGenerator>>
@@ -469,7 +469,9 @@ struct PartitionGenerator {
     columns: Option<Arc<[usize]>>,
     partitions: u64,
     partition: u64,
-    block_records: u64,
+    /// Shared with the fresh copies each execution makes, as a checkpointed run makes a
+    /// paced generator's blocks whole ([`generate_in_whole_batches`]).
+    block_records: Arc<AtomicU64>,
     /// The partition's next batch.
     next_batch: u64,
     /// The batch each execution starts at (0, or where a resumed replay seeks to); shared
@@ -522,8 +524,24 @@ pub fn generates_in_batches(plan: &Arc<dyn ExecutionPlan>) -> bool {
         generator
             .as_any()
             .downcast_ref::<PartitionGenerator>()
-            .is_some_and(|g| g.block_records == g.spec.batch_size as u64)
+            .is_some_and(|g| g.block_records.load(Ordering::SeqCst) == g.spec.batch_size as u64)
     })
+}
+
+/// Has the generator `plan` reads (if any) deal whole batches to its partitions in turn,
+/// rather than single records: a paced generator's partitions otherwise take turns record
+/// by record, so that each covers the stream's time at once, but then no batch has a
+/// place in the replay for a checkpoint's barrier to cut at.
+pub fn generate_in_whole_batches(plan: &Arc<dyn ExecutionPlan>) {
+    let mut partition = 0;
+    while let Some(generator) = partition_generator(plan, partition) {
+        let generator = generator.read();
+        if let Some(generator) = generator.as_any().downcast_ref::<PartitionGenerator>() {
+            let whole = generator.spec.batch_size as u64;
+            generator.block_records.store(whole, Ordering::SeqCst);
+        }
+        partition += 1;
+    }
 }
 
 /// The lazy generator of `partition` under `plan` (through single-child nodes).
@@ -577,7 +595,8 @@ impl LazyBatchGenerator for PartitionGenerator {
     /// that source partitions advance together in event time.
     fn generate_next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let spec = &self.spec;
-        let (partitions, partition, block) = (self.partitions, self.partition, self.block_records);
+        let block = self.block_records.load(Ordering::SeqCst);
+        let (partitions, partition) = (self.partitions, self.partition);
         let first = self.next_batch * spec.batch_size as u64;
         let record = move |j: u64| (j / block * partitions + partition) * block + j % block;
         let records = spec.records.unwrap_or(u64::MAX);
@@ -597,7 +616,7 @@ impl LazyBatchGenerator for PartitionGenerator {
             columns: self.columns.clone(),
             partitions: self.partitions,
             partition: self.partition,
-            block_records: self.block_records,
+            block_records: Arc::clone(&self.block_records),
             next_batch: self.first_batch.load(Ordering::SeqCst),
             first_batch: Arc::clone(&self.first_batch),
         }))
