@@ -269,8 +269,20 @@ fn refusal_of(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
     {
         return Ok(None);
     }
+    let hint = match node.name() {
+        "BoundedWindowAggExec" | "WindowAggExec" => {
+            " where they wait for the end of a bounded input (ordered by something other than an event time, or over an aggregation's or a top-N's final rows): over an aggregation or a top-N, `--set emit=changes` (SET freshet.emit = 'changes') has them read its changelog, which checkpoints keep"
+        }
+        "SortExec" | "SortPreservingMergeExec" => {
+            " unless led by an event time, ascending (the sort holds every row to the end of the input): lead the ORDER BY with the event time, or sort the committed output when reading it"
+        }
+        "LocalLimitExec" | "GlobalLimitExec" => {
+            " (the count of rows handed out is not kept): write the whole output and limit it when reading it"
+        }
+        _ => "",
+    };
     Ok(Some(format!(
-        "do not support {} yet",
+        "do not support {} yet{hint}",
         user_term(node.name())
     )))
 }
