@@ -4,9 +4,11 @@
 #
 #   bench/checkpoint_kills.sh NAME "SQL" STREAMS KILLS --table NAME=SOURCE [--table …]
 #
-# Each run is killed 20–120 ms after it starts (a run that finishes first counts no kill), up
-# to KILLS kills in at most 3 × KILLS runs; checkpoints every 300 000 records. Prints one
-# line: NAME, streams, kills, rows, and SAME or DIFF. FRESHET overrides the binary
+# Each run is killed at a random moment after it starts, between 10 ms and a twelfth of the
+# uninterrupted run's wall time (so that KILLS kills fall inside the run however fast it is;
+# a run that finishes first counts no kill), up to KILLS kills in at most 3 × KILLS runs;
+# checkpoints every 300 000 records. Prints one line: NAME, streams, kills, rows, and SAME
+# or DIFF. FRESHET overrides the binary
 # (target/release/freshet). Example, S1 over a 10 M-record file:
 #
 #   bench/checkpoint_kills.sh S1 "<S1>" 2 20 --table market_data=md.parquet,event_time=trade_time
@@ -20,8 +22,11 @@ TABLES=("$@")
 FRESHET=${FRESHET:-target/release/freshet}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+started=$(date +%s%N)
 "$FRESHET" query "$SQL" "${TABLES[@]}" --partitions "$STREAMS" --strategy hash \
   -o "parquet=$WORK/reference.parquet" 2>/dev/null
+window_ms=$(( ($(date +%s%N) - started) / 12000000 ))
+[ "$window_ms" -ge 1 ] || window_ms=1
 CHECKPOINTED=(query "$SQL" "${TABLES[@]}" --partitions "$STREAMS" -o "parquet=$WORK/out"
   --checkpoint-dir "$WORK/checkpoints" --checkpoint-interval 300k)
 killed=0
@@ -30,7 +35,8 @@ while [ "$killed" -lt "$KILLS" ] && [ "$tries" -lt $((KILLS * 3)) ]; do
   tries=$((tries + 1))
   "$FRESHET" "${CHECKPOINTED[@]}" >/dev/null 2>&1 &
   pid=$!
-  sleep "$(python3 -c 'import random; print(random.uniform(0.02, 0.12))')"
+  delay_ms=$(( 10 + (RANDOM * 32768 + RANDOM) % window_ms ))
+  sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   if kill -9 "$pid" 2>/dev/null; then
     wait "$pid" 2>/dev/null || true
     killed=$((killed + 1))
