@@ -128,7 +128,8 @@ impl TableSpec {
 /// Registers `specs` on `ctx`, then the default generator tables `market_data` and `orders`,
 /// the Nexmark streams `person`, `auction` and `bid` (one sequence of 1 M events) and
 /// Nexmark's bounded `side_input` under the names not taken. `event_time` and `watermark` apply to every given table that
-/// does not set its own.
+/// does not set its own (`event_time` to those that have such a column, as a bounded side
+/// table often does not; it is refused if no given table has it).
 pub async fn register_tables(
     ctx: &StreamingContext,
     specs: &[String],
@@ -137,8 +138,12 @@ pub async fn register_tables(
 ) -> Result<()> {
     let watermark = watermark.map(parse_duration).transpose()?;
     let mut taken = HashSet::new();
+    // The first refusal of a given table without the column of `event_time`, and how many
+    // have it.
+    let (mut without_time, mut with_time) = (None, 0);
     for text in specs {
         let mut spec: TableSpec = text.parse()?;
+        let time_given_for_all = spec.options.event_time.is_none() && event_time.is_some();
         if spec.options.event_time.is_none() {
             spec.options.event_time = event_time.map(str::to_string);
         }
@@ -150,7 +155,27 @@ pub async fn register_tables(
         if !taken.insert(spec.name.clone()) {
             return plan_err!("table '{}' is given twice", spec.name);
         }
-        register_table(ctx, spec).await?;
+        match (register_table(ctx, spec.clone()).await, event_time) {
+            (Err(error), Some(column))
+                if time_given_for_all
+                    && error
+                        .to_string()
+                        .contains(&format!("event-time column '{column}' does not exist")) =>
+            {
+                without_time.get_or_insert(error);
+                spec.options.event_time = None;
+                register_table(ctx, spec).await?;
+            }
+            (registered, _) => {
+                registered?;
+                with_time += usize::from(time_given_for_all);
+            }
+        }
+    }
+    if let Some(refused) = without_time
+        && with_time == 0
+    {
+        return Err(refused);
     }
     let nexmark = NexmarkTable::ALL.map(|table| (table.name(), GeneratorKind::Nexmark(table)));
     for (name, kind) in [
