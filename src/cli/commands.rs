@@ -376,6 +376,9 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
     for output in [Some(&sink), late_sink.as_ref()].into_iter().flatten() {
         refuse_writing_onto_an_input(output, &args.plan.session.tables)?;
     }
+    if let Some(late_sink) = &late_sink {
+        late_sink.refuse_overlap_with(&sink)?;
+    }
     if args.checkpoint_dir.is_some() {
         let mut args = args;
         // Checkpoints cut replays in file order: keyed operators read it through hashed

@@ -915,8 +915,11 @@ fn what_a_checkpoint_cannot_cut_is_refused_with_a_message() {
     late_output.extend(["--late-output", &late]);
     refused(
         late_output,
-        "overlap: with a checkpoint directory each is a directory of its own part files",
+        "overlap: write them to different places (with a checkpoint directory each is a directory of its own part files)",
     );
+    let mut same_file = vec!["query", S3A, "--table", &table, "-o", &late];
+    same_file.extend(["--late-output", &late]);
+    refused(same_file, "overlap: write them to different places");
     let mut args = checkpointed_args(S3A, &table, "1", &out, checkpoints);
     let last = args.len() - 1;
     args[last] = "soon";

@@ -51,6 +51,9 @@ pub fn write<'py>(
         .map(str::parse)
         .transpose()
         .map_err(to_py)?;
+    if let Some(late_sink) = &late_sink {
+        late_sink.refuse_overlap_with(&sink).map_err(to_py)?;
+    }
     // The query that ran, whose metrics the summary reads.
     let ran = match &options.checkpoint_dir {
         None => {

@@ -38,6 +38,24 @@ pub enum SinkSpec {
 }
 
 impl SinkSpec {
+    /// Refuses this late output where it is the query's `output`, or inside it, or holds it
+    /// (with a checkpoint directory each is a directory of part files).
+    pub fn refuse_overlap_with(&self, output: &SinkSpec) -> Result<()> {
+        let (Some(late), Some(output)) = (self.path(), output.path()) else {
+            return Ok(());
+        };
+        let absolute = |path: &std::path::Path| std::path::absolute(path).unwrap_or(path.into());
+        let (late, output) = (absolute(late), absolute(output));
+        if output.starts_with(&late) || late.starts_with(&output) {
+            return plan_err!(
+                "the late output {} and the output {} overlap: write them to different places (with a checkpoint directory each is a directory of its own part files)",
+                late.display(),
+                output.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The file the rows go to, if they go to one.
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {
