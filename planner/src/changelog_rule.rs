@@ -307,8 +307,9 @@ fn changelog_over(
 type KeyedChangelog = (Arc<dyn ExecutionPlan>, Vec<usize>);
 
 /// `plan`, a changelog, with the columns of its key: `plan` itself, or with the key's
-/// columns added to the projections that dropped them (as `__changelog_key_N`, before
-/// `op`); `None` if the key cannot be traced through it.
+/// columns added to the projections that dropped them (under their names, or as
+/// `__changelog_key_N` where the projection names another column so; before `op`); `None`
+/// if the key cannot be traced through it.
 fn keyed_changelog(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<KeyedChangelog>> {
     if let Some(aggregate) = plan.downcast_ref::<WindowAggregateExec>() {
         if op_column(&plan.schema()).is_none() {
@@ -361,9 +362,15 @@ fn keyed_changelog(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<KeyedChangelo
                     .is_some_and(|c| c.index() == column)
             });
             positions.push(passed.unwrap_or_else(|| {
+                // Named as below, unless the projection names another column so.
+                let name = input_schema.field(column).name();
+                let alias = match expressions.iter().any(|e| &e.alias == name) {
+                    true => format!("__changelog_key_{n}"),
+                    false => name.clone(),
+                };
                 expressions.push(ProjectionExpr::new(
-                    Arc::new(Column::new(input_schema.field(column).name(), column)),
-                    format!("__changelog_key_{n}"),
+                    Arc::new(Column::new(name, column)),
+                    alias,
                 ));
                 expressions.len() - 1
             }));

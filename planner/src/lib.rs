@@ -7,6 +7,7 @@
 
 mod aggregate_rule;
 mod alignment_rule;
+mod changelog_key;
 mod changelog_rule;
 mod checkpointed;
 mod context;

@@ -16,11 +16,12 @@ use freshet_engine::aggregate::{AggregateEmit, ChangelogAggregateExec, WindowAgg
 use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateBatch, LateRecords, side_output_schema};
-use freshet_engine::over::{OverWindowExec, TopNEmit, TopNExec};
+use freshet_engine::over::{ChangelogOverExec, OverWindowExec, TopNEmit, TopNExec};
 use freshet_engine::{StreamSortExec, StreamSourceExec};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::changelog_key::unselected_key_columns;
 use crate::execution_errors::explain_execution_error;
 use crate::stream_sort_rule::stream_sorts_for_checkpoints;
 
@@ -193,13 +194,30 @@ impl StreamingQuery {
         records
     }
 
+    /// For EXPLAIN: the key columns of the query's changelog that its output lacks, if any:
+    /// a consumer cannot apply its rows by key.
+    fn unselected_key(&self) -> String {
+        match unselected_key_columns(&self.plan).as_slice() {
+            [] => String::new(),
+            names => format!(
+                "; {} not selected, so its rows cannot be applied by key",
+                names.join(", ")
+            ),
+        }
+    }
+
     /// The plan as `freshet explain` prints it: a summary line, then the operator tree with
     /// Freshet's sources, partitioning and exchanges.
     pub fn explain(&self) -> String {
         let mut aggregation = None;
         let mut changelog_key = String::new();
         let mut top_n = None;
+        let mut over_changelog = None;
         let _ = self.plan.apply(|node| {
+            if let Some(over) = node.downcast_ref::<ChangelogOverExec>() {
+                over_changelog = Some(over.changelog_key());
+                return Ok(TreeNodeRecursion::Stop);
+            }
             if let Some(top) = node.downcast_ref::<TopNExec>() {
                 top_n = Some((top.spec().emit, top.spec().limit, top.changelog_key()));
                 return Ok(TreeNodeRecursion::Stop);
@@ -231,15 +249,21 @@ impl StreamingQuery {
         });
         let changes = |per: &str| {
             format!(
-                "changes (an upsert changelog keyed by ({changelog_key}), its op column +I, +U or -D; a row per {per})"
+                "changes (an upsert changelog keyed by ({changelog_key}), its op column +I, +U or -D; a row per {per}{})",
+                self.unselected_key()
             )
         };
         let emit = match (aggregation, self.plan.pipeline_behavior()) {
+            _ if let Some(key) = &over_changelog => format!(
+                "changes (an upsert changelog keyed by ({key}), its op column +I or +U; a row per changed row and input batch{})",
+                self.unselected_key()
+            ),
             _ if let Some((TopNEmit::Final, limit, _)) = &top_n => {
                 format!("final (the first {limit} rows of each key at the end of the input)")
             }
             _ if let Some((TopNEmit::Changes, _, key)) = &top_n => format!(
-                "changes (an upsert changelog keyed by ({key}), its op column +I or +U; a row per changed rank and input batch)"
+                "changes (an upsert changelog keyed by ({key}), its op column +I or +U; a row per changed rank and input batch{})",
+                self.unselected_key()
             ),
             (Some((AggregateEmit::Final, true)), _) => {
                 "final (one row per group when its window closes)".to_string()
