@@ -295,6 +295,40 @@ fn resumes_saying(args: &[&str], said: &str) {
     assert!(stderr.contains(said), "{stderr}");
 }
 
+/// A run of `sql` over `table` at `streams` streams.
+type Case<'a> = (&'a str, &'a str, &'a str);
+
+/// Runs `case`, dying at each of the fail `points` and resuming (each in directories of its
+/// own under `dir`, named after `name`): the committed output (sorted, or in commit order
+/// if `in_order`) must be `expected`.
+fn resumes_after_each_fail_point(
+    dir: &Path,
+    name: &str,
+    (sql, table, streams): Case,
+    points: &[&str],
+    in_order: bool,
+    expected: &[String],
+) {
+    for point in points {
+        let name = format!("{name}-{}", point.replace(':', "-"));
+        let parts = dir.join(format!("out-{name}"));
+        let out = format!("parquet={}", parts.display());
+        let checkpoints = dir.join(format!("checkpoints-{name}"));
+        let checkpoints = checkpoints.to_str().unwrap();
+        let args = checkpointed_args(sql, table, streams, &out, checkpoints);
+        assert!(dies_at(&args, point), "{sql} passed fail point {point}");
+        resumes_saying(&args, "restored");
+        let got = match in_order {
+            true => committed_in_order(dir, &parts),
+            false => committed(dir, &parts),
+        };
+        assert_eq!(
+            got, expected,
+            "{sql} over {table} at {streams} streams: fail point {point}"
+        );
+    }
+}
+
 fn temporary(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(name).tempdir().unwrap()
 }
@@ -454,21 +488,14 @@ fn a_join_or_over_window_or_what_reads_them_that_dies_after_a_checkpoint_resumes
     .enumerate()
     {
         let expected = uninterrupted(dir.path(), sql, &table, partitions);
-        for point in ["before_manifest:2", "after_commit:1"] {
-            let name = format!("{case}-{}", point.replace(':', "-"));
-            let parts = dir.path().join(format!("out-{name}"));
-            let out = format!("parquet={}", parts.display());
-            let checkpoints = dir.path().join(format!("checkpoints-{name}"));
-            let checkpoints = checkpoints.to_str().unwrap();
-            let args = checkpointed_args(sql, &table, partitions, &out, checkpoints);
-            assert!(dies_at(&args, point), "{sql} passed fail point {point}");
-            resumes_saying(&args, "restored");
-            assert_eq!(
-                committed(dir.path(), &parts),
-                expected,
-                "{sql}: fail point {point}"
-            );
-        }
+        resumes_after_each_fail_point(
+            dir.path(),
+            &case.to_string(),
+            (sql, &table, partitions),
+            &["before_manifest:2", "after_commit:1"],
+            false,
+            &expected,
+        );
     }
 }
 
@@ -495,21 +522,14 @@ fn a_sort_or_a_session_over_any_aggregate_that_dies_after_a_checkpoint_resumes_w
             true => uninterrupted_in_order(dir.path(), sql, &table, "2"),
             false => uninterrupted(dir.path(), sql, &table, "2"),
         };
-        for point in ["before_manifest:2", "after_commit:1"] {
-            let name = format!("{case}-{}", point.replace(':', "-"));
-            let parts = dir.path().join(format!("out-{name}"));
-            let out = format!("parquet={}", parts.display());
-            let checkpoints = dir.path().join(format!("checkpoints-{name}"));
-            let checkpoints = checkpoints.to_str().unwrap();
-            let args = checkpointed_args(sql, &table, "2", &out, checkpoints);
-            assert!(dies_at(&args, point), "{sql} passed fail point {point}");
-            resumes_saying(&args, "restored");
-            let got = match in_order {
-                true => committed_in_order(dir.path(), &parts),
-                false => committed(dir.path(), &parts),
-            };
-            assert_eq!(got, expected, "{sql}: fail point {point}");
-        }
+        resumes_after_each_fail_point(
+            dir.path(),
+            &case.to_string(),
+            (sql, &table, "2"),
+            &["before_manifest:2", "after_commit:1"],
+            in_order,
+            &expected,
+        );
     }
 }
 
@@ -532,21 +552,14 @@ fn a_paced_replay_or_one_source_partition_that_dies_after_a_checkpoint_resumes_a
     .enumerate()
     {
         let replay = format!("{table}{options}");
-        for point in ["after_commit:1", "before_manifest:2"] {
-            let name = format!("{case}-{}", point.replace(':', "-"));
-            let parts = dir.path().join(format!("out-{name}"));
-            let out = format!("parquet={}", parts.display());
-            let checkpoints = dir.path().join(format!("checkpoints-{name}"));
-            let checkpoints = checkpoints.to_str().unwrap();
-            let args = checkpointed_args(S3A, &replay, streams, &out, checkpoints);
-            assert!(dies_at(&args, point), "{replay} passed fail point {point}");
-            resumes_saying(&args, "restored");
-            assert_eq!(
-                committed(dir.path(), &parts),
-                expected,
-                "{replay} at {streams} streams: fail point {point}"
-            );
-        }
+        resumes_after_each_fail_point(
+            dir.path(),
+            &case.to_string(),
+            (S3A, &replay, streams),
+            &["after_commit:1", "before_manifest:2"],
+            false,
+            &expected,
+        );
     }
 }
 
