@@ -27,6 +27,7 @@
 //! To add Freshet to a DataFusion session of your own, pass its builder through [`install`].
 
 pub mod cli;
+pub mod distributed;
 pub mod testing;
 
 pub use freshet_bench as bench;

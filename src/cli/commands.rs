@@ -177,7 +177,7 @@ fn starts_comment(c: char, next: Option<&(usize, char)>) -> bool {
 }
 
 /// The SQL given on the command line, from `--file` or as the argument.
-fn script(args: &PlanArgs) -> Result<String> {
+pub(crate) fn script(args: &PlanArgs) -> Result<String> {
     match (&args.sql, &args.file) {
         (Some(sql), _) => Ok(sql.clone()),
         (None, Some(path)) if path.as_os_str() == "-" => {
@@ -191,7 +191,7 @@ fn script(args: &PlanArgs) -> Result<String> {
     }
 }
 
-async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
+pub(crate) async fn plan(args: &PlanArgs) -> Result<StreamingQuery> {
     let script = script(args)?;
     let statements = split_statements(&script);
     let Some((query_sql, session_statements)) = statements.split_last() else {

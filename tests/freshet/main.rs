@@ -4,6 +4,7 @@ mod aggregation;
 mod bad_input;
 mod checkpoints;
 mod cli;
+mod distributed;
 mod dictionaries;
 mod filters;
 mod fuzz;

@@ -81,12 +81,15 @@ mod inline;
 mod input_step;
 mod input_task;
 mod ordered_merge;
+mod remote;
+pub mod wire;
 
 use barrier_alignment::BarrierAlignment;
 use inline::inline_messages;
 pub use input_step::{InputStep, InputStepState, StepOutput};
 use input_task::{InputTask, Progress, watch_idle_inputs};
 use ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
+use remote::RemoteInput;
 
 /// Items an input may queue for one merging output. A merge takes one input's rows until
 /// another's come first, and a source partition's unit (a row group, up to 16 batches) all
@@ -110,6 +113,8 @@ pub struct StreamExchangeExec {
     /// step).
     step: Option<Arc<dyn InputStep>>,
     metrics: ExecutionPlanMetricsSet,
+    /// Where the outputs read what input tasks on other workers sent, if they do.
+    remote: Option<RemoteInput>,
 }
 
 fn exchange_properties(
@@ -169,6 +174,7 @@ impl StreamExchangeExec {
             running: Arc::new(Mutex::new(None)),
             step: None,
             metrics: ExecutionPlanMetricsSet::new(),
+            remote: None,
         })
     }
 
@@ -222,6 +228,9 @@ impl StreamExchangeExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Message>> {
+        if let Some(remote) = &self.remote {
+            return self.receive(remote, partition, context);
+        }
         if self.runs_inline() {
             let probe = match self.input_positions(1) {
                 Some(positions) => Some(BarrierProbe::Source(positions)),

@@ -1,0 +1,332 @@
+//! The exchange split at a network boundary: its input tasks run where the source partitions
+//! are read ([`StreamExchangeExec::send_inputs`]), its outputs where the operator above runs
+//! ([`StreamExchangeExec::with_remote_input`]), and between them only record batches travel
+//! (see [`wire`](super::wire)).
+//!
+//! Each sending input task routes its batches exactly as in one process and gives its rows
+//! the same merge keys, and after each batch it sends every output the same `Passed` or
+//! `Progress` items; they go out as wire batches whose `route` column makes the network's
+//! hash partitioning deliver each to its output. When an input has sent everything, an
+//! `End` item follows on every output. The receiving output splits what arrives by input
+//! (the network keeps each input's order to each output, not the order across inputs) and
+//! merges the inputs with the same [`OrderedMerge`] as in one process: rows of a replay in
+//! replay order, with the watermark one partition reading the whole replay would hold, or
+//! by event-time keys. Its decisions depend on keys and input numbers only, so the answer is
+//! the one-process answer at the same number of streams, whichever worker runs ahead.
+//!
+//! Only exchanges whose outputs merge their inputs cross a network boundary: their
+//! watermark is made by the merge from what every input sent, while elsewhere the input
+//! tasks of one process combine their watermarks in shared memory.
+//!
+//! The receiving side buffers what arrives for an input the merge is not yet reading (the
+//! network delivers all inputs of an output on one stream): a worker far ahead of another
+//! costs memory at the receiver, not a stall. An input that stops without its `End` item —
+//! a worker that died — is an error, never a short answer.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::{DataFusionError, Result, exec_err, internal_err, not_impl_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use freshet_partitioner::Router;
+use futures::stream::BoxStream;
+use futures::{StreamExt, future};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc};
+
+use super::input_task::{InputTask, Progress};
+use super::ordered_merge::{MergeKeys, OrderedMerge, RoutedMessage};
+use super::wire::{WireItem, decode, encode, wire_schema};
+use super::{MERGED_CHANNEL_ITEMS, StreamExchangeExec};
+use crate::watermark::{StreamMessage, WatermarkTracker};
+
+/// Where a receiving exchange reads its outputs: `plan`'s partition `p` holds the wire
+/// batches of output `first_output + p`.
+#[derive(Debug, Clone)]
+pub(super) struct RemoteInput {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub first_output: usize,
+}
+
+impl StreamExchangeExec {
+    /// Whether this exchange can be split at a network boundary (see the module
+    /// documentation); the error says why not.
+    pub fn check_distributable(&self) -> Result<()> {
+        let inputs = self.input.output_partitioning().partition_count();
+        if self.step.is_some() {
+            return not_impl_err!(
+                "an exchange that runs a partial aggregation step on each input cannot cross \
+                 workers yet: set partitioning_strategy = 'hash'"
+            );
+        }
+        if self.event_time.and_then(|e| e.idle_timeout).is_some() {
+            return not_impl_err!("an exchange with an idle timeout cannot cross workers yet");
+        }
+        if !self.merges_inputs(inputs)? {
+            return not_impl_err!(
+                "an exchange with strategy {} over {} cannot cross workers yet: only one that \
+                 merges source partitions in replay or event-time order does",
+                self.strategy,
+                self.input.name()
+            );
+        }
+        Ok(())
+    }
+
+    /// The schema of the wire batches [`Self::send_inputs`] sends.
+    pub fn wire_schema(&self) -> SchemaRef {
+        wire_schema(&self.schema())
+    }
+
+    /// Runs the input tasks of inputs `inputs` and returns, per input, its wire batches
+    /// for every output, each output's marked with `routes[output]` (see the module
+    /// documentation).
+    pub fn send_inputs(
+        &self,
+        inputs: Range<usize>,
+        routes: Arc<[i64]>,
+        context: Arc<TaskContext>,
+    ) -> Result<Vec<SendableRecordBatchStream>> {
+        self.check_distributable()?;
+        let total = self.input.output_partitioning().partition_count();
+        if inputs.end > total || routes.len() != self.outputs {
+            return internal_err!(
+                "exchange inputs {inputs:?} of {total}, routes for {} of {} outputs",
+                routes.len(),
+                self.outputs
+            );
+        }
+        let positions = self.input_positions(total);
+        let input_progress = self
+            .input_progress(total)
+            .map(|(progress, offset, _)| (progress, offset));
+        let delay = self.event_time.map_or(0, |e| e.delay);
+        // The merges make the watermark: this tracker only feeds the watermark items the
+        // merges ignore.
+        let watermarks = Arc::new(Mutex::new(Progress {
+            tracker: WatermarkTracker::new(inputs.len(), delay),
+            sent: i64::MIN,
+            drift_limit: i64::MAX,
+        }));
+        let advanced = Arc::new(Notify::new());
+        let wire = self.wire_schema();
+        inputs
+            .enumerate()
+            .map(|(tracked, input)| {
+                let (senders, receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
+                    .map(|_| mpsc::channel::<RoutedMessage>(MERGED_CHANNEL_ITEMS))
+                    .unzip();
+                let task = InputTask {
+                    input,
+                    tracked,
+                    plan: Arc::clone(&self.input),
+                    context: Arc::clone(&context),
+                    router: Router::try_new(&self.strategy, input, total, self.outputs)?,
+                    watermark_senders: match positions {
+                        Some(_) => Vec::new(),
+                        None => senders.clone(),
+                    },
+                    senders,
+                    merge_keys: Some(match &positions {
+                        Some(positions) => MergeKeys::by_position(Arc::clone(positions), input),
+                        None => MergeKeys::new(self.event_time),
+                    }),
+                    input_progress: input_progress.clone(),
+                    watermarks: Arc::clone(&watermarks),
+                    advanced: Arc::clone(&advanced),
+                    event_time: self.event_time,
+                    aligned: false,
+                    step: None,
+                    turns: None,
+                    barriers: None,
+                    passed: 0,
+                };
+                let task = SpawnedTask::spawn(task.run());
+                Ok(sent_wire_batches(
+                    Arc::clone(&wire),
+                    input,
+                    receivers,
+                    Arc::clone(&routes),
+                    task,
+                ))
+            })
+            .collect()
+    }
+
+    /// This exchange reading its outputs from `plan` (see [`RemoteInput`]) instead of
+    /// running its input tasks; its input stays, for what the plan tells about it.
+    pub fn with_remote_input(&self, plan: Arc<dyn ExecutionPlan>, first_output: usize) -> Self {
+        Self {
+            input: Arc::clone(&self.input),
+            strategy: self.strategy.clone(),
+            outputs: self.outputs,
+            event_time: self.event_time,
+            reason: self.reason.clone(),
+            properties: Arc::clone(&self.properties),
+            running: Arc::new(Mutex::new(None)),
+            step: self.step.clone(),
+            metrics: Default::default(),
+            remote: Some(RemoteInput { plan, first_output }),
+        }
+    }
+
+    /// Output `partition` of a receiving exchange, as batches and watermarks.
+    pub(super) fn receive(
+        &self,
+        remote: &RemoteInput,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Result<StreamMessage>>> {
+        self.check_distributable()?;
+        let Some(local) = partition.checked_sub(remote.first_output) else {
+            return internal_err!("exchange output {partition} is not read on this worker");
+        };
+        let inputs = self.input.output_partitioning().partition_count();
+        let batch_rows = context.session_config().batch_size();
+        let wire = remote.plan.execute(local, context)?;
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..inputs)
+            .map(|_| mpsc::channel::<RoutedMessage>(MERGED_CHANNEL_ITEMS))
+            .unzip();
+        let (queues, queued): (Vec<_>, Vec<_>) =
+            (0..inputs).map(|_| mpsc::unbounded_channel()).unzip();
+        let mut tasks: Vec<SpawnedTask<()>> = senders
+            .into_iter()
+            .zip(queued)
+            .map(|(sender, mut queued)| {
+                SpawnedTask::spawn(async move {
+                    while let Some(item) = queued.recv().await {
+                        if sender.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        tasks.push(SpawnedTask::spawn(split_by_input(wire, self.schema(), queues)));
+        let delay = self.event_time.map_or(0, |e| e.delay);
+        let merge = OrderedMerge::new(receivers, None, batch_rows);
+        let merge = match self.input_positions(inputs) {
+            Some(_) => merge.by_position(delay),
+            None => merge.by_event_time(delay),
+        };
+        Ok(merge
+            .into_stream()
+            .map(move |message| {
+                let _ = &tasks;
+                message
+            })
+            .boxed())
+    }
+}
+
+/// `receiver`'s items as a stream.
+fn receiver_stream(
+    receiver: mpsc::Receiver<RoutedMessage>,
+) -> impl futures::Stream<Item = RoutedMessage> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        let item = receiver.recv().await?;
+        Some((item, receiver))
+    })
+    .boxed()
+}
+
+/// The wire batches of one input: its items for every output as they come, then `End` on
+/// every output once the input task has ended without an error.
+fn sent_wire_batches(
+    wire: SchemaRef,
+    input: usize,
+    receivers: Vec<mpsc::Receiver<RoutedMessage>>,
+    routes: Arc<[i64]>,
+    task: SpawnedTask<()>,
+) -> SendableRecordBatchStream {
+    let outputs = futures::stream::select_all(
+        receivers
+            .into_iter()
+            .enumerate()
+            .map(|(output, receiver)| receiver_stream(receiver).map(move |item| (output, item))),
+    );
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let items = {
+        let (wire, routes, failed) = (Arc::clone(&wire), Arc::clone(&routes), Arc::clone(&failed));
+        outputs.map(move |(output, item)| match item {
+            Ok(item) => encode(&wire, routes[output], input, WireItem::Routed(item)),
+            Err(error) => {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(error)
+            }
+        })
+    };
+    let ends = {
+        let wire = Arc::clone(&wire);
+        futures::stream::once(future::ready(())).flat_map(move |()| {
+            let ends: Vec<Result<_>> = match failed.load(std::sync::atomic::Ordering::Relaxed) {
+                true => Vec::new(),
+                false => routes
+                    .iter()
+                    .map(|route| encode(&wire, *route, input, WireItem::End))
+                    .collect(),
+            };
+            futures::stream::iter(ends)
+        })
+    };
+    let batches = items.chain(ends).map(move |batch| {
+        let _ = &task;
+        batch
+    });
+    Box::pin(RecordBatchStreamAdapter::new(wire, batches))
+}
+
+/// Splits the wire batches of one output into one queue per input; an input whose items
+/// stop before its `End` gets an error.
+async fn split_by_input(
+    mut wire: SendableRecordBatchStream,
+    data: SchemaRef,
+    queues: Vec<mpsc::UnboundedSender<RoutedMessage>>,
+) {
+    let mut queues: Vec<Option<_>> = queues.into_iter().map(Some).collect();
+    let fail_all = |queues: &mut Vec<Option<mpsc::UnboundedSender<RoutedMessage>>>,
+                    error: DataFusionError| {
+        let error = Arc::new(error);
+        for queue in queues.iter_mut().filter_map(Option::take) {
+            let _ = queue.send(Err(DataFusionError::Shared(Arc::clone(&error))));
+        }
+    };
+    while let Some(batch) = wire.next().await {
+        let items = match batch.and_then(|batch| decode(&batch, &data)) {
+            Ok(items) => items,
+            Err(error) => return fail_all(&mut queues, error),
+        };
+        for (input, item) in items {
+            let Some(queue) = queues.get_mut(input) else {
+                return fail_all(
+                    &mut queues,
+                    DataFusionError::Internal(format!("a wire item of unknown input {input}")),
+                );
+            };
+            match item {
+                WireItem::End => *queue = None,
+                WireItem::Routed(item) => {
+                    if let Some(queue) = queue {
+                        let _ = queue.send(Ok(item));
+                    }
+                }
+            }
+        }
+    }
+    let unfinished: Vec<usize> = (0..queues.len())
+        .filter(|input| queues[*input].is_some())
+        .collect();
+    if !unfinished.is_empty() {
+        let error: Result<()> = exec_err!(
+            "the network stream of an exchange output ended before exchange inputs \
+             {unfinished:?} had sent everything (a worker stopped?)"
+        );
+        if let Err(error) = error {
+            fail_all(&mut queues, error);
+        }
+    }
+}

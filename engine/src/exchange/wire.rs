@@ -1,0 +1,232 @@
+//! The exchange's items as record batches, for a network boundary that carries only
+//! batches (see [`super::remote`]).
+//!
+//! A wire batch holds the data columns (made nullable) followed by five columns that say
+//! what each row is: `route` (a value the network's hash partitioning sends to the row's
+//! output), `input` (the exchange input the row comes from), `kind` (rows, progress,
+//! watermark, passed, end), and two numbers whose meaning depends on the kind (a merge key,
+//! and a watermark or the input's largest event time). Rows are data rows with their merge
+//! keys; every other item is one row whose data columns are null. Each row describes itself,
+//! so the network may split batches or join batches of several inputs into one: decoding
+//! splits a batch into runs of one input and one kind, in order.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, UInt32Array, new_null_array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, UInt32Type};
+use datafusion::common::{Result, internal_err};
+
+use super::ordered_merge::{Routed, RowKeys};
+
+/// The names of the columns a wire batch adds after the data columns.
+pub const ROUTE_COLUMN: &str = "__freshet_route";
+const INPUT_COLUMN: &str = "__freshet_input";
+const KIND_COLUMN: &str = "__freshet_kind";
+const KEY_COLUMN: &str = "__freshet_key";
+const TIME_COLUMN: &str = "__freshet_time";
+const ADDED_COLUMNS: usize = 5;
+
+const ROWS: i8 = 0;
+const PROGRESS: i8 = 1;
+const WATERMARK: i8 = 2;
+const PASSED: i8 = 3;
+const END: i8 = 4;
+
+/// What one wire item tells the receiving side about one input.
+pub enum WireItem {
+    Routed(Routed),
+    /// The input has sent everything: an input that stops without it did not end normally.
+    End,
+}
+
+/// The schema of the wire batches that carry batches of `data`.
+pub fn wire_schema(data: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = data
+        .fields()
+        .iter()
+        .map(|field| field.as_ref().clone().with_nullable(true))
+        .collect();
+    fields.push(Field::new(ROUTE_COLUMN, DataType::Int64, false));
+    fields.push(Field::new(INPUT_COLUMN, DataType::UInt32, false));
+    fields.push(Field::new(KIND_COLUMN, DataType::Int8, false));
+    fields.push(Field::new(KEY_COLUMN, DataType::Int64, false));
+    fields.push(Field::new(TIME_COLUMN, DataType::Int64, true));
+    Arc::new(Schema::new_with_metadata(fields, data.metadata().clone()))
+}
+
+/// `item` of input `input` as a wire batch of schema `wire` whose rows all carry `route`.
+pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Result<RecordBatch> {
+    let input = u32::try_from(input).unwrap_or(u32::MAX);
+    let (data, kind, keys, time): (Option<RecordBatch>, i8, Vec<i64>, Option<i64>) = match item {
+        WireItem::Routed(Routed::Rows(batch, keys)) => {
+            let rows = batch.num_rows();
+            let keys = match keys {
+                Some(RowKeys::PerRow(keys)) => keys,
+                Some(RowKeys::All(key)) => vec![key; rows],
+                None => vec![0; rows],
+            };
+            (Some(batch), ROWS, keys, None)
+        }
+        WireItem::Routed(Routed::Progress(key)) => (None, PROGRESS, vec![key], None),
+        WireItem::Routed(Routed::Watermark { watermark, key }) => {
+            (None, WATERMARK, vec![key], Some(watermark))
+        }
+        WireItem::Routed(Routed::Passed { key, newest }) => (None, PASSED, vec![key], newest),
+        WireItem::End => (None, END, vec![0], None),
+        WireItem::Routed(Routed::Piece { .. } | Routed::BarrierPassed { .. } | Routed::Ended { .. }) => {
+            return internal_err!("this exchange item does not cross a network boundary");
+        }
+    };
+    let rows = keys.len();
+    let data_columns = wire.fields().len() - ADDED_COLUMNS;
+    let mut columns: Vec<ArrayRef> = match data {
+        Some(batch) => batch.columns().to_vec(),
+        None => wire.fields()[..data_columns]
+            .iter()
+            .map(|field| new_null_array(field.data_type(), rows))
+            .collect(),
+    };
+    columns.push(Arc::new(Int64Array::from_value(route, rows)));
+    columns.push(Arc::new(UInt32Array::from_value(input, rows)));
+    columns.push(Arc::new(Int8Array::from_value(kind, rows)));
+    columns.push(Arc::new(Int64Array::from(keys)));
+    columns.push(Arc::new(Int64Array::from(vec![time; rows])));
+    Ok(RecordBatch::try_new(Arc::clone(wire), columns)?)
+}
+
+/// The items of a wire batch, in order, with their inputs; data batches get schema `data`.
+pub fn decode(batch: &RecordBatch, data: &SchemaRef) -> Result<Vec<(usize, WireItem)>> {
+    let data_columns = data.fields().len();
+    if batch.num_columns() != data_columns + ADDED_COLUMNS {
+        return internal_err!(
+            "a wire batch has {} columns, expected {}",
+            batch.num_columns(),
+            data_columns + ADDED_COLUMNS
+        );
+    }
+    let inputs = batch.column(data_columns + 1).as_primitive::<UInt32Type>();
+    let kinds = batch.column(data_columns + 2).as_primitive::<Int8Type>();
+    let keys = batch.column(data_columns + 3).as_primitive::<Int64Type>();
+    let times = batch.column(data_columns + 4).as_primitive::<Int64Type>();
+    let time = |row: usize| times.is_valid(row).then(|| times.value(row));
+    let mut items = Vec::new();
+    let mut row = 0;
+    while row < batch.num_rows() {
+        let (input, kind) = (inputs.value(row), kinds.value(row));
+        let item = match kind {
+            ROWS => {
+                let mut end = row + 1;
+                while end < batch.num_rows()
+                    && inputs.value(end) == input
+                    && kinds.value(end) == ROWS
+                {
+                    end += 1;
+                }
+                let rows = batch.slice(row, end - row);
+                let columns = rows.columns()[..data_columns].to_vec();
+                let piece = RecordBatch::try_new(Arc::clone(data), columns)?;
+                let piece_keys = &keys.values()[row..end];
+                let piece_keys = if piece_keys.iter().all(|key| *key == piece_keys[0]) {
+                    RowKeys::All(piece_keys[0])
+                } else {
+                    RowKeys::PerRow(piece_keys.to_vec())
+                };
+                row = end - 1;
+                WireItem::Routed(Routed::Rows(piece, Some(piece_keys)))
+            }
+            PROGRESS => WireItem::Routed(Routed::Progress(keys.value(row))),
+            WATERMARK => match time(row) {
+                Some(watermark) => WireItem::Routed(Routed::Watermark {
+                    watermark,
+                    key: keys.value(row),
+                }),
+                None => return internal_err!("a wire watermark without its time"),
+            },
+            PASSED => WireItem::Routed(Routed::Passed {
+                key: keys.value(row),
+                newest: time(row),
+            }),
+            END => WireItem::End,
+            other => return internal_err!("unknown wire item kind {other}"),
+        };
+        items.push((input as usize, item));
+        row += 1;
+    }
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::compute::concat_batches;
+
+    fn data_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("t", DataType::Int64, false),
+        ]))
+    }
+
+    fn rows(keys: &[&str], times: &[i64]) -> RecordBatch {
+        RecordBatch::try_new(
+            data_schema(),
+            vec![
+                Arc::new(StringArray::from(keys.to_vec())),
+                Arc::new(Int64Array::from(times.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn items_of_several_inputs_in_one_batch_come_back_in_order() {
+        let data = data_schema();
+        let wire = wire_schema(&data);
+        let batches = [
+            encode(&wire, 7, 0, WireItem::Routed(Routed::Rows(rows(&["a", "b"], &[1, 2]), Some(RowKeys::All(5))))).unwrap(),
+            encode(&wire, 7, 3, WireItem::Routed(Routed::Rows(rows(&["c"], &[3]), Some(RowKeys::PerRow(vec![9]))))).unwrap(),
+            encode(&wire, 7, 0, WireItem::Routed(Routed::Passed { key: 5, newest: Some(2) })).unwrap(),
+            encode(&wire, 7, 3, WireItem::Routed(Routed::Progress(11))).unwrap(),
+            encode(&wire, 7, 3, WireItem::Routed(Routed::Watermark { watermark: 4, key: 12 })).unwrap(),
+            encode(&wire, 7, 0, WireItem::End).unwrap(),
+        ];
+        // The network may join batches: one batch decodes as the six.
+        let joined = concat_batches(&wire, &batches).unwrap();
+        let items = decode(&joined, &data).unwrap();
+        let described: Vec<String> = items
+            .iter()
+            .map(|(input, item)| match item {
+                WireItem::Routed(Routed::Rows(batch, keys)) => {
+                    format!("{input}: {} rows {keys:?}", batch.num_rows())
+                }
+                WireItem::Routed(Routed::Passed { key, newest }) => {
+                    format!("{input}: passed {key} {newest:?}")
+                }
+                WireItem::Routed(Routed::Progress(key)) => format!("{input}: progress {key}"),
+                WireItem::Routed(Routed::Watermark { watermark, key }) => {
+                    format!("{input}: watermark {watermark} at {key}")
+                }
+                WireItem::End => format!("{input}: end"),
+                WireItem::Routed(_) => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "0: 2 rows Some(All(5))",
+                "3: 1 rows Some(All(9))",
+                "0: passed 5 Some(2)",
+                "3: progress 11",
+                "3: watermark 4 at 12",
+                "0: end",
+            ]
+        );
+        let WireItem::Routed(Routed::Rows(first, _)) = &items[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(first, &rows(&["a", "b"], &[1, 2]));
+    }
+}

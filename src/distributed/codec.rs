@@ -1,0 +1,97 @@
+//! [`FreshetCodec`]: how Freshet's parts of a distributed plan travel to the workers.
+//!
+//! A worker receives [`ExchangeSendExec`] and [`FragmentExec`] nodes as the query's
+//! [`QuerySpec`], the node's place in the plan and its schema, and plans its part of the
+//! query itself (see `placement`): Freshet's operators hold state shared between them in one
+//! process (a source's replay positions read by the exchange above it) which a plan node by
+//! node would not carry. DataFusion's own nodes and the network boundaries travel as
+//! datafusion-distributed encodes them.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::common::{Result, internal_err, plan_err};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+
+use super::exchange_send::ExchangeSendExec;
+use super::fragment::FragmentExec;
+use super::spec::{QuerySpec, Reader, put_bytes, put_u64};
+
+const EXCHANGE_SEND: u8 = 1;
+const FRAGMENT: u8 = 2;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct FreshetCodec;
+
+fn put_schema(buf: &mut Vec<u8>, schema: &SchemaRef) -> Result<()> {
+    let mut bytes = Vec::new();
+    StreamWriter::try_new(&mut bytes, schema)?.finish()?;
+    put_bytes(buf, &bytes);
+    Ok(())
+}
+
+fn read_schema(reader: &mut Reader) -> Result<SchemaRef> {
+    let bytes = reader.bytes()?;
+    let stream = StreamReader::try_new(bytes, None)?;
+    Ok(Arc::new(Schema::clone(stream.schema().as_ref())))
+}
+
+impl PhysicalExtensionCodec for FreshetCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        _ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some((&kind, rest)) = buf.split_first() else {
+            return plan_err!("an empty Freshet plan node");
+        };
+        let (spec, rest) = QuerySpec::decode(rest)?;
+        let spec = Arc::new(spec);
+        let mut reader = Reader(rest);
+        match kind {
+            EXCHANGE_SEND => {
+                let exchange = reader.u64()? as usize;
+                let wire = read_schema(&mut reader)?;
+                if !inputs.is_empty() {
+                    return internal_err!("ExchangeSendExec decoded with inputs");
+                }
+                Ok(Arc::new(ExchangeSendExec::new(spec, exchange, wire)))
+            }
+            FRAGMENT => {
+                let schema = read_schema(&mut reader)?;
+                Ok(Arc::new(FragmentExec::new(spec, schema, inputs.to_vec())))
+            }
+            other => plan_err!("unknown Freshet plan node kind {other}"),
+        }
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        if let Some(send) = node.downcast_ref::<ExchangeSendExec>() {
+            buf.push(EXCHANGE_SEND);
+            send.spec().encode(buf);
+            put_u64(buf, send.exchange() as u64);
+            return put_schema(buf, &node.schema());
+        }
+        if let Some(fragment) = node.downcast_ref::<FragmentExec>() {
+            buf.push(FRAGMENT);
+            fragment.spec().encode(buf);
+            return put_schema(buf, &node.schema());
+        }
+        plan_err!(
+            "{} cannot be sent to a worker: Freshet sends its operators as fragments of the query",
+            node.name()
+        )
+    }
+}

@@ -1,0 +1,106 @@
+//! The coordinator's side of a query across workers: the plan with its network boundaries
+//! handed to datafusion-distributed, which sends each stage to the workers and runs the
+//! head (the merge of every output) here.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, DataFusionError, Result, plan_err};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, WorkerResolver};
+use url::Url;
+
+use super::codec::FreshetCodec;
+use super::placement::distribute;
+use super::spec::QuerySpec;
+
+/// The workers a query runs on.
+#[derive(Debug, Clone)]
+pub struct WorkerUrls(Vec<Url>);
+
+impl WorkerUrls {
+    /// `HOST:PORT,HOST:PORT,…` (or full `http://` URLs).
+    pub fn parse(list: &str) -> Result<Self> {
+        let urls = list
+            .split(',')
+            .map(str::trim)
+            .filter(|worker| !worker.is_empty())
+            .map(|worker| {
+                let url = match worker.contains("://") {
+                    true => worker.to_string(),
+                    false => format!("http://{worker}"),
+                };
+                Url::parse(&url).or_else(|e| {
+                    plan_err!("--workers: '{worker}' is not HOST:PORT ({e})")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if urls.is_empty() {
+            return plan_err!("--workers: expected HOST:PORT,… with at least one worker");
+        }
+        Ok(Self(urls))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl WorkerResolver for WorkerUrls {
+    fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Hands datafusion-distributed a physical plan made beforehand, whatever the logical plan.
+#[derive(Debug)]
+struct PlannedBefore(Arc<dyn ExecutionPlan>);
+
+#[async_trait]
+impl QueryPlanner for PlannedBefore {
+    async fn create_physical_plan(
+        &self,
+        _logical_plan: &LogicalPlan,
+        _session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::clone(&self.0))
+    }
+}
+
+/// Runs the query of `spec` on `workers` (one task per worker in each stage) and returns
+/// its merged output.
+pub async fn execute_distributed(
+    spec: Arc<QuerySpec>,
+    workers: WorkerUrls,
+) -> Result<SendableRecordBatchStream> {
+    if spec.workers != workers.len() {
+        return plan_err!(
+            "the query is spread over {} workers, but {} are given",
+            spec.workers,
+            workers.len()
+        );
+    }
+    let query = spec.plan().await?;
+    let plan = distribute(query.plan(), &spec)?;
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_distributed_worker_resolver(workers)
+        .with_query_planner(Arc::new(PlannedBefore(plan)))
+        .with_distributed_planner()
+        .with_distributed_user_codec(FreshetCodec)
+        .build();
+    let nothing = LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(DFSchema::empty()),
+    });
+    let plan = state.create_physical_plan(&nothing).await?;
+    plan.execute(0, state.task_ctx())
+}

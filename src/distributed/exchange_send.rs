@@ -1,0 +1,162 @@
+//! [`ExchangeSendExec`]: the sending half of an exchange that crosses workers — its input
+//! tasks, on the worker that reads their source partitions — as a leaf of a stage of
+//! datafusion-distributed.
+//!
+//! On worker `t` of a query on `S` streams per worker, partition `p` is exchange input
+//! `t*S + p`: the wire batches it routes to every output (see
+//! `freshet_engine::exchange::wire`). The worker plans the query from its [`QuerySpec`] when
+//! the first partition runs, finds the exchange by its place in the plan, and starts the
+//! input tasks of all its partitions at once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion_distributed::DistributedTaskContext;
+use futures::TryStreamExt;
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+
+use super::placement::{exchanges, route_values, split_head};
+use super::spec::QuerySpec;
+
+/// One worker's sending input tasks: a stream per partition, each taken once.
+type Sending = Mutex<Vec<Option<SendableRecordBatchStream>>>;
+
+/// See the module documentation.
+pub struct ExchangeSendExec {
+    spec: Arc<QuerySpec>,
+    /// The exchange's place among the plan's exchanges.
+    exchange: usize,
+    properties: Arc<PlanProperties>,
+    /// Per task: its input tasks, once started.
+    running: Mutex<HashMap<usize, Arc<OnceCell<Arc<Sending>>>>>,
+}
+
+impl fmt::Debug for ExchangeSendExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExchangeSendExec")
+            .field("exchange", &self.exchange)
+            .finish()
+    }
+}
+
+impl ExchangeSendExec {
+    /// Exchange number `exchange` of the query of `spec`, whose wire batches have schema
+    /// `wire`.
+    pub fn new(spec: Arc<QuerySpec>, exchange: usize, wire: SchemaRef) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(wire),
+            Partitioning::UnknownPartitioning(spec.streams_per_worker()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            spec,
+            exchange,
+            properties: Arc::new(properties),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn spec(&self) -> &Arc<QuerySpec> {
+        &self.spec
+    }
+
+    pub fn exchange(&self) -> usize {
+        self.exchange
+    }
+
+    /// Plans the query and starts the input tasks of task `task`.
+    async fn start(
+        spec: Arc<QuerySpec>,
+        exchange: usize,
+        task: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<Arc<Sending>> {
+        let query = spec.plan().await?;
+        let (_, part) = split_head(query.plan(), spec.partitions)?;
+        let Some(exchange) = exchanges(&part)?.into_iter().nth(exchange) else {
+            return internal_err!("the worker's plan has no exchange number {exchange}");
+        };
+        let streams = spec.streams_per_worker();
+        let first = task * streams;
+        let sending = exchange.send_inputs(
+            first..first + streams,
+            route_values(spec.partitions)?,
+            context,
+        )?;
+        Ok(Arc::new(Mutex::new(sending.into_iter().map(Some).collect())))
+    }
+}
+
+impl DisplayAs for ExchangeSendExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "ExchangeSendExec: exchange={}, streams_per_worker={}",
+            self.exchange,
+            self.spec.streams_per_worker()
+        )
+    }
+}
+
+impl ExecutionPlan for ExchangeSendExec {
+    fn name(&self) -> &str {
+        "ExchangeSendExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !children.is_empty() {
+            return internal_err!("ExchangeSendExec has no children");
+        }
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let task = DistributedTaskContext::from_ctx(&context).task_index;
+        let cell = Arc::clone(self.running.lock().entry(task).or_default());
+        let (spec, exchange) = (Arc::clone(&self.spec), self.exchange);
+        let stream = futures::stream::once(async move {
+            let sending = cell
+                .get_or_try_init(|| Self::start(spec, exchange, task, context))
+                .await?;
+            match sending.lock().get_mut(partition).and_then(Option::take) {
+                Some(stream) => Ok(stream),
+                None => internal_err!("exchange input {partition} sent twice or out of range"),
+            }
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), stream)))
+    }
+}

@@ -1,0 +1,242 @@
+//! Where each part of a query runs: the plan one process would run, cut at its exchanges.
+//!
+//! A query planned on `N` streams is spread over `W` workers, each running `S = N / W` of
+//! them: worker `t` reads source partitions `t*S .. (t+1)*S` and runs exchange outputs (and
+//! everything above them) `t*S .. (t+1)*S`. Every exchange becomes an [`ExchangeSendExec`]
+//! (its input tasks, on the workers that read the sources) under a hash `RepartitionExec`
+//! on the wire batches' route column and a `NetworkShuffleExec`; what reads the exchanges,
+//! up to the plan's last partitioned node, is one [`FragmentExec`] per worker; a
+//! `NetworkCoalesceExec` brings every output to the coordinator, which merges them (with
+//! the plan's own single-partition head, such as an ORDER BY's merge, if it has one).
+//!
+//! Workers plan the query from its [`QuerySpec`] and find the same exchanges and the same
+//! fragment in their plan by their place in it (a pre-order walk that does not enter an
+//! exchange), so that what each part holds is what the coordinator's plan held.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::Int64Array;
+use datafusion::common::hash_utils::create_hashes;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, not_impl_err};
+use datafusion::physical_expr::Partitioning;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
+use datafusion_distributed::{NetworkCoalesceExec, NetworkShuffleExec};
+use freshet_engine::StreamExchangeExec;
+use freshet_engine::exchange::wire::ROUTE_COLUMN;
+
+use super::exchange_send::ExchangeSendExec;
+use super::fragment::FragmentExec;
+use super::spec::QuerySpec;
+
+/// The plan's single-partition head that stays on the coordinator, if any, and the
+/// partitioned part the workers run.
+pub(super) fn split_head(
+    plan: &Arc<dyn ExecutionPlan>,
+    partitions: usize,
+) -> Result<(Option<Arc<dyn ExecutionPlan>>, Arc<dyn ExecutionPlan>)> {
+    if plan.output_partitioning().partition_count() == partitions {
+        return Ok((None, Arc::clone(plan)));
+    }
+    let merges = plan.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || plan.downcast_ref::<SortPreservingMergeExec>().is_some();
+    match plan.children().as_slice() {
+        [child] if merges && child.output_partitioning().partition_count() == partitions => {
+            Ok((Some(Arc::clone(plan)), Arc::clone(child)))
+        }
+        _ => not_impl_err!(
+            "this query cannot run across workers yet: its plan ends in {} with {} \
+             partitions, where the workers' part must end with one per stream ({partitions})",
+            plan.name(),
+            plan.output_partitioning().partition_count()
+        ),
+    }
+}
+
+/// The exchanges of `part`, in pre-order, not entering any.
+pub(super) fn exchanges(part: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<StreamExchangeExec>>> {
+    let mut found = Vec::new();
+    part.apply(|node| {
+        Ok(match StreamExchangeExec::from_plan(Arc::clone(node), "") {
+            Ok(exchange) => {
+                found.push(exchange);
+                TreeNodeRecursion::Jump
+            }
+            Err(_) => TreeNodeRecursion::Continue,
+        })
+    })?;
+    Ok(found)
+}
+
+/// `part` with its exchanges reading their outputs from `remotes` (in the order of
+/// [`exchanges`]), the first of them output `first_output`.
+pub(super) fn with_remote_exchanges(
+    part: &Arc<dyn ExecutionPlan>,
+    remotes: &[Arc<dyn ExecutionPlan>],
+    first_output: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut next = 0;
+    let replaced = Arc::clone(part).transform_down(|node| {
+        let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(&node), "") else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(remote) = remotes.get(next) else {
+            return not_impl_err!("the workers' plan has more exchanges than the coordinator's");
+        };
+        next += 1;
+        let remote: Arc<dyn ExecutionPlan> =
+            Arc::new(exchange.with_remote_input(Arc::clone(remote), first_output));
+        Ok(Transformed::new(remote, true, TreeNodeRecursion::Jump))
+    })?;
+    Ok(replaced.data)
+}
+
+/// Checks that `part`, the workers' part of a plan on `partitions` streams, can be cut
+/// at its exchanges (see the module documentation).
+fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()> {
+    if part.boundedness().is_unbounded() {
+        return not_impl_err!(
+            "an endless stream cannot run across workers yet: datafusion-distributed treats \
+             every network boundary as bounded; replay a bounded input instead"
+        );
+    }
+    let mut refusal = None;
+    part.apply(|node| {
+        if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
+            if let Err(error) = exchange.check_distributable() {
+                refusal = Some(error);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            if node.output_partitioning().partition_count() != partitions {
+                refusal = Result::<()>::err(not_impl_err!(
+                    "an exchange into {} streams cannot cross workers yet: only one into every \
+                     stream ({partitions})",
+                    node.output_partitioning().partition_count()
+                ));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if node.output_partitioning().partition_count() != partitions {
+            refusal = Result::<()>::err(not_impl_err!(
+                "{} runs on {} partitions: only operators on every stream ({partitions}) run \
+                 across workers yet",
+                node.name(),
+                node.output_partitioning().partition_count()
+            ));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match refusal {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The plan with network boundaries that runs `plan` (planned from `spec`) across
+/// `spec.workers` workers (see the module documentation).
+pub fn distribute(
+    plan: &Arc<dyn ExecutionPlan>,
+    spec: &Arc<QuerySpec>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let (head, part) = split_head(plan, spec.partitions)?;
+    check_cuttable(&part, spec.partitions)?;
+    let streams = spec.streams_per_worker();
+    let shuffles = exchanges(&part)?
+        .iter()
+        .enumerate()
+        .map(|(index, exchange)| {
+            let send: Arc<dyn ExecutionPlan> =
+                Arc::new(ExchangeSendExec::new(Arc::clone(spec), index, exchange.wire_schema()));
+            let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
+            let repartition =
+                RepartitionExec::try_new(send, Partitioning::Hash(vec![Arc::new(route)], streams))?;
+            let shuffle: Arc<dyn ExecutionPlan> =
+                Arc::new(NetworkShuffleExec::try_new(Arc::new(repartition), spec.workers)?);
+            Ok(shuffle)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
+    let gathered: Arc<dyn ExecutionPlan> =
+        Arc::new(NetworkCoalesceExec::try_new(fragment, spec.workers, 1)?);
+    Ok(match head {
+        Some(head) => head.replace_children(
+            vec![gathered],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )?,
+        None => Arc::new(CoalescePartitionsExec::new(gathered)),
+    })
+}
+
+/// For each of `outputs` network partitions, a route value that the network's hash
+/// partitioning (DataFusion's `RepartitionExec` with its fixed hash seed) sends there.
+pub(super) fn route_values(outputs: usize) -> Result<Arc<[i64]>> {
+    let mut routes = vec![None; outputs];
+    let mut missing = outputs;
+    let mut start = 0i64;
+    const CHUNK: i64 = 1024;
+    while missing > 0 {
+        let values = Int64Array::from_iter_values(start..start + CHUNK);
+        let mut hashes = vec![0u64; CHUNK as usize];
+        create_hashes(
+            [&values as &dyn datafusion::arrow::array::Array],
+            REPARTITION_RANDOM_STATE.random_state(),
+            &mut hashes,
+        )?;
+        for (value, hash) in (start..).zip(hashes) {
+            let slot = &mut routes[(hash % outputs as u64) as usize];
+            if slot.is_none() {
+                *slot = Some(value);
+                missing -= 1;
+            }
+        }
+        start += CHUNK;
+    }
+    Ok(routes.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::RecordBatch;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use futures::TryStreamExt;
+
+    #[tokio::test]
+    async fn each_route_value_reaches_its_partition() {
+        let outputs = 6;
+        let routes = route_values(outputs).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("r", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(routes.to_vec()))],
+        )
+        .unwrap();
+        let input = MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap();
+        let column = Arc::new(Column::new("r", 0));
+        let repartition =
+            RepartitionExec::try_new(input, Partitioning::Hash(vec![column], outputs)).unwrap();
+        let context = Arc::new(datafusion::execution::TaskContext::default());
+        for partition in 0..outputs {
+            let batches: Vec<RecordBatch> = repartition
+                .execute(partition, Arc::clone(&context))
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            let values: Vec<i64> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+                .collect();
+            assert_eq!(values, [routes[partition]], "partition {partition}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! [`QuerySpec`]: a query as the command line gives it — its SQL and the session it runs in
+//! — which every worker plans for itself, as bytes that travel with the plan's fragments.
+
+use datafusion::common::{Result, plan_err};
+use freshet_planner::StreamingQuery;
+
+use crate::cli::{PlanArgs, SessionArgs, plan_query};
+
+/// What a worker needs to plan the query the coordinator planned: the SQL (session
+/// statements and the query), the session's streams and settings, and the number of
+/// streams the whole query runs on, spread over `workers` workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySpec {
+    pub script: String,
+    pub settings: Vec<String>,
+    pub tables: Vec<String>,
+    pub event_time: Option<String>,
+    pub watermark: Option<String>,
+    pub strategy: Option<String>,
+    /// Streams over all workers: the query's partitions, as in one process.
+    pub partitions: usize,
+    pub workers: usize,
+}
+
+impl QuerySpec {
+    /// The query `script` with the session of `session`, on `partitions` streams spread
+    /// evenly over `workers` workers.
+    pub fn new(
+        script: String,
+        session: &SessionArgs,
+        partitions: usize,
+        workers: usize,
+    ) -> Result<Self> {
+        if workers == 0 || partitions == 0 || partitions % workers != 0 {
+            return plan_err!(
+                "{partitions} streams cannot be spread evenly over {workers} workers: give \
+                 --partitions as a multiple of the number of workers"
+            );
+        }
+        Ok(Self {
+            script,
+            settings: session.settings.clone(),
+            tables: session.tables.clone(),
+            event_time: session.event_time.clone(),
+            watermark: session.watermark.clone(),
+            strategy: session.strategy.clone(),
+            partitions,
+            workers,
+        })
+    }
+
+    /// The streams each worker runs.
+    pub fn streams_per_worker(&self) -> usize {
+        self.partitions / self.workers
+    }
+
+    /// The query planned as one process would plan it, on all the streams.
+    pub async fn plan(&self) -> Result<StreamingQuery> {
+        plan_query(&PlanArgs {
+            sql: Some(self.script.clone()),
+            file: None,
+            session: SessionArgs {
+                settings: self.settings.clone(),
+                tables: self.tables.clone(),
+                partitions: Some(self.partitions),
+                event_time: self.event_time.clone(),
+                watermark: self.watermark.clone(),
+                strategy: self.strategy.clone(),
+            },
+        })
+        .await
+    }
+
+    pub fn encode(&self, buf: &mut Vec<u8>) {
+        put_str(buf, &self.script);
+        put_list(buf, &self.settings);
+        put_list(buf, &self.tables);
+        for option in [&self.event_time, &self.watermark, &self.strategy] {
+            put_option(buf, option.as_deref());
+        }
+        put_u64(buf, self.partitions as u64);
+        put_u64(buf, self.workers as u64);
+    }
+
+    /// Reads what [`Self::encode`] wrote at the start of `bytes`; returns the rest too.
+    pub fn decode(bytes: &[u8]) -> Result<(Self, &[u8])> {
+        let mut reader = Reader(bytes);
+        let spec = Self {
+            script: reader.string()?,
+            settings: reader.list()?,
+            tables: reader.list()?,
+            event_time: reader.option()?,
+            watermark: reader.option()?,
+            strategy: reader.option()?,
+            partitions: reader.u64()? as usize,
+            workers: reader.u64()? as usize,
+        };
+        Ok((spec, reader.0))
+    }
+}
+
+pub(super) fn put_u64(buf: &mut Vec<u8>, value: u64) {
+    buf.extend_from_slice(&value.to_le_bytes());
+}
+
+pub(super) fn put_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
+    put_u64(buf, bytes.len() as u64);
+    buf.extend_from_slice(bytes);
+}
+
+fn put_str(buf: &mut Vec<u8>, value: &str) {
+    put_bytes(buf, value.as_bytes());
+}
+
+fn put_list(buf: &mut Vec<u8>, values: &[String]) {
+    put_u64(buf, values.len() as u64);
+    for value in values {
+        put_str(buf, value);
+    }
+}
+
+fn put_option(buf: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => {
+            buf.push(1);
+            put_str(buf, value);
+        }
+        None => buf.push(0),
+    }
+}
+
+/// Reads what the `put_*` functions wrote.
+pub(super) struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return plan_err!("a Freshet plan fragment's bytes end early");
+        }
+        let (taken, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(taken)
+    }
+
+    pub fn u64(&mut self) -> Result<u64> {
+        let bytes = self.take(8)?;
+        Ok(u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8])))
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let len = self.u64()? as usize;
+        self.take(len)
+    }
+
+    fn string(&mut self) -> Result<String> {
+        match String::from_utf8(self.bytes()?.to_vec()) {
+            Ok(value) => Ok(value),
+            Err(_) => plan_err!("a Freshet plan fragment holds a string that is not UTF-8"),
+        }
+    }
+
+    fn list(&mut self) -> Result<Vec<String>> {
+        let len = self.u64()? as usize;
+        (0..len).map(|_| self.string()).collect()
+    }
+
+    fn option(&mut self) -> Result<Option<String>> {
+        match self.take(1)?[0] {
+            0 => Ok(None),
+            _ => self.string().map(Some),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_comes_back_from_its_bytes() {
+        let spec = QuerySpec {
+            script: "SET a = 'b'; SELECT 1".into(),
+            settings: vec!["emit=changes".into()],
+            tables: vec!["t=/x/y.parquet,event_time=ts".into(), "u=generator:orders".into()],
+            event_time: None,
+            watermark: Some("4s".into()),
+            strategy: Some("hash".into()),
+            partitions: 4,
+            workers: 2,
+        };
+        let mut buf = Vec::new();
+        spec.encode(&mut buf);
+        buf.extend_from_slice(b"rest");
+        let (decoded, rest) = QuerySpec::decode(&buf).unwrap();
+        assert_eq!(decoded, spec);
+        assert_eq!(rest, b"rest");
+        assert!(QuerySpec::decode(&buf[..buf.len() - 10]).is_err());
+    }
+}
