@@ -42,6 +42,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
         Command::Fuzz(args) => fuzz(args).await.map(|()| ExitCode::SUCCESS),
         Command::Shell(args) => super::shell::shell(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Worker(args) => super::distributed::worker(args).await,
     }
 }
 
@@ -332,7 +333,7 @@ fn shared_prefix(a: &str, b: &str) -> usize {
 
 /// Refuses an output file that is one of the input files, or inside an input directory: the
 /// run would read what it writes (or truncate its input before reading it).
-fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -> Result<()> {
+pub(super) fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -> Result<()> {
     let Some(output) = sink.path() else {
         return Ok(());
     };
@@ -371,6 +372,9 @@ fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -> Result<()
 
 /// Runs the query into its sink and prints the summary (exit code 130 when interrupted).
 async fn query(args: QueryArgs) -> Result<ExitCode> {
+    if let Some(workers) = &args.workers {
+        return super::distributed::query_on_workers(&args, workers).await;
+    }
     let sink: SinkSpec = args.output.parse()?;
     let late_sink: Option<SinkSpec> = args.late_output.as_deref().map(str::parse).transpose()?;
     for output in [Some(&sink), late_sink.as_ref()].into_iter().flatten() {

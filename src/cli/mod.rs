@@ -4,6 +4,7 @@
 
 mod checkpointed;
 mod commands;
+mod distributed;
 mod shell;
 mod tables;
 
@@ -40,6 +41,15 @@ pub enum Command {
     /// An interactive session: queries, EXPLAIN, SET and CREATE VIEW statements ending with
     /// `;`, and commands (\d lists the streams, \? the commands, \q quits).
     Shell(SessionArgs),
+    /// Serve the stages of queries that coordinators run with `query --workers`.
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Address to listen on, e.g. 127.0.0.1:7001.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: String,
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +132,12 @@ pub struct QueryArgs {
     /// Complete checkpoints kept in the checkpoint directory.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub checkpoints_kept: usize,
+    /// Run the query across these workers (`freshet worker`), HOST:PORT,…: each reads its
+    /// share of the sources and runs its share of the streams (--partitions in all, a
+    /// multiple of the workers; default: workers × cores); the results come here. The
+    /// workers must see the tables' files at the same paths.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub workers: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -24,7 +24,8 @@ pub struct QuerySpec {
 
 impl QuerySpec {
     /// The query `script` with the session of `session`, on `partitions` streams spread
-    /// evenly over `workers` workers.
+    /// evenly over `workers` workers. Keyed operators read hashed exchanges unless the
+    /// session names a strategy (as in a checkpointed run): those cross workers.
     pub fn new(
         script: String,
         session: &SessionArgs,
@@ -43,7 +44,7 @@ impl QuerySpec {
             tables: session.tables.clone(),
             event_time: session.event_time.clone(),
             watermark: session.watermark.clone(),
-            strategy: session.strategy.clone(),
+            strategy: Some(session.strategy.clone().unwrap_or_else(|| "hash".into())),
             partitions,
             workers,
         })

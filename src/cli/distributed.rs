@@ -1,0 +1,54 @@
+//! `freshet worker` and `freshet query --workers`: a query across workers (see
+//! [`crate::distributed`]).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::common::{DataFusionError, Result, plan_err};
+use freshet_engine::machine_cores;
+use freshet_engine::sink::{SinkSpec, drain};
+use tokio::net::TcpListener;
+
+use super::commands::{interrupt, refuse_writing_onto_an_input, script};
+use super::{QueryArgs, WorkerArgs};
+use crate::distributed::{QuerySpec, WorkerUrls, execute_distributed, serve_worker};
+
+/// Serves queries' stages until SIGINT or SIGTERM.
+pub(super) async fn worker(args: WorkerArgs) -> Result<ExitCode> {
+    let listener = TcpListener::bind(&args.listen).await.map_err(|e| {
+        DataFusionError::Plan(format!("--listen {}: cannot listen there: {e}", args.listen))
+    })?;
+    eprintln!("freshet worker listening on {}", listener.local_addr()?);
+    serve_worker(listener, interrupt()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the query of `args` on the workers `workers` and writes its results here.
+pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<ExitCode> {
+    if args.checkpoint_dir.is_some() || args.late_output.is_some() {
+        return plan_err!(
+            "--workers does not take --checkpoint-dir or --late-output yet: run the query in \
+             one process for those"
+        );
+    }
+    let sink: SinkSpec = args.output.parse()?;
+    refuse_writing_onto_an_input(&sink, &args.plan.session.tables)?;
+    let urls = WorkerUrls::parse(workers)?;
+    let session = &args.plan.session;
+    let partitions = session
+        .partitions
+        .unwrap_or_else(|| urls.len() * machine_cores());
+    let spec = QuerySpec::new(script(&args.plan)?, session, partitions, urls.len())?;
+    let started = Instant::now();
+    let workers = urls.len();
+    let stream = execute_distributed(Arc::new(spec), urls).await?;
+    let writer = sink.open(&stream.schema(), Box::new(std::io::stdout()))?;
+    let summary = drain(stream, writer).await?;
+    eprintln!(
+        "\r{} rows out in {:.2}s on {workers} workers ({partitions} streams)",
+        summary.rows,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
