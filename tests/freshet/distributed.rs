@@ -12,7 +12,10 @@ use futures::TryStreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::support::freshet_ok;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::support::{freshet_ok, write_parquet};
 
 /// Workers serving on loopback ports until dropped.
 struct Workers {
@@ -76,6 +79,20 @@ async fn both_ways(sql: &str, tables: &[String], partitions: usize, workers: usi
     (sorted_rows(&distributed), sorted_rows(&local))
 }
 
+/// Rewrites the Parquet file at `path` in row groups of 2 000 rows, so that every worker
+/// reads some of them.
+fn in_small_row_groups(path: &Path) {
+    let file = std::fs::File::open(path).unwrap();
+    let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let batch = concat_batches(&batches[0].schema(), &batches).unwrap();
+    write_parquet(path, &batch, 2_000);
+}
+
 fn market_data(dir: &Path, records: &str, disorder_ms: &str) -> String {
     let path = dir.join("md.parquet");
     freshet_ok(&[
@@ -88,12 +105,14 @@ fn market_data(dir: &Path, records: &str, disorder_ms: &str) -> String {
         "--out",
         path.to_str().unwrap(),
     ]);
+    in_small_row_groups(&path);
     path.to_str().unwrap().to_string()
 }
 
 fn orders(dir: &Path) -> String {
     let path = dir.join("orders.parquet");
     crate::support::gen_orders(&path, "100k", &[]);
+    in_small_row_groups(&path);
     path.to_str().unwrap().to_string()
 }
 
@@ -145,7 +164,7 @@ async fn the_scenarios_across_workers_equal_one_process() {
 async fn late_records_across_workers_are_the_ones_one_process_drops() {
     let dir = tempfile::tempdir().unwrap();
     let path = market_data(dir.path(), "100k", "20000");
-    let tables = [format!("market_data={path},event_time=trade_time,watermark=5s")];
+    let tables = [format!("market_data={path},event_time=trade_time,watermark=0s")];
     for sql in [S3A, S3B, S1] {
         equal_at_2_and_3_workers(sql, &tables).await;
     }
@@ -173,6 +192,9 @@ async fn nexmark_queries_across_workers_equal_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nexmark");
     freshet_ok(&["gen", "nexmark", "--events", "100k", "--out", out.to_str().unwrap()]);
+    for table in ["bid", "auction", "person"] {
+        in_small_row_groups(&out.join(format!("{table}.parquet")));
+    }
     let tables: Vec<String> = ["bid", "auction", "person"]
         .iter()
         .map(|table| {
