@@ -17,7 +17,10 @@ use crate::distributed::{QuerySpec, WorkerUrls, execute_distributed, serve_worke
 /// Serves queries' stages until SIGINT or SIGTERM.
 pub(super) async fn worker(args: WorkerArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&args.listen).await.map_err(|e| {
-        DataFusionError::Plan(format!("--listen {}: cannot listen there: {e}", args.listen))
+        DataFusionError::Plan(format!(
+            "--listen {}: cannot listen there: {e}",
+            args.listen
+        ))
     })?;
     eprintln!("freshet worker listening on {}", listener.local_addr()?);
     serve_worker(listener, interrupt()).await?;

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-pub use commands::{session, session_statement};
 pub(crate) use commands::plan as plan_query;
+pub use commands::{session, session_statement};
 pub use tables::{TableSource, TableSpec, register_table, register_tables};
 
 /// Freshet: streaming SQL on Apache DataFusion and Arrow.

@@ -95,3 +95,101 @@ impl PhysicalExtensionCodec for FreshetCodec {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field};
+    use datafusion::physical_plan::displayable;
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion_proto::physical_plan::DefaultPhysicalProtoConverter;
+
+    fn spec() -> Arc<QuerySpec> {
+        Arc::new(QuerySpec {
+            script: "SELECT k, COUNT(*) FROM t GROUP BY k".into(),
+            settings: vec!["emit=changes".into()],
+            tables: vec!["t=/data/t.parquet,event_time=ts".into()],
+            event_time: None,
+            watermark: Some("2s".into()),
+            strategy: Some("hash".into()),
+            partitions: 6,
+            workers: 3,
+        })
+    }
+
+    fn round_trip(
+        node: Arc<dyn ExecutionPlan>,
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Arc<dyn ExecutionPlan> {
+        let mut buf = Vec::new();
+        FreshetCodec
+            .try_encode(
+                Arc::clone(&node),
+                &mut buf,
+                &DefaultPhysicalProtoConverter {},
+            )
+            .unwrap();
+        let decoded = FreshetCodec
+            .try_decode(
+                &buf,
+                inputs,
+                &TaskContext::default(),
+                &DefaultPhysicalProtoConverter {},
+            )
+            .unwrap();
+        assert_eq!(decoded.schema(), node.schema());
+        assert_eq!(
+            displayable(decoded.as_ref()).indent(true).to_string(),
+            displayable(node.as_ref()).indent(true).to_string()
+        );
+        decoded
+    }
+
+    #[test]
+    fn freshet_nodes_come_back_from_the_codec() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8View, true),
+            Field::new("n", DataType::Int64, false),
+        ]));
+        let send = round_trip(
+            Arc::new(ExchangeSendExec::new(spec(), 2, Arc::clone(&schema))),
+            &[],
+        );
+        let send = send.downcast_ref::<ExchangeSendExec>().unwrap();
+        assert_eq!((send.spec(), send.exchange()), (&spec(), 2));
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+        let fragment = FragmentExec::new(spec(), schema, vec![Arc::clone(&input)]);
+        let fragment = round_trip(Arc::new(fragment), &[input]);
+        assert_eq!(fragment.children().len(), 1);
+        assert_eq!(
+            fragment.downcast_ref::<FragmentExec>().unwrap().spec(),
+            &spec()
+        );
+    }
+
+    #[test]
+    fn other_nodes_are_refused_with_a_reason() {
+        let schema = Arc::new(Schema::empty());
+        let error = FreshetCodec
+            .try_encode(
+                Arc::new(datafusion::physical_plan::empty::EmptyExec::new(schema)),
+                &mut Vec::new(),
+                &DefaultPhysicalProtoConverter {},
+            )
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("EmptyExec cannot be sent"),
+            "{error}"
+        );
+        assert!(
+            FreshetCodec
+                .try_decode(
+                    &[9],
+                    &[],
+                    &TaskContext::default(),
+                    &DefaultPhysicalProtoConverter {}
+                )
+                .is_err()
+        );
+    }
+}

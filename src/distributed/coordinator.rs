@@ -11,7 +11,9 @@ use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, WorkerResolver};
+use futures::TryStreamExt;
 use url::Url;
 
 use super::codec::FreshetCodec;
@@ -34,9 +36,8 @@ impl WorkerUrls {
                     true => worker.to_string(),
                     false => format!("http://{worker}"),
                 };
-                Url::parse(&url).or_else(|e| {
-                    plan_err!("--workers: '{worker}' is not HOST:PORT ({e})")
-                })
+                Url::parse(&url)
+                    .or_else(|e| plan_err!("--workers: '{worker}' is not HOST:PORT ({e})"))
             })
             .collect::<Result<Vec<_>>>()?;
         if urls.is_empty() {
@@ -102,5 +103,30 @@ pub async fn execute_distributed(
         schema: Arc::new(DFSchema::empty()),
     });
     let plan = state.create_physical_plan(&nothing).await?;
-    plan.execute(0, state.task_ctx())
+    let stream = plan.execute(0, state.task_ctx()).map_err(lost_worker)?;
+    let schema = stream.schema();
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.map_err(lost_worker),
+    )))
+}
+
+/// An error of the network between the coordinator and a worker, said as what it means.
+fn lost_worker(error: DataFusionError) -> DataFusionError {
+    let message = error.to_string();
+    let network = [
+        "h2 protocol error",
+        "transport error",
+        "Connection refused",
+        "broken pipe",
+        "connection reset",
+        "Connection reset",
+    ];
+    if network.iter().any(|sign| message.contains(sign)) {
+        DataFusionError::Execution(format!(
+            "a worker stopped or cannot be reached, so the query cannot finish: {message}"
+        ))
+    } else {
+        error
+    }
 }

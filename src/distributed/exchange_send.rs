@@ -83,7 +83,7 @@ impl ExchangeSendExec {
         context: Arc<TaskContext>,
     ) -> Result<Arc<Sending>> {
         let query = spec.plan().await?;
-        let (_, part) = split_head(query.plan(), spec.partitions)?;
+        let part = split_head(query.plan(), spec.partitions)?.part;
         let Some(exchange) = exchanges(&part)?.into_iter().nth(exchange) else {
             return internal_err!("the worker's plan has no exchange number {exchange}");
         };
@@ -94,7 +94,9 @@ impl ExchangeSendExec {
             route_values(spec.partitions)?,
             context,
         )?;
-        Ok(Arc::new(Mutex::new(sending.into_iter().map(Some).collect())))
+        Ok(Arc::new(Mutex::new(
+            sending.into_iter().map(Some).collect(),
+        )))
     }
 }
 
@@ -157,6 +159,9 @@ impl ExecutionPlan for ExchangeSendExec {
             }
         })
         .try_flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            stream,
+        )))
     }
 }

@@ -13,8 +13,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Result;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -28,6 +28,9 @@ use tokio::sync::OnceCell;
 use super::placement::{split_head, with_remote_exchanges};
 use super::spec::QuerySpec;
 
+/// One task's part of the plan, planned when its first partition runs.
+type PlannedPart = OnceCell<Arc<dyn ExecutionPlan>>;
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct FragmentExec {
@@ -36,13 +39,17 @@ pub struct FragmentExec {
     inputs: Vec<Arc<dyn ExecutionPlan>>,
     properties: Arc<PlanProperties>,
     /// Per task: its part of the plan, once planned.
-    planned: Mutex<HashMap<usize, Arc<OnceCell<Arc<dyn ExecutionPlan>>>>>,
+    planned: Mutex<HashMap<usize, Arc<PlannedPart>>>,
 }
 
 impl FragmentExec {
     /// The workers' part of the query of `spec`, of schema `schema`, reading its exchanges'
     /// outputs from `inputs`.
-    pub fn new(spec: Arc<QuerySpec>, schema: SchemaRef, inputs: Vec<Arc<dyn ExecutionPlan>>) -> Self {
+    pub fn new(
+        spec: Arc<QuerySpec>,
+        schema: SchemaRef,
+        inputs: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(schema),
             Partitioning::UnknownPartitioning(spec.streams_per_worker()),
@@ -68,7 +75,7 @@ impl FragmentExec {
         task: usize,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let query = spec.plan().await?;
-        let (_, part) = split_head(query.plan(), spec.partitions)?;
+        let part = split_head(query.plan(), spec.partitions)?.part;
         with_remote_exchanges(&part, &inputs, task * spec.streams_per_worker())
     }
 }
@@ -108,7 +115,11 @@ impl ExecutionPlan for FragmentExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self::new(Arc::clone(&self.spec), self.schema(), children)))
+        Ok(Arc::new(Self::new(
+            Arc::clone(&self.spec),
+            self.schema(),
+            children,
+        )))
     }
 
     fn execute(
@@ -121,10 +132,15 @@ impl ExecutionPlan for FragmentExec {
         let (spec, inputs) = (Arc::clone(&self.spec), self.inputs.clone());
         let first = task * spec.streams_per_worker();
         let stream = futures::stream::once(async move {
-            let part = cell.get_or_try_init(|| Self::plan(spec, inputs, task)).await?;
+            let part = cell
+                .get_or_try_init(|| Self::plan(spec, inputs, task))
+                .await?;
             part.execute(first + partition, context)
         })
         .try_flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            stream,
+        )))
     }
 }

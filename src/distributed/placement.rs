@@ -35,20 +35,29 @@ use super::exchange_send::ExchangeSendExec;
 use super::fragment::FragmentExec;
 use super::spec::QuerySpec;
 
-/// The plan's single-partition head that stays on the coordinator, if any, and the
-/// partitioned part the workers run.
-pub(super) fn split_head(
-    plan: &Arc<dyn ExecutionPlan>,
-    partitions: usize,
-) -> Result<(Option<Arc<dyn ExecutionPlan>>, Arc<dyn ExecutionPlan>)> {
+/// A plan split into its single-partition head that stays on the coordinator, if any, and
+/// the partitioned part the workers run.
+pub(super) struct Split {
+    pub head: Option<Arc<dyn ExecutionPlan>>,
+    pub part: Arc<dyn ExecutionPlan>,
+}
+
+/// `plan`, on `partitions` streams, split (see [`Split`]).
+pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Split> {
     if plan.output_partitioning().partition_count() == partitions {
-        return Ok((None, Arc::clone(plan)));
+        return Ok(Split {
+            head: None,
+            part: Arc::clone(plan),
+        });
     }
     let merges = plan.downcast_ref::<CoalescePartitionsExec>().is_some()
         || plan.downcast_ref::<SortPreservingMergeExec>().is_some();
     match plan.children().as_slice() {
         [child] if merges && child.output_partitioning().partition_count() == partitions => {
-            Ok((Some(Arc::clone(plan)), Arc::clone(child)))
+            Ok(Split {
+                head: Some(Arc::clone(plan)),
+                part: Arc::clone(child),
+            })
         }
         _ => not_impl_err!(
             "this query cannot run across workers yet: its plan ends in {} with {} \
@@ -146,20 +155,25 @@ pub fn distribute(
     plan: &Arc<dyn ExecutionPlan>,
     spec: &Arc<QuerySpec>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let (head, part) = split_head(plan, spec.partitions)?;
+    let Split { head, part } = split_head(plan, spec.partitions)?;
     check_cuttable(&part, spec.partitions)?;
     let streams = spec.streams_per_worker();
     let shuffles = exchanges(&part)?
         .iter()
         .enumerate()
         .map(|(index, exchange)| {
-            let send: Arc<dyn ExecutionPlan> =
-                Arc::new(ExchangeSendExec::new(Arc::clone(spec), index, exchange.wire_schema()));
+            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
+                Arc::clone(spec),
+                index,
+                exchange.wire_schema(),
+            ));
             let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
             let repartition =
                 RepartitionExec::try_new(send, Partitioning::Hash(vec![Arc::new(route)], streams))?;
-            let shuffle: Arc<dyn ExecutionPlan> =
-                Arc::new(NetworkShuffleExec::try_new(Arc::new(repartition), spec.workers)?);
+            let shuffle: Arc<dyn ExecutionPlan> = Arc::new(NetworkShuffleExec::try_new(
+                Arc::new(repartition),
+                spec.workers,
+            )?);
             Ok(shuffle)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -234,7 +248,14 @@ mod tests {
                 .unwrap();
             let values: Vec<i64> = batches
                 .iter()
-                .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap()
+                        .values()
+                        .to_vec()
+                })
                 .collect();
             assert_eq!(values, [routes[partition]], "partition {partition}");
         }

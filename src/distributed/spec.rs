@@ -32,7 +32,7 @@ impl QuerySpec {
         partitions: usize,
         workers: usize,
     ) -> Result<Self> {
-        if workers == 0 || partitions == 0 || partitions % workers != 0 {
+        if workers == 0 || partitions == 0 || !partitions.is_multiple_of(workers) {
             return plan_err!(
                 "{partitions} streams cannot be spread evenly over {workers} workers: give \
                  --partitions as a multiple of the number of workers"
@@ -182,7 +182,10 @@ mod tests {
         let spec = QuerySpec {
             script: "SET a = 'b'; SELECT 1".into(),
             settings: vec!["emit=changes".into()],
-            tables: vec!["t=/x/y.parquet,event_time=ts".into(), "u=generator:orders".into()],
+            tables: vec![
+                "t=/x/y.parquet,event_time=ts".into(),
+                "u=generator:orders".into(),
+            ],
             event_time: None,
             watermark: Some("4s".into()),
             strategy: Some("hash".into()),

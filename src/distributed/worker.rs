@@ -16,7 +16,10 @@ pub async fn serve_worker(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     let worker = Worker::from_session_builder(|ctx: WorkerQueryContext| async move {
-        Ok(ctx.builder.with_distributed_user_codec(FreshetCodec).build())
+        Ok(ctx
+            .builder
+            .with_distributed_user_codec(FreshetCodec)
+            .build())
     });
     let connections = futures::stream::unfold(listener, |listener| async move {
         let connection = listener.accept().await.map(|(stream, _)| stream);

@@ -67,9 +67,15 @@ fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
 
 /// The query's rows across `workers` workers with `partitions` streams in all, and in one
 /// process on as many streams.
-async fn both_ways(sql: &str, tables: &[String], partitions: usize, workers: usize) -> (Vec<String>, Vec<String>) {
+async fn both_ways(
+    sql: &str,
+    tables: &[String],
+    partitions: usize,
+    workers: usize,
+) -> (Vec<String>, Vec<String>) {
     let cluster = start_workers(workers).await;
-    let spec = Arc::new(QuerySpec::new(sql.to_string(), &session(tables), partitions, workers).unwrap());
+    let spec =
+        Arc::new(QuerySpec::new(sql.to_string(), &session(tables), partitions, workers).unwrap());
     let stream = execute_distributed(Arc::clone(&spec), WorkerUrls::parse(&cluster.urls).unwrap())
         .await
         .unwrap();
@@ -164,7 +170,9 @@ async fn the_scenarios_across_workers_equal_one_process() {
 async fn late_records_across_workers_are_the_ones_one_process_drops() {
     let dir = tempfile::tempdir().unwrap();
     let path = market_data(dir.path(), "100k", "20000");
-    let tables = [format!("market_data={path},event_time=trade_time,watermark=0s")];
+    let tables = [format!(
+        "market_data={path},event_time=trade_time,watermark=0s"
+    )];
     for sql in [S3A, S3B, S1] {
         equal_at_2_and_3_workers(sql, &tables).await;
     }
@@ -191,7 +199,14 @@ async fn an_interval_join_across_workers_equals_one_process() {
 async fn nexmark_queries_across_workers_equal_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nexmark");
-    freshet_ok(&["gen", "nexmark", "--events", "100k", "--out", out.to_str().unwrap()]);
+    freshet_ok(&[
+        "gen",
+        "nexmark",
+        "--events",
+        "100k",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     for table in ["bid", "auction", "person"] {
         in_small_row_groups(&out.join(format!("{table}.parquet")));
     }
@@ -205,8 +220,11 @@ async fn nexmark_queries_across_workers_equal_one_process() {
         })
         .collect();
     let query = |n: u32| {
-        std::fs::read_to_string(format!("{}/bench/nexmark/q{n}.sql", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
+        std::fs::read_to_string(format!(
+            "{}/bench/nexmark/q{n}.sql",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
     };
     for n in [1, 2, 11, 12, 14] {
         equal_at_2_and_3_workers(&query(n), &tables).await;
@@ -226,4 +244,106 @@ async fn a_tumbling_window_across_workers_equals_one_process() {
         assert!(local.len() > 1000, "{}", local.len());
         assert_eq!(distributed, local, "{workers} workers");
     }
+}
+
+/// A `freshet worker` process on a loopback port, killed when dropped.
+struct WorkerProcess {
+    child: std::process::Child,
+    address: String,
+}
+
+impl WorkerProcess {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_freshet"))
+            .args(["worker", "--listen", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line.trim().rsplit(' ').next().unwrap().to_string();
+        Self { child, address }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `freshet query --workers` against worker processes: the answer of one process, and a
+/// worker killed in the middle of a query fails it with a clear error within 10 seconds —
+/// never a hang, never a short answer.
+#[test]
+fn localhost_worker_processes_answer_and_a_killed_one_fails_the_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "100k", "0");
+    let table = format!("market_data={path},event_time=trade_time");
+    let mut workers = vec![WorkerProcess::start(), WorkerProcess::start()];
+    let addresses: Vec<String> = workers.iter().map(|w| w.address.clone()).collect();
+    let list = addresses.join(",");
+    let args = |workers: Option<&str>| {
+        let mut args = vec!["query", "-t", &table, "--partitions", "4", "-o", "csv", S3A];
+        if let Some(workers) = workers {
+            args.extend(["--workers", workers]);
+        }
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut lines: Vec<String> = freshet_ok(&args).lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(run(args(Some(&list))), run(args(None)));
+
+    // A paced stream of about 20 seconds; one worker is killed after 3.
+    let paced = "market_data=generator:market_data,records=2M,rate=100000";
+    let mut query = std::process::Command::new(env!("CARGO_BIN_EXE_freshet"))
+        .args([
+            "query",
+            "-t",
+            paced,
+            "--partitions",
+            "4",
+            "-o",
+            "null",
+            S3A,
+            "--workers",
+            &list,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(query.try_wait().unwrap().is_none(), "the query ended early");
+    drop(workers.pop());
+    let killed = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = query.try_wait().unwrap() {
+            break status;
+        }
+        if killed.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = query.kill();
+            panic!("the query went on for 10 s after a worker was killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut query.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        !status.success(),
+        "a query that lost a worker succeeded: {stderr}"
+    );
+    assert!(
+        stderr.starts_with("error: a worker stopped or cannot be reached"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

@@ -30,8 +30,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result, exec_err, internal_err, not_impl_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use freshet_partitioner::Router;
 use futures::stream::BoxStream;
 use futures::{StreamExt, future};
@@ -206,7 +206,11 @@ impl StreamExchangeExec {
                 })
             })
             .collect();
-        tasks.push(SpawnedTask::spawn(split_by_input(wire, self.schema(), queues)));
+        tasks.push(SpawnedTask::spawn(split_by_input(
+            wire,
+            self.schema(),
+            queues,
+        )));
         let delay = self.event_time.map_or(0, |e| e.delay);
         let merge = OrderedMerge::new(receivers, None, batch_rows);
         let merge = match self.input_positions(inputs) {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, UInt32Array, new_null_array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, UInt32Type};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, UInt32Type,
+};
 use datafusion::common::{Result, internal_err};
 
 use super::ordered_merge::{Routed, RowKeys};
@@ -75,7 +77,9 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
         }
         WireItem::Routed(Routed::Passed { key, newest }) => (None, PASSED, vec![key], newest),
         WireItem::End => (None, END, vec![0], None),
-        WireItem::Routed(Routed::Piece { .. } | Routed::BarrierPassed { .. } | Routed::Ended { .. }) => {
+        WireItem::Routed(
+            Routed::Piece { .. } | Routed::BarrierPassed { .. } | Routed::Ended { .. },
+        ) => {
             return internal_err!("this exchange item does not cross a network boundary");
         }
     };
@@ -186,11 +190,47 @@ mod tests {
         let data = data_schema();
         let wire = wire_schema(&data);
         let batches = [
-            encode(&wire, 7, 0, WireItem::Routed(Routed::Rows(rows(&["a", "b"], &[1, 2]), Some(RowKeys::All(5))))).unwrap(),
-            encode(&wire, 7, 3, WireItem::Routed(Routed::Rows(rows(&["c"], &[3]), Some(RowKeys::PerRow(vec![9]))))).unwrap(),
-            encode(&wire, 7, 0, WireItem::Routed(Routed::Passed { key: 5, newest: Some(2) })).unwrap(),
+            encode(
+                &wire,
+                7,
+                0,
+                WireItem::Routed(Routed::Rows(
+                    rows(&["a", "b"], &[1, 2]),
+                    Some(RowKeys::All(5)),
+                )),
+            )
+            .unwrap(),
+            encode(
+                &wire,
+                7,
+                3,
+                WireItem::Routed(Routed::Rows(
+                    rows(&["c"], &[3]),
+                    Some(RowKeys::PerRow(vec![9])),
+                )),
+            )
+            .unwrap(),
+            encode(
+                &wire,
+                7,
+                0,
+                WireItem::Routed(Routed::Passed {
+                    key: 5,
+                    newest: Some(2),
+                }),
+            )
+            .unwrap(),
             encode(&wire, 7, 3, WireItem::Routed(Routed::Progress(11))).unwrap(),
-            encode(&wire, 7, 3, WireItem::Routed(Routed::Watermark { watermark: 4, key: 12 })).unwrap(),
+            encode(
+                &wire,
+                7,
+                3,
+                WireItem::Routed(Routed::Watermark {
+                    watermark: 4,
+                    key: 12,
+                }),
+            )
+            .unwrap(),
             encode(&wire, 7, 0, WireItem::End).unwrap(),
         ];
         // The network may join batches: one batch decodes as the six.
