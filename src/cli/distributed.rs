@@ -12,7 +12,9 @@ use tokio::net::TcpListener;
 
 use super::commands::{interrupt, refuse_writing_onto_an_input, script};
 use super::{QueryArgs, WorkerArgs};
-use crate::distributed::{QuerySpec, WorkerUrls, execute_distributed, serve_worker};
+use crate::distributed::{
+    DistributedRun, QuerySpec, WorkerUrls, execute_distributed, serve_worker,
+};
 
 /// Serves queries' stages until SIGINT or SIGTERM.
 pub(super) async fn worker(args: WorkerArgs) -> Result<ExitCode> {
@@ -45,13 +47,18 @@ pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<
     let spec = QuerySpec::new(script(&args.plan)?, session, partitions, urls.len())?;
     let started = Instant::now();
     let workers = urls.len();
-    let stream = execute_distributed(Arc::new(spec), urls).await?;
+    let DistributedRun { stream, report } = execute_distributed(Arc::new(spec), urls).await?;
     let writer = sink.open(&stream.schema(), Box::new(std::io::stdout()))?;
     let summary = drain(stream, writer).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let totals = report.totals().await?;
     eprintln!(
-        "\r{} rows out in {:.2}s on {workers} workers ({partitions} streams)",
+        "\r{} rows out; {} records read in {elapsed:.2}s ({:.0} records/s) on {workers} workers \
+         ({partitions} streams); {} late records dropped",
         summary.rows,
-        started.elapsed().as_secs_f64()
+        totals.records_read,
+        totals.records_read as f64 / elapsed,
+        totals.late_records_dropped,
     );
     Ok(ExitCode::SUCCESS)
 }

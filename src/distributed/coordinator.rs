@@ -12,13 +12,17 @@ use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, WorkerResolver};
+use datafusion_distributed::{
+    DistributedExt, DistributedMetricsFormat, SessionStateBuilderExt, WorkerResolver,
+    rewrite_distributed_plan_with_metrics,
+};
 use futures::TryStreamExt;
 use url::Url;
 
 use super::codec::FreshetCodec;
 use super::placement::distribute;
 use super::spec::QuerySpec;
+use super::totals::{DROPPED, RECORDS_READ, total};
 
 /// The workers a query runs on.
 #[derive(Debug, Clone)]
@@ -76,12 +80,49 @@ impl QueryPlanner for PlannedBefore {
     }
 }
 
-/// Runs the query of `spec` on `workers` (one task per worker in each stage) and returns
-/// its merged output.
+/// A query running across workers.
+pub struct DistributedRun {
+    /// The merged output of every stream.
+    pub stream: SendableRecordBatchStream,
+    /// What the workers counted, once the output has been read.
+    pub report: RunReport,
+}
+
+/// The executed plan, whose nodes hold what the workers counted.
+pub struct RunReport {
+    plan: Arc<dyn ExecutionPlan>,
+}
+
+/// What the workers of a run counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunTotals {
+    pub records_read: usize,
+    pub late_records_dropped: usize,
+    pub null_event_time_dropped: usize,
+}
+
+impl RunReport {
+    /// What the workers counted, once the output has been read to its end (waits for every
+    /// task's report).
+    pub async fn totals(&self) -> Result<RunTotals> {
+        let plan = rewrite_distributed_plan_with_metrics(
+            Arc::clone(&self.plan),
+            DistributedMetricsFormat::Aggregated,
+        )
+        .await?;
+        Ok(RunTotals {
+            records_read: total(&plan, RECORDS_READ),
+            late_records_dropped: total(&plan, DROPPED[0]),
+            null_event_time_dropped: total(&plan, DROPPED[1]),
+        })
+    }
+}
+
+/// Runs the query of `spec` on `workers` (one task per worker in each stage).
 pub async fn execute_distributed(
     spec: Arc<QuerySpec>,
     workers: WorkerUrls,
-) -> Result<SendableRecordBatchStream> {
+) -> Result<DistributedRun> {
     if spec.workers != workers.len() {
         return plan_err!(
             "the query is spread over {} workers, but {} are given",
@@ -97,6 +138,7 @@ pub async fn execute_distributed(
         .with_query_planner(Arc::new(PlannedBefore(plan)))
         .with_distributed_planner()
         .with_distributed_user_codec(FreshetCodec)
+        .with_distributed_metrics_collection(true)?
         .build();
     let nothing = LogicalPlan::EmptyRelation(EmptyRelation {
         produce_one_row: false,
@@ -105,10 +147,13 @@ pub async fn execute_distributed(
     let plan = state.create_physical_plan(&nothing).await?;
     let stream = plan.execute(0, state.task_ctx()).map_err(lost_worker)?;
     let schema = stream.schema();
-    Ok(Box::pin(RecordBatchStreamAdapter::new(
-        schema,
-        stream.map_err(lost_worker),
-    )))
+    Ok(DistributedRun {
+        stream: Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map_err(lost_worker),
+        )),
+        report: RunReport { plan },
+    })
 }
 
 /// An error of the network between the coordinator and a worker, said as what it means.

@@ -18,6 +18,7 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion_distributed::DistributedTaskContext;
@@ -27,9 +28,14 @@ use tokio::sync::OnceCell;
 
 use super::placement::{exchanges, route_values, split_head};
 use super::spec::QuerySpec;
+use super::totals::metrics_of;
 
-/// One worker's sending input tasks: a stream per partition, each taken once.
-type Sending = Mutex<Vec<Option<SendableRecordBatchStream>>>;
+/// One worker's sending input tasks: a stream per partition, each taken once, and the
+/// plan they read.
+struct Sending {
+    streams: Mutex<Vec<Option<SendableRecordBatchStream>>>,
+    input: Arc<dyn ExecutionPlan>,
+}
 
 /// See the module documentation.
 pub struct ExchangeSendExec {
@@ -94,9 +100,10 @@ impl ExchangeSendExec {
             route_values(spec.partitions)?,
             context,
         )?;
-        Ok(Arc::new(Mutex::new(
-            sending.into_iter().map(Some).collect(),
-        )))
+        Ok(Arc::new(Sending {
+            streams: Mutex::new(sending.into_iter().map(Some).collect()),
+            input: Arc::clone(exchange.input()),
+        }))
     }
 }
 
@@ -141,6 +148,16 @@ impl ExecutionPlan for ExchangeSendExec {
         Ok(self)
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        let inputs: Vec<Arc<dyn ExecutionPlan>> = self
+            .running
+            .lock()
+            .values()
+            .filter_map(|cell| cell.get().map(|sending| Arc::clone(&sending.input)))
+            .collect();
+        Some(metrics_of(inputs.iter()))
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -153,7 +170,12 @@ impl ExecutionPlan for ExchangeSendExec {
             let sending = cell
                 .get_or_try_init(|| Self::start(spec, exchange, task, context))
                 .await?;
-            match sending.lock().get_mut(partition).and_then(Option::take) {
+            match sending
+                .streams
+                .lock()
+                .get_mut(partition)
+                .and_then(Option::take)
+            {
                 Some(stream) => Ok(stream),
                 None => internal_err!("exchange input {partition} sent twice or out of range"),
             }

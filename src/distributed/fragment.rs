@@ -18,6 +18,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion_distributed::DistributedTaskContext;
@@ -27,6 +28,7 @@ use tokio::sync::OnceCell;
 
 use super::placement::{split_head, with_remote_exchanges};
 use super::spec::QuerySpec;
+use super::totals::metrics_of;
 
 /// One task's part of the plan, planned when its first partition runs.
 type PlannedPart = OnceCell<Arc<dyn ExecutionPlan>>;
@@ -120,6 +122,16 @@ impl ExecutionPlan for FragmentExec {
             self.schema(),
             children,
         )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        let planned: Vec<Arc<dyn ExecutionPlan>> = self
+            .planned
+            .lock()
+            .values()
+            .filter_map(|cell| cell.get().cloned())
+            .collect();
+        Some(metrics_of(planned.iter()))
     }
 
     fn execute(

@@ -15,10 +15,11 @@ mod exchange_send;
 mod fragment;
 mod placement;
 mod spec;
+mod totals;
 mod worker;
 
 pub use codec::FreshetCodec;
-pub use coordinator::{WorkerUrls, execute_distributed};
+pub use coordinator::{DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed};
 pub use exchange_send::ExchangeSendExec;
 pub use fragment::FragmentExec;
 pub use placement::distribute;

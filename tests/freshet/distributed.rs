@@ -7,12 +7,13 @@ use std::sync::Arc;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use freshet::cli::SessionArgs;
-use freshet::distributed::{QuerySpec, WorkerUrls, execute_distributed, serve_worker};
+use freshet::distributed::{QuerySpec, RunTotals, WorkerUrls, execute_distributed, serve_worker};
 use futures::TryStreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::array::UInt32Array;
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::support::{freshet_ok, write_parquet};
@@ -76,18 +77,39 @@ async fn both_ways(
     let cluster = start_workers(workers).await;
     let spec =
         Arc::new(QuerySpec::new(sql.to_string(), &session(tables), partitions, workers).unwrap());
-    let stream = execute_distributed(Arc::clone(&spec), WorkerUrls::parse(&cluster.urls).unwrap())
+    let run = execute_distributed(Arc::clone(&spec), WorkerUrls::parse(&cluster.urls).unwrap())
         .await
         .unwrap();
-    let distributed: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+    let distributed: Vec<RecordBatch> = run.stream.try_collect().await.unwrap();
+    let totals = run.report.totals().await.unwrap();
     let query = spec.plan().await.unwrap();
     let local: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    assert_eq!(
+        totals,
+        RunTotals {
+            records_read: query.records_read(),
+            late_records_dropped: query.metric_total("late_records_dropped"),
+            null_event_time_dropped: query.metric_total("null_event_time_dropped"),
+        },
+        "{sql}"
+    );
     (sorted_rows(&distributed), sorted_rows(&local))
 }
 
 /// Rewrites the Parquet file at `path` in row groups of 2 000 rows, so that every worker
 /// reads some of them.
 fn in_small_row_groups(path: &Path) {
+    rewrite(path, false);
+}
+
+/// Rewrites the Parquet file at `path` in row groups of 2 000 rows, with each run of 100
+/// rows across a row-group boundary reversed: the watermark moves after each row group, so
+/// that the older half of a run, in the next row group, holds late records.
+fn disordered_in_small_row_groups(path: &Path) {
+    rewrite(path, true);
+}
+
+fn rewrite(path: &Path, reverse_runs: bool) {
     let file = std::fs::File::open(path).unwrap();
     let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
         .unwrap()
@@ -95,7 +117,17 @@ fn in_small_row_groups(path: &Path) {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    let batch = concat_batches(&batches[0].schema(), &batches).unwrap();
+    let mut batch = concat_batches(&batches[0].schema(), &batches).unwrap();
+    if reverse_runs {
+        let rows = batch.num_rows() as u32;
+        let order = UInt32Array::from_iter_values(
+            (0..rows).map(|row| match (row + 50) % 2_000 {
+                offset if offset < 100 && row >= 50 && row + 50 < rows => row - offset + 99 - offset,
+                _ => row,
+            }),
+        );
+        batch = take_record_batch(&batch, &order).unwrap();
+    }
     write_parquet(path, &batch, 2_000);
 }
 
@@ -163,19 +195,23 @@ async fn the_scenarios_across_workers_equal_one_process() {
     }
 }
 
-/// Over disordered records with a watermark shorter than the disorder, which records are
+/// Over disordered records with a watermark shorter than their disorder, which records are
 /// late depends on the order they are applied in: the changelog, the windows and the
 /// records the late ones left out equal one process's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn late_records_across_workers_are_the_ones_one_process_drops() {
     let dir = tempfile::tempdir().unwrap();
-    let path = market_data(dir.path(), "100k", "20000");
-    let tables = [format!(
-        "market_data={path},event_time=trade_time,watermark=0s"
-    )];
+    let path = market_data(dir.path(), "100k", "0");
+    disordered_in_small_row_groups(Path::new(&path));
+    let tables = [format!("market_data={path},event_time=trade_time,watermark=10s")];
     for sql in [S3A, S3B, S1] {
         equal_at_2_and_3_workers(sql, &tables).await;
     }
+    // The counts compared hold some late records.
+    let spec = QuerySpec::new(S3A.to_string(), &session(&tables), 4, 2).unwrap();
+    let query = spec.plan().await.unwrap();
+    let _: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    assert!(query.metric_total("late_records_dropped") > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,52 @@
+//! What a query across workers did, counted where it ran: the records each worker read and
+//! the records its operators dropped, reported as metrics of the Freshet nodes of its
+//! stages, which datafusion-distributed brings back to the coordinator.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use freshet_engine::StreamSourceExec;
+
+/// The metric of the records the sources read.
+pub const RECORDS_READ: &str = "records_read";
+/// The metrics of the records operators dropped, as one process names them.
+pub const DROPPED: [&str; 2] = ["late_records_dropped", "null_event_time_dropped"];
+
+/// The counts of `plans` (one task's part each) as a metrics set.
+pub(super) fn metrics_of<'a>(
+    plans: impl Iterator<Item = &'a Arc<dyn ExecutionPlan>>,
+) -> MetricsSet {
+    let mut counts = [0usize; 1 + DROPPED.len()];
+    for plan in plans {
+        let _ = plan.apply(|node| {
+            if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
+                counts[0] += source.records_read();
+            }
+            if let Some(metrics) = node.metrics() {
+                for (count, name) in counts[1..].iter_mut().zip(DROPPED) {
+                    *count += metrics.sum_by_name(name).map_or(0, |v| v.as_usize());
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    let set = ExecutionPlanMetricsSet::new();
+    for (name, count) in std::iter::once(RECORDS_READ).chain(DROPPED).zip(counts) {
+        MetricBuilder::new(&set).global_counter(name).add(count);
+    }
+    set.clone_inner()
+}
+
+/// The sum of metric `name` over `plan`'s nodes, stages included.
+pub(super) fn total(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let mut total = 0;
+    let _ = plan.apply(|node| {
+        if let Some(metrics) = node.metrics() {
+            total += metrics.sum_by_name(name).map_or(0, |v| v.as_usize());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    total
+}
