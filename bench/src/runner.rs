@@ -582,12 +582,22 @@ pub(crate) fn reset_peak_rss() {
 
 /// User plus system CPU time of the whole process so far (every thread, live or ended),
 /// from `getrusage`.
-pub(crate) fn cpu_time() -> Duration {
+pub fn cpu_time() -> Duration {
+    usage_time(libc::RUSAGE_SELF)
+}
+
+/// User plus system CPU time of this process's child processes that have ended and been
+/// waited for, from `getrusage`.
+pub fn children_cpu_time() -> Duration {
+    usage_time(libc::RUSAGE_CHILDREN)
+}
+
+fn usage_time(who: libc::c_int) -> Duration {
     // SAFETY: `getrusage` only writes the `rusage` it is given, which is plain data that
     // zeroed bytes initialise validly.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+        if libc::getrusage(who, &mut usage) != 0 {
             return Duration::ZERO;
         }
         usage

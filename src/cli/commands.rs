@@ -703,6 +703,14 @@ async fn bench(args: BenchArgs) -> Result<()> {
     if args.scaling && args.latency {
         return plan_err!("--scaling and --latency are two runs: give one");
     }
+    if let Some(workers) = args.workers {
+        if args.scaling || args.latency || args.json.is_some() || args.svg.is_some() {
+            return plan_err!(
+                "--workers is a run of its own: without --scaling, --latency, --json or --svg"
+            );
+        }
+        return super::bench_workers::bench_workers(&args, workers, &bench_dir(&args)).await;
+    }
     match args.suite.as_str() {
         "scenarios" => {}
         "nexmark" if args.scaling || args.latency => {

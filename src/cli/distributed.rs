@@ -54,11 +54,12 @@ pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<
     let totals = report.totals().await?;
     eprintln!(
         "\r{} rows out; {} records read in {elapsed:.2}s ({:.0} records/s) on {workers} workers \
-         ({partitions} streams); {} late records dropped",
+         ({partitions} streams); {} late records dropped; {} bytes crossed the network",
         summary.rows,
         totals.records_read,
         totals.records_read as f64 / elapsed,
         totals.late_records_dropped,
+        totals.wire_bytes,
     );
     Ok(ExitCode::SUCCESS)
 }

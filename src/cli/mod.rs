@@ -2,6 +2,7 @@
 //!
 //! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
 
+mod bench_workers;
 mod checkpointed;
 mod commands;
 mod distributed;
@@ -221,6 +222,12 @@ pub struct BenchArgs {
     /// count).
     #[arg(long)]
     pub scaling: bool,
+    /// Workers mode instead: the --scenario ones (default S3a) over a Parquet replay of
+    /// --records records, in one process and across 1 to N local `freshet worker` processes
+    /// (--partitions streams per worker), alternating: records per second, CPU seconds per
+    /// million records of every process, and network bytes per record.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
     /// Scaling mode: the input sizes, in records.
     #[arg(long, value_delimiter = ',', default_value = "1M,4M")]
     pub sizes: Vec<String>,

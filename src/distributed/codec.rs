@@ -12,7 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::common::{Result, internal_err, plan_err};
+use datafusion::common::{Result, plan_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
@@ -59,10 +59,12 @@ impl PhysicalExtensionCodec for FreshetCodec {
             EXCHANGE_SEND => {
                 let exchange = reader.u64()? as usize;
                 let wire = read_schema(&mut reader)?;
-                if !inputs.is_empty() {
-                    return internal_err!("ExchangeSendExec decoded with inputs");
-                }
-                Ok(Arc::new(ExchangeSendExec::new(spec, exchange, wire)))
+                Ok(Arc::new(ExchangeSendExec::new(
+                    spec,
+                    exchange,
+                    wire,
+                    inputs.to_vec(),
+                )))
             }
             FRAGMENT => {
                 let schema = read_schema(&mut reader)?;
@@ -151,10 +153,17 @@ mod tests {
             Field::new("k", DataType::Utf8View, true),
             Field::new("n", DataType::Int64, false),
         ]));
+        let below: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
         let send = round_trip(
-            Arc::new(ExchangeSendExec::new(spec(), 2, Arc::clone(&schema))),
-            &[],
+            Arc::new(ExchangeSendExec::new(
+                spec(),
+                2,
+                Arc::clone(&schema),
+                vec![Arc::clone(&below)],
+            )),
+            &[below],
         );
+        assert_eq!(send.children().len(), 1);
         let send = send.downcast_ref::<ExchangeSendExec>().unwrap();
         assert_eq!((send.spec(), send.exchange()), (&spec(), 2));
         let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));

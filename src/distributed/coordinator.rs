@@ -22,7 +22,7 @@ use url::Url;
 use super::codec::FreshetCodec;
 use super::placement::distribute;
 use super::spec::QuerySpec;
-use super::totals::{DROPPED, RECORDS_READ, total};
+use super::totals::{DROPPED, RECORDS_READ, WIRE_BYTES, total};
 
 /// The workers a query runs on.
 #[derive(Debug, Clone)]
@@ -99,6 +99,8 @@ pub struct RunTotals {
     pub records_read: usize,
     pub late_records_dropped: usize,
     pub null_event_time_dropped: usize,
+    /// The Arrow bytes of the batches the exchanges sent over the network.
+    pub wire_bytes: usize,
 }
 
 impl RunReport {
@@ -114,6 +116,7 @@ impl RunReport {
             records_read: total(&plan, RECORDS_READ),
             late_records_dropped: total(&plan, DROPPED[0]),
             null_event_time_dropped: total(&plan, DROPPED[1]),
+            wire_bytes: total(&plan, WIRE_BYTES),
         })
     }
 }

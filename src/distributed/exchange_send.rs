@@ -5,12 +5,15 @@
 //! On worker `t` of a query on `S` streams per worker, partition `p` is exchange input
 //! `t*S + p`: the wire batches it routes to every output (see
 //! `freshet_engine::exchange::wire`). The worker plans the query from its [`QuerySpec`] when
-//! the first partition runs, finds the exchange by its place in the plan, and starts the
+//! the first partition runs, finds the exchange by its place in the plan, makes the
+//! exchanges below it (if its input is an operator that reads one, as a window aggregation
+//! does) read their outputs from this node's children, the network shuffles, and starts the
 //! input tasks of all its partitions at once.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -26,7 +29,7 @@ use futures::TryStreamExt;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
-use super::placement::{exchanges, route_values, split_head};
+use super::placement::{exchange_over_remotes, route_values, split_head};
 use super::spec::QuerySpec;
 use super::totals::metrics_of;
 
@@ -35,6 +38,8 @@ use super::totals::metrics_of;
 struct Sending {
     streams: Mutex<Vec<Option<SendableRecordBatchStream>>>,
     input: Arc<dyn ExecutionPlan>,
+    /// The Arrow bytes of the wire batches sent so far.
+    wire_bytes: Arc<AtomicUsize>,
 }
 
 /// See the module documentation.
@@ -42,6 +47,8 @@ pub struct ExchangeSendExec {
     spec: Arc<QuerySpec>,
     /// The exchange's place among the plan's exchanges.
     exchange: usize,
+    /// The network shuffles of the nearest exchanges below this one, in their order.
+    inputs: Vec<Arc<dyn ExecutionPlan>>,
     properties: Arc<PlanProperties>,
     /// Per task: its input tasks, once started.
     running: Mutex<HashMap<usize, Arc<OnceCell<Arc<Sending>>>>>,
@@ -57,8 +64,13 @@ impl fmt::Debug for ExchangeSendExec {
 
 impl ExchangeSendExec {
     /// Exchange number `exchange` of the query of `spec`, whose wire batches have schema
-    /// `wire`.
-    pub fn new(spec: Arc<QuerySpec>, exchange: usize, wire: SchemaRef) -> Self {
+    /// `wire`, reading the exchanges below it from `inputs`.
+    pub fn new(
+        spec: Arc<QuerySpec>,
+        exchange: usize,
+        wire: SchemaRef,
+        inputs: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(wire),
             Partitioning::UnknownPartitioning(spec.streams_per_worker()),
@@ -68,6 +80,7 @@ impl ExchangeSendExec {
         Self {
             spec,
             exchange,
+            inputs,
             properties: Arc::new(properties),
             running: Mutex::new(HashMap::new()),
         }
@@ -85,24 +98,38 @@ impl ExchangeSendExec {
     async fn start(
         spec: Arc<QuerySpec>,
         exchange: usize,
+        inputs: Vec<Arc<dyn ExecutionPlan>>,
         task: usize,
         context: Arc<TaskContext>,
     ) -> Result<Arc<Sending>> {
         let query = spec.plan().await?;
         let part = split_head(query.plan(), spec.partitions)?.part;
-        let Some(exchange) = exchanges(&part)?.into_iter().nth(exchange) else {
-            return internal_err!("the worker's plan has no exchange number {exchange}");
-        };
         let streams = spec.streams_per_worker();
         let first = task * streams;
+        let exchange = exchange_over_remotes(&part, exchange, &inputs, first)?;
         let sending = exchange.send_inputs(
             first..first + streams,
             route_values(spec.partitions)?,
             context,
         )?;
+        let wire_bytes = Arc::new(AtomicUsize::new(0));
+        let streams = sending
+            .into_iter()
+            .map(|stream| {
+                let schema = stream.schema();
+                let counted = Arc::clone(&wire_bytes);
+                let stream = stream.inspect_ok(move |batch| {
+                    counted.fetch_add(batch.get_array_memory_size(), Ordering::Relaxed);
+                });
+                let stream: SendableRecordBatchStream =
+                    Box::pin(RecordBatchStreamAdapter::new(schema, stream));
+                Some(stream)
+            })
+            .collect();
         Ok(Arc::new(Sending {
-            streams: Mutex::new(sending.into_iter().map(Some).collect()),
+            streams: Mutex::new(streams),
             input: Arc::clone(exchange.input()),
+            wire_bytes,
         }))
     }
 }
@@ -128,7 +155,7 @@ impl ExecutionPlan for ExchangeSendExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
+        self.inputs.iter().collect()
     }
 
     fn apply_expressions(
@@ -142,20 +169,30 @@ impl ExecutionPlan for ExchangeSendExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !children.is_empty() {
-            return internal_err!("ExchangeSendExec has no children");
-        }
-        Ok(self)
+        Ok(Arc::new(Self::new(
+            Arc::clone(&self.spec),
+            self.exchange,
+            self.schema(),
+            children,
+        )))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        let inputs: Vec<Arc<dyn ExecutionPlan>> = self
+        let running: Vec<Arc<Sending>> = self
             .running
             .lock()
             .values()
-            .filter_map(|cell| cell.get().map(|sending| Arc::clone(&sending.input)))
+            .filter_map(|cell| cell.get().cloned())
             .collect();
-        Some(metrics_of(inputs.iter()))
+        let inputs: Vec<Arc<dyn ExecutionPlan>> = running
+            .iter()
+            .map(|sending| Arc::clone(&sending.input))
+            .collect();
+        let wire_bytes = running
+            .iter()
+            .map(|sending| sending.wire_bytes.load(Ordering::Relaxed))
+            .sum();
+        Some(metrics_of(inputs.iter(), wire_bytes))
     }
 
     fn execute(
@@ -165,10 +202,10 @@ impl ExecutionPlan for ExchangeSendExec {
     ) -> Result<SendableRecordBatchStream> {
         let task = DistributedTaskContext::from_ctx(&context).task_index;
         let cell = Arc::clone(self.running.lock().entry(task).or_default());
-        let (spec, exchange) = (Arc::clone(&self.spec), self.exchange);
+        let (spec, exchange, inputs) = (Arc::clone(&self.spec), self.exchange, self.inputs.clone());
         let stream = futures::stream::once(async move {
             let sending = cell
-                .get_or_try_init(|| Self::start(spec, exchange, task, context))
+                .get_or_try_init(|| Self::start(spec, exchange, inputs, task, context))
                 .await?;
             match sending
                 .streams

@@ -131,7 +131,7 @@ impl ExecutionPlan for FragmentExec {
             .values()
             .filter_map(|cell| cell.get().cloned())
             .collect();
-        Some(metrics_of(planned.iter()))
+        Some(metrics_of(planned.iter(), 0))
     }
 
     fn execute(

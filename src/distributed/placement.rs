@@ -68,19 +68,43 @@ pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Re
     }
 }
 
-/// The exchanges of `part`, in pre-order, not entering any.
-pub(super) fn exchanges(part: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<StreamExchangeExec>>> {
+/// The exchanges of `plan`, in pre-order; with `nearest`, only those with no exchange
+/// between them and `plan`'s root (which may be one).
+pub(super) fn exchanges(
+    plan: &Arc<dyn ExecutionPlan>,
+    nearest: bool,
+) -> Result<Vec<Arc<StreamExchangeExec>>> {
     let mut found = Vec::new();
-    part.apply(|node| {
+    plan.apply(|node| {
         Ok(match StreamExchangeExec::from_plan(Arc::clone(node), "") {
             Ok(exchange) => {
                 found.push(exchange);
-                TreeNodeRecursion::Jump
+                match nearest {
+                    true => TreeNodeRecursion::Jump,
+                    false => TreeNodeRecursion::Continue,
+                }
             }
             Err(_) => TreeNodeRecursion::Continue,
         })
     })?;
     Ok(found)
+}
+
+/// Exchange number `index` of `part` (in the order of [`exchanges`]), its input reading the
+/// nearest exchanges below it from `remotes`, the first of their outputs `first_output`.
+pub(super) fn exchange_over_remotes(
+    part: &Arc<dyn ExecutionPlan>,
+    index: usize,
+    remotes: &[Arc<dyn ExecutionPlan>],
+    first_output: usize,
+) -> Result<Arc<StreamExchangeExec>> {
+    let Some(exchange) = exchanges(part, false)?.into_iter().nth(index) else {
+        return not_impl_err!("the worker's plan has no exchange number {index}");
+    };
+    let input = with_remote_exchanges(exchange.input(), remotes, first_output)?;
+    let exchange: Arc<dyn ExecutionPlan> = exchange;
+    let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+    StreamExchangeExec::from_plan(exchange.replace_children(vec![input], options)?, "a worker")
 }
 
 /// `part` with its exchanges reading their outputs from `remotes` (in the order of
@@ -115,38 +139,20 @@ fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()
              every network boundary as bounded; replay a bounded input instead"
         );
     }
-    let mut refusal = None;
-    part.apply(|node| {
-        if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
-            if let Err(error) = exchange.check_distributable() {
-                refusal = Some(error);
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            if node.output_partitioning().partition_count() != partitions {
-                refusal = Result::<()>::err(not_impl_err!(
-                    "an exchange into {} streams cannot cross workers yet: only one into every \
-                     stream ({partitions})",
-                    node.output_partitioning().partition_count()
-                ));
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            return Ok(TreeNodeRecursion::Jump);
+    for exchange in exchanges(part, false)? {
+        exchange.check_distributable()?;
+        let (inputs, outputs) = (
+            exchange.input().output_partitioning().partition_count(),
+            exchange.properties().output_partitioning().partition_count(),
+        );
+        if inputs != partitions || outputs != partitions {
+            return not_impl_err!(
+                "an exchange from {inputs} into {outputs} streams cannot cross workers yet: \
+                 only one from and into every stream ({partitions})"
+            );
         }
-        if node.output_partitioning().partition_count() != partitions {
-            refusal = Result::<()>::err(not_impl_err!(
-                "{} runs on {} partitions: only operators on every stream ({partitions}) run \
-                 across workers yet",
-                node.name(),
-                node.output_partitioning().partition_count()
-            ));
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    match refusal {
-        Some(error) => Err(error),
-        None => Ok(()),
     }
+    Ok(())
 }
 
 /// The plan with network boundaries that runs `plan` (planned from `spec`) across
@@ -157,26 +163,8 @@ pub fn distribute(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let Split { head, part } = split_head(plan, spec.partitions)?;
     check_cuttable(&part, spec.partitions)?;
-    let streams = spec.streams_per_worker();
-    let shuffles = exchanges(&part)?
-        .iter()
-        .enumerate()
-        .map(|(index, exchange)| {
-            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
-                Arc::clone(spec),
-                index,
-                exchange.wire_schema(),
-            ));
-            let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
-            let repartition =
-                RepartitionExec::try_new(send, Partitioning::Hash(vec![Arc::new(route)], streams))?;
-            let shuffle: Arc<dyn ExecutionPlan> = Arc::new(NetworkShuffleExec::try_new(
-                Arc::new(repartition),
-                spec.workers,
-            )?);
-            Ok(shuffle)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let all = exchanges(&part, false)?;
+    let shuffles = shuffles_below(&part, &all, spec)?;
     let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
     let gathered: Arc<dyn ExecutionPlan> =
         Arc::new(NetworkCoalesceExec::try_new(fragment, spec.workers, 1)?);
@@ -187,6 +175,37 @@ pub fn distribute(
         )?,
         None => Arc::new(CoalescePartitionsExec::new(gathered)),
     })
+}
+
+/// A network shuffle for each of the nearest exchanges of `plan`, fed by the exchange's
+/// sending half, itself reading the shuffles of the nearest exchanges below it; `all` are
+/// the part's exchanges, numbered as [`exchanges`] numbers them.
+fn shuffles_below(
+    plan: &Arc<dyn ExecutionPlan>,
+    all: &[Arc<StreamExchangeExec>],
+    spec: &Arc<QuerySpec>,
+) -> Result<Vec<Arc<dyn ExecutionPlan>>> {
+    exchanges(plan, true)?
+        .iter()
+        .map(|exchange| {
+            let Some(index) = all.iter().position(|e| Arc::ptr_eq(e, exchange)) else {
+                return not_impl_err!("an exchange outside the workers' part");
+            };
+            let below = shuffles_below(exchange.input(), all, spec)?;
+            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
+                Arc::clone(spec),
+                index,
+                exchange.wire_schema(),
+                below,
+            ));
+            let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
+            let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());
+            let repartition = RepartitionExec::try_new(send, partitioning)?;
+            let shuffle: Arc<dyn ExecutionPlan> =
+                Arc::new(NetworkShuffleExec::try_new(Arc::new(repartition), spec.workers)?);
+            Ok(shuffle)
+        })
+        .collect()
 }
 
 /// For each of `outputs` network partitions, a route value that the network's hash

@@ -14,9 +14,13 @@ pub const RECORDS_READ: &str = "records_read";
 /// The metrics of the records operators dropped, as one process names them.
 pub const DROPPED: [&str; 2] = ["late_records_dropped", "null_event_time_dropped"];
 
-/// The counts of `plans` (one task's part each) as a metrics set.
+/// The metric of the Arrow bytes of the wire batches the exchanges sent.
+pub const WIRE_BYTES: &str = "wire_bytes";
+
+/// The counts of `plans` (one task's part each), and `wire_bytes`, as a metrics set.
 pub(super) fn metrics_of<'a>(
     plans: impl Iterator<Item = &'a Arc<dyn ExecutionPlan>>,
+    wire_bytes: usize,
 ) -> MetricsSet {
     let mut counts = [0usize; 1 + DROPPED.len()];
     for plan in plans {
@@ -36,6 +40,9 @@ pub(super) fn metrics_of<'a>(
     for (name, count) in std::iter::once(RECORDS_READ).chain(DROPPED).zip(counts) {
         MetricBuilder::new(&set).global_counter(name).add(count);
     }
+    MetricBuilder::new(&set)
+        .global_counter(WIRE_BYTES)
+        .add(wire_bytes);
     set.clone_inner()
 }
 

@@ -14,9 +14,13 @@
 //! by event-time keys. Its decisions depend on keys and input numbers only, so the answer is
 //! the one-process answer at the same number of streams, whichever worker runs ahead.
 //!
-//! Only exchanges whose outputs merge their inputs cross a network boundary: their
-//! watermark is made by the merge from what every input sent, while elsewhere the input
-//! tasks of one process combine their watermarks in shared memory.
+//! Where the outputs do not merge their inputs (an exchange above a window aggregation or a
+//! join, whose inputs are that operator's partitions), the input tasks of one process
+//! combine their watermarks in shared memory. Across workers each input task keeps its own
+//! watermark and sends it, after the rows it covers, to the outputs of its watermark
+//! domain; the receiving output combines the watermarks of its domain's inputs (the
+//! smallest, an ended input counting as infinite) and passes rows on as they arrive, as a
+//! shared channel does in one process.
 //!
 //! The receiving side buffers what arrives for an input the merge is not yet reading (the
 //! network delivers all inputs of an output on one stream): a worker far ahead of another
@@ -25,6 +29,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
@@ -39,7 +44,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use super::input_task::{InputTask, Progress};
-use super::ordered_merge::{MergeKeys, OrderedMerge, RoutedMessage};
+use super::ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
 use super::wire::{WireItem, decode, encode, wire_schema};
 use super::{MERGED_CHANNEL_ITEMS, StreamExchangeExec};
 use crate::watermark::{StreamMessage, WatermarkTracker};
@@ -66,14 +71,7 @@ impl StreamExchangeExec {
         if self.event_time.and_then(|e| e.idle_timeout).is_some() {
             return not_impl_err!("an exchange with an idle timeout cannot cross workers yet");
         }
-        if !self.merges_inputs(inputs)? {
-            return not_impl_err!(
-                "an exchange with strategy {} over {} cannot cross workers yet: only one that \
-                 merges source partitions in replay or event-time order does",
-                self.strategy,
-                self.input.name()
-            );
-        }
+        let _ = self.merges_inputs(inputs)?;
         Ok(())
     }
 
@@ -100,43 +98,52 @@ impl StreamExchangeExec {
                 self.outputs
             );
         }
-        let positions = self.input_positions(total);
+        let merged = self.merges_inputs(total)?;
+        let positions = merged.then(|| self.input_positions(total)).flatten();
         let input_progress = self
             .input_progress(total)
             .map(|(progress, offset, _)| (progress, offset));
         let delay = self.event_time.map_or(0, |e| e.delay);
-        // The merges make the watermark: this tracker only feeds the watermark items the
-        // merges ignore.
-        let watermarks = Arc::new(Mutex::new(Progress {
-            tracker: WatermarkTracker::new(inputs.len(), delay),
-            sent: i64::MIN,
-            drift_limit: i64::MAX,
-        }));
+        let domains = self.watermark_domains(total);
         let advanced = Arc::new(Notify::new());
         let wire = self.wire_schema();
         inputs
-            .enumerate()
-            .map(|(tracked, input)| {
+            .map(|input| {
                 let (senders, receivers): (Vec<_>, Vec<_>) = (0..self.outputs)
                     .map(|_| mpsc::channel::<RoutedMessage>(MERGED_CHANNEL_ITEMS))
                     .unzip();
+                // Merged, the outputs make the watermark from keys and positions; otherwise
+                // each input sends its own to its domain's outputs.
+                let watermark_senders = match (merged, &positions) {
+                    (true, Some(_)) => Vec::new(),
+                    (true, None) => senders.clone(),
+                    (false, _) => domains
+                        .iter()
+                        .filter(|domain| domain.inputs.contains(&input))
+                        .flat_map(|domain| domain.outputs.iter().map(|&o| senders[o].clone()))
+                        .collect(),
+                };
                 let task = InputTask {
                     input,
-                    tracked,
+                    tracked: 0,
                     plan: Arc::clone(&self.input),
                     context: Arc::clone(&context),
                     router: Router::try_new(&self.strategy, input, total, self.outputs)?,
-                    watermark_senders: match positions {
-                        Some(_) => Vec::new(),
-                        None => senders.clone(),
-                    },
+                    watermark_senders,
                     senders,
-                    merge_keys: Some(match &positions {
-                        Some(positions) => MergeKeys::by_position(Arc::clone(positions), input),
-                        None => MergeKeys::new(self.event_time),
-                    }),
+                    merge_keys: match (merged, &positions) {
+                        (true, Some(positions)) => {
+                            Some(MergeKeys::by_position(Arc::clone(positions), input))
+                        }
+                        (true, None) => Some(MergeKeys::new(self.event_time)),
+                        (false, _) => None,
+                    },
                     input_progress: input_progress.clone(),
-                    watermarks: Arc::clone(&watermarks),
+                    watermarks: Arc::new(Mutex::new(Progress {
+                        tracker: WatermarkTracker::new(1, delay),
+                        sent: i64::MIN,
+                        drift_limit: i64::MAX,
+                    })),
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
                     aligned: false,
@@ -188,6 +195,15 @@ impl StreamExchangeExec {
         let inputs = self.input.output_partitioning().partition_count();
         let batch_rows = context.session_config().batch_size();
         let wire = remote.plan.execute(local, context)?;
+        if !self.merges_inputs(inputs)? {
+            let domain = self
+                .watermark_domains(inputs)
+                .into_iter()
+                .find(|domain| domain.outputs.contains(&partition))
+                .map(|domain| domain.inputs)
+                .unwrap_or_default();
+            return Ok(arrival_order(wire, self.schema(), inputs, domain));
+        }
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..inputs)
             .map(|_| mpsc::channel::<RoutedMessage>(MERGED_CHANNEL_ITEMS))
             .unzip();
@@ -331,6 +347,100 @@ async fn split_by_input(
         );
         if let Err(error) = error {
             fail_all(&mut queues, error);
+        }
+    }
+}
+
+/// What one output of an exchange that does not merge its inputs reads: rows as they
+/// arrive, and the watermark of `domain` (the inputs that feed it) whenever it rises.
+fn arrival_order(
+    wire: SendableRecordBatchStream,
+    data: SchemaRef,
+    inputs: usize,
+    domain: Vec<usize>,
+) -> BoxStream<'static, Result<StreamMessage>> {
+    let state = ArrivalOrder {
+        tracker: WatermarkTracker::new(domain.len(), 0),
+        domain,
+        ended: vec![false; inputs],
+        sent: i64::MIN,
+    };
+    futures::stream::unfold(Some((wire, state)), move |running| {
+        let data = Arc::clone(&data);
+        async move {
+            let (mut wire, mut state) = running?;
+            let messages = match wire.next().await {
+                Some(batch) => batch
+                    .and_then(|batch| decode(&batch, &data))
+                    .and_then(|items| state.messages(items)),
+                None => return state.check_ended().err().map(|e| (vec![Err(e)], None)),
+            };
+            Some(match messages {
+                Ok(messages) => (messages.into_iter().map(Ok).collect(), Some((wire, state))),
+                Err(error) => (vec![Err(error)], None),
+            })
+        }
+    })
+    .flat_map(futures::stream::iter)
+    .boxed()
+}
+
+/// The watermark of one output in [`arrival_order`].
+struct ArrivalOrder {
+    tracker: WatermarkTracker,
+    /// The inputs whose watermarks the output combines, by their place in the tracker.
+    domain: Vec<usize>,
+    ended: Vec<bool>,
+    sent: i64,
+}
+
+impl ArrivalOrder {
+    fn messages(&mut self, items: Vec<(usize, WireItem)>) -> Result<Vec<StreamMessage>> {
+        let mut messages = Vec::new();
+        for (input, item) in items {
+            let Some(ended) = self.ended.get_mut(input) else {
+                return internal_err!("a wire item of unknown input {input}");
+            };
+            let tracked = self.domain.iter().position(|&i| i == input);
+            match item {
+                WireItem::Routed(Routed::Rows(batch, _)) => {
+                    messages.push(StreamMessage::Batch(batch));
+                    continue;
+                }
+                WireItem::Routed(Routed::Watermark { watermark, .. }) => {
+                    if let Some(tracked) = tracked {
+                        self.tracker.observe(tracked, watermark, Instant::now());
+                    }
+                }
+                WireItem::End => {
+                    *ended = true;
+                    if let Some(tracked) = tracked {
+                        self.tracker.finish(tracked);
+                    }
+                }
+                WireItem::Routed(_) => {
+                    return internal_err!("a merge item reached an exchange that does not merge");
+                }
+            }
+            if let Some(watermark) = self.tracker.watermark(Instant::now())
+                && watermark > self.sent
+                && watermark < i64::MAX
+            {
+                self.sent = watermark;
+                messages.push(StreamMessage::Watermark(watermark));
+            }
+        }
+        Ok(messages)
+    }
+
+    fn check_ended(&self) -> Result<()> {
+        let unfinished: Vec<usize> = (0..self.ended.len()).filter(|&i| !self.ended[i]).collect();
+        match unfinished.is_empty() {
+            true => Ok(()),
+            false => exec_err!(
+                "the network stream of an exchange output ended before exchange inputs \
+                 {unfinished:?} had sent everything (a worker stopped?)"
+            ),
         }
     }
 }

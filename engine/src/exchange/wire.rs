@@ -71,15 +71,18 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
             };
             (Some(batch), ROWS, keys, None)
         }
+        // Rows for an output that does not merge its inputs: the input column says whose.
+        WireItem::Routed(Routed::Piece { batch, .. }) => {
+            let rows = batch.num_rows();
+            (Some(batch), ROWS, vec![0; rows], None)
+        }
         WireItem::Routed(Routed::Progress(key)) => (None, PROGRESS, vec![key], None),
         WireItem::Routed(Routed::Watermark { watermark, key }) => {
             (None, WATERMARK, vec![key], Some(watermark))
         }
         WireItem::Routed(Routed::Passed { key, newest }) => (None, PASSED, vec![key], newest),
         WireItem::End => (None, END, vec![0], None),
-        WireItem::Routed(
-            Routed::Piece { .. } | Routed::BarrierPassed { .. } | Routed::Ended { .. },
-        ) => {
+        WireItem::Routed(Routed::BarrierPassed { .. } | Routed::Ended { .. }) => {
             return internal_err!("this exchange item does not cross a network boundary");
         }
     };

@@ -1,0 +1,196 @@
+//! `freshet bench --workers N`: a scenario over a Parquet replay in one process and across
+//! 1 to N local worker processes, on as many streams in all, in alternating rounds: records
+//! per second, CPU seconds per million records (every process: coordinator and workers) and
+//! the Arrow bytes per record the exchanges sent over the network.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use datafusion::common::{Result, plan_err};
+use freshet_bench::runner::{children_cpu_time, scenario_file};
+use freshet_bench::scenarios::{Scenario, scenario};
+use freshet_engine::options::parse_count;
+
+use super::BenchArgs;
+
+/// One timed run of the `freshet` binary: wall time, CPU of every process it started, and
+/// its summary line.
+struct Timed {
+    elapsed: Duration,
+    cpu: Duration,
+    summary: String,
+}
+
+/// A `freshet worker` on a free loopback port.
+struct LocalWorker {
+    child: Child,
+    address: String,
+}
+
+impl LocalWorker {
+    fn start() -> Result<Self> {
+        use std::io::BufRead;
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["worker", "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        if let Some(stderr) = child.stderr.take() {
+            std::io::BufReader::new(stderr).read_line(&mut line)?;
+        }
+        match line.trim().rsplit(' ').next() {
+            Some(address) if address.contains(':') => Ok(Self {
+                child,
+                address: address.to_string(),
+            }),
+            _ => plan_err!("a local worker did not start: {line}"),
+        }
+    }
+
+    /// Stops the worker and waits for it, so that its CPU time is counted.
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `freshet query` with `args` (and `workers`, started for the run).
+fn run(args: &[String], workers: usize) -> Result<Timed> {
+    let cpu_before = children_cpu_time();
+    let started = Instant::now();
+    let local: Vec<LocalWorker> = (0..workers)
+        .map(|_| LocalWorker::start())
+        .collect::<Result<_>>()?;
+    let mut command = Command::new(std::env::current_exe()?);
+    command.args(args);
+    if !local.is_empty() {
+        let list: Vec<&str> = local.iter().map(|w| w.address.as_str()).collect();
+        command.args(["--workers", &list.join(",")]);
+    }
+    let output = command.output()?;
+    let elapsed = started.elapsed();
+    for worker in local {
+        worker.stop();
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    if !output.status.success() {
+        return plan_err!("freshet {} failed: {stderr}", args.join(" "));
+    }
+    Ok(Timed {
+        elapsed,
+        cpu: children_cpu_time().saturating_sub(cpu_before),
+        summary: stderr,
+    })
+}
+
+/// The number before `label` in a summary line.
+fn number_before(summary: &str, label: &str) -> Option<f64> {
+    let before = &summary[..summary.find(label)?];
+    before.split_whitespace().last()?.parse().ok()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// See the module documentation.
+pub(super) async fn bench_workers(
+    args: &BenchArgs,
+    max_workers: usize,
+    dir: &std::path::Path,
+) -> Result<()> {
+    if max_workers == 0 {
+        return plan_err!("--workers: at least 1 worker");
+    }
+    let records = if args.quick {
+        200_000
+    } else {
+        parse_count("records", &args.records)? as u64
+    };
+    let runs = if args.quick { 1 } else { args.runs.max(1) };
+    let per_worker = args.partitions.first().copied().unwrap_or(1).max(1);
+    let ids: Vec<String> = match args.scenario.as_slice() {
+        [] => vec!["S3a".to_string()],
+        ids => ids.to_vec(),
+    };
+    let scenarios: Vec<Scenario> = ids
+        .iter()
+        .map(|id| match scenario(id) {
+            Some(scenario) if scenario.lookup_symbols.is_none() => Ok(scenario),
+            _ => plan_err!("--workers runs S0, S0-half, S1, S2, S3a or S3b, not {id}"),
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "| scenario | workers | streams | one process (records/s) | workers (records/s) | speed ratio | CPU s per M records, one process | CPU s per M records, workers | CPU ratio | network bytes per record |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for scenario in &scenarios {
+        let path = scenario_file(dir, scenario, records)?;
+        let mut table = format!("{}={}", scenario.table(), path.display());
+        if let Some(event_time) = scenario.event_time() {
+            table.push_str(&format!(",event_time={event_time}"));
+        }
+        for workers in 1..=max_workers {
+            let streams = workers * per_worker;
+            let args: Vec<String> = [
+                "query",
+                "-t",
+                &table,
+                "--partitions",
+                &streams.to_string(),
+                "--strategy",
+                "hash",
+                "-o",
+                "null",
+                scenario.streaming_sql,
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            eprintln!(
+                "running {} on {workers} workers ({streams} streams) …",
+                scenario.id
+            );
+            let (mut alone, mut spread) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                alone.push(run(&args, 0)?);
+                spread.push(run(&args, workers)?);
+            }
+            let rate = |timed: &[Timed]| {
+                median(
+                    timed
+                        .iter()
+                        .map(|t| records as f64 / t.elapsed.as_secs_f64())
+                        .collect(),
+                )
+            };
+            let cpu = |timed: &[Timed]| {
+                median(
+                    timed
+                        .iter()
+                        .map(|t| t.cpu.as_secs_f64() * 1e6 / records as f64)
+                        .collect(),
+                )
+            };
+            let wire: Vec<f64> = spread
+                .iter()
+                .filter_map(|t| number_before(&t.summary, "bytes crossed the network"))
+                .collect();
+            if wire.len() != spread.len() {
+                return plan_err!("a run across workers did not say what crossed the network");
+            }
+            let wire = median(wire);
+            let (alone_rate, spread_rate) = (rate(&alone), rate(&spread));
+            let (alone_cpu, spread_cpu) = (cpu(&alone), cpu(&spread));
+            println!(
+                "| {} | {workers} | {streams} | {alone_rate:.0} | {spread_rate:.0} | {:.2}x | {alone_cpu:.2} | {spread_cpu:.2} | {:.2}x | {:.1} |",
+                scenario.id,
+                spread_rate / alone_rate,
+                spread_cpu / alone_cpu,
+                wire / records as f64,
+            );
+        }
+    }
+    Ok(())
+}
