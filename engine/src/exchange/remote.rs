@@ -444,3 +444,90 @@ impl ArrivalOrder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn data() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("t", DataType::Int64, false)]))
+    }
+
+    fn wire_stream(items: Vec<(usize, WireItem)>) -> SendableRecordBatchStream {
+        let wire = wire_schema(&data());
+        let batches: Vec<Result<RecordBatch>> = items
+            .into_iter()
+            .map(|(input, item)| encode(&wire, 0, input, item))
+            .collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            wire,
+            futures::stream::iter(batches),
+        ))
+    }
+
+    fn rows(times: &[i64]) -> WireItem {
+        let batch =
+            RecordBatch::try_new(data(), vec![Arc::new(Int64Array::from(times.to_vec()))])
+                .unwrap();
+        WireItem::Routed(Routed::Piece { batch, input: 0 })
+    }
+
+    fn watermark(watermark: i64) -> WireItem {
+        WireItem::Routed(Routed::Watermark { watermark, key: 0 })
+    }
+
+    async fn described(stream: BoxStream<'static, Result<StreamMessage>>) -> Vec<String> {
+        stream
+            .map(|message| match message {
+                Ok(StreamMessage::Batch(batch)) => format!("{} rows", batch.num_rows()),
+                Ok(StreamMessage::Watermark(w)) => format!("watermark {w}"),
+                Ok(StreamMessage::Barrier(_)) => "barrier".to_string(),
+                Err(error) => format!("error: {error}"),
+            })
+            .collect()
+            .await
+    }
+
+    /// An output that does not merge its inputs holds the smallest watermark of its domain's
+    /// inputs, an ended input counting as infinite; an input outside the domain moves nothing.
+    #[tokio::test]
+    async fn the_receiving_watermark_is_the_smallest_of_the_domain() {
+        let items = vec![
+            (0, rows(&[90, 100])),
+            (0, watermark(100)),
+            (1, rows(&[40])),
+            (1, watermark(50)),
+            (2, watermark(10)),
+            (1, watermark(120)),
+            (1, WireItem::End),
+            (2, WireItem::End),
+            (0, watermark(130)),
+            (0, WireItem::End),
+        ];
+        let messages = described(arrival_order(wire_stream(items), data(), 3, vec![0, 1])).await;
+        assert_eq!(
+            messages,
+            [
+                "2 rows",
+                "1 rows",
+                "watermark 50",
+                "watermark 100",
+                "watermark 130"
+            ]
+        );
+    }
+
+    /// An input whose items stop before its end (a worker died) fails the output.
+    #[tokio::test]
+    async fn an_input_without_its_end_fails_the_output() {
+        let items = vec![(0, rows(&[1])), (0, WireItem::End), (1, rows(&[2]))];
+        let messages = described(arrival_order(wire_stream(items), data(), 2, vec![0, 1])).await;
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(
+            messages[2].contains("before exchange inputs [1] had sent everything"),
+            "{messages:?}"
+        );
+    }
+}
