@@ -143,7 +143,10 @@ fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()
         exchange.check_distributable()?;
         let (inputs, outputs) = (
             exchange.input().output_partitioning().partition_count(),
-            exchange.properties().output_partitioning().partition_count(),
+            exchange
+                .properties()
+                .output_partitioning()
+                .partition_count(),
         );
         if inputs != partitions || outputs != partitions {
             return not_impl_err!(
@@ -201,8 +204,10 @@ fn shuffles_below(
             let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
             let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());
             let repartition = RepartitionExec::try_new(send, partitioning)?;
-            let shuffle: Arc<dyn ExecutionPlan> =
-                Arc::new(NetworkShuffleExec::try_new(Arc::new(repartition), spec.workers)?);
+            let shuffle: Arc<dyn ExecutionPlan> = Arc::new(NetworkShuffleExec::try_new(
+                Arc::new(repartition),
+                spec.workers,
+            )?);
             Ok(shuffle)
         })
         .collect()

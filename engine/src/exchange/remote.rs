@@ -469,8 +469,7 @@ mod tests {
 
     fn rows(times: &[i64]) -> WireItem {
         let batch =
-            RecordBatch::try_new(data(), vec![Arc::new(Int64Array::from(times.to_vec()))])
-                .unwrap();
+            RecordBatch::try_new(data(), vec![Arc::new(Int64Array::from(times.to_vec()))]).unwrap();
         WireItem::Routed(Routed::Piece { batch, input: 0 })
     }
 
