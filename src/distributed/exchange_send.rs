@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -119,7 +120,7 @@ impl ExchangeSendExec {
                 let schema = stream.schema();
                 let counted = Arc::clone(&wire_bytes);
                 let stream = stream.inspect_ok(move |batch| {
-                    counted.fetch_add(batch.get_array_memory_size(), Ordering::Relaxed);
+                    counted.fetch_add(wire_size(batch), Ordering::Relaxed);
                 });
                 let stream: SendableRecordBatchStream =
                     Box::pin(RecordBatchStreamAdapter::new(schema, stream));
@@ -132,6 +133,16 @@ impl ExchangeSendExec {
             wire_bytes,
         }))
     }
+}
+
+/// The Arrow bytes of `batch`'s rows: a piece sliced out of a larger batch counts only
+/// what it covers.
+fn wire_size(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|column| column.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
 }
 
 impl DisplayAs for ExchangeSendExec {
