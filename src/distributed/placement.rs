@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::Int64Array;
 use datafusion::common::hash_utils::create_hashes;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, not_impl_err};
+use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::physical_expr::Partitioning;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -59,9 +59,11 @@ pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Re
                 part: Arc::clone(child),
             })
         }
-        _ => not_impl_err!(
-            "this query cannot run across workers yet: its plan ends in {} with {} \
-             partitions, where the workers' part must end with one per stream ({partitions})",
+        _ => plan_err!(
+            "this query cannot run across workers yet: its plan ends in {} on {} \
+             partitions, where only a merge of every stream may follow the workers' part \
+             ({partitions} streams); an operator that gathers every stream into one (as a \
+             window without keys does) runs in one process",
             plan.name(),
             plan.output_partitioning().partition_count()
         ),
@@ -99,7 +101,7 @@ pub(super) fn exchange_over_remotes(
     first_output: usize,
 ) -> Result<Arc<StreamExchangeExec>> {
     let Some(exchange) = exchanges(part, false)?.into_iter().nth(index) else {
-        return not_impl_err!("the worker's plan has no exchange number {index}");
+        return internal_err!("the worker's plan has no exchange number {index}");
     };
     let input = with_remote_exchanges(exchange.input(), remotes, first_output)?;
     let exchange: Arc<dyn ExecutionPlan> = exchange;
@@ -120,7 +122,7 @@ pub(super) fn with_remote_exchanges(
             return Ok(Transformed::no(node));
         };
         let Some(remote) = remotes.get(next) else {
-            return not_impl_err!("the workers' plan has more exchanges than the coordinator's");
+            return internal_err!("the workers' plan has more exchanges than the coordinator's");
         };
         next += 1;
         let remote: Arc<dyn ExecutionPlan> =
@@ -134,7 +136,7 @@ pub(super) fn with_remote_exchanges(
 /// at its exchanges (see the module documentation).
 fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()> {
     if part.boundedness().is_unbounded() {
-        return not_impl_err!(
+        return plan_err!(
             "an endless stream cannot run across workers yet: datafusion-distributed treats \
              every network boundary as bounded; replay a bounded input instead"
         );
@@ -149,7 +151,7 @@ fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()
                 .partition_count(),
         );
         if inputs != partitions || outputs != partitions {
-            return not_impl_err!(
+            return plan_err!(
                 "an exchange from {inputs} into {outputs} streams cannot cross workers yet: \
                  only one from and into every stream ({partitions})"
             );
@@ -192,7 +194,7 @@ fn shuffles_below(
         .iter()
         .map(|exchange| {
             let Some(index) = all.iter().position(|e| Arc::ptr_eq(e, exchange)) else {
-                return not_impl_err!("an exchange outside the workers' part");
+                return internal_err!("an exchange outside the workers' part");
             };
             let below = shuffles_below(exchange.input(), all, spec)?;
             let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(

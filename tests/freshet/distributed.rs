@@ -390,3 +390,54 @@ fn localhost_worker_processes_answer_and_a_killed_one_fails_the_query() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// What cannot run across workers yet is refused before any worker is asked, with the
+/// reason: no worker needs to listen at the addresses given.
+#[test]
+fn what_cannot_cross_workers_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "10k", "0");
+    let table = format!("market_data={path},event_time=trade_time");
+    let nowhere = "127.0.0.1:9,127.0.0.1:10";
+    let refusal = |extra: &[&str], sql: &str| {
+        let mut args = vec!["query", "-t", &table, "--workers", nowhere, "-o", "null"];
+        args.extend(extra);
+        args.push(sql);
+        crate::support::freshet_error(&args)
+    };
+    let endless = crate::support::freshet_error(&[
+        "query",
+        "-t",
+        "market_data=generator:market_data,records=unbounded",
+        "--workers",
+        nowhere,
+        "--partitions",
+        "2",
+        S3A,
+    ]);
+    assert!(
+        endless.contains("an endless stream cannot run across workers yet"),
+        "{endless}"
+    );
+    let two_phase = refusal(&["--strategy", "two_phase", "--partitions", "2"], S2);
+    assert!(
+        two_phase.contains("partial aggregation step"),
+        "{two_phase}"
+    );
+    let uneven = refusal(&["--partitions", "3"], S3A);
+    assert!(
+        uneven.contains("3 streams cannot be spread evenly over 2 workers"),
+        "{uneven}"
+    );
+    let checkpoints = refusal(&["--checkpoint-dir", dir.path().to_str().unwrap()], S3A);
+    assert!(
+        checkpoints.contains("--workers does not take --checkpoint-dir"),
+        "{checkpoints}"
+    );
+    let fan_in = refusal(
+        &["--partitions", "2"],
+        "SELECT MAX(price) AS top, window_end FROM TUMBLE(TABLE market_data, \
+         DESCRIPTOR(trade_time), INTERVAL '10' SECOND) GROUP BY window_start, window_end",
+    );
+    assert!(fan_in.contains("gathers every stream into one"), "{fan_in}");
+}

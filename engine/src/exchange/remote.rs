@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::common::{DataFusionError, Result, exec_err, internal_err, not_impl_err};
+use datafusion::common::{DataFusionError, Result, exec_err, internal_err, plan_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
@@ -63,13 +63,13 @@ impl StreamExchangeExec {
     pub fn check_distributable(&self) -> Result<()> {
         let inputs = self.input.output_partitioning().partition_count();
         if self.step.is_some() {
-            return not_impl_err!(
+            return plan_err!(
                 "an exchange that runs a partial aggregation step on each input cannot cross \
                  workers yet: set partitioning_strategy = 'hash'"
             );
         }
         if self.event_time.and_then(|e| e.idle_timeout).is_some() {
-            return not_impl_err!("an exchange with an idle timeout cannot cross workers yet");
+            return plan_err!("an exchange with an idle timeout cannot cross workers yet");
         }
         let _ = self.merges_inputs(inputs)?;
         Ok(())
