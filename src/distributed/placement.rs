@@ -22,7 +22,10 @@ use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::physical_expr::Partitioning;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
@@ -38,36 +41,53 @@ use super::spec::QuerySpec;
 /// A plan split into its single-partition head that stays on the coordinator, if any, and
 /// the partitioned part the workers run.
 pub(super) struct Split {
-    pub head: Option<Arc<dyn ExecutionPlan>>,
+    /// DataFusion's nodes above the merge of every stream (a limit, a projection), down to
+    /// the merge, root first.
+    pub head: Vec<Arc<dyn ExecutionPlan>>,
     pub part: Arc<dyn ExecutionPlan>,
 }
 
-/// `plan`, on `partitions` streams, split (see [`Split`]).
+/// `plan`, on `partitions` streams, split (see [`Split`]): the head is DataFusion's own
+/// single-partition nodes down to a merge of every stream (`CoalescePartitionsExec`,
+/// `SortPreservingMergeExec`); Freshet's operators run on the workers.
 pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Split> {
-    if plan.output_partitioning().partition_count() == partitions {
-        return Ok(Split {
-            head: None,
-            part: Arc::clone(plan),
-        });
+    let mut head = Vec::new();
+    let mut node = Arc::clone(plan);
+    while node.output_partitioning().partition_count() != partitions {
+        let coordinator_node = node.downcast_ref::<CoalescePartitionsExec>().is_some()
+            || node.downcast_ref::<SortPreservingMergeExec>().is_some()
+            || node.downcast_ref::<GlobalLimitExec>().is_some()
+            || node.downcast_ref::<LocalLimitExec>().is_some()
+            || node.downcast_ref::<ProjectionExec>().is_some()
+            || node.downcast_ref::<SortExec>().is_some();
+        let child = match node.children().as_slice() {
+            [child] if coordinator_node => Arc::clone(child),
+            _ => {
+                return plan_err!(
+                    "this query cannot run across workers yet: its plan gathers every stream \
+                     into one in {} ({partitions} streams), as a window without keys does; run \
+                     it in one process",
+                    node.name()
+                );
+            }
+        };
+        head.push(node);
+        node = child;
     }
-    let merges = plan.downcast_ref::<CoalescePartitionsExec>().is_some()
-        || plan.downcast_ref::<SortPreservingMergeExec>().is_some();
-    match plan.children().as_slice() {
-        [child] if merges && child.output_partitioning().partition_count() == partitions => {
-            Ok(Split {
-                head: Some(Arc::clone(plan)),
-                part: Arc::clone(child),
-            })
-        }
-        _ => plan_err!(
-            "this query cannot run across workers yet: its plan ends in {} on {} \
-             partitions, where only a merge of every stream may follow the workers' part \
-             ({partitions} streams); an operator that gathers every stream into one (as a \
-             window without keys does) runs in one process",
-            plan.name(),
-            plan.output_partitioning().partition_count()
-        ),
-    }
+    Ok(Split { head, part: node })
+}
+
+/// `head` (see [`Split`]) over `part`.
+fn with_head(
+    head: Vec<Arc<dyn ExecutionPlan>>,
+    part: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    head.into_iter().rev().try_fold(part, |below, node| {
+        node.replace_children(
+            vec![below],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    })
 }
 
 /// The exchanges of `plan`, in pre-order; with `nearest`, only those with no exchange
@@ -173,13 +193,10 @@ pub fn distribute(
     let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
     let gathered: Arc<dyn ExecutionPlan> =
         Arc::new(NetworkCoalesceExec::try_new(fragment, spec.workers, 1)?);
-    Ok(match head {
-        Some(head) => head.replace_children(
-            vec![gathered],
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )?,
-        None => Arc::new(CoalescePartitionsExec::new(gathered)),
-    })
+    match head.is_empty() {
+        true => Ok(Arc::new(CoalescePartitionsExec::new(gathered))),
+        false => with_head(head, gathered),
+    }
 }
 
 /// A network shuffle for each of the nearest exchanges of `plan`, fed by the exchange's

@@ -198,6 +198,12 @@ async fn the_scenarios_across_workers_equal_one_process() {
     for sql in [S1, S2, S3A, S3B] {
         equal_at_2_and_3_workers(sql, &tables).await;
     }
+    // A merge, a sort and a limit over the streams stay on the coordinator.
+    equal_at_2_and_3_workers(
+        &format!("SELECT * FROM ({S3A}) ORDER BY trade_count DESC, trader_id, symbol, total_quantity, avg_price LIMIT 25"),
+        &tables,
+    )
+    .await;
 }
 
 /// Over disordered records with a watermark shorter than their disorder, which records are
