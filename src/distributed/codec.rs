@@ -58,12 +58,14 @@ impl PhysicalExtensionCodec for FreshetCodec {
         match kind {
             EXCHANGE_SEND => {
                 let exchange = reader.u64()? as usize;
+                let per_worker = reader.u64()? as usize;
                 let wire = read_schema(&mut reader)?;
                 Ok(Arc::new(ExchangeSendExec::new(
                     spec,
                     exchange,
                     wire,
                     inputs.to_vec(),
+                    per_worker,
                 )))
             }
             FRAGMENT => {
@@ -84,6 +86,7 @@ impl PhysicalExtensionCodec for FreshetCodec {
             buf.push(EXCHANGE_SEND);
             send.spec().encode(buf);
             put_u64(buf, send.exchange() as u64);
+            put_u64(buf, send.inputs_per_worker() as u64);
             return put_schema(buf, &node.schema());
         }
         if let Some(fragment) = node.downcast_ref::<FragmentExec>() {
@@ -160,12 +163,16 @@ mod tests {
                 2,
                 Arc::clone(&schema),
                 vec![Arc::clone(&below)],
+                3,
             )),
             &[below],
         );
         assert_eq!(send.children().len(), 1);
         let send = send.downcast_ref::<ExchangeSendExec>().unwrap();
-        assert_eq!((send.spec(), send.exchange()), (&spec(), 2));
+        assert_eq!(
+            (send.spec(), send.exchange(), send.inputs_per_worker()),
+            (&spec(), 2, 3)
+        );
         let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
         let fragment = FragmentExec::new(spec(), schema, vec![Arc::clone(&input)]);
         let fragment = round_trip(Arc::new(fragment), &[input]);

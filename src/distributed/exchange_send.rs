@@ -2,8 +2,8 @@
 //! tasks, on the worker that reads their source partitions — as a leaf of a stage of
 //! datafusion-distributed.
 //!
-//! On worker `t` of a query on `S` streams per worker, partition `p` is exchange input
-//! `t*S + p`: the wire batches it routes to every output (see
+//! On worker `t`, with `I` of the exchange's inputs per worker, partition `p` is exchange
+//! input `t*I + p`: the wire batches it routes to every output (see
 //! `freshet_engine::exchange::wire`). The worker plans the query from its [`QuerySpec`] when
 //! the first partition runs, finds the exchange by its place in the plan, makes the
 //! exchanges below it (if its input is an operator that reads one, as a window aggregation
@@ -50,6 +50,8 @@ pub struct ExchangeSendExec {
     exchange: usize,
     /// The network shuffles of the nearest exchanges below this one, in their order.
     inputs: Vec<Arc<dyn ExecutionPlan>>,
+    /// The exchange's inputs each worker runs.
+    inputs_per_worker: usize,
     properties: Arc<PlanProperties>,
     /// Per task: its input tasks, once started.
     running: Mutex<HashMap<usize, Arc<OnceCell<Arc<Sending>>>>>,
@@ -65,16 +67,18 @@ impl fmt::Debug for ExchangeSendExec {
 
 impl ExchangeSendExec {
     /// Exchange number `exchange` of the query of `spec`, whose wire batches have schema
-    /// `wire`, reading the exchanges below it from `inputs`.
+    /// `wire`, reading the exchanges below it from `inputs`, each worker running
+    /// `inputs_per_worker` of its inputs.
     pub fn new(
         spec: Arc<QuerySpec>,
         exchange: usize,
         wire: SchemaRef,
         inputs: Vec<Arc<dyn ExecutionPlan>>,
+        inputs_per_worker: usize,
     ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(wire),
-            Partitioning::UnknownPartitioning(spec.streams_per_worker()),
+            Partitioning::UnknownPartitioning(inputs_per_worker),
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
@@ -82,6 +86,7 @@ impl ExchangeSendExec {
             spec,
             exchange,
             inputs,
+            inputs_per_worker,
             properties: Arc::new(properties),
             running: Mutex::new(HashMap::new()),
         }
@@ -95,21 +100,27 @@ impl ExchangeSendExec {
         self.exchange
     }
 
+    pub fn inputs_per_worker(&self) -> usize {
+        self.inputs_per_worker
+    }
+
     /// Plans the query and starts the input tasks of task `task`.
     async fn start(
         spec: Arc<QuerySpec>,
         exchange: usize,
         inputs: Vec<Arc<dyn ExecutionPlan>>,
+        per_worker: usize,
         task: usize,
         context: Arc<TaskContext>,
     ) -> Result<Arc<Sending>> {
         let query = spec.plan().await?;
         let part = split_head(query.plan(), spec.partitions)?.part;
-        let streams = spec.streams_per_worker();
-        let first = task * streams;
+        let first = task * per_worker;
+        // An exchange below this one feeds this one's inputs (through an operator on as
+        // many partitions): its outputs here are this worker's inputs.
         let exchange = exchange_over_remotes(&part, exchange, &inputs, first)?;
         let sending = exchange.send_inputs(
-            first..first + streams,
+            first..first + per_worker,
             route_values(spec.partitions)?,
             context,
         )?;
@@ -149,9 +160,8 @@ impl DisplayAs for ExchangeSendExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "ExchangeSendExec: exchange={}, streams_per_worker={}",
-            self.exchange,
-            self.spec.streams_per_worker()
+            "ExchangeSendExec: exchange={}, inputs_per_worker={}",
+            self.exchange, self.inputs_per_worker
         )
     }
 }
@@ -185,6 +195,7 @@ impl ExecutionPlan for ExchangeSendExec {
             self.exchange,
             self.schema(),
             children,
+            self.inputs_per_worker,
         )))
     }
 
@@ -214,9 +225,10 @@ impl ExecutionPlan for ExchangeSendExec {
         let task = DistributedTaskContext::from_ctx(&context).task_index;
         let cell = Arc::clone(self.running.lock().entry(task).or_default());
         let (spec, exchange, inputs) = (Arc::clone(&self.spec), self.exchange, self.inputs.clone());
+        let per_worker = self.inputs_per_worker;
         let stream = futures::stream::once(async move {
             let sending = cell
-                .get_or_try_init(|| Self::start(spec, exchange, inputs, task, context))
+                .get_or_try_init(|| Self::start(spec, exchange, inputs, per_worker, task, context))
                 .await?;
             match sending
                 .streams

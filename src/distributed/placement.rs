@@ -152,32 +152,54 @@ pub(super) fn with_remote_exchanges(
     Ok(replaced.data)
 }
 
-/// Checks that `part`, the workers' part of a plan on `partitions` streams, can be cut
-/// at its exchanges (see the module documentation).
-fn check_cuttable(part: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<()> {
+/// Checks that `part`, the workers' part of a plan on `spec.partitions` streams, can be
+/// cut at its exchanges (see the module documentation): every node runs partition by
+/// partition on as many partitions as the streams, or, below an exchange, as the exchange's
+/// inputs, which spread evenly over the workers.
+fn check_cuttable(part: &Arc<dyn ExecutionPlan>, spec: &QuerySpec) -> Result<()> {
     if part.boundedness().is_unbounded() {
         return plan_err!(
             "an endless stream cannot run across workers yet: datafusion-distributed treats \
              every network boundary as bounded; replay a bounded input instead"
         );
     }
-    for exchange in exchanges(part, false)? {
+    check_partitionwise(part, spec.partitions, spec.workers)
+}
+
+fn check_partitionwise(
+    node: &Arc<dyn ExecutionPlan>,
+    expected: usize,
+    workers: usize,
+) -> Result<()> {
+    let partitions = node.output_partitioning().partition_count();
+    if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
         exchange.check_distributable()?;
-        let (inputs, outputs) = (
-            exchange.input().output_partitioning().partition_count(),
-            exchange
-                .properties()
-                .output_partitioning()
-                .partition_count(),
-        );
-        if inputs != partitions || outputs != partitions {
+        let inputs = exchange.input().output_partitioning().partition_count();
+        if partitions != expected || !inputs.is_multiple_of(workers) {
             return plan_err!(
-                "an exchange from {inputs} into {outputs} streams cannot cross workers yet: \
-                 only one from and into every stream ({partitions})"
+                "an exchange from {inputs} into {partitions} streams cannot cross {workers} \
+                 workers yet: its inputs must spread evenly over the workers and its outputs be \
+                 the query's streams ({expected})"
             );
         }
+        return check_partitionwise(exchange.input(), inputs, workers);
     }
-    Ok(())
+    if partitions != expected {
+        return plan_err!(
+            "{} runs on {partitions} partitions where the query runs on {expected}: it cannot \
+             run across workers yet",
+            node.name()
+        );
+    }
+    if node.downcast_ref::<RepartitionExec>().is_some() {
+        return plan_err!(
+            "DataFusion's RepartitionExec (a batch operator's shuffle) reads every stream: it \
+             cannot run across workers yet"
+        );
+    }
+    node.children()
+        .into_iter()
+        .try_for_each(|child| check_partitionwise(child, expected, workers))
 }
 
 /// The plan with network boundaries that runs `plan` (planned from `spec`) across
@@ -187,7 +209,7 @@ pub fn distribute(
     spec: &Arc<QuerySpec>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let Split { head, part } = split_head(plan, spec.partitions)?;
-    check_cuttable(&part, spec.partitions)?;
+    check_cuttable(&part, spec)?;
     let all = exchanges(&part, false)?;
     let shuffles = shuffles_below(&part, &all, spec)?;
     let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
@@ -214,11 +236,13 @@ fn shuffles_below(
                 return internal_err!("an exchange outside the workers' part");
             };
             let below = shuffles_below(exchange.input(), all, spec)?;
+            let inputs = exchange.input().output_partitioning().partition_count();
             let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
                 Arc::clone(spec),
                 index,
                 exchange.wire_schema(),
                 below,
+                inputs / spec.workers,
             ));
             let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
             let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());

@@ -447,3 +447,27 @@ fn what_cannot_cross_workers_is_refused_with_the_reason() {
     );
     assert!(fan_in.contains("gathers every stream into one"), "{fan_in}");
 }
+
+/// Random queries over random file replays (the fuzzer's): across 2 workers at 2 and 4
+/// streams, the rows of one process on as many streams — changelogs and late records
+/// included — and every record read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_queries_across_workers_equal_one_process() {
+    use freshet::testing::fuzz::{FuzzCase, Outcome};
+    let cluster = start_workers(2).await;
+    let (mut matched, mut refused) = (0, Vec::new());
+    let mut failures = Vec::new();
+    let seeds: Vec<u64> = std::env::var("FRESHET_SEEDS")
+        .map(|s| s.split(',').map(|s| s.parse().unwrap()).collect())
+        .unwrap_or_else(|_| (48_000..48_200).collect());
+    for seed in seeds {
+        let case = FuzzCase::generate(seed);
+        match case.run_across_workers(&cluster.urls, 2).await {
+            Outcome::Match => matched += 1,
+            Outcome::Refused(reason) | Outcome::OracleFailed(reason) => refused.push(reason),
+            failure => failures.push(format!("seed {seed}: {failure:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(matched >= 30, "{matched} matched; refused: {refused:#?}");
+}

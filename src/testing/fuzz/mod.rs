@@ -17,6 +17,7 @@
 //! ([`DOCUMENTED_REFUSALS`]). A failing case is shrunk: rows and query parts are removed while
 //! it still fails the same way, so the reproduction printed is small.
 
+mod across_workers;
 mod data;
 mod query;
 mod render;
