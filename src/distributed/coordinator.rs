@@ -133,11 +133,21 @@ pub async fn execute_distributed(
             workers.len()
         );
     }
+    let builder = SessionStateBuilder::new().with_distributed_worker_resolver(workers);
+    execute_distributed_in(spec, builder).await
+}
+
+/// Runs the query of `spec` in a session made from `builder`, which names the workers
+/// (datafusion-distributed's worker resolver, and a channel resolver for workers that are
+/// not at network addresses, such as an in-memory cluster).
+pub async fn execute_distributed_in(
+    spec: Arc<QuerySpec>,
+    builder: SessionStateBuilder,
+) -> Result<DistributedRun> {
     let query = spec.plan().await?;
     let plan = distribute(query.plan(), &spec)?;
-    let state = SessionStateBuilder::new()
+    let state = builder
         .with_default_features()
-        .with_distributed_worker_resolver(workers)
         .with_query_planner(Arc::new(PlannedBefore(plan)))
         .with_distributed_planner()
         .with_distributed_user_codec(FreshetCodec)

@@ -19,7 +19,9 @@ mod totals;
 mod worker;
 
 pub use codec::FreshetCodec;
-pub use coordinator::{DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed};
+pub use coordinator::{
+    DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed, execute_distributed_in,
+};
 pub use exchange_send::ExchangeSendExec;
 pub use fragment::FragmentExec;
 pub use placement::distribute;

@@ -471,3 +471,116 @@ async fn random_queries_across_workers_equal_one_process() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(matched >= 30, "{matched} matched; refused: {refused:#?}");
 }
+
+/// datafusion-distributed's in-memory cluster: gRPC over an in-process duplex stream to one
+/// worker that serves every task of every stage (as `workers` workers would, all at one
+/// address).
+mod in_memory {
+    use async_trait::async_trait;
+    use datafusion::common::DataFusionError;
+    use datafusion_distributed::{
+        ChannelResolver, DistributedExt, Worker, WorkerChannel, WorkerQueryContext, WorkerResolver,
+        grpc,
+    };
+    use freshet::distributed::FreshetCodec;
+    use hyper_util::rt::TokioIo;
+    use tonic::transport::{Endpoint, Server};
+
+    const URL: &str = "http://in-memory-worker:50051";
+
+    #[derive(Clone)]
+    pub struct Channels {
+        channel: grpc::BoxCloneSyncChannel,
+    }
+
+    impl Channels {
+        pub fn start() -> Self {
+            let (client, server) = tokio::io::duplex(1024 * 1024);
+            let mut client = Some(client);
+            let channel = Endpoint::try_from(URL)
+                .unwrap()
+                .connect_with_connector_lazy(tower::service_fn(move |_| {
+                    let client = client.take().expect("one connection");
+                    async move { Ok::<_, std::io::Error>(TokioIo::new(client)) }
+                }));
+            let this = Self {
+                channel: grpc::BoxCloneSyncChannel::new(channel),
+            };
+            let for_worker = this.clone();
+            let worker = Worker::from_session_builder(move |ctx: WorkerQueryContext| {
+                let channels = for_worker.clone();
+                async move {
+                    Ok(ctx
+                        .builder
+                        .with_distributed_user_codec(FreshetCodec)
+                        .with_distributed_channel_resolver(channels)
+                        .build())
+                }
+            });
+            tokio::spawn(async move {
+                Server::builder()
+                    .add_service(worker.into_worker_server())
+                    .serve_with_incoming(futures::stream::once(async move {
+                        Ok::<_, std::io::Error>(server)
+                    }))
+                    .await
+            });
+            this
+        }
+    }
+
+    #[async_trait]
+    impl ChannelResolver for Channels {
+        async fn get_worker_client_for_url(
+            &self,
+            _: &url::Url,
+        ) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
+            Ok(grpc::create_worker_client(self.channel.clone()))
+        }
+    }
+
+    pub struct Workers(pub usize);
+
+    impl WorkerResolver for Workers {
+        fn get_urls(&self) -> Result<Vec<url::Url>, DataFusionError> {
+            Ok(vec![url::Url::parse(URL).unwrap(); self.0])
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_in_memory_cluster_equals_one_process() {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion_distributed::DistributedExt;
+    use freshet::distributed::execute_distributed_in;
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "100k", "0");
+    disordered_in_small_row_groups(Path::new(&path));
+    let tables = [format!(
+        "market_data={path},event_time=trade_time,watermark=10s"
+    )];
+    for (sql, workers) in [(S3A, 2), (S3B, 3), (S1, 2)] {
+        let spec = Arc::new(
+            QuerySpec::new(sql.to_string(), &session(&tables), 2 * workers, workers).unwrap(),
+        );
+        let builder = SessionStateBuilder::new()
+            .with_distributed_worker_resolver(in_memory::Workers(workers))
+            .with_distributed_channel_resolver(in_memory::Channels::start());
+        let run = execute_distributed_in(Arc::clone(&spec), builder)
+            .await
+            .unwrap();
+        let distributed: Vec<RecordBatch> = run.stream.try_collect().await.unwrap();
+        let totals = run.report.totals().await.unwrap();
+        let query = spec.plan().await.unwrap();
+        let local: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        assert_eq!(sorted_rows(&distributed), sorted_rows(&local), "{sql}");
+        assert_eq!(
+            (totals.records_read, totals.late_records_dropped),
+            (
+                query.records_read(),
+                query.metric_total("late_records_dropped")
+            ),
+            "{sql}"
+        );
+    }
+}
