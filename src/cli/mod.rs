@@ -1,4 +1,5 @@
-//! The `freshet` command line: `query`, `explain`, `shell`, `gen`, `bench` and `fuzz`.
+//! The `freshet` command line: `query`, `explain`, `shell`, `gen`, `bench`, `fuzz` and
+//! `worker`.
 //!
 //! Every failure ends in one line on stderr (`error: …`) and a non-zero exit code.
 
@@ -243,8 +244,12 @@ pub fn main() -> ExitCode {
     // that names the stream and carries the panic's message: printing the panic as well
     // would show a crash where there is a clean error.
     let print_panic = std::panic::take_hook();
+    // datafusion-distributed's coordinator panics on a task cancelled after a worker died;
+    // the query fails with an error that says so.
     std::panic::set_hook(Box::new(move |info| {
-        if !freshet_engine::panic_becomes_error() {
+        if !freshet_engine::panic_becomes_error()
+            && !crate::distributed::is_cancelled_task_panic(info)
+        {
             print_panic(info);
         }
     }));

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, DataFusionError, Result, plan_err};
 use datafusion::execution::context::QueryPlanner;
@@ -16,7 +17,8 @@ use datafusion_distributed::{
     DistributedExt, DistributedMetricsFormat, SessionStateBuilderExt, WorkerResolver,
     rewrite_distributed_plan_with_metrics,
 };
-use futures::TryStreamExt;
+use freshet_engine::unless_panicked;
+use futures::{Stream, StreamExt};
 use url::Url;
 
 use super::codec::FreshetCodec;
@@ -163,10 +165,47 @@ pub async fn execute_distributed_in(
     Ok(DistributedRun {
         stream: Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            stream.map_err(lost_worker),
+            without_panics(stream),
         )),
         report: RunReport { plan },
     })
+}
+
+/// `stream`, with a panic of datafusion-distributed's coordinator task (which it passes on
+/// to the reader) as the stream's last item, an error. datafusion-distributed 4 panics
+/// (`task N was cancelled`) when it drains its pending tasks after a worker died.
+fn without_panics(
+    stream: SendableRecordBatchStream,
+) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
+    futures::stream::unfold(Some(stream), |stream| async move {
+        let mut stream = stream?;
+        let next = unless_panicked("datafusion-distributed's coordinator", async {
+            Ok(stream.next().await)
+        })
+        .await;
+        match next {
+            Ok(Some(item)) => Some((item.map_err(lost_worker), Some(stream))),
+            Ok(None) => None,
+            Err(error) => Some((Err(lost_worker(error)), None)),
+        }
+    })
+}
+
+/// Whether `info` is datafusion-distributed's coordinator panicking on a task cancelled
+/// after a worker died (see [`without_panics`]): the query's error reports it, so a panic
+/// hook need not print it.
+pub fn is_cancelled_task_panic(info: &std::panic::PanicHookInfo) -> bool {
+    let message = info
+        .payload()
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| info.payload().downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    message.starts_with("task ")
+        && message.ends_with(" was cancelled")
+        && info
+            .location()
+            .is_some_and(|location| location.file().ends_with("join_set.rs"))
 }
 
 /// An error of the network between the coordinator and a worker, said as what it means.
@@ -179,6 +218,7 @@ fn lost_worker(error: DataFusionError) -> DataFusionError {
         "broken pipe",
         "connection reset",
         "Connection reset",
+        "was cancelled",
     ];
     if network.iter().any(|sign| message.contains(sign)) {
         DataFusionError::Execution(format!(
@@ -186,5 +226,33 @@ fn lost_worker(error: DataFusionError) -> DataFusionError {
         ))
     } else {
         error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::Schema;
+
+    /// datafusion-distributed's coordinator panicking after a worker died ends the output
+    /// with an error that says so, not a panic in the reader.
+    #[tokio::test]
+    async fn a_panic_of_the_coordinator_ends_the_output_with_an_error() {
+        let panicking =
+            futures::stream::poll_fn(|_| -> std::task::Poll<Option<Result<RecordBatch>>> {
+                std::panic::panic_any("task 10 was cancelled".to_string())
+            });
+        let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            Arc::new(Schema::empty()),
+            panicking,
+        ));
+        let items: Vec<Result<RecordBatch>> = without_panics(stream).collect().await;
+        assert_eq!(items.len(), 1);
+        let error = items[0].as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains("a worker stopped or cannot be reached")
+                && error.contains("task 10 was cancelled"),
+            "{error}"
+        );
     }
 }
