@@ -33,11 +33,14 @@ use super::{BenchArgs, Command, FuzzArgs, GenArgs, PlanArgs, QueryArgs, SessionA
 pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Query(args) => query(args).await,
-        Command::Explain(args) => {
-            let query = plan(&args).await?;
-            writeln!(std::io::stdout(), "{}", query.explain())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Explain(args) => match &args.workers {
+            Some(workers) => super::distributed::explain_on_workers(&args.plan, workers).await,
+            None => {
+                let query = plan(&args.plan).await?;
+                writeln!(std::io::stdout(), "{}", query.explain())?;
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
         Command::Fuzz(args) => fuzz(args).await.map(|()| ExitCode::SUCCESS),

@@ -11,9 +11,9 @@ use freshet_engine::sink::{SinkSpec, drain};
 use tokio::net::TcpListener;
 
 use super::commands::{interrupt, refuse_writing_onto_an_input, script};
-use super::{QueryArgs, WorkerArgs};
+use super::{PlanArgs, QueryArgs, WorkerArgs};
 use crate::distributed::{
-    DistributedRun, QuerySpec, WorkerUrls, execute_distributed, serve_worker,
+    DistributedRun, QuerySpec, WorkerUrls, execute_distributed, explain_distributed, serve_worker,
 };
 
 /// Serves queries' stages until SIGINT or SIGTERM.
@@ -29,6 +29,32 @@ pub(super) async fn worker(args: WorkerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The query's spec across `urls`: `--partitions` streams in all, by default every worker's
+/// cores (this machine's count).
+fn spec_on(plan: &PlanArgs, urls: &WorkerUrls) -> Result<QuerySpec> {
+    let session = &plan.session;
+    let partitions = session
+        .partitions
+        .unwrap_or_else(|| urls.len() * machine_cores());
+    QuerySpec::new(script(plan)?, session, partitions, urls.len())
+}
+
+/// Prints the plan of the query of `plan` as one process runs it on all the streams, then
+/// the stages it runs in across `workers`.
+pub(super) async fn explain_on_workers(plan: &PlanArgs, workers: &str) -> Result<ExitCode> {
+    let urls = WorkerUrls::parse(workers)?;
+    let spec = Arc::new(spec_on(plan, &urls)?);
+    let query = spec.plan().await?;
+    let stages = explain_distributed(Arc::clone(&spec), urls).await?;
+    println!(
+        "{}\nAcross {} workers, {} streams each:\n{stages}",
+        query.explain(),
+        spec.workers,
+        spec.streams_per_worker()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs the query of `args` on the workers `workers` and writes its results here.
 pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<ExitCode> {
     if args.checkpoint_dir.is_some() || args.late_output.is_some() {
@@ -40,11 +66,8 @@ pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<
     let sink: SinkSpec = args.output.parse()?;
     refuse_writing_onto_an_input(&sink, &args.plan.session.tables)?;
     let urls = WorkerUrls::parse(workers)?;
-    let session = &args.plan.session;
-    let partitions = session
-        .partitions
-        .unwrap_or_else(|| urls.len() * machine_cores());
-    let spec = QuerySpec::new(script(&args.plan)?, session, partitions, urls.len())?;
+    let spec = spec_on(&args.plan, &urls)?;
+    let partitions = spec.partitions;
     let started = Instant::now();
     let workers = urls.len();
     let DistributedRun { stream, report } = execute_distributed(Arc::new(spec), urls).await?;

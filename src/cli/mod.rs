@@ -33,7 +33,7 @@ pub enum Command {
     Query(QueryArgs),
     /// Print the physical plan of a streaming query: Freshet's operators, emit mode,
     /// watermarks and partitioning.
-    Explain(PlanArgs),
+    Explain(ExplainArgs),
     /// Write a generated stream (market_data or orders) to a file.
     Gen(GenArgs),
     /// Run the benchmark scenarios on Freshet and on DataFusion batch over the same data.
@@ -79,6 +79,17 @@ pub struct PlanArgs {
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub session: SessionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Also print the stages the query would run in across these workers (HOST:PORT,…), as
+    /// `query --workers` runs it, on --partitions streams in all; the workers are not
+    /// contacted.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub workers: Option<String>,
 }
 
 /// The session a query runs in: its streams, stream count, strategy and settings.

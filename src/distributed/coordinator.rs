@@ -9,13 +9,13 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, DataFusionError, Result, plan_err};
 use datafusion::execution::context::QueryPlanner;
-use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
+use datafusion::execution::{SendableRecordBatchStream, SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion_distributed::{
     DistributedExt, DistributedMetricsFormat, SessionStateBuilderExt, WorkerResolver,
-    rewrite_distributed_plan_with_metrics,
+    display_plan_ascii, rewrite_distributed_plan_with_metrics,
 };
 use freshet_engine::unless_panicked;
 use futures::{Stream, StreamExt};
@@ -146,8 +146,34 @@ pub async fn execute_distributed_in(
     spec: Arc<QuerySpec>,
     builder: SessionStateBuilder,
 ) -> Result<DistributedRun> {
+    let (state, plan) = distributed_plan(&spec, builder).await?;
+    let stream = plan.execute(0, state.task_ctx()).map_err(lost_worker)?;
+    let schema = stream.schema();
+    Ok(DistributedRun {
+        stream: Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            without_panics(stream),
+        )),
+        report: RunReport { plan },
+    })
+}
+
+/// The stages the query of `spec` runs in across `workers`, as text (the workers are not
+/// contacted).
+pub async fn explain_distributed(spec: Arc<QuerySpec>, workers: WorkerUrls) -> Result<String> {
+    let builder = SessionStateBuilder::new().with_distributed_worker_resolver(workers);
+    let (_, plan) = distributed_plan(&spec, builder).await?;
+    Ok(display_plan_ascii(plan.as_ref(), false))
+}
+
+/// The session and the distributed plan of the query of `spec`, in a session made from
+/// `builder`.
+async fn distributed_plan(
+    spec: &Arc<QuerySpec>,
+    builder: SessionStateBuilder,
+) -> Result<(SessionState, Arc<dyn ExecutionPlan>)> {
     let query = spec.plan().await?;
-    let plan = distribute(query.plan(), &spec)?;
+    let plan = distribute(query.plan(), spec)?;
     let state = builder
         .with_default_features()
         .with_query_planner(Arc::new(PlannedBefore(plan)))
@@ -160,15 +186,7 @@ pub async fn execute_distributed_in(
         schema: Arc::new(DFSchema::empty()),
     });
     let plan = state.create_physical_plan(&nothing).await?;
-    let stream = plan.execute(0, state.task_ctx()).map_err(lost_worker)?;
-    let schema = stream.schema();
-    Ok(DistributedRun {
-        stream: Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            without_panics(stream),
-        )),
-        report: RunReport { plan },
-    })
+    Ok((state, plan))
 }
 
 /// `stream`, with a panic of datafusion-distributed's coordinator task (which it passes on

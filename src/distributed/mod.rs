@@ -21,7 +21,7 @@ mod worker;
 pub use codec::FreshetCodec;
 pub use coordinator::{
     DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed, execute_distributed_in,
-    is_cancelled_task_panic,
+    explain_distributed, is_cancelled_task_panic,
 };
 pub use exchange_send::ExchangeSendExec;
 pub use fragment::FragmentExec;

@@ -584,3 +584,35 @@ async fn an_in_memory_cluster_equals_one_process() {
         );
     }
 }
+
+/// `freshet explain --workers` prints the one-process plan on all the streams, then the
+/// stages across the workers, without contacting them.
+#[test]
+fn explain_shows_the_stages_across_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "10k", "0");
+    let table = format!("market_data={path},event_time=trade_time");
+    let explained = freshet_ok(&[
+        "explain",
+        "-t",
+        &table,
+        "--partitions",
+        "4",
+        "--workers",
+        "127.0.0.1:9,127.0.0.1:10",
+        S3A,
+    ]);
+    let stages = explained
+        .split_once("Across 2 workers, 2 streams each:")
+        .unwrap_or_else(|| panic!("{explained}"))
+        .1;
+    for node in [
+        "FragmentExec",
+        "NetworkShuffleExec",
+        "ExchangeSendExec",
+        "NetworkCoalesceExec",
+    ] {
+        assert!(stages.contains(node), "{explained}");
+    }
+    assert!(explained.contains("WindowAggregateExec"), "{explained}");
+}
