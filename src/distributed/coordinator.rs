@@ -91,6 +91,7 @@ pub struct DistributedRun {
 }
 
 /// The executed plan, whose nodes hold what the workers counted.
+#[derive(Clone)]
 pub struct RunReport {
     plan: Arc<dyn ExecutionPlan>,
 }

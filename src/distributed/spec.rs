@@ -24,8 +24,7 @@ pub struct QuerySpec {
 
 impl QuerySpec {
     /// The query `script` with the session of `session`, on `partitions` streams spread
-    /// evenly over `workers` workers. Keyed operators read hashed exchanges unless the
-    /// session names a strategy (as in a checkpointed run): those cross workers.
+    /// evenly over `workers` workers, with the session's strategy (automatic unless named).
     pub fn new(
         script: String,
         session: &SessionArgs,
@@ -44,7 +43,7 @@ impl QuerySpec {
             tables: session.tables.clone(),
             event_time: session.event_time.clone(),
             watermark: session.watermark.clone(),
-            strategy: Some(session.strategy.clone().unwrap_or_else(|| "hash".into())),
+            strategy: session.strategy.clone(),
             partitions,
             workers,
         })

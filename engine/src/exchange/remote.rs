@@ -61,10 +61,13 @@ impl StreamExchangeExec {
     /// Whether this exchange can be split at a network boundary (see the module
     /// documentation); the error says why not.
     pub fn check_distributable(&self) -> Result<()> {
-        if self.step.is_some() {
+        // A partial step over windows judges late records at the watermark its consumer
+        // holds when it reads the states, which only the inputs of one process can share.
+        if self.step.as_ref().is_some_and(|step| step.needs_exact_watermark()) {
             return plan_err!(
-                "an exchange that runs a partial aggregation step on each input cannot cross \
-                 workers yet: set partitioning_strategy = 'hash'"
+                "a two-phase aggregation over windows cannot cross workers: its partial steps \
+                 judge late records at the watermark of the final step, which workers do not \
+                 share; set partitioning_strategy = 'hash'"
             );
         }
         if self.event_time.and_then(|e| e.idle_timeout).is_some() {
@@ -145,7 +148,10 @@ impl StreamExchangeExec {
                     advanced: Arc::clone(&advanced),
                     event_time: self.event_time,
                     aligned: false,
-                    step: None,
+                    step: match &self.step {
+                        Some(step) => Some(Arc::clone(step).start(input, &self.metrics)?),
+                        None => None,
+                    },
                     turns: None,
                     barriers: None,
                     passed: 0,
