@@ -81,6 +81,46 @@ impl StreamOptions {
         "memory_map",
     ];
 
+    /// The options that differ from the defaults, as text that [`Self::set`] reads back.
+    pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
+        let millis = |d: Duration| format!("{}ms", d.as_secs_f64() * 1_000.0);
+        let mut pairs = Vec::new();
+        if let Some(column) = &self.event_time {
+            pairs.push(("event_time", column.clone()));
+        }
+        if let Some(unit) = self.event_time_unit {
+            let unit = match unit {
+                TimeUnit::Second => "s",
+                TimeUnit::Millisecond => "ms",
+                TimeUnit::Microsecond => "us",
+                TimeUnit::Nanosecond => "ns",
+            };
+            pairs.push(("event_time_unit", unit.to_string()));
+        }
+        if !self.out_of_orderness.is_zero() {
+            pairs.push(("watermark", millis(self.out_of_orderness)));
+        }
+        if let Some(bounded) = self.bounded {
+            pairs.push(("bounded", bounded.to_string()));
+        }
+        if let Some(partitions) = self.partitions {
+            pairs.push(("partitions", partitions.to_string()));
+        }
+        if !self.partitioned_by.is_empty() {
+            pairs.push(("partitioned_by", self.partitioned_by.join("+")));
+        }
+        if let Pacing::RecordsPerSecond(rate) = self.pacing {
+            pairs.push(("rate", rate.to_string()));
+        }
+        if let Some(timeout) = self.idle_timeout {
+            pairs.push(("idle_timeout", millis(timeout)));
+        }
+        if self.file_reads == FileReads::Copy {
+            pairs.push(("memory_map", "false".to_string()));
+        }
+        pairs
+    }
+
     /// Sets the option `key` from its textual `value`. Returns `Ok(false)` when `key` is not a
     /// stream option (so that a caller can try other option sets), and an error when the value
     /// does not fit the option.
@@ -180,6 +220,33 @@ pub fn parse_count(key: &str, value: &str) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read_back(options: &StreamOptions) -> StreamOptions {
+        let mut read = StreamOptions::default();
+        for (key, value) in options.to_pairs() {
+            assert!(read.set(key, &value).unwrap(), "{key}");
+        }
+        read
+    }
+
+    /// What differs from the defaults comes back from its text, fractions of a millisecond
+    /// included; the defaults give no text.
+    #[test]
+    fn options_come_back_from_their_pairs() {
+        assert!(StreamOptions::default().to_pairs().is_empty());
+        let options = StreamOptions {
+            event_time: Some("ts".into()),
+            event_time_unit: Some(TimeUnit::Microsecond),
+            out_of_orderness: Duration::from_micros(4_000_500),
+            bounded: Some(false),
+            partitions: Some(3),
+            partitioned_by: vec!["a".into(), "b".into()],
+            pacing: Pacing::RecordsPerSecond(2_500.5),
+            idle_timeout: Some(Duration::from_secs(30)),
+            file_reads: FileReads::Copy,
+        };
+        assert_eq!(read_back(&options), options);
+    }
 
     #[test]
     fn sets_known_options() {

@@ -139,8 +139,6 @@ pub(super) async fn bench_workers(
                 &table,
                 "--partitions",
                 &streams.to_string(),
-                "--strategy",
-                "hash",
                 "-o",
                 "null",
                 scenario.streaming_sql,

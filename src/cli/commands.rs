@@ -242,7 +242,20 @@ pub async fn session(args: &SessionArgs) -> Result<StreamingContext> {
             .sql(&format!("SET freshet.partitioning_strategy = '{strategy}'"))
             .await?;
     }
-    for setting in &args.settings {
+    apply_settings(&ctx, &args.settings).await?;
+    register_tables(
+        &ctx,
+        &args.tables,
+        args.event_time.as_deref(),
+        args.watermark.as_deref(),
+    )
+    .await?;
+    Ok(ctx)
+}
+
+/// Sets each `KEY=VALUE` of `settings` (a key without a dot is a `freshet.` setting).
+pub async fn apply_settings(ctx: &StreamingContext, settings: &[String]) -> Result<()> {
+    for setting in settings {
         let Some((key, value)) = setting.split_once('=') else {
             return plan_err!("--set {setting}: expected KEY=VALUE");
         };
@@ -253,16 +266,9 @@ pub async fn session(args: &SessionArgs) -> Result<StreamingContext> {
             format!("freshet.{key}")
         };
         let value = value.trim().replace('\'', "''");
-        session_statement(&ctx, &format!("SET {key} = '{value}'")).await?;
+        session_statement(ctx, &format!("SET {key} = '{value}'")).await?;
     }
-    register_tables(
-        &ctx,
-        &args.tables,
-        args.event_time.as_deref(),
-        args.watermark.as_deref(),
-    )
-    .await?;
-    Ok(ctx)
+    Ok(())
 }
 
 /// Runs a statement that changes the session (SET, CREATE …); a SET of a key the session

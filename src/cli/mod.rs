@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 pub(crate) use commands::plan as plan_query;
-pub use commands::{session, session_statement};
+pub use commands::{apply_settings, session, session_statement};
 pub use tables::{TableSource, TableSpec, register_table, register_tables};
 
 /// Freshet: streaming SQL on Apache DataFusion and Arrow.

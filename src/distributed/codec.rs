@@ -117,6 +117,7 @@ mod tests {
             event_time: None,
             watermark: Some("2s".into()),
             strategy: Some("hash".into()),
+            streams: None,
             partitions: 6,
             workers: 3,
         })

@@ -18,6 +18,7 @@ use datafusion_distributed::{
     display_plan_ascii, rewrite_distributed_plan_with_metrics,
 };
 use freshet_engine::unless_panicked;
+use freshet_planner::StreamingContext;
 use futures::{Stream, StreamExt};
 use url::Url;
 
@@ -88,6 +89,25 @@ pub struct DistributedRun {
     pub stream: SendableRecordBatchStream,
     /// What the workers counted, once the output has been read.
     pub report: RunReport,
+}
+
+/// Queries of a [`StreamingContext`] across workers.
+pub trait ContextAcrossWorkers {
+    /// Runs `sql` over this context's streams and Freshet settings across `workers`, its
+    /// streams (the context's partitions) spread evenly over them (see
+    /// [`QuerySpec::of_context`]).
+    fn sql_across_workers(
+        &self,
+        sql: &str,
+        workers: WorkerUrls,
+    ) -> impl Future<Output = Result<DistributedRun>> + Send;
+}
+
+impl ContextAcrossWorkers for StreamingContext {
+    async fn sql_across_workers(&self, sql: &str, workers: WorkerUrls) -> Result<DistributedRun> {
+        let spec = QuerySpec::of_context(self, sql, workers.len()).await?;
+        execute_distributed(Arc::new(spec), workers).await
+    }
 }
 
 /// The executed plan, whose nodes hold what the workers counted.

@@ -15,16 +15,18 @@ mod exchange_send;
 mod fragment;
 mod placement;
 mod spec;
+mod streams;
 mod totals;
 mod worker;
 
 pub use codec::FreshetCodec;
 pub use coordinator::{
-    DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed, execute_distributed_in,
-    explain_distributed, is_cancelled_task_panic,
+    ContextAcrossWorkers, DistributedRun, RunReport, RunTotals, WorkerUrls, execute_distributed,
+    execute_distributed_in, explain_distributed, is_cancelled_task_panic,
 };
 pub use exchange_send::ExchangeSendExec;
 pub use fragment::FragmentExec;
 pub use placement::distribute;
 pub use spec::QuerySpec;
+pub use streams::{StreamSource, StreamSpec};
 pub use worker::serve_worker;

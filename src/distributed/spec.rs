@@ -4,11 +4,15 @@
 use datafusion::common::{Result, plan_err};
 use freshet_planner::StreamingQuery;
 
-use crate::cli::{PlanArgs, SessionArgs, plan_query};
+use freshet_planner::StreamingContext;
+
+use super::streams::{StreamSpec, context_settings};
+use crate::cli::{PlanArgs, SessionArgs, apply_settings, plan_query};
 
 /// What a worker needs to plan the query the coordinator planned: the SQL (session
-/// statements and the query), the session's streams and settings, and the number of
-/// streams the whole query runs on, spread over `workers` workers.
+/// statements and the query), the session's streams and settings — the command line's
+/// `--table`s, or the streams of a library user's context — and the number of streams the
+/// whole query runs on, spread over `workers` workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuerySpec {
     pub script: String,
@@ -17,6 +21,9 @@ pub struct QuerySpec {
     pub event_time: Option<String>,
     pub watermark: Option<String>,
     pub strategy: Option<String>,
+    /// The streams of a [`StreamingContext`], registered in place of `tables` (and of the
+    /// command line's default generators).
+    pub streams: Option<Vec<StreamSpec>>,
     /// Streams over all workers: the query's partitions, as in one process.
     pub partitions: usize,
     pub workers: usize,
@@ -31,12 +38,7 @@ impl QuerySpec {
         partitions: usize,
         workers: usize,
     ) -> Result<Self> {
-        if workers == 0 || partitions == 0 || !partitions.is_multiple_of(workers) {
-            return plan_err!(
-                "{partitions} streams cannot be spread evenly over {workers} workers: give \
-                 --partitions as a multiple of the number of workers"
-            );
-        }
+        check_spread(partitions, workers)?;
         Ok(Self {
             script,
             settings: session.settings.clone(),
@@ -44,6 +46,26 @@ impl QuerySpec {
             event_time: session.event_time.clone(),
             watermark: session.watermark.clone(),
             strategy: session.strategy.clone(),
+            streams: None,
+            partitions,
+            workers,
+        })
+    }
+
+    /// The query `sql` over the streams and Freshet settings of `ctx`, on its number of
+    /// streams spread evenly over `workers` workers. In-memory streams travel with the query
+    /// as Arrow IPC, to every worker.
+    pub async fn of_context(ctx: &StreamingContext, sql: &str, workers: usize) -> Result<Self> {
+        let partitions = ctx.session().state().config().target_partitions();
+        check_spread(partitions, workers)?;
+        Ok(Self {
+            script: sql.to_string(),
+            settings: context_settings(ctx),
+            tables: Vec::new(),
+            event_time: None,
+            watermark: None,
+            strategy: None,
+            streams: Some(StreamSpec::of_context(ctx).await?),
             partitions,
             workers,
         })
@@ -56,6 +78,14 @@ impl QuerySpec {
 
     /// The query planned as one process would plan it, on all the streams.
     pub async fn plan(&self) -> Result<StreamingQuery> {
+        if let Some(streams) = &self.streams {
+            let ctx = StreamingContext::with_partitions(self.partitions);
+            apply_settings(&ctx, &self.settings).await?;
+            for stream in streams {
+                stream.register(&ctx).await?;
+            }
+            return ctx.sql(&self.script).await;
+        }
         plan_query(&PlanArgs {
             sql: Some(self.script.clone()),
             file: None,
@@ -78,6 +108,16 @@ impl QuerySpec {
         for option in [&self.event_time, &self.watermark, &self.strategy] {
             put_option(buf, option.as_deref());
         }
+        match &self.streams {
+            Some(streams) => {
+                buf.push(1);
+                put_u64(buf, streams.len() as u64);
+                for stream in streams {
+                    stream.encode(buf);
+                }
+            }
+            None => buf.push(0),
+        }
         put_u64(buf, self.partitions as u64);
         put_u64(buf, self.workers as u64);
     }
@@ -92,11 +132,33 @@ impl QuerySpec {
             event_time: reader.option()?,
             watermark: reader.option()?,
             strategy: reader.option()?,
+            streams: match reader.byte()? {
+                0 => None,
+                _ => {
+                    let count = reader.u64()? as usize;
+                    Some(
+                        (0..count)
+                            .map(|_| StreamSpec::decode(&mut reader))
+                            .collect::<Result<_>>()?,
+                    )
+                }
+            },
             partitions: reader.u64()? as usize,
             workers: reader.u64()? as usize,
         };
         Ok((spec, reader.0))
     }
+}
+
+/// `partitions` streams spread evenly over `workers` workers, or the error that says why not.
+fn check_spread(partitions: usize, workers: usize) -> Result<()> {
+    if workers == 0 || partitions == 0 || !partitions.is_multiple_of(workers) {
+        return plan_err!(
+            "{partitions} streams cannot be spread evenly over {workers} workers: give \
+             --partitions (or the context's partitions) as a multiple of the number of workers"
+        );
+    }
+    Ok(())
 }
 
 pub(super) fn put_u64(buf: &mut Vec<u8>, value: u64) {
@@ -152,11 +214,22 @@ impl<'a> Reader<'a> {
         self.take(len)
     }
 
-    fn string(&mut self) -> Result<String> {
+    pub fn byte(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub fn string(&mut self) -> Result<String> {
         match String::from_utf8(self.bytes()?.to_vec()) {
             Ok(value) => Ok(value),
             Err(_) => plan_err!("a Freshet plan fragment holds a string that is not UTF-8"),
         }
+    }
+
+    pub fn pairs(&mut self) -> Result<Vec<(String, String)>> {
+        let len = self.u64()? as usize;
+        (0..len)
+            .map(|_| Ok((self.string()?, self.string()?)))
+            .collect()
     }
 
     fn list(&mut self) -> Result<Vec<String>> {
@@ -188,6 +261,7 @@ mod tests {
             event_time: None,
             watermark: Some("4s".into()),
             strategy: Some("hash".into()),
+            streams: None,
             partitions: 4,
             workers: 2,
         };

@@ -3,13 +3,18 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use freshet::cli::SessionArgs;
-use freshet::testing::compare_results;
 use freshet::distributed::{
-    DistributedRun, QuerySpec, RunTotals, WorkerUrls, execute_distributed, serve_worker,
+    ContextAcrossWorkers, DistributedRun, QuerySpec, RunTotals, WorkerUrls, execute_distributed,
+    serve_worker,
 };
+use freshet::testing::compare_results;
+use freshet_engine::{GeneratorKind, GeneratorSpec, LiveBatches, ReplaySource, StreamOptions};
+use freshet_planner::StreamingContext;
 use futures::TryStreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -239,7 +244,102 @@ async fn a_plain_group_by_sends_partial_states_across_workers() {
         wire_bytes.push(report.totals().await.unwrap().wire_bytes);
     }
     let (partial, hashed) = (wire_bytes[0], wire_bytes[1]);
-    assert!(partial > 0 && partial * 100 < hashed, "{partial} vs {hashed} bytes");
+    assert!(
+        partial > 0 && partial * 100 < hashed,
+        "{partial} vs {hashed} bytes"
+    );
+}
+
+/// A library user's context — a Parquet replay, a generator, in-memory batches, in
+/// partitions or dealt by Freshet, and a session setting (every aggregation a changelog) — runs across workers with the
+/// answer it gives in one process; what workers cannot read is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_streaming_context_runs_across_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "50k", "0");
+    let timed = |watermark_ms: u64| StreamOptions {
+        event_time: Some("trade_time".into()),
+        out_of_orderness: Duration::from_millis(watermark_ms),
+        ..StreamOptions::default()
+    };
+    let batches: Vec<RecordBatch> =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .with_batch_size(3_000)
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let schema = batches[0].schema();
+    let ctx = StreamingContext::with_partitions(4);
+    ctx.register_files("md", &path, None, timed(2_000))
+        .await
+        .unwrap();
+    ctx.register_generator(
+        "generated",
+        GeneratorSpec::new(GeneratorKind::MarketData, Some(30_000)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    ctx.register_batches("dealt", Arc::clone(&schema), batches.clone(), timed(0))
+        .unwrap();
+    let partitions = batches
+        .chunks(batches.len().div_ceil(2))
+        .map(<[_]>::to_vec)
+        .collect();
+    ctx.register_stream(
+        "split",
+        ReplaySource::Partitioned {
+            schema: Arc::clone(&schema),
+            partitions,
+        },
+        timed(0),
+    )
+    .unwrap();
+    ctx.session()
+        .sql("SET freshet.emit = 'changes'")
+        .await
+        .unwrap();
+    let cluster = start_workers(2).await;
+    for table in ["md", "generated", "dealt", "split"] {
+        for sql in [S2, S3A, S3B] {
+            let sql = sql.replace("FROM market_data", &format!("FROM {table}"));
+            let spec = QuerySpec::of_context(&ctx, &sql, 2).await.unwrap();
+            assert_eq!(spec.settings, ["emit=changes"]);
+            let run = ctx
+                .sql_across_workers(&sql, WorkerUrls::parse(&cluster.urls).unwrap())
+                .await
+                .unwrap();
+            let distributed: Vec<RecordBatch> = run.stream.try_collect().await.unwrap();
+            let local: Vec<RecordBatch> = ctx
+                .sql(&sql)
+                .await
+                .unwrap()
+                .execute_merged()
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            assert!(row_count(&local) > 0, "{sql}");
+            assert_same_rows(&distributed, &local, &sql);
+        }
+    }
+    let nothing = RecordBatchStreamAdapter::new(schema, futures::stream::empty());
+    let live = LiveBatches::new(Box::pin(nothing), true);
+    ctx.register_stream(
+        "live",
+        ReplaySource::Live(Arc::new(live)),
+        StreamOptions::default(),
+    )
+    .unwrap();
+    let refused = QuerySpec::of_context(&ctx, "SELECT * FROM md", 2)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("stream 'live' is read from batches the application hands over"),
+        "{refused}"
+    );
 }
 
 /// Over disordered records with a watermark shorter than their disorder, which records are

@@ -63,7 +63,11 @@ impl StreamExchangeExec {
     pub fn check_distributable(&self) -> Result<()> {
         // A partial step over windows judges late records at the watermark its consumer
         // holds when it reads the states, which only the inputs of one process can share.
-        if self.step.as_ref().is_some_and(|step| step.needs_exact_watermark()) {
+        if self
+            .step
+            .as_ref()
+            .is_some_and(|step| step.needs_exact_watermark())
+        {
             return plan_err!(
                 "a two-phase aggregation over windows cannot cross workers: its partial steps \
                  judge late records at the watermark of the final step, which workers do not \

@@ -167,6 +167,31 @@ impl GeneratorSpec {
         own.iter().chain(Self::COMMON_KEYS).copied().collect()
     }
 
+    /// Every parameter of this generator as text that [`Self::set`] reads back.
+    pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
+        let count = |n: Option<u64>| n.map_or_else(|| "unbounded".to_string(), |n| n.to_string());
+        self.keys()
+            .into_iter()
+            .map(|key| {
+                let value = match key {
+                    "records" => count(self.records),
+                    "events" => count(self.events),
+                    "event_rate" => self.event_rate.to_string(),
+                    "batch_size" => self.batch_size.to_string(),
+                    "symbols" => self.symbols.to_string(),
+                    "traders" => self.traders.to_string(),
+                    "customers" => self.customers.to_string(),
+                    "start_ms" => self.start_ms.to_string(),
+                    "step_ms" => self.step_ms.to_string(),
+                    "disorder_ms" => self.disorder_ms.to_string(),
+                    "seed" => self.seed.to_string(),
+                    _ => self.amount_base.to_string(),
+                };
+                (key, value)
+            })
+            .collect()
+    }
+
     /// Sets a parameter from text; `Ok(false)` when `key` is not a generator parameter, an
     /// error when it is another generator's.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
@@ -626,6 +651,46 @@ impl LazyBatchGenerator for PartitionGenerator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every parameter of every generator comes back from its text.
+    #[test]
+    fn a_generator_comes_back_from_its_pairs() {
+        let kinds = [
+            GeneratorKind::MarketData,
+            GeneratorKind::Orders,
+            GeneratorKind::Nexmark(NexmarkTable::Auction),
+        ];
+        for kind in kinds {
+            let mut spec = match kind {
+                GeneratorKind::Nexmark(table) => GeneratorSpec::nexmark(table, Some(1_234)),
+                kind => GeneratorSpec::new(kind, None),
+            };
+            for (key, value) in [
+                ("batch_size", "100"),
+                ("start_ms", "-5"),
+                ("disorder_ms", "7"),
+                ("seed", "9"),
+                ("step_ms", "3"),
+                ("symbols", "4"),
+                ("traders", "6"),
+                ("customers", "8"),
+                ("amount_base", "51.25"),
+                ("event_rate", "1000"),
+            ] {
+                if spec.keys().contains(&key) {
+                    spec.set(key, value).unwrap();
+                }
+            }
+            let mut read = match kind {
+                GeneratorKind::Nexmark(table) => GeneratorSpec::nexmark(table, Some(1)),
+                kind => GeneratorSpec::new(kind, Some(1)),
+            };
+            for (key, value) in spec.to_pairs() {
+                assert!(read.set(key, &value).unwrap(), "{key}");
+            }
+            assert_eq!(read, spec, "{kind:?}");
+        }
+    }
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::TimestampMillisecondType;
 

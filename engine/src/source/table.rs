@@ -187,6 +187,19 @@ impl StreamTable {
         &self.options
     }
 
+    /// The source and the options as they were registered, which [`Self::try_new`] takes
+    /// back: a Nexmark stream's rate counts the whole sequence's events again.
+    pub fn registration(&self) -> (&ReplaySource, StreamOptions) {
+        let mut options = self.options.clone();
+        if let (ReplaySource::Generator(spec), Pacing::RecordsPerSecond(rate)) =
+            (&self.source, options.pacing)
+            && let GeneratorKind::Nexmark(table) = spec.kind
+        {
+            options.pacing = Pacing::RecordsPerSecond(rate / table.share());
+        }
+        (&self.source, options)
+    }
+
     /// Whether the stream ends.
     pub fn is_bounded(&self) -> bool {
         self.bounded
