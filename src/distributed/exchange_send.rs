@@ -2,8 +2,8 @@
 //! tasks, on the worker that reads their source partitions — as a leaf of a stage of
 //! datafusion-distributed.
 //!
-//! On worker `t`, with `I` of the exchange's inputs per worker, partition `p` is exchange
-//! input `t*I + p`: the wire batches it routes to every output (see
+//! On worker `t`, with `I` of the exchange's inputs per worker (the inputs over the workers,
+//! rounded up), partition `p` is exchange input `t*I + p`, or nothing past the last input: the wire batches it routes to every output (see
 //! `freshet_engine::exchange::wire`). The worker plans the query from its [`QuerySpec`] when
 //! the first partition runs, finds the exchange by its place in the plan, makes the
 //! exchanges below it (if its input is an operator that reads one, as a window aggregation
@@ -24,13 +24,20 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExp
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, ReplaceChildrenOptions,
+};
 use datafusion_distributed::DistributedTaskContext;
+use freshet_engine::StreamExchangeExec;
 use futures::TryStreamExt;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
-use super::placement::{exchange_over_remotes, route_values, split_head};
+use super::placement::{
+    GATHERING_EXCHANGE, Head, exchange_over_remotes, route_values, split_head,
+    with_remote_exchanges,
+};
 use super::spec::QuerySpec;
 use super::totals::metrics_of;
 
@@ -114,16 +121,38 @@ impl ExchangeSendExec {
         context: Arc<TaskContext>,
     ) -> Result<Arc<Sending>> {
         let query = spec.plan().await?;
-        let part = split_head(query.plan(), spec.partitions)?.part;
+        let split = split_head(query.plan(), spec.partitions)?;
         let first = task * per_worker;
         // An exchange below this one feeds this one's inputs (through an operator on as
         // many partitions): its outputs here are this worker's inputs.
-        let exchange = exchange_over_remotes(&part, exchange, &inputs, first)?;
-        let sending = exchange.send_inputs(
-            first..first + per_worker,
-            route_values(spec.partitions)?,
-            context,
-        )?;
+        let exchange = match (exchange, split.head) {
+            (GATHERING_EXCHANGE, Head::Gather(gathering)) => {
+                let input = with_remote_exchanges(&split.part, &inputs, first)?;
+                let gathering: Arc<dyn ExecutionPlan> = gathering;
+                let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+                StreamExchangeExec::from_plan(
+                    gathering.replace_children(vec![input], options)?,
+                    "a worker",
+                )?
+            }
+            (GATHERING_EXCHANGE, Head::Merge(_)) => {
+                return internal_err!("the worker's plan gathers no stream into one");
+            }
+            (exchange, _) => exchange_over_remotes(&split.part, exchange, &inputs, first)?,
+        };
+        let outputs = exchange.properties().partitioning.partition_count();
+        // Inputs that do not spread evenly leave the last workers fewer (or none): their
+        // partitions past the inputs send nothing.
+        let total = exchange.input().output_partitioning().partition_count();
+        let (start, end) = (first.min(total), (first + per_worker).min(total));
+        let mut sending = exchange.send_inputs(start..end, route_values(outputs)?, context)?;
+        let wire = exchange.wire_schema();
+        sending.resize_with(per_worker, || {
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&wire),
+                futures::stream::empty(),
+            ))
+        });
         let wire_bytes = Arc::new(AtomicUsize::new(0));
         let streams = sending
             .into_iter()

@@ -13,6 +13,7 @@ mod codec;
 mod coordinator;
 mod exchange_send;
 mod fragment;
+mod gather;
 mod placement;
 mod spec;
 mod streams;
@@ -26,6 +27,7 @@ pub use coordinator::{
 };
 pub use exchange_send::ExchangeSendExec;
 pub use fragment::FragmentExec;
+pub use gather::GatherExec;
 pub use placement::distribute;
 pub use spec::QuerySpec;
 pub use streams::{StreamSource, StreamSpec};

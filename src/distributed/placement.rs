@@ -36,21 +36,41 @@ use freshet_engine::exchange::wire::ROUTE_COLUMN;
 
 use super::exchange_send::ExchangeSendExec;
 use super::fragment::FragmentExec;
+use super::gather::GatherExec;
 use super::spec::QuerySpec;
 
-/// A plan split into its single-partition head that stays on the coordinator, if any, and
-/// the partitioned part the workers run.
+/// A plan split into what stays on the coordinator and the partitioned part the workers
+/// run.
 pub(super) struct Split {
-    /// DataFusion's nodes above the merge of every stream (a limit, a projection), down to
-    /// the merge, root first.
-    pub head: Vec<Arc<dyn ExecutionPlan>>,
+    pub head: Head,
     pub part: Arc<dyn ExecutionPlan>,
 }
 
+/// What of a plan runs on the coordinator.
+pub(super) enum Head {
+    /// DataFusion's nodes above the merge of every stream (a limit, a projection), down to
+    /// the merge, root first; none when the plan ends on the streams.
+    Merge(Vec<Arc<dyn ExecutionPlan>>),
+    /// An exchange that gathers every stream into one (a fan-in, as under an aggregation
+    /// without keys) and everything above it: the coordinator receives the exchange's one
+    /// output and runs the rest of the plan itself; the part is the exchange's input.
+    Gather(Arc<StreamExchangeExec>),
+}
+
+/// The place of the gathering exchange among a plan's exchanges, for its sending half.
+pub(super) const GATHERING_EXCHANGE: usize = usize::MAX;
+
 /// `plan`, on `partitions` streams, split (see [`Split`]): the head is DataFusion's own
 /// single-partition nodes down to a merge of every stream (`CoalescePartitionsExec`,
-/// `SortPreservingMergeExec`); Freshet's operators run on the workers.
+/// `SortPreservingMergeExec`), or a gathering exchange and what is above it; Freshet's
+/// operators below run on the workers.
 pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Result<Split> {
+    if let Some(exchange) = gathering_exchange(plan)? {
+        return Ok(Split {
+            part: Arc::clone(exchange.input()),
+            head: Head::Gather(exchange),
+        });
+    }
     let mut head = Vec::new();
     let mut node = Arc::clone(plan);
     while node.output_partitioning().partition_count() != partitions {
@@ -65,8 +85,8 @@ pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Re
             _ => {
                 return plan_err!(
                     "this query cannot run across workers yet: its plan gathers every stream \
-                     into one in {} ({partitions} streams), as a window without keys does; run \
-                     it in one process",
+                     into one in {} ({partitions} streams) below operators that run on many \
+                     again; run it in one process",
                     node.name()
                 );
             }
@@ -74,7 +94,28 @@ pub(super) fn split_head(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Re
         head.push(node);
         node = child;
     }
-    Ok(Split { head, part: node })
+    Ok(Split {
+        head: Head::Merge(head),
+        part: node,
+    })
+}
+
+/// The exchange into one stream that every node above it leads to, each on one partition
+/// with one child, if the plan has one.
+fn gathering_exchange(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<StreamExchangeExec>>> {
+    let mut node = Arc::clone(plan);
+    loop {
+        if node.output_partitioning().partition_count() != 1 {
+            return Ok(None);
+        }
+        if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(&node), "") {
+            return Ok(Some(exchange));
+        }
+        node = match node.children().as_slice() {
+            [child] => Arc::clone(child),
+            _ => return Ok(None),
+        };
+    }
 }
 
 /// `head` (see [`Split`]) over `part`.
@@ -163,26 +204,33 @@ fn check_cuttable(part: &Arc<dyn ExecutionPlan>, spec: &QuerySpec) -> Result<()>
              every network boundary as bounded; replay a bounded input instead"
         );
     }
-    check_partitionwise(part, spec.partitions, spec.workers)
+    let partitions = part.output_partitioning().partition_count();
+    check_partitionwise(part, partitions, spec.partitions)
 }
 
 fn check_partitionwise(
     node: &Arc<dyn ExecutionPlan>,
     expected: usize,
-    workers: usize,
+    streams: usize,
 ) -> Result<()> {
     let partitions = node.output_partitioning().partition_count();
     if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
         exchange.check_distributable()?;
         let inputs = exchange.input().output_partitioning().partition_count();
-        if partitions != expected || !inputs.is_multiple_of(workers) {
+        if partitions != streams {
             return plan_err!(
-                "an exchange from {inputs} into {partitions} streams cannot cross {workers} \
-                 workers yet: its inputs must spread evenly over the workers and its outputs be \
-                 the query's streams ({expected})"
+                "this query cannot run across workers yet: its plan gathers every stream into \
+                 one ({partitions} partition) below operators that run on many again, as a join \
+                 with a window without keys does (Nexmark q7); run it in one process"
             );
         }
-        return check_partitionwise(exchange.input(), inputs, workers);
+        if partitions != expected {
+            return plan_err!(
+                "an exchange into {partitions} streams feeds an operator on {expected}: it \
+                 cannot cross workers yet"
+            );
+        }
+        return check_partitionwise(exchange.input(), inputs, streams);
     }
     if partitions != expected {
         return plan_err!(
@@ -199,7 +247,7 @@ fn check_partitionwise(
     }
     node.children()
         .into_iter()
-        .try_for_each(|child| check_partitionwise(child, expected, workers))
+        .try_for_each(|child| check_partitionwise(child, expected, streams))
 }
 
 /// The plan with network boundaries that runs `plan` (planned from `spec`) across
@@ -212,12 +260,35 @@ pub fn distribute(
     check_cuttable(&part, spec)?;
     let all = exchanges(&part, false)?;
     let shuffles = shuffles_below(&part, &all, spec)?;
-    let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
-    let gathered: Arc<dyn ExecutionPlan> =
-        Arc::new(NetworkCoalesceExec::try_new(fragment, spec.workers, 1)?);
-    match head.is_empty() {
-        true => Ok(Arc::new(CoalescePartitionsExec::new(gathered))),
-        false => with_head(head, gathered),
+    match head {
+        Head::Merge(head) => {
+            let fragment = Arc::new(FragmentExec::new(Arc::clone(spec), part.schema(), shuffles));
+            let gathered: Arc<dyn ExecutionPlan> =
+                Arc::new(NetworkCoalesceExec::try_new(fragment, spec.workers, 1)?);
+            match head.is_empty() {
+                true => Ok(Arc::new(CoalescePartitionsExec::new(gathered))),
+                false => with_head(head, gathered),
+            }
+        }
+        Head::Gather(exchange) => {
+            exchange.check_distributable()?;
+            let inputs = part.output_partitioning().partition_count();
+            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
+                Arc::clone(spec),
+                GATHERING_EXCHANGE,
+                exchange.wire_schema(),
+                shuffles,
+                inputs.div_ceil(spec.workers),
+            ));
+            let gathered: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::new(
+                NetworkCoalesceExec::try_new(send, spec.workers, 1)?,
+            )));
+            Ok(Arc::new(GatherExec::try_new(
+                Arc::clone(plan),
+                exchange,
+                gathered,
+            )?))
+        }
     }
 }
 
@@ -242,7 +313,7 @@ fn shuffles_below(
                 index,
                 exchange.wire_schema(),
                 below,
-                inputs / spec.workers,
+                inputs.div_ceil(spec.workers),
             ));
             let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
             let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());

@@ -13,6 +13,13 @@ use crate::cli::SessionArgs;
 use crate::distributed::{QuerySpec, WorkerUrls, execute_distributed};
 use crate::testing::compare_results;
 
+/// What the refusals of plans that cannot cross workers say.
+const REFUSALS: [&str; 3] = [
+    "workers yet",
+    "cannot spread evenly over",
+    "cannot cross workers",
+];
+
 impl FuzzCase {
     /// Runs the case on `count` workers (at `workers`, `HOST:PORT,…`) at `count` and
     /// `2 * count` streams against one process on as many; a case that does not read a file
@@ -84,7 +91,7 @@ impl FuzzCase {
             };
             let run = match execute_distributed(Arc::clone(&spec), urls).await {
                 Ok(run) => run,
-                Err(e) if e.to_string().contains("workers yet") => {
+                Err(e) if REFUSALS.iter().any(|r| e.to_string().contains(r)) => {
                     return Outcome::Refused(e.to_string());
                 }
                 Err(e) => return Outcome::Error(format!("at {streams} streams: {e}")),
