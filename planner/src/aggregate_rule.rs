@@ -305,7 +305,9 @@ fn streaming_aggregate(
     // More than one stream or source partition: the partial step runs in parallel.
     let parallel =
         config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;
-    let file_order = replays_in_file_order(&input);
+    // Partial steps over windows judge lateness at their final step's watermark, which
+    // neither a replay in file order nor workers can share.
+    let file_order = replays_in_file_order(&input) || options.across_workers;
     let (strategy, reason, partial) = match two_phase(setting, &keys, &spec, parallel, file_order)?
     {
         Some((partial, reason)) => {

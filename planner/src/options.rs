@@ -179,6 +179,10 @@ extensions_options! {
         /// rows in runs of whole windows holding about this many records by the files'
         /// statistics, each run to one stream (0: hash on the GROUP BY keys instead).
         pub time_run_records: u64, default = 131_072
+        /// Set when the query is planned to run across workers: the automatic strategy then
+        /// takes no partial step over windows (its final step's watermark cannot be shared
+        /// by workers).
+        pub across_workers: bool, default = false
     }
 }
 

@@ -80,7 +80,7 @@ impl QuerySpec {
     pub async fn plan(&self) -> Result<StreamingQuery> {
         if let Some(streams) = &self.streams {
             let ctx = StreamingContext::with_partitions(self.partitions);
-            apply_settings(&ctx, &self.settings).await?;
+            apply_settings(&ctx, &self.settings_across_workers()).await?;
             for stream in streams {
                 stream.register(&ctx).await?;
             }
@@ -90,7 +90,7 @@ impl QuerySpec {
             sql: Some(self.script.clone()),
             file: None,
             session: SessionArgs {
-                settings: self.settings.clone(),
+                settings: self.settings_across_workers(),
                 tables: self.tables.clone(),
                 partitions: Some(self.partitions),
                 event_time: self.event_time.clone(),
@@ -99,6 +99,13 @@ impl QuerySpec {
             },
         })
         .await
+    }
+
+    /// The settings, and that the query runs across workers.
+    fn settings_across_workers(&self) -> Vec<String> {
+        let mut settings = self.settings.clone();
+        settings.push("across_workers=true".to_string());
+        settings
     }
 
     pub fn encode(&self, buf: &mut Vec<u8>) {

@@ -1,44 +1,40 @@
-//! A fuzz case run across workers: the same random query over the same file replay, in one
-//! process and across workers on as many streams, must give the same rows — changelog rows
-//! and late records included, since a replay applies its records in the same order.
+//! A fuzz case run across workers: the same random query over the same tables (a file
+//! replay or in-memory batches), in one process and across workers on as many streams, must
+//! give the same rows — changelog rows and late records included, since a replay applies its
+//! records in the same order.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use futures::TryStreamExt;
 
-use super::{FuzzCase, Outcome, Storage, scratch_dir};
-use crate::cli::SessionArgs;
+use datafusion::common::DataFusionError;
+
+use super::{FuzzCase, Outcome, scratch_dir};
 use crate::distributed::{QuerySpec, WorkerUrls, execute_distributed};
 use crate::testing::compare_results;
 
-/// What the refusals of plans that cannot cross workers say.
+/// What the refusals of plans and tables that cannot cross workers say.
 const REFUSALS: [&str; 3] = [
     "workers yet",
-    "cannot spread evenly over",
     "cannot cross workers",
+    "so workers cannot read it",
 ];
 
 impl FuzzCase {
     /// Runs the case on `count` workers (at `workers`, `HOST:PORT,…`) at `count` and
-    /// `2 * count` streams against one process on as many; a case that does not read a file
-    /// replay alone (in-memory tables cannot be sent to workers) or ends in a LIMIT (which
-    /// rows a limit keeps depends on timing) is `Refused`.
+    /// `2 * count` streams against one process on as many, its tables as in one process (a
+    /// file replay, or in-memory batches sent with the query); a case that ends in a LIMIT
+    /// (which rows a limit keeps depends on timing) or whose plan cannot cross workers is
+    /// `Refused`.
     pub async fn run_across_workers(&self, workers: &str, count: usize) -> Outcome {
-        let readable = self.other.is_none()
-            && self.query.limit.is_none()
-            && !matches!(
-                self.data.storage,
-                Storage::KeyedPartitions(_) | Storage::Batches(_)
-            );
-        if !readable {
-            return Outcome::Refused("not a file replay read alone".to_string());
+        if self.query.limit.is_some() {
+            return Outcome::Refused("a LIMIT".to_string());
         }
         let dir = scratch_dir(self.seed);
         let outcome = match std::fs::create_dir_all(&dir).map(|()| self.data.write(&dir)) {
-            Ok(Ok(Some(path))) => self.compare_across_workers(&path, workers, count).await,
-            Ok(Ok(None)) => Outcome::Refused("no file".to_string()),
+            Ok(Ok(path)) => self.compare_across_workers(&path, workers, count).await,
             Ok(Err(e)) => Outcome::Error(format!("writing the data failed: {e}")),
             Err(e) => Outcome::Error(format!("writing the data failed: {e}")),
         };
@@ -46,32 +42,21 @@ impl FuzzCase {
         outcome
     }
 
-    async fn compare_across_workers(&self, path: &Path, workers: &str, count: usize) -> Outcome {
-        let options = self.options();
-        let mut table = format!(
-            "t={},event_time=ts,watermark={}ms,bounded=true",
-            path.display(),
-            options.out_of_orderness.as_millis()
-        );
-        if let Some(partitions) = options.partitions {
-            table.push_str(&format!(",partitions={partitions}"));
-        }
-        let session = SessionArgs {
-            settings: self
-                .query
-                .settings
-                .iter()
-                .map(|(key, value)| format!("{key}={value}"))
-                .collect(),
-            tables: vec![table],
-            partitions: None,
-            event_time: None,
-            watermark: None,
-            strategy: None,
-        };
+    async fn compare_across_workers(
+        &self,
+        path: &Option<PathBuf>,
+        workers: &str,
+        count: usize,
+    ) -> Outcome {
+        let sql = self.query.streaming_sql();
         for streams in [count, 2 * count] {
-            let spec = match QuerySpec::new(self.query.streaming_sql(), &session, streams, count) {
+            let spec = match self.context(path, streams).await {
+                Ok(ctx) => QuerySpec::of_context(&ctx, &sql, count).await,
+                Err(e) => return Outcome::Refused(e.to_string()),
+            };
+            let spec = match spec {
                 Ok(spec) => Arc::new(spec),
+                Err(e) if refused(&e) => return Outcome::Refused(e.to_string()),
                 Err(e) => return Outcome::Error(e.to_string()),
             };
             let local = match spec.plan().await {
@@ -91,9 +76,7 @@ impl FuzzCase {
             };
             let run = match execute_distributed(Arc::clone(&spec), urls).await {
                 Ok(run) => run,
-                Err(e) if REFUSALS.iter().any(|r| e.to_string().contains(r)) => {
-                    return Outcome::Refused(e.to_string());
-                }
+                Err(e) if refused(&e) => return Outcome::Refused(e.to_string()),
                 Err(e) => return Outcome::Error(format!("at {streams} streams: {e}")),
             };
             let actual: Vec<RecordBatch> = match run.stream.try_collect().await {
@@ -121,4 +104,10 @@ impl FuzzCase {
         }
         Outcome::Match
     }
+}
+
+/// Whether `error` is the refusal of a plan or a table that cannot cross workers.
+fn refused(error: &DataFusionError) -> bool {
+    let text = error.to_string();
+    REFUSALS.iter().any(|refusal| text.contains(refusal))
 }

@@ -456,11 +456,13 @@ impl FuzzCase {
         ctx.sql(sql).await?.collect().await
     }
 
-    async fn streaming(
+    /// A context on `streams` streams with the case's settings and tables: `t` from the
+    /// file at `path`, or in memory.
+    pub(crate) async fn context(
         &self,
         path: &Option<PathBuf>,
         streams: usize,
-    ) -> Result<(Vec<RecordBatch>, (Option<usize>, usize, usize), String)> {
+    ) -> Result<StreamingContext> {
         let ctx = StreamingContext::with_partitions(streams);
         for (key, value) in &self.query.settings {
             ctx.session().sql(&format!("SET {key} = '{value}'")).await?;
@@ -510,6 +512,16 @@ impl FuzzCase {
                 ctx.register_batches("u", other.schema(), other.batches()?, options)?;
             }
         }
+        Ok(ctx)
+    }
+
+    async fn streaming(
+        &self,
+        path: &Option<PathBuf>,
+        streams: usize,
+    ) -> Result<(Vec<RecordBatch>, (Option<usize>, usize, usize), String)> {
+        let ctx = self.context(path, streams).await?;
+        let lookup = matches!(self.query.form, Form::Join { lookup: true, .. });
         let query = ctx.sql(&self.query.streaming_sql()).await?;
         // Every join the grammar draws is bounded in event time: on bounded replays a batch
         // join would give the same answer, and hide that the streaming one was not used.
