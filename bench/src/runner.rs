@@ -592,6 +592,19 @@ pub fn children_cpu_time() -> Duration {
     usage_time(libc::RUSAGE_CHILDREN)
 }
 
+/// User plus system CPU time of running process `pid` so far, from `/proc/PID/stat` (Linux);
+/// `None` where that cannot be read.
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces): state is
+    // the first, utime and stime the 12th and 13th.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: `sysconf` reads a configuration value and has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
+}
+
 fn usage_time(who: libc::c_int) -> Duration {
     // SAFETY: `getrusage` only writes the `rusage` it is given, which is plain data that
     // zeroed bytes initialise validly.

@@ -2,12 +2,17 @@
 //! 1 to N local worker processes, on as many streams in all, in alternating rounds: records
 //! per second, CPU seconds per million records (every process: coordinator and workers) and
 //! the Arrow bytes per record the exchanges sent over the network.
+//!
+//! As in a cluster, the workers run before the query comes: they are started once per worker
+//! count, and a run is timed from starting the coordinator (`freshet query … --workers`) to
+//! its exit, as the one-process run is timed from starting `freshet query` to its exit. The
+//! workers' CPU is what they used during the run (`/proc/PID/stat`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
-use freshet_bench::runner::{children_cpu_time, scenario_file};
+use freshet_bench::runner::{children_cpu_time, process_cpu_time, scenario_file};
 use freshet_bench::scenarios::{Scenario, scenario};
 use freshet_engine::options::parse_count;
 
@@ -47,38 +52,42 @@ impl LocalWorker {
         }
     }
 
-    /// Stops the worker and waits for it, so that its CPU time is counted.
+    /// Stops the worker and waits for it.
     fn stop(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// Runs `freshet query` with `args` (and `workers`, started for the run).
-fn run(args: &[String], workers: usize) -> Result<Timed> {
-    let cpu_before = children_cpu_time();
+/// Runs `freshet query` with `args`, across `workers` if any (started before).
+fn run(args: &[String], workers: &[LocalWorker]) -> Result<Timed> {
+    let workers_cpu = || -> Result<Duration> {
+        workers
+            .iter()
+            .map(|worker| match process_cpu_time(worker.child.id()) {
+                Some(cpu) => Ok(cpu),
+                None => plan_err!("cannot read a worker's CPU time from /proc (Linux only)"),
+            })
+            .sum()
+    };
+    let (cpu_before, workers_before) = (children_cpu_time(), workers_cpu()?);
     let started = Instant::now();
-    let local: Vec<LocalWorker> = (0..workers)
-        .map(|_| LocalWorker::start())
-        .collect::<Result<_>>()?;
     let mut command = Command::new(std::env::current_exe()?);
     command.args(args);
-    if !local.is_empty() {
-        let list: Vec<&str> = local.iter().map(|w| w.address.as_str()).collect();
+    if !workers.is_empty() {
+        let list: Vec<&str> = workers.iter().map(|w| w.address.as_str()).collect();
         command.args(["--workers", &list.join(",")]);
     }
     let output = command.output()?;
     let elapsed = started.elapsed();
-    for worker in local {
-        worker.stop();
-    }
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
     if !output.status.success() {
         return plan_err!("freshet {} failed: {stderr}", args.join(" "));
     }
+    let workers_used = workers_cpu()?.saturating_sub(workers_before);
     Ok(Timed {
         elapsed,
-        cpu: children_cpu_time().saturating_sub(cpu_before),
+        cpu: children_cpu_time().saturating_sub(cpu_before) + workers_used,
         summary: stderr,
     })
 }
@@ -150,10 +159,16 @@ pub(super) async fn bench_workers(
                 "running {} on {workers} workers ({streams} streams) …",
                 scenario.id
             );
+            let local: Vec<LocalWorker> = (0..workers)
+                .map(|_| LocalWorker::start())
+                .collect::<Result<_>>()?;
             let (mut alone, mut spread) = (Vec::new(), Vec::new());
             for _ in 0..runs {
-                alone.push(run(&args, 0)?);
-                spread.push(run(&args, workers)?);
+                alone.push(run(&args, &[])?);
+                spread.push(run(&args, &local)?);
+            }
+            for worker in local {
+                worker.stop();
             }
             let rate = |timed: &[Timed]| {
                 median(
