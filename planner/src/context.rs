@@ -8,6 +8,7 @@ use parking_lot::RwLock;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
 use datafusion::common::config::ExtensionOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
@@ -85,6 +86,27 @@ impl StreamingContext {
     /// The DataFusion session underneath.
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The tables of the session's default schema by name, in name order.
+    pub async fn tables(&self) -> Result<Vec<(String, Arc<dyn TableProvider>)>> {
+        let options = self.ctx.state().config().options().catalog.clone();
+        let Some(schema) = self
+            .ctx
+            .catalog(&options.default_catalog)
+            .and_then(|catalog| catalog.schema(&options.default_schema))
+        else {
+            return Ok(Vec::new());
+        };
+        let mut names = schema.table_names();
+        names.sort();
+        let mut tables = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(table) = schema.table(&name).await? {
+                tables.push((name, table));
+            }
+        }
+        Ok(tables)
     }
 
     /// Registers a stream `name` reading `source` with `options`.

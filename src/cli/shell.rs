@@ -291,25 +291,12 @@ async fn describe_stream(ctx: &StreamingContext, name: &str) -> Result<String> {
 
 /// The session's streams by name, in name order.
 async fn streams(ctx: &StreamingContext) -> Result<Vec<(String, Arc<dyn TableProvider>)>> {
-    let session = ctx.session();
-    let options = session.state().config().options().catalog.clone();
-    let Some(schema) = session
-        .catalog(&options.default_catalog)
-        .and_then(|catalog| catalog.schema(&options.default_schema))
-    else {
-        return Ok(Vec::new());
-    };
-    let mut names = schema.table_names();
-    names.sort();
-    let mut streams = Vec::new();
-    for name in names {
-        if let Some(provider) = schema.table(&name).await?
-            && provider.downcast_ref::<StreamTable>().is_some()
-        {
-            streams.push((name, provider));
-        }
-    }
-    Ok(streams)
+    Ok(ctx
+        .tables()
+        .await?
+        .into_iter()
+        .filter(|(_, provider)| provider.downcast_ref::<StreamTable>().is_some())
+        .collect())
 }
 
 /// A duration as `5s` or `250ms` (zero as `0s`).

@@ -187,11 +187,11 @@ fn wire_size(batch: &RecordBatch) -> usize {
 
 impl DisplayAs for ExchangeSendExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "ExchangeSendExec: exchange={}, inputs_per_worker={}",
-            self.exchange, self.inputs_per_worker
-        )
+        match self.exchange {
+            GATHERING_EXCHANGE => write!(f, "ExchangeSendExec: exchange=gathering")?,
+            exchange => write!(f, "ExchangeSendExec: exchange={exchange}")?,
+        }
+        write!(f, ", inputs_per_worker={}", self.inputs_per_worker)
     }
 }
 

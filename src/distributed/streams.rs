@@ -49,21 +49,8 @@ impl StreamSpec {
     /// The streams of `ctx`'s default schema; a table that is not a Freshet stream, or a
     /// stream of batches the application hands over, cannot be sent.
     pub async fn of_context(ctx: &StreamingContext) -> Result<Vec<Self>> {
-        let session = ctx.session();
-        let options = session.state().config().options().catalog.clone();
-        let Some(schema) = session
-            .catalog(&options.default_catalog)
-            .and_then(|catalog| catalog.schema(&options.default_schema))
-        else {
-            return Ok(Vec::new());
-        };
-        let mut names = schema.table_names();
-        names.sort();
-        let mut streams = Vec::with_capacity(names.len());
-        for name in names {
-            let Some(table) = schema.table(&name).await? else {
-                continue;
-            };
+        let mut streams = Vec::new();
+        for (name, table) in ctx.tables().await? {
             let Some(stream) = table.downcast_ref::<StreamTable>() else {
                 return plan_err!(
                     "table '{name}' is not a Freshet stream, so workers cannot read it: register \
