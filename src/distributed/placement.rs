@@ -217,14 +217,9 @@ fn check_partitionwise(
     if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
         exchange.check_distributable()?;
         let inputs = exchange.input().output_partitioning().partition_count();
-        if partitions != streams {
-            return plan_err!(
-                "this query cannot run across workers yet: its plan gathers every stream into \
-                 one ({partitions} partition) below operators that run on many again, as a join \
-                 with a window without keys does (Nexmark q7); run it in one process"
-            );
-        }
-        if partitions != expected {
+        // An exchange into one stream feeds operators on one partition (a window without
+        // keys), run by one worker up to the next exchange.
+        if partitions != expected || (partitions != streams && partitions != 1) {
             return plan_err!(
                 "an exchange into {partitions} streams feeds an operator on {expected}: it \
                  cannot cross workers yet"
@@ -272,17 +267,7 @@ pub fn distribute(
         }
         Head::Gather(exchange) => {
             exchange.check_distributable()?;
-            let inputs = part.output_partitioning().partition_count();
-            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
-                Arc::clone(spec),
-                GATHERING_EXCHANGE,
-                exchange.wire_schema(),
-                shuffles,
-                inputs.div_ceil(spec.workers),
-            ));
-            let gathered: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::new(
-                NetworkCoalesceExec::try_new(send, spec.workers, 1)?,
-            )));
+            let gathered = network_boundary(spec, GATHERING_EXCHANGE, &exchange, shuffles)?;
             Ok(Arc::new(GatherExec::try_new(
                 Arc::clone(plan),
                 exchange,
@@ -307,24 +292,43 @@ fn shuffles_below(
                 return internal_err!("an exchange outside the workers' part");
             };
             let below = shuffles_below(exchange.input(), all, spec)?;
-            let inputs = exchange.input().output_partitioning().partition_count();
-            let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
-                Arc::clone(spec),
-                index,
-                exchange.wire_schema(),
-                below,
-                inputs.div_ceil(spec.workers),
-            ));
-            let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
-            let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());
-            let repartition = RepartitionExec::try_new(send, partitioning)?;
-            let shuffle: Arc<dyn ExecutionPlan> = Arc::new(NetworkShuffleExec::try_new(
-                Arc::new(repartition),
-                spec.workers,
-            )?);
-            Ok(shuffle)
+            network_boundary(spec, index, exchange, below)
         })
         .collect()
+}
+
+/// The network boundary that brings exchange number `index` to what reads it: its sending
+/// half (reading the exchanges below it from `below`) on as many workers as it has inputs,
+/// at most all, under a hash shuffle on the route column into the query's streams — or, for
+/// an exchange into one stream, a coalesce of everything into one partition, read by one
+/// task.
+fn network_boundary(
+    spec: &Arc<QuerySpec>,
+    index: usize,
+    exchange: &StreamExchangeExec,
+    below: Vec<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let inputs = exchange.input().output_partitioning().partition_count();
+    let tasks = inputs.clamp(1, spec.workers);
+    let send: Arc<dyn ExecutionPlan> = Arc::new(ExchangeSendExec::new(
+        Arc::clone(spec),
+        index,
+        exchange.wire_schema(),
+        below,
+        inputs.div_ceil(tasks),
+    ));
+    if exchange.properties().partitioning.partition_count() == 1 {
+        return Ok(Arc::new(CoalescePartitionsExec::new(Arc::new(
+            NetworkCoalesceExec::try_new(send, tasks, 1)?,
+        ))));
+    }
+    let route = Column::new_with_schema(ROUTE_COLUMN, &send.schema())?;
+    let partitioning = Partitioning::Hash(vec![Arc::new(route)], spec.streams_per_worker());
+    let repartition = RepartitionExec::try_new(send, partitioning)?;
+    Ok(Arc::new(NetworkShuffleExec::try_new(
+        Arc::new(repartition),
+        tasks,
+    )?))
 }
 
 /// For each of `outputs` network partitions, a route value that the network's hash
