@@ -1,13 +1,22 @@
 //! Where each part of a query runs: the plan one process would run, cut at its exchanges.
 //!
 //! A query planned on `N` streams is spread over `W` workers, each running `S = N / W` of
-//! them: worker `t` reads source partitions `t*S .. (t+1)*S` and runs exchange outputs (and
-//! everything above them) `t*S .. (t+1)*S`. Every exchange becomes an [`ExchangeSendExec`]
-//! (its input tasks, on the workers that read the sources) under a hash `RepartitionExec`
-//! on the wire batches' route column and a `NetworkShuffleExec`; what reads the exchanges,
-//! up to the plan's last partitioned node, is one [`FragmentExec`] per worker; a
-//! `NetworkCoalesceExec` brings every output to the coordinator, which merges them (with
-//! the plan's own single-partition head, such as an ORDER BY's merge, if it has one).
+//! them: worker `t` runs exchange outputs (and everything above them) `t*S .. (t+1)*S`, and
+//! `I` of each exchange's inputs (its inputs over the workers, rounded up; as many workers
+//! as inputs where there are fewer): inputs `t*I .. (t+1)*I`. Every exchange becomes an
+//! [`ExchangeSendExec`] (its input tasks, on the workers that read the sources) under a
+//! hash `RepartitionExec` on the wire batches' route column and a `NetworkShuffleExec`;
+//! what reads the exchanges, up to the plan's last partitioned node, is one
+//! [`FragmentExec`] per worker; a `NetworkCoalesceExec` brings every output to the
+//! coordinator, which merges them (with the plan's own single-partition head, such as an
+//! ORDER BY's merge, if it has one).
+//!
+//! An exchange into one stream (a fan-in, under an aggregation without keys) becomes a
+//! `NetworkCoalesceExec` into one partition instead: at the top of the plan it is read by a
+//! [`GatherExec`] on the coordinator, which runs the rest of the plan; below operators
+//! that run on every stream again (a window without keys joined back to the rows, as in
+//! Nexmark q7) by one worker, which runs the operators on that one partition as the input
+//! task of the exchange above them.
 //!
 //! Workers plan the query from its [`QuerySpec`] and find the same exchanges and the same
 //! fragment in their plan by their place in it (a pre-order walk that does not enter an
