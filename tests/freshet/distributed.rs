@@ -233,6 +233,42 @@ async fn the_scenarios_across_workers_equal_one_process() {
     .await;
 }
 
+/// A file of one row group is one source partition: one worker reads it, and the windows
+/// and the aggregation without keys above it still run on every worker's streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_of_one_row_group_is_read_by_one_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one.parquet");
+    freshet_ok(&[
+        "gen",
+        "market_data",
+        "--records",
+        "20k",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    let file = std::fs::File::open(&path).unwrap();
+    let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let batch = concat_batches(&batches[0].schema(), &batches).unwrap();
+    write_parquet(&path, &batch, batch.num_rows());
+    let tables = [format!(
+        "market_data={},event_time=trade_time,partitions=1",
+        path.display()
+    )];
+    for sql in [
+        S3A,
+        S3B,
+        "SELECT COUNT(*) AS n, SUM(quantity) AS q FROM market_data",
+    ] {
+        equal_at_2_and_3_workers(sql, &tables).await;
+    }
+}
+
 /// A GROUP BY without a window runs its partial step where the rows are read: a few state
 /// rows per group cross the network instead of every row, and the answer is one process's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
