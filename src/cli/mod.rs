@@ -17,7 +17,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 pub(crate) use commands::plan as plan_query;
 pub use commands::{apply_settings, session, session_statement};
-pub use tables::{TableSource, TableSpec, register_table, register_tables};
+pub use tables::{TableSource, TableSpec, register_table, register_tables, with_absolute_path};
 
 /// Freshet: streaming SQL on Apache DataFusion and Arrow.
 #[derive(Debug, Parser)]

@@ -11,6 +11,50 @@ use freshet_planner::StreamingContext;
 /// Records of the default generator tables the command line registers.
 const DEFAULT_GENERATOR_RECORDS: u64 = 1_000_000;
 
+/// `NAME=LOCATION[,OPTIONS]` split into its name, location (unquoted) and options text.
+fn split_table_text(text: &str) -> Result<(&str, &str, &str)> {
+    let Some((name, rest)) = text.split_once('=') else {
+        return plan_err!(
+            "--table {text}: expected NAME=PATH or NAME=generator:market_data|orders|nexmark"
+        );
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return plan_err!("--table {text}: the table name is empty");
+    }
+    // A path with a comma is quoted: NAME="a,b.csv",key=value.
+    let (location, options_text) = match rest.trim_start().strip_prefix('"') {
+        Some(quoted) => {
+            let Some((path, after)) = quoted.split_once('"') else {
+                return plan_err!("--table {text}: the quoted path has no closing quote");
+            };
+            let after = after.trim_start();
+            if !(after.is_empty() || after.starts_with(',')) {
+                return plan_err!("--table {text}: expected ',' or the end after the quoted path");
+            }
+            (path, after.trim_start_matches(','))
+        }
+        None => rest.split_once(',').unwrap_or((rest, "")),
+    };
+    Ok((name, location.trim(), options_text))
+}
+
+/// `text` (a `--table`) with a relative file path made absolute against the current
+/// directory, so that workers started elsewhere read the same files.
+pub fn with_absolute_path(text: &str) -> Result<String> {
+    let (name, location, options_text) = split_table_text(text)?;
+    let path = std::path::Path::new(location);
+    if location.starts_with("generator:") || path.is_absolute() || location.contains("://") {
+        return Ok(text.to_string());
+    }
+    let absolute = std::path::absolute(path)?;
+    let options = match options_text.is_empty() {
+        true => String::new(),
+        false => format!(",{options_text}"),
+    };
+    Ok(format!("{name}=\"{}\"{options}", absolute.display()))
+}
+
 /// Where a `--table` reads from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TableSource {
@@ -30,32 +74,7 @@ impl std::str::FromStr for TableSpec {
     type Err = datafusion::error::DataFusionError;
 
     fn from_str(text: &str) -> Result<Self> {
-        let Some((name, rest)) = text.split_once('=') else {
-            return plan_err!(
-                "--table {text}: expected NAME=PATH or NAME=generator:market_data|orders|nexmark"
-            );
-        };
-        let name = name.trim();
-        if name.is_empty() {
-            return plan_err!("--table {text}: the table name is empty");
-        }
-        // A path with a comma is quoted: NAME="a,b.csv",key=value.
-        let (location, options_text) = match rest.trim_start().strip_prefix('"') {
-            Some(quoted) => {
-                let Some((path, after)) = quoted.split_once('"') else {
-                    return plan_err!("--table {text}: the quoted path has no closing quote");
-                };
-                let after = after.trim_start();
-                if !(after.is_empty() || after.starts_with(',')) {
-                    return plan_err!(
-                        "--table {text}: expected ',' or the end after the quoted path"
-                    );
-                }
-                (path, after.trim_start_matches(','))
-            }
-            None => rest.split_once(',').unwrap_or((rest, "")),
-        };
-        let location = location.trim();
+        let (name, location, options_text) = split_table_text(text)?;
         let parts = options_text.split(',');
         let source = match location.strip_prefix("generator:") {
             Some(kind) => Self::generator(name, kind)?.source,

@@ -120,7 +120,7 @@ impl ExchangeSendExec {
         task: usize,
         context: Arc<TaskContext>,
     ) -> Result<Arc<Sending>> {
-        let query = spec.plan().await?;
+        let query = spec.plan_on_worker().await?;
         let split = split_head(query.plan(), spec.partitions)?;
         let first = task * per_worker;
         // An exchange below this one feeds this one's inputs (through an operator on as

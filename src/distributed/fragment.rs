@@ -76,7 +76,7 @@ impl FragmentExec {
         inputs: Vec<Arc<dyn ExecutionPlan>>,
         task: usize,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let query = spec.plan().await?;
+        let query = spec.plan_on_worker().await?;
         let part = split_head(query.plan(), spec.partitions)?.part;
         with_remote_exchanges(&part, &inputs, task * spec.streams_per_worker())
     }

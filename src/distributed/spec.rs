@@ -7,7 +7,7 @@ use freshet_planner::StreamingQuery;
 use freshet_planner::StreamingContext;
 
 use super::streams::{StreamSpec, context_settings};
-use crate::cli::{PlanArgs, SessionArgs, apply_settings, plan_query};
+use crate::cli::{PlanArgs, SessionArgs, apply_settings, plan_query, with_absolute_path};
 
 /// What a worker needs to plan the query the coordinator planned: the SQL (session
 /// statements and the query), the session's streams and settings — the command line's
@@ -42,7 +42,12 @@ impl QuerySpec {
         Ok(Self {
             script,
             settings: session.settings.clone(),
-            tables: session.tables.clone(),
+            // Workers started in another directory read the same files.
+            tables: session
+                .tables
+                .iter()
+                .map(|table| with_absolute_path(table))
+                .collect::<Result<_>>()?,
             event_time: session.event_time.clone(),
             watermark: session.watermark.clone(),
             strategy: session.strategy.clone(),
@@ -99,6 +104,16 @@ impl QuerySpec {
             },
         })
         .await
+    }
+
+    /// [`Self::plan`] on a worker, whose errors say where they happened.
+    pub async fn plan_on_worker(&self) -> Result<StreamingQuery> {
+        self.plan().await.map_err(|error| {
+            error.context(
+                "a worker could not plan its part of the query (workers must see the query's \
+                 files at the same paths)",
+            )
+        })
     }
 
     /// The settings, and that the query runs across workers.
@@ -255,6 +270,44 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A relative path is made absolute where the coordinator runs, so that workers started
+    /// in another directory read the same file; a worker that cannot plan says so.
+    #[tokio::test]
+    async fn paths_are_absolute_and_a_worker_says_when_it_cannot_plan() {
+        let session = SessionArgs {
+            settings: Vec::new(),
+            tables: vec![
+                "t=no/such/file.parquet,event_time=ts".into(),
+                "g=generator:orders".into(),
+            ],
+            partitions: None,
+            event_time: None,
+            watermark: None,
+            strategy: None,
+        };
+        let spec = QuerySpec::new("SELECT * FROM t".into(), &session, 2, 2).unwrap();
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            spec.tables,
+            [
+                format!(
+                    "t=\"{}\",event_time=ts",
+                    here.join("no/such/file.parquet").display()
+                ),
+                "g=generator:orders".to_string()
+            ]
+        );
+        let Err(error) = spec.plan_on_worker().await else {
+            panic!("a missing file planned");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("a worker could not plan its part"),
+            "{error}"
+        );
+        assert!(error.contains("not found"), "{error}");
+    }
 
     #[test]
     fn a_spec_comes_back_from_its_bytes() {

@@ -65,7 +65,13 @@ impl StreamSpec {
     fn of_stream(name: &str, stream: &StreamTable) -> Result<Self> {
         let (source, options) = stream.registration();
         let source = match source {
-            ReplaySource::Files { location, .. } => StreamSource::Files(location.clone()),
+            // Workers started in another directory read the same files.
+            ReplaySource::Files { location, .. } if location.contains("://") => {
+                StreamSource::Files(location.clone())
+            }
+            ReplaySource::Files { location, .. } => {
+                StreamSource::Files(std::path::absolute(location)?.display().to_string())
+            }
             ReplaySource::Generator(spec) => StreamSource::Generator {
                 kind: spec.kind.to_string(),
                 parameters: owned(spec.to_pairs()),
