@@ -305,11 +305,15 @@ fn streaming_aggregate(
     // More than one stream or source partition: the partial step runs in parallel.
     let parallel =
         config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;
-    // Partial steps over windows judge lateness at their final step's watermark, which
-    // neither a replay in file order nor workers can share.
-    let file_order = replays_in_file_order(&input) || options.across_workers;
-    let (strategy, reason, partial) = match two_phase(setting, &keys, &spec, parallel, file_order)?
-    {
+    let file_order = replays_in_file_order(&input);
+    let (strategy, reason, partial) = match two_phase(
+        setting,
+        &keys,
+        &spec,
+        parallel,
+        file_order,
+        options.across_workers,
+    )? {
         Some((partial, reason)) => {
             let partial = Arc::new(partial);
             let strategy = if keys.is_empty() {
@@ -481,13 +485,22 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
 /// with a DISTINCT aggregate: its partial state is the set of distinct values a source
 /// partition saw, about as large as its rows when most values are distinct, and the final
 /// step inserts them all again (twice the work of one step after a shuffle of the rows).
+/// Across workers, where a shuffle of rows costs more than the query: for any GROUP BY over
+/// tumbling windows with EMIT FINAL over a replay of files, whose final step reads the
+/// states in the replay's order and judges late records itself; never for other windows
+/// (their partial steps would need the final step's watermark, which workers do not share).
 fn two_phase(
     setting: &str,
     keys: &[Arc<dyn PhysicalExpr>],
     spec: &AggregateSpec,
     parallel: bool,
     file_order: bool,
+    across_workers: bool,
 ) -> Result<Option<(PartialAggregate, String)>> {
+    let tumbling = spec
+        .window
+        .as_ref()
+        .is_some_and(|w| matches!(w.spec, WindowSpec::Tumble { .. }));
     let destination = if keys.is_empty() {
         "one final stream"
     } else {
@@ -499,8 +512,19 @@ fn two_phase(
             format!("user: partial aggregates per source partition, {destination}"),
         ))),
         "" if has_distinct(spec) => Ok(None),
+        "" if across_workers && file_order && tumbling && spec.emit == AggregateEmit::Final => {
+            Ok(Some((
+                PartialAggregate::try_new(spec)?,
+                format!(
+                    "auto: across workers, tumbling windows over a replay; partial aggregates \
+                     per source partition, late records judged by the final step in the \
+                     replay's order, {destination}"
+                ),
+            )))
+        }
         "" if keys.is_empty()
             && !file_order
+            && !across_workers
             && spec.emit == AggregateEmit::Final
             && spec.window.as_ref().is_some_and(|w| !w.is_session()) =>
         {

@@ -528,7 +528,11 @@ fn localhost_worker_processes_answer_and_a_killed_one_fails_the_query() {
     let addresses: Vec<String> = workers.iter().map(|w| w.address.clone()).collect();
     let list = addresses.join(",");
     let args = |workers: Option<&str>| {
-        let mut args = vec!["query", "-t", &table, "--partitions", "4", "-o", "csv", S3A];
+        // Integers only: across workers the windows add partial sums, in another order.
+        let sql = "SELECT trader_id, symbol, COUNT(*) AS n, SUM(quantity) AS q \
+                   FROM market_data GROUP BY trader_id, symbol \
+                   WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+        let mut args = vec!["query", "-t", &table, "--partitions", "4", "-o", "csv", sql];
         if let Some(workers) = workers {
             args.extend(["--workers", workers]);
         }
@@ -616,7 +620,13 @@ fn what_cannot_cross_workers_is_refused_with_the_reason() {
         endless.contains("an endless stream cannot run across workers yet"),
         "{endless}"
     );
-    let two_phase = refusal(&["--strategy", "two_phase", "--partitions", "2"], S3A);
+    // Hopping windows put a record in several windows: their partial steps must judge
+    // lateness, at a watermark workers do not share.
+    let two_phase = refusal(
+        &["--strategy", "two_phase", "--partitions", "2"],
+        "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol \
+         WINDOW HOPPING (trade_time, INTERVAL '1' MINUTE, INTERVAL '30' SECOND)",
+    );
     assert!(
         two_phase.contains("a two-phase aggregation over windows cannot cross workers"),
         "{two_phase}"

@@ -340,3 +340,50 @@ async fn two_phase_where_it_cannot_apply_is_a_clear_error() {
         "{error}"
     );
 }
+
+/// The results and late-record count of `sql` over the Parquet file at `path` (row groups
+/// of disordered records, watermark below the disorder) on `streams` streams, and its plan.
+async fn over_replay(path: &str, sql: &str, streams: usize) -> (Vec<RecordBatch>, usize, String) {
+    let ctx = StreamingContext::with_partitions(streams);
+    let options = StreamOptions {
+        event_time: Some("ts".to_string()),
+        out_of_orderness: std::time::Duration::from_millis(300),
+        ..StreamOptions::default()
+    };
+    ctx.register_files("t", path, None, options).await.unwrap();
+    let query = ctx.sql(sql).await.unwrap();
+    let results: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+    let late = query.metric_total("late_records_dropped");
+    (results, late, query.explain())
+}
+
+/// Over a replay of files, the partial steps of tumbling windows leave lateness to the final
+/// step, which reads the states in the replay's order: the windows and the late records are
+/// those of one phase at any number of streams.
+#[tokio::test]
+async fn over_a_replay_the_final_step_judges_late_records_in_file_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    let batches = RandomStream::new(23)
+        .rows(20_000)
+        .disorder_ms(3_000)
+        .generate();
+    let batch = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    crate::support::write_parquet(&path, &batch, 1_500);
+    let path = path.to_str().unwrap();
+    let query = |strategy: &str| {
+        format!(
+            "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 \
+             WINDOW TUMBLING (ts, INTERVAL '2' SECOND) WITH ('partitioning_strategy' = '{strategy}')"
+        )
+    };
+    for streams in [2, 4] {
+        let (one_phase, late, _) = over_replay(path, &query("hash"), streams).await;
+        let (two_phase, late_2, plan) = over_replay(path, &query("two_phase"), streams).await;
+        assert!(plan.contains(TWO_PHASE), "{plan}");
+        assert!(late > 0, "the data must hold late records");
+        assert_eq!(late_2, late, "{streams} streams");
+        freshet::testing::compare_results(&one_phase, &two_phase, false)
+            .unwrap_or_else(|e| panic!("{streams} streams: {e}"));
+    }
+}

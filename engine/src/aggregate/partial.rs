@@ -48,6 +48,7 @@ use super::spec::{AggregateEmit, AggregateSpec, WindowKey};
 use crate::exchange::{InputStep, InputStepState, StepOutput};
 use crate::kernels::GroupTable;
 use crate::late_records::LateRecords;
+use crate::window::WindowSpec;
 
 /// Input rows a partial step groups before it judges whether grouping pays.
 pub const PROBE_ROWS: usize = 16_384;
@@ -173,6 +174,25 @@ impl InputStep for PartialAggregate {
     /// Which rows are late depends on the watermark; without a window none is.
     fn needs_exact_watermark(&self) -> bool {
         self.window.is_some()
+    }
+
+    /// A record is in one tumbling window, so the final step drops a state of a window it
+    /// has closed as the records it counts.
+    fn lateness_deferrable(&self) -> bool {
+        self.window
+            .as_ref()
+            .is_some_and(|window| matches!(window.spec, WindowSpec::Tumble { .. }))
+    }
+
+    fn check_lateness_deferred(&self) -> Result<()> {
+        if self.late_records.wanted() {
+            return plan_err!(
+                "a two-phase aggregation over a replay judges late records after the shuffle, \
+                 from partial states, so they cannot go to the late-record output: set \
+                 partitioning_strategy = 'hash'"
+            );
+        }
+        Ok(())
     }
 
     fn fmt_as(&self, f: &mut fmt::Formatter) -> fmt::Result {

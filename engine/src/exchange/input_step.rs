@@ -12,6 +12,11 @@
 //!   watermark, and the watermark is then combined over all inputs (one domain). An output
 //!   that a watermark reached meanwhile invalidates ([`StepOutput::valid_below`]) is
 //!   processed again at the new watermark before it is sent.
+//! - A step that can leave lateness to its consumer ([`InputStep::lateness_deferrable`])
+//!   over inputs the exchange merges by replay position runs at no watermark instead: the
+//!   consumer, reading the outputs in replay order, holds exactly the watermark one stream
+//!   would, and drops what arrives for what it has closed (a tumbling window's partial
+//!   states: each record is in one of them). No turns are taken.
 //! - Once the output of a batch is final, [`InputStepState::commit`] lets the step act on it
 //!   (count, send late rows to a side output) exactly once.
 //! - At the end of the input, [`InputStepState::finish`] hands over what the step still
@@ -35,6 +40,18 @@ pub trait InputStep: fmt::Debug + Send + Sync {
 
     /// Whether the output depends on the exact watermark the consumer holds when it reads it.
     fn needs_exact_watermark(&self) -> bool;
+
+    /// Whether the consumer can judge lateness itself from the step's output (see the
+    /// module documentation).
+    fn lateness_deferrable(&self) -> bool {
+        false
+    }
+
+    /// The step is about to leave lateness to its consumer: an error if that loses
+    /// something asked for.
+    fn check_lateness_deferred(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// The step as EXPLAIN shows it on the exchange's line.
     fn fmt_as(&self, f: &mut fmt::Formatter) -> fmt::Result;

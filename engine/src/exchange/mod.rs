@@ -341,8 +341,12 @@ impl StreamExchangeExec {
     /// hold back the rows it waits for (the same reason they are not aligned). One input with
     /// replay positions is merged too: the merge is where checkpoint barriers are passed on.
     fn merges_inputs(&self, inputs: usize) -> Result<bool> {
-        Ok((inputs > 1 || self.input_positions(inputs).is_some())
-            && self.step.is_none()
+        let positions = self.input_positions(inputs).is_some();
+        Ok((inputs > 1 || positions)
+            && self
+                .step
+                .as_ref()
+                .is_none_or(|step| positions && step.lateness_deferrable())
             && self.strategy.interleaves_keys()
             && (self.event_time.is_some()
                 || !self.input.boundedness().is_unbounded()
@@ -509,11 +513,15 @@ impl StreamExchangeExec {
                 .collect::<Result<_>>()?
         };
         let delay = self.event_time.map_or(0, |e| e.delay);
-        // Turns give a step the exact watermark its consumer will read its output at.
+        // Turns give a step the exact watermark its consumer will read its output at; merged
+        // by replay position, the consumer judges lateness itself.
+        if let Some(step) = self.step.as_ref().filter(|_| merged) {
+            step.check_lateness_deferred()?;
+        }
         let turns = self
             .step
             .as_ref()
-            .filter(|step| step.needs_exact_watermark())
+            .filter(|step| step.needs_exact_watermark() && !merged)
             .map(|_| Arc::new(tokio::sync::Mutex::new(())));
         // Inputs fed by another exchange share its input tasks: one that waited for another
         // could hold back the very rows the other waits for. Only independent source

@@ -62,16 +62,20 @@ impl StreamExchangeExec {
     /// documentation); the error says why not.
     pub fn check_distributable(&self) -> Result<()> {
         // A partial step over windows judges late records at the watermark its consumer
-        // holds when it reads the states, which only the inputs of one process can share.
+        // holds when it reads the states, which only the inputs of one process can share —
+        // unless the consumer merges a replay by position and judges them itself.
+        let inputs = self.input.output_partitioning().partition_count();
         if self
             .step
             .as_ref()
             .is_some_and(|step| step.needs_exact_watermark())
+            && !self.merges_inputs(inputs)?
         {
             return plan_err!(
-                "a two-phase aggregation over windows cannot cross workers: its partial steps \
-                 judge late records at the watermark of the final step, which workers do not \
-                 share; set partitioning_strategy = 'hash'"
+                "a two-phase aggregation over windows cannot cross workers unless it reads a \
+                 replay of files over TUMBLING windows: its partial steps judge late records \
+                 at the watermark of the final step, which workers do not share; set \
+                 partitioning_strategy = 'hash'"
             );
         }
         if self.event_time.and_then(|e| e.idle_timeout).is_some() {
@@ -104,6 +108,9 @@ impl StreamExchangeExec {
             );
         }
         let merged = self.merges_inputs(total)?;
+        if let Some(step) = self.step.as_ref().filter(|_| merged) {
+            step.check_lateness_deferred()?;
+        }
         let positions = merged.then(|| self.input_positions(total)).flatten();
         let input_progress = self
             .input_progress(total)
