@@ -122,17 +122,17 @@ async fn with_one_process(
 /// Rewrites the Parquet file at `path` in row groups of 2 000 rows, so that every worker
 /// reads some of them.
 fn in_small_row_groups(path: &Path) {
-    rewrite(path, false);
+    rewrite(path, false, 2_000);
 }
 
 /// Rewrites the Parquet file at `path` in row groups of 2 000 rows, with each run of 100
 /// rows across a row-group boundary reversed: the watermark moves after each row group, so
 /// that the older half of a run, in the next row group, holds late records.
 fn disordered_in_small_row_groups(path: &Path) {
-    rewrite(path, true);
+    rewrite(path, true, 2_000);
 }
 
-fn rewrite(path: &Path, reverse_runs: bool) {
+fn rewrite(path: &Path, reverse_runs: bool, group_rows: usize) {
     let file = std::fs::File::open(path).unwrap();
     let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
         .unwrap()
@@ -149,7 +149,7 @@ fn rewrite(path: &Path, reverse_runs: bool) {
         }));
         batch = take_record_batch(&batch, &order).unwrap();
     }
-    write_parquet(path, &batch, 2_000);
+    write_parquet(path, &batch, group_rows.min(batch.num_rows()));
 }
 
 fn market_data(dir: &Path, records: &str, disorder_ms: &str) -> String {
@@ -238,27 +238,10 @@ async fn the_scenarios_across_workers_equal_one_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_file_of_one_row_group_is_read_by_one_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("one.parquet");
-    freshet_ok(&[
-        "gen",
-        "market_data",
-        "--records",
-        "20k",
-        "--out",
-        path.to_str().unwrap(),
-    ]);
-    let file = std::fs::File::open(&path).unwrap();
-    let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
-        .unwrap()
-        .build()
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let batch = concat_batches(&batches[0].schema(), &batches).unwrap();
-    write_parquet(&path, &batch, batch.num_rows());
+    let path = market_data(dir.path(), "20k", "0");
+    rewrite(Path::new(&path), false, usize::MAX);
     let tables = [format!(
-        "market_data={},event_time=trade_time,partitions=1",
-        path.display()
+        "market_data={path},event_time=trade_time,partitions=1"
     )];
     for sql in [
         S3A,
