@@ -34,7 +34,10 @@
 //! runs its batch through the step and routes the step's output instead of the rows. A step
 //! whose output depends on the watermark the consumer will hold when it reads it (which rows
 //! are late) makes the input tasks take turns (one async lock) for the span from reading the
-//! watermark to having sent their output and any new watermark; see [`input_step`].
+//! watermark to having sent their output and any new watermark; see [`input_step`]. Over a
+//! replay whose inputs it merges by position, a step that can leave lateness to its consumer
+//! (a tumbling window's partial states) runs at no watermark and takes no turns: its outputs
+//! are merged in the replay's order like rows, and the consumer judges them.
 //!
 //! One input partition into one output (a query on one stream) needs none of this: unless an
 //! input step or an idle timeout needs the task, the consumer reads the input inline
@@ -334,7 +337,8 @@ impl StreamExchangeExec {
     /// Whether each output merges its inputs in an order fixed by the data (see
     /// [`OrderedMerge`]): where rows of one key come from several inputs and the consumer
     /// applies them in order. Sticky routing keeps a key in one input; round-robin feeds
-    /// stateless operators only; a step's outputs are combined whatever their order; an endless
+    /// stateless operators only; a step's outputs are combined whatever their order, except
+/// those of a replay whose consumer judges lateness itself (see [`input_step`]); an endless
     /// stream without event time or replay positions has no key that a silent input could
     /// not hold; and inputs
     /// fed by another exchange share its input tasks, so that waiting for one of them could
