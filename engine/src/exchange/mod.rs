@@ -338,7 +338,7 @@ impl StreamExchangeExec {
     /// [`OrderedMerge`]): where rows of one key come from several inputs and the consumer
     /// applies them in order. Sticky routing keeps a key in one input; round-robin feeds
     /// stateless operators only; a step's outputs are combined whatever their order, except
-/// those of a replay whose consumer judges lateness itself (see [`input_step`]); an endless
+    /// those of a replay whose consumer judges lateness itself (see [`input_step`]); an endless
     /// stream without event time or replay positions has no key that a silent input could
     /// not hold; and inputs
     /// fed by another exchange share its input tasks, so that waiting for one of them could
