@@ -550,18 +550,11 @@ pub(super) async fn run_query(
     })
 }
 
-/// Drains the query's output into `writer`. One output partition is computed by the thread
-/// that drains it, beside the runtime's workers (which read its sources ahead): spawned,
-/// it would wake its reader into the same worker and run in turns with it. Several are
-/// merged by tasks of their own, and the drain only receives: on a worker, each batch wakes
-/// a task there rather than a parked thread (a futex wake and a preemption of a busy core
-/// per batch: 10–25 % of the CPU of S1 and S3a at 2 and 4 streams).
+/// Drains the query's output into `writer` in a runtime task: each batch of merged output
+/// partitions then wakes a task on a worker, not a parked thread of the command's (a futex
+/// wake and a preemption of a busy core per batch).
 async fn drain_output(query: &StreamingQuery, writer: Box<dyn BatchWriter>) -> Result<SinkSummary> {
-    let output = query.execute_merged()?;
-    if query.plan().output_partitioning().partition_count() <= 1 {
-        return drain(output, writer).await;
-    }
-    match tokio::spawn(drain(output, writer)).await {
+    match tokio::spawn(drain(query.execute_merged()?, writer)).await {
         Ok(summary) => summary,
         Err(e) => plan_err!("writing the results failed: {e}"),
     }

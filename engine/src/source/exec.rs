@@ -43,6 +43,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::options::{Pacing, StreamOptions};
@@ -84,23 +85,30 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
     !in_memory
 }
 
-/// `input` read by a task of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer, so
-/// that decoding overlaps with the query's work (order kept: one task, one FIFO channel).
-/// Dropping the stream stops the task.
+/// `input` read by a thread of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer,
+/// so that decoding overlaps with the query's work (order kept: one reader, one FIFO
+/// channel). Dropping the stream stops the reader at its next batch.
+///
+/// A thread rather than a runtime task: a consumer task that takes a batch wakes the reader
+/// waiting for room, and tokio runs a task woken that way next on the waking worker, where
+/// no other worker can take it — reader and query then run in turns on one core (see
+/// "Where the time goes on the user's path" in docs/benchmarks.md).
 fn read_ahead(mut input: SendableRecordBatchStream, reading: Reading) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
     let sender = builder.tx();
-    builder.spawn(async move {
-        loop {
-            let (item, last) = match read_next(&mut input, &reading).await {
-                Ok(Some(batch)) => (Ok(batch), false),
-                Ok(None) => break,
-                Err(error) => (Err(error), true),
-            };
-            if sender.send(item).await.is_err() || last {
-                break;
+    builder.spawn_blocking(move || {
+        Handle::current().block_on(async move {
+            loop {
+                let (item, last) = match read_next(&mut input, &reading).await {
+                    Ok(Some(batch)) => (Ok(batch), false),
+                    Ok(None) => break,
+                    Err(error) => (Err(error), true),
+                };
+                if sender.send(item).await.is_err() || last {
+                    break;
+                }
             }
-        }
+        });
         Ok(())
     });
     builder.build()
