@@ -256,11 +256,15 @@ mod tests {
     fn time_runs_send_a_batch_of_one_run_whole_and_split_one_whose_ends_share_an_output() {
         let mut router = time_runs(10, 0, 2);
         // Out of order, but all in run [20, 30): one piece, the batch itself.
-        let pieces = router.route(timed(vec![Some(27), Some(20), Some(29)])).unwrap();
+        let pieces = router
+            .route(timed(vec![Some(27), Some(20), Some(29)]))
+            .unwrap();
         assert_eq!(pieces.len(), 1);
         assert_eq!((pieces[0].0, pieces[0].1.num_rows()), (0, 3));
         // Oldest and newest in runs 0 and 2 (both output 0), a row of run 1 between them.
-        let pieces = router.route(timed(vec![Some(0), Some(15), Some(25)])).unwrap();
+        let pieces = router
+            .route(timed(vec![Some(0), Some(15), Some(25)]))
+            .unwrap();
         assert_eq!(rows_by_output(pieces, 2), vec![vec![0, 2], vec![1]]);
     }
 
