@@ -2,7 +2,8 @@
 //! Python's readers become): read as the batches arrive, in their order, once.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
     AsArray, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
@@ -54,6 +55,37 @@ fn channel_stream() -> (mpsc::Sender<RecordBatch>, SendableRecordBatchStream) {
     (
         sender,
         Box::pin(RecordBatchStreamAdapter::new(schema(), batches)),
+    )
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A stream fed by the returned sender, and a flag set once the stream is dropped.
+fn watched_channel_stream() -> (
+    mpsc::Sender<RecordBatch>,
+    SendableRecordBatchStream,
+    Arc<AtomicBool>,
+) {
+    let (sender, receiver) = mpsc::channel::<RecordBatch>(4);
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = SetOnDrop(Arc::clone(&dropped));
+    let batches = futures::stream::unfold((receiver, guard), |(mut receiver, guard)| async move {
+        receiver
+            .recv()
+            .await
+            .map(|batch| (Ok(batch), (receiver, guard)))
+    });
+    (
+        sender,
+        Box::pin(RecordBatchStreamAdapter::new(schema(), batches)),
+        dropped,
     )
 }
 
@@ -111,6 +143,37 @@ async fn windows_close_as_the_batches_arrive_and_the_stream_is_read_once() {
             .contains("stream 'live' was read by an earlier query"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_query_lets_go_of_a_stream_that_sends_nothing_more() {
+    for partitions in [1, 2] {
+        let ctx = StreamingContext::with_partitions(partitions);
+        let (sender, stream, dropped) = watched_channel_stream();
+        ctx.register_live("live", stream, false, timed()).unwrap();
+        let query = ctx.sql(WINDOWED).await.unwrap();
+        let mut results = query.execute_merged().unwrap();
+        sender.send(batch(0, 10)).await.unwrap();
+        // No window closes: the query waits for the next batch, which never comes.
+        let waiting = async {
+            while let Some(batch) = results.next().await {
+                assert_eq!(batch.unwrap().num_rows(), 0, "no window closes yet");
+            }
+        };
+        let waited = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+        assert!(waited.is_err(), "the query ended with its stream open");
+        drop(results);
+        drop(query);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dropped.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < deadline,
+                "the query's reader still holds the stream at {partitions} streams"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(sender);
+    }
 }
 
 #[tokio::test]

@@ -99,7 +99,13 @@ fn read_ahead(mut input: SendableRecordBatchStream, reading: Reading) -> Sendabl
     builder.spawn_blocking(move || {
         Handle::current().block_on(async move {
             loop {
-                let (item, last) = match read_next(&mut input, &reading).await {
+                // A dropped query stops a reader that waits, as for an application's next
+                // batch: a thread, unlike a task, is not dropped with the query.
+                let next = tokio::select! {
+                    next = read_next(&mut input, &reading) => next,
+                    () = sender.closed() => break,
+                };
+                let (item, last) = match next {
                     Ok(Some(batch)) => (Ok(batch), false),
                     Ok(None) => break,
                     Err(error) => (Err(error), true),
