@@ -27,7 +27,7 @@ use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, exec_datafusion_err};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -35,7 +35,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties, ReplaceChildrenOptions,
@@ -44,7 +44,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::options::{Pacing, StreamOptions};
 use crate::plan_util::{single_child, unless_panicked};
@@ -85,39 +85,84 @@ fn reads_or_generates(input: &Arc<dyn ExecutionPlan>) -> bool {
     !in_memory
 }
 
+/// The stack of a reader thread: decoding is shallow, and DataFusion grows the stack where
+/// it recurses (a deep filter turned into a pruning predicate as a file opens).
+const READER_STACK_BYTES: usize = 64 << 20;
+
 /// `input` read by a thread of its own, up to [`READ_AHEAD_BATCHES`] ahead of its consumer,
 /// so that decoding overlaps with the query's work (order kept: one reader, one FIFO
-/// channel). Dropping the stream stops the reader at its next batch.
+/// channel). Dropping the stream stops the reader, also while it waits for a batch.
 ///
 /// A thread rather than a runtime task: a consumer task that takes a batch wakes the reader
 /// waiting for room, and tokio runs a task woken that way next on the waking worker, where
 /// no other worker can take it — reader and query then run in turns on one core (see
-/// "Where the time goes on the user's path" in docs/benchmarks.md).
-fn read_ahead(mut input: SendableRecordBatchStream, reading: Reading) -> SendableRecordBatchStream {
-    let mut builder = RecordBatchReceiverStream::builder(input.schema(), READ_AHEAD_BATCHES);
-    let sender = builder.tx();
-    builder.spawn_blocking(move || {
-        Handle::current().block_on(async move {
-            loop {
-                // A dropped query stops a reader that waits, as for an application's next
-                // batch: a thread, unlike a task, is not dropped with the query.
-                let next = tokio::select! {
-                    next = read_next(&mut input, &reading) => next,
-                    () = sender.closed() => break,
-                };
-                let (item, last) = match next {
-                    Ok(Some(batch)) => (Ok(batch), false),
-                    Ok(None) => break,
-                    Err(error) => (Err(error), true),
-                };
-                if sender.send(item).await.is_err() || last {
-                    break;
-                }
-            }
+/// "Where the time goes on the user's path" in docs/benchmarks.md). A thread of its own
+/// rather than one of the runtime's blocking threads: a pool of a few hundred (or fewer, as
+/// an application configures it) held by readers would leave none for the reads they wait
+/// for.
+fn read_ahead(input: SendableRecordBatchStream, reading: Reading) -> SendableRecordBatchStream {
+    let schema = input.schema();
+    let (sender, receiver) = mpsc::channel(READ_AHEAD_BATCHES);
+    let started = Handle::try_current()
+        .map_err(|e| exec_datafusion_err!("{}: no runtime to read in: {e}", reading.what))
+        .and_then(|runtime| {
+            let what = reading.what.clone();
+            std::thread::Builder::new()
+                .name("freshet-reader".into())
+                .stack_size(READER_STACK_BYTES)
+                .spawn(move || read_into(runtime, input, reading, sender))
+                .map_err(|e| exec_datafusion_err!("{what}: cannot start a reader thread: {e}"))
         });
-        Ok(())
+    if let Err(error) = started {
+        return Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(async move { Err(error) }),
+        ));
+    }
+    let batches = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
     });
-    builder.build()
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// The reader thread's work: `input`'s batches into `sender` until it ends, fails or nobody
+/// reads them. A panic outside the decoder (which [`read_next`] turns into an error) is
+/// sent as an error too, so that the query fails rather than ends short.
+fn read_into(
+    runtime: Handle,
+    input: SendableRecordBatchStream,
+    reading: Reading,
+    sender: mpsc::Sender<Result<RecordBatch>>,
+) {
+    runtime.block_on(async move {
+        let what = reading.what.clone();
+        if let Err(error) = unless_panicked(&what, send_batches(input, reading, &sender)).await {
+            let _ = sender.send(Err(error)).await;
+        }
+    });
+}
+
+async fn send_batches(
+    mut input: SendableRecordBatchStream,
+    reading: Reading,
+    sender: &mpsc::Sender<Result<RecordBatch>>,
+) -> Result<()> {
+    loop {
+        // A dropped query stops a reader that waits, as for an application's next batch: a
+        // thread, unlike a task, is not dropped with the query.
+        let next = tokio::select! {
+            next = read_next(&mut input, &reading) => next,
+            () = sender.closed() => return Ok(()),
+        };
+        let (item, last) = match next {
+            Ok(Some(batch)) => (Ok(batch), false),
+            Ok(None) => return Ok(()),
+            Err(error) => (Err(error), true),
+        };
+        if sender.send(item).await.is_err() || last {
+            return Ok(());
+        }
+    }
 }
 
 /// `input` read by its consumer, in the consumer's task: where every core already decodes
