@@ -26,6 +26,7 @@ mod lookup_join_rule;
 mod options;
 mod over_rule;
 mod query;
+mod query_parameter;
 mod read_placement_rule;
 mod regexp_extract;
 mod shared_filter_expr_rule;

@@ -10,7 +10,9 @@
 //! list of every group for each row and then picks one. Here one set of capture locations
 //! is reused for every row, and the result points into the input's own buffers: a string
 //! view of the extracted bytes (inline when they are at most 12 bytes long, as every view
-//! is), with no copy. Each pattern is compiled once per session, not once per batch.
+//! is), with no copy. Each pattern is compiled once per session, not once per batch. A
+//! pattern that takes one parameter out of a URL's query, `(&|^)name=([^&]*)`, is searched
+//! for as a literal ([`QueryParameter`]), with the regex's answer.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -29,6 +31,8 @@ use datafusion::logical_expr::{
 use parking_lot::Mutex;
 use regex::Regex;
 
+use crate::query_parameter::QueryParameter;
+
 /// The function, for registration in a session.
 pub fn regexp_extract_function() -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(RegexpExtract::new()))
@@ -37,9 +41,16 @@ pub fn regexp_extract_function() -> Arc<ScalarUDF> {
 #[derive(Debug)]
 struct RegexpExtract {
     signature: Signature,
-    /// The patterns compiled so far, with their regexes (cloning a `Regex` shares it): a
-    /// query that calls the function with several patterns compiles each once.
-    compiled: Mutex<Vec<(String, Regex)>>,
+    /// The patterns compiled so far (cloning a `Regex` shares it): a query that calls the
+    /// function with several patterns compiles each once.
+    compiled: Mutex<Vec<(String, Compiled)>>,
+}
+
+/// A pattern compiled: its regex, and its literal search if it is a query parameter.
+#[derive(Debug, Clone)]
+struct Compiled {
+    regex: Regex,
+    parameter: Option<Arc<QueryParameter>>,
 }
 
 impl PartialEq for RegexpExtract {
@@ -77,22 +88,26 @@ impl RegexpExtract {
     }
 
     /// `pattern` compiled, from the cache when it was compiled before.
-    fn regex(&self, pattern: &str) -> Result<Regex> {
+    fn compile(&self, pattern: &str) -> Result<Compiled> {
         /// Patterns kept compiled: more than a query writes, few enough to search in order.
         const CACHED_PATTERNS: usize = 16;
-        let mut compiled = self.compiled.lock();
-        if let Some((_, regex)) = compiled.iter().find(|(cached, _)| cached == pattern) {
-            return Ok(regex.clone());
+        let mut cache = self.compiled.lock();
+        if let Some((_, compiled)) = cache.iter().find(|(cached, _)| cached == pattern) {
+            return Ok(compiled.clone());
         }
         let regex = match Regex::new(pattern) {
             Ok(regex) => regex,
             Err(e) => return exec_err!("regexp_extract: invalid pattern '{pattern}': {e}"),
         };
-        if compiled.len() == CACHED_PATTERNS {
-            compiled.remove(0);
+        let compiled = Compiled {
+            regex,
+            parameter: QueryParameter::recognize(pattern).map(Arc::new),
+        };
+        if cache.len() == CACHED_PATTERNS {
+            cache.remove(0);
         }
-        compiled.push((pattern.to_string(), regex.clone()));
-        Ok(regex)
+        cache.push((pattern.to_string(), compiled.clone()));
+        Ok(compiled)
     }
 }
 
@@ -127,8 +142,8 @@ impl ScalarUDFImpl for RegexpExtract {
         let (Some(pattern), Some(group)) = (pattern.try_as_str().flatten(), group) else {
             return Ok(ColumnarValue::Scalar(ScalarValue::Utf8View(None)));
         };
-        let regex = self.regex(pattern)?;
-        let groups = regex.captures_len() - 1;
+        let compiled = self.compile(pattern)?;
+        let groups = compiled.regex.captures_len() - 1;
         let group = match usize::try_from(group) {
             Ok(group) if group <= groups => group,
             _ => {
@@ -138,31 +153,51 @@ impl ScalarUDFImpl for RegexpExtract {
             }
         };
         let texts = args.args[0].to_array(args.number_rows)?;
-        let extracted = Extractor::new(&regex, group).extract(&texts)?;
+        let extracted = Extractor::new(&compiled, group).extract(&texts)?;
         Ok(ColumnarValue::Array(extracted))
     }
 }
 
-/// One group of one pattern, extracted row by row with reused capture locations.
+/// One group of one pattern, extracted row by row.
 struct Extractor<'a> {
-    regex: &'a Regex,
+    search: Search<'a>,
     group: usize,
-    locations: regex::CaptureLocations,
+}
+
+/// How a row is searched.
+enum Search<'a> {
+    /// The regex, with capture locations reused for every row.
+    Regex {
+        regex: &'a Regex,
+        locations: regex::CaptureLocations,
+    },
+    /// A query parameter's literal search.
+    Parameter(&'a QueryParameter),
 }
 
 impl<'a> Extractor<'a> {
-    fn new(regex: &'a Regex, group: usize) -> Self {
-        Self {
-            regex,
-            group,
-            locations: regex.capture_locations(),
-        }
+    fn new(compiled: &'a Compiled, group: usize) -> Self {
+        let search = match &compiled.parameter {
+            Some(parameter) => Search::Parameter(parameter),
+            None => Search::Regex {
+                regex: &compiled.regex,
+                locations: compiled.regex.capture_locations(),
+            },
+        };
+        Self { search, group }
     }
 
     /// The byte range of `text` the group covers, if it took part in a match.
     fn find(&mut self, text: &str) -> Option<(usize, usize)> {
-        self.regex.captures_read(&mut self.locations, text)?;
-        self.locations.get(self.group)
+        match &mut self.search {
+            Search::Regex { regex, locations } => {
+                regex.captures_read(locations, text)?;
+                locations.get(self.group)
+            }
+            Search::Parameter(parameter) => parameter
+                .find(text.as_bytes())
+                .and_then(|groups| groups.get(self.group).copied()),
+        }
     }
 
     fn extract(&mut self, texts: &ArrayRef) -> Result<ArrayRef> {
@@ -285,9 +320,19 @@ mod tests {
             .collect()
     }
 
+    /// `pattern` compiled as the function compiles it, or with its regex alone.
+    fn compiled(pattern: &str, literal_search: bool) -> Compiled {
+        let parameter = QueryParameter::recognize(pattern).filter(|_| literal_search);
+        Compiled {
+            regex: Regex::new(pattern).unwrap(),
+            parameter: parameter.map(Arc::new),
+        }
+    }
+
     #[test]
-    fn extracts_each_group_from_every_string_type() {
-        let regex = Regex::new("(&|^)channel_id=([^&]*)").unwrap();
+    fn extracts_each_group_from_every_string_type_by_regex_and_by_literal_search() {
+        let pattern = "(&|^)channel_id=([^&]*)";
+        assert!(compiled(pattern, true).parameter.is_some());
         let inputs: [ArrayRef; 3] = [
             Arc::new(StringViewArray::from(URLS.to_vec())),
             Arc::new(StringArray::from(URLS.to_vec())),
@@ -295,26 +340,30 @@ mod tests {
                 URLS.to_vec(),
             )),
         ];
-        for input in &inputs {
-            for group in 0..=2 {
-                let out = Extractor::new(&regex, group).extract(input).unwrap();
-                assert_eq!(
-                    extracted(&out),
-                    expected(group),
-                    "{} group {group}",
-                    input.data_type()
-                );
+        for literal_search in [false, true] {
+            let compiled = compiled(pattern, literal_search);
+            for input in &inputs {
+                for group in 0..=2 {
+                    let out = Extractor::new(&compiled, group).extract(input).unwrap();
+                    assert_eq!(
+                        extracted(&out),
+                        expected(group),
+                        "{} group {group}, literal search {literal_search}",
+                        input.data_type()
+                    );
+                }
             }
         }
     }
 
     #[test]
     fn long_extracts_point_into_the_input_buffers() {
-        let regex = Regex::new("id=(.*)").unwrap();
         let input: ArrayRef = Arc::new(StringViewArray::from(vec![
             "id=a value longer than twelve bytes",
         ]));
-        let out = Extractor::new(&regex, 1).extract(&input).unwrap();
+        let out = Extractor::new(&compiled("id=(.*)", false), 1)
+            .extract(&input)
+            .unwrap();
         let out = out.as_string_view();
         assert_eq!(out.value(0), "a value longer than twelve bytes");
         let input = input.as_string_view();
