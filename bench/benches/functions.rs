@@ -1,19 +1,22 @@
 //! Criterion benches of the DataFusion functions Freshet registers in place of DataFusion's,
 //! each against DataFusion's own on the same 8 192-row batch: `to_char` of Nexmark's bid
 //! times (10 µs apart) to a day (q15–q17) and to a minute (q16), and of times a few
-//! seconds apart to a second (every value its own granule, where DataFusion formats).
+//! seconds apart to a second (every value its own granule, where DataFusion formats);
+//! `regexp_extract` of Nexmark q21's channel id from bid urls by its literal search for a
+//! query parameter, against the same extraction by the regex engine (the same pattern
+//! spelled `{0,}` for `*`, which the literal search does not take).
 //! Run with `cargo bench -p freshet-bench --bench functions`.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{ArrayRef, TimestampMillisecondArray};
+use datafusion::arrow::array::{ArrayRef, StringViewArray, TimestampMillisecondArray};
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::config::ConfigOptions;
 use datafusion::functions::datetime::to_char;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
-use freshet_planner::to_char_function;
+use freshet_planner::{regexp_extract_function, to_char_function};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -27,11 +30,35 @@ fn times(step_ms: f64) -> ArrayRef {
     ))
 }
 
-fn call(function: &ScalarUDF, times: &ArrayRef, format: &str) -> ArrayRef {
-    let args = vec![
-        ColumnarValue::Array(Arc::clone(times)),
-        ColumnarValue::Scalar(ScalarValue::Utf8(Some(format.to_string()))),
-    ];
+/// Bid urls as Nexmark's generator makes them: most with a `channel_id` parameter.
+fn urls() -> ArrayRef {
+    Arc::new(StringViewArray::from_iter_values((0..ROWS).map(|row| {
+        let word = |salt: usize| format!("{:x}", (row * 2_654_435_761 + salt) % 4_096 + 256);
+        let mut url = format!(
+            "https://www.nexmark.com/{}/{}/{}/item.htm?query=1",
+            word(1),
+            word(2),
+            word(3)
+        );
+        if row % 10 != 0 {
+            url.push_str(&format!("&channel_id={}", row * 7_919 % 1_000_003));
+        }
+        url
+    })))
+}
+
+fn call(function: &ScalarUDF, column: &ArrayRef, argument: &str) -> ArrayRef {
+    call_with(
+        function,
+        column,
+        vec![ScalarValue::Utf8(Some(argument.to_string()))],
+    )
+}
+
+fn call_with(function: &ScalarUDF, column: &ArrayRef, constants: Vec<ScalarValue>) -> ArrayRef {
+    let args: Vec<ColumnarValue> = std::iter::once(ColumnarValue::Array(Arc::clone(column)))
+        .chain(constants.into_iter().map(ColumnarValue::Scalar))
+        .collect();
     let arg_fields = args
         .iter()
         .map(|arg| Arc::new(Field::new("a", arg.data_type(), true)))
@@ -45,7 +72,7 @@ fn call(function: &ScalarUDF, times: &ArrayRef, format: &str) -> ArrayRef {
             config_options: Arc::new(ConfigOptions::default()),
         })
         .and_then(|result| result.into_array(ROWS))
-        .expect("to_char")
+        .expect("the function's answer")
 }
 
 fn functions(c: &mut Criterion) {
@@ -70,6 +97,28 @@ fn functions(c: &mut Criterion) {
             b.iter(|| call(&freshet, &times, format))
         });
     }
+    group.finish();
+
+    let extract = regexp_extract_function();
+    let urls = urls();
+    let extract_with = |pattern: &str| {
+        call_with(
+            &extract,
+            &urls,
+            vec![
+                ScalarValue::Utf8(Some(pattern.to_string())),
+                ScalarValue::Int64(Some(2)),
+            ],
+        )
+    };
+    let (literal, regex) = ("(&|^)channel_id=([^&]*)", "(&|^)channel_id=([^&]{0,})");
+    assert_eq!(extract_with(literal).as_ref(), extract_with(regex).as_ref());
+    let mut group = c.benchmark_group("regexp_extract");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    group.bench_function("q21 channel id: regex", |b| b.iter(|| extract_with(regex)));
+    group.bench_function("q21 channel id: literal search", |b| {
+        b.iter(|| extract_with(literal))
+    });
     group.finish();
 }
 

@@ -102,7 +102,9 @@ mod tests {
     /// several bytes): every group of every text as the regex finds it.
     #[test]
     fn finds_what_the_regex_finds() {
-        let pieces = ["&", ";", "id=", "i", "d", "=", "x", "é", "&id", "id=&", "=="];
+        let pieces = [
+            "&", ";", "id=", "i", "d", "=", "x", "é", "&id", "id=&", "==",
+        ];
         for pattern in ["(&|^)id=([^&]*)", "(^|&)id=([^&]*)", "(;|^)id=([^;]*)"] {
             let regex = Regex::new(pattern).unwrap();
             let parameter = QueryParameter::recognize(pattern).unwrap();
