@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::common::config::ExtensionOptions;
 use datafusion::common::{DataFusionError, Result, plan_err};
-use datafusion::physical_plan::ExecutionPlanProperties;
+use datafusion::physical_plan::{ExecutionPlanProperties, SendableRecordBatchStream};
 use freshet_bench::chart::{scaling_svg, throughput_svg};
 use freshet_bench::latency::{LATENCY_SCENARIOS, latency_table, run_latency};
 use freshet_bench::nexmark::{NEXMARK_QUERIES, NexmarkQuery, nexmark_query};
@@ -554,7 +554,15 @@ pub(super) async fn run_query(
 /// partitions then wakes a task on a worker, not a parked thread of the command's (a futex
 /// wake and a preemption of a busy core per batch).
 async fn drain_output(query: &StreamingQuery, writer: Box<dyn BatchWriter>) -> Result<SinkSummary> {
-    match tokio::spawn(drain(query.execute_merged()?, writer)).await {
+    drain_in_task(query.execute_merged()?, writer).await
+}
+
+/// Drains `stream` into `writer` in a runtime task (see [`drain_output`]).
+pub(super) async fn drain_in_task(
+    stream: SendableRecordBatchStream,
+    writer: Box<dyn BatchWriter>,
+) -> Result<SinkSummary> {
+    match tokio::spawn(drain(stream, writer)).await {
         Ok(summary) => summary,
         Err(e) => plan_err!("writing the results failed: {e}"),
     }

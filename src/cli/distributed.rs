@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use datafusion::common::{DataFusionError, Result, plan_err};
 use freshet_engine::machine_cores;
-use freshet_engine::sink::{SinkSpec, drain};
+use freshet_engine::sink::SinkSpec;
 use tokio::net::TcpListener;
 
-use super::commands::{interrupt, refuse_writing_onto_an_input, script};
+use super::commands::{drain_in_task, interrupt, refuse_writing_onto_an_input, script};
 use super::{PlanArgs, QueryArgs, WorkerArgs};
 use crate::distributed::{
     DistributedRun, QuerySpec, WorkerUrls, execute_distributed, explain_distributed, serve_worker,
@@ -72,7 +72,7 @@ pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<
     let workers = urls.len();
     let DistributedRun { stream, report } = execute_distributed(Arc::new(spec), urls).await?;
     let writer = sink.open(&stream.schema(), Box::new(std::io::stdout()))?;
-    let summary = drain(stream, writer).await?;
+    let summary = drain_in_task(stream, writer).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let totals = report.totals().await?;
     eprintln!(

@@ -33,6 +33,7 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::row::{Row, RowConverter, RowParser, SortField};
+use datafusion::common::hash_utils::RandomState;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -304,12 +305,12 @@ struct TopNState {
     keys: RowConverter,
     order: RowConverter,
     rows: TypedRowConverter,
-    /// Key (encoded) to its index in `lists`.
-    key_index: HashMap<Box<[u8]>, usize>,
+    /// Key (encoded) to its index in `lists` (ahash: a lookup per input row).
+    key_index: HashMap<Box<[u8]>, usize, RandomState>,
     lists: Vec<Vec<Ranked>>,
     /// Per key changed by the current batch: its list's length before the batch and the
     /// first rank that changed.
-    changed: HashMap<usize, (usize, usize)>,
+    changed: HashMap<usize, (usize, usize), RandomState>,
     /// Rows per batch of the final answer.
     batch_size: usize,
     /// At the end of the input (`Final` mode): the first list whose rows have not gone out
@@ -353,9 +354,9 @@ impl TopNState {
             keys: RowConverter::new(key_fields)?,
             order: RowConverter::new(order_fields)?,
             rows: TypedRowConverter::try_new(row_types)?,
-            key_index: HashMap::new(),
+            key_index: HashMap::default(),
             lists: Vec::new(),
-            changed: HashMap::new(),
+            changed: HashMap::default(),
             batch_size: 8192,
             flushing_from: None,
             finished: false,
