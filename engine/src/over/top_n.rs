@@ -8,9 +8,12 @@
 //! later arrival replaces the row of an equal time, as Flink's de-duplication does. A row is
 //! placed by a binary search over the ORDER BY values encoded as arrow rows (their bytes
 //! compare in the ORDER BY's order, directions and nulls included); a row that cannot enter a
-//! full list is dropped after one comparison with its last row. Rows are kept as arrow rows
-//! of every input column — encoded once their batch is placed, only those still kept — and
-//! decoded when they leave.
+//! full list is dropped after one comparison with its last row. A kept row's columns stay
+//! columnar: once a batch is placed, the rows of it still kept are gathered into a batch of
+//! their own (a chunk, its string views' bytes copied out of the input's buffers) and each
+//! list entry names its chunk and row. Rows pushed out later stay in their chunks until more
+//! than half of the chunks' rows are such; then the kept rows are gathered into new chunks.
+//! Rows leave by one gather (`interleave`) from the chunks they are in.
 //!
 //! What leaves depends on [`TopNEmit`]:
 //! - `Final` (a bounded input): at the end of the input, each key's list with its ranks, the
@@ -29,10 +32,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
-use datafusion::arrow::compute::take_record_batch;
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::arrow::row::{Row, RowConverter, RowParser, SortField};
+use datafusion::arrow::compute::{interleave_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt64Type};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::hash_utils::RandomState;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
@@ -51,7 +53,6 @@ use crate::changelog::{ChangeOp, op_array, with_op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
-use crate::row_format::TypedRowConverter;
 
 /// When a [`TopNExec`]'s rows leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,29 +270,32 @@ impl ExecutionPlan for TopNExec {
     }
 }
 
-/// One kept row: its ORDER BY values and all its columns, as the bytes of arrow rows (held
-/// as bare bytes, one allocation each: an `OwnedRow` would also hold its converter's
-/// configuration, a reference count touched per row). Arrow rows compare as their bytes.
+/// One kept row: its ORDER BY values as the bytes of an arrow row (bare bytes: an
+/// `OwnedRow` would also hold its converter's configuration, a reference count touched per
+/// row; arrow rows compare as their bytes), and where its columns are.
 #[derive(Debug)]
 struct Ranked {
     order: Box<[u8]>,
     row: Stored,
 }
 
-/// A kept row's columns.
-#[derive(Debug)]
+/// Where a kept row's columns are.
+#[derive(Debug, Clone, Copy)]
 enum Stored {
-    Encoded(Box<[u8]>),
-    /// Row `n` of the batch being placed: encoded once the batch is placed, if the row is
-    /// still kept then (most rows that enter a top N early leave it within their batch).
+    /// Row `row` of chunk `chunk`.
+    Kept { chunk: u32, row: u32 },
+    /// Row `n` of the batch being placed: gathered into a chunk once the batch is placed, if
+    /// the row is still kept then (most rows that enter a top N early leave it within their
+    /// batch).
     Pending(usize),
 }
 
 impl Stored {
-    fn encoded<'a>(&'a self, parser: &'a RowParser) -> Result<Row<'a>> {
+    /// The chunk and row of a kept row.
+    fn at(self) -> Result<(usize, usize)> {
         match self {
-            Self::Encoded(row) => Ok(parser.parse(row)),
-            Self::Pending(_) => internal_err!("TopNExec: a row was not encoded"),
+            Self::Kept { chunk, row } => Ok((chunk as usize, row as usize)),
+            Self::Pending(_) => internal_err!("TopNExec: a row was not kept"),
         }
     }
 }
@@ -304,7 +308,11 @@ struct TopNState {
     with_op: bool,
     keys: RowConverter,
     order: RowConverter,
-    rows: TypedRowConverter,
+    /// The kept rows' columns (see the module documentation).
+    chunks: Vec<RecordBatch>,
+    /// Rows in `chunks`, and how many of them are still kept.
+    chunk_rows: usize,
+    kept_rows: usize,
     /// Key (encoded) to its index in `lists` (ahash: a lookup per input row).
     key_index: HashMap<Box<[u8]>, usize, RandomState>,
     lists: Vec<Vec<Ranked>>,
@@ -338,11 +346,6 @@ impl TopNState {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let row_types = input
-            .fields()
-            .iter()
-            .map(|f| f.data_type().clone())
-            .collect();
         Ok(Self {
             spec: spec.clone(),
             schema: match with_op {
@@ -353,7 +356,9 @@ impl TopNState {
             input_schema: Arc::clone(input),
             keys: RowConverter::new(key_fields)?,
             order: RowConverter::new(order_fields)?,
-            rows: TypedRowConverter::try_new(row_types)?,
+            chunks: Vec::new(),
+            chunk_rows: 0,
+            kept_rows: 0,
             key_index: HashMap::default(),
             lists: Vec::new(),
             changed: HashMap::default(),
@@ -413,11 +418,19 @@ impl TopNState {
                     row: Stored::Pending(i),
                 },
             );
-            ranked.truncate(limit);
+            if ranked.len() > limit
+                && let Some(Ranked {
+                    row: Stored::Kept { .. },
+                    ..
+                }) = ranked.pop()
+            {
+                self.kept_rows -= 1;
+            }
             let change = self.changed.entry(list).or_insert((before, position));
             change.1 = change.1.min(position);
         }
-        self.encode_pending(batch)?;
+        self.keep_pending(batch)?;
+        self.compact_if_half_pushed_out()?;
         match self.spec.emit {
             TopNEmit::Final => {
                 self.changed.clear();
@@ -427,9 +440,9 @@ impl TopNState {
         }
     }
 
-    /// Encodes the rows of `batch` that its placing left in the lists (only changed keys
-    /// can hold them), with one gather and one conversion.
-    fn encode_pending(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// Gathers the rows of `batch` that its placing left in the lists (only changed keys
+    /// can hold them) into a new chunk, with one gather.
+    fn keep_pending(&mut self, batch: &RecordBatch) -> Result<()> {
         let mut pending = Vec::new();
         for &list in self.changed.keys() {
             for (rank, ranked) in self.lists[list].iter().enumerate() {
@@ -442,12 +455,85 @@ impl TopNState {
             return Ok(());
         }
         let indices = UInt32Array::from_iter_values(pending.iter().map(|(_, _, row)| *row));
-        let kept = take_record_batch(batch, &indices)?;
-        let encoded = self.rows.convert_columns(kept.columns())?;
+        let chunk = self.chunks.len() as u32;
+        self.add_chunk(take_record_batch(batch, &indices)?)?;
         for (at, (list, rank, _)) in pending.into_iter().enumerate() {
-            self.lists[list][rank].row = Stored::Encoded(encoded.row(at).data().into());
+            self.lists[list][rank].row = Stored::Kept {
+                chunk,
+                row: at as u32,
+            };
         }
         Ok(())
+    }
+
+    /// Adds `rows`, all kept, as a chunk, with its views' bytes in buffers of its own (a
+    /// view array gathered from a batch shares that batch's buffers whole).
+    fn add_chunk(&mut self, rows: RecordBatch) -> Result<()> {
+        let columns = rows
+            .columns()
+            .iter()
+            .map(|column| match column.data_type() {
+                DataType::Utf8View => Arc::new(column.as_string_view().gc()) as ArrayRef,
+                DataType::BinaryView => Arc::new(column.as_binary_view().gc()),
+                _ => Arc::clone(column),
+            })
+            .collect();
+        let rows = RecordBatch::try_new(rows.schema(), columns)?;
+        self.chunk_rows += rows.num_rows();
+        self.kept_rows += rows.num_rows();
+        self.chunks.push(rows);
+        Ok(())
+    }
+
+    /// Once more than half of the chunks' rows (and at least a batch of them) were pushed
+    /// out, gathers the kept rows into new chunks, list by list: the work is at most the
+    /// rows pushed out since the last time.
+    fn compact_if_half_pushed_out(&mut self) -> Result<()> {
+        let pushed_out = self.chunk_rows - self.kept_rows;
+        if pushed_out <= self.kept_rows || pushed_out < self.batch_size.max(1) {
+            return Ok(());
+        }
+        let kept: Vec<(usize, usize)> = (0..self.lists.len())
+            .flat_map(|list| (0..self.lists[list].len()).map(move |rank| (list, rank)))
+            .collect();
+        let mut chunks = Vec::new();
+        for piece in kept.chunks(self.batch_size.max(1)) {
+            chunks.push(self.gather(piece.iter().map(|&(list, rank)| (list, rank)))?);
+        }
+        self.chunks.clear();
+        (self.chunk_rows, self.kept_rows) = (0, 0);
+        for rows in chunks {
+            self.add_chunk(rows)?;
+        }
+        let piece = self.batch_size.max(1);
+        for (at, (list, rank)) in kept.into_iter().enumerate() {
+            self.lists[list][rank].row = Stored::Kept {
+                chunk: (at / piece) as u32,
+                row: (at % piece) as u32,
+            };
+        }
+        Ok(())
+    }
+
+    /// The input columns of the kept rows `(list, rank)`, in that order: one gather from
+    /// the chunks they are in.
+    fn gather(&self, picked: impl Iterator<Item = (usize, usize)>) -> Result<RecordBatch> {
+        // Only the chunks the rows are in take part (a gather looks at each of its inputs).
+        let mut slot_of_chunk: HashMap<usize, usize, RandomState> = HashMap::default();
+        let mut sources: Vec<&RecordBatch> = Vec::new();
+        let mut indices = Vec::new();
+        for (list, rank) in picked {
+            let (chunk, row) = self.lists[list][rank].row.at()?;
+            let slot = *slot_of_chunk.entry(chunk).or_insert_with(|| {
+                sources.push(&self.chunks[chunk]);
+                sources.len() - 1
+            });
+            indices.push((slot, row));
+        }
+        if sources.is_empty() {
+            return Ok(RecordBatch::new_empty(Arc::clone(&self.input_schema)));
+        }
+        Ok(interleave_record_batch(&sources, &indices)?)
     }
 
     /// The changelog rows of the keys the last batch changed, and forgets the changes.
@@ -491,20 +577,20 @@ impl TopNState {
     /// Every kept row's input columns (key by key, in rank order) and the index of its key's
     /// list: what a checkpoint keeps.
     fn snapshot_state(&self) -> Result<OperatorState> {
-        let mut lists = Vec::new();
-        let mut rows = Vec::new();
-        let parser = self.rows.parser();
-        for (list, ranked) in self.lists.iter().enumerate() {
-            for kept in ranked {
-                lists.push(list as u64);
-                rows.push(kept.row.encoded(&parser)?);
-            }
-        }
+        let kept: Vec<(usize, usize)> = (0..self.lists.len())
+            .flat_map(|list| (0..self.lists[list].len()).map(move |rank| (list, rank)))
+            .collect();
+        let rows = self.gather(kept.iter().copied())?;
         let mut state = OperatorState::default();
         state.put_value("lists", self.lists.len() as i64);
-        state.put_array("list", Arc::new(UInt64Array::from(lists)));
-        for (index, column) in self.rows.convert_rows(rows)?.into_iter().enumerate() {
-            state.put_array(format!("column_{index:03}"), column);
+        state.put_array(
+            "list",
+            Arc::new(UInt64Array::from_iter_values(
+                kept.iter().map(|(list, _)| *list as u64),
+            )),
+        );
+        for (index, column) in rows.columns().iter().enumerate() {
+            state.put_array(format!("column_{index:03}"), Arc::clone(column));
         }
         Ok(state)
     }
@@ -517,6 +603,8 @@ impl TopNState {
         let lists = state.value("lists")? as usize;
         self.lists = (0..lists).map(|_| Vec::new()).collect();
         self.key_index.clear();
+        self.chunks.clear();
+        (self.chunk_rows, self.kept_rows) = (0, 0);
         let evaluate = |exprs: &mut dyn Iterator<Item = &Arc<dyn PhysicalExpr>>| {
             exprs
                 .map(|e| e.evaluate(&kept)?.into_array(kept.num_rows()))
@@ -528,8 +616,9 @@ impl TopNState {
         let order = self
             .order
             .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
-        let encoded = self.rows.convert_columns(kept.columns())?;
-        for row in 0..kept.num_rows() {
+        let rows = kept.num_rows();
+        self.add_chunk(kept)?;
+        for row in 0..rows {
             let list = list_of.value(row) as usize;
             let key = match self.spec.partition_by.is_empty() {
                 true => &[][..],
@@ -538,7 +627,10 @@ impl TopNState {
             self.key_index.entry(key.into()).or_insert(list);
             self.lists[list].push(Ranked {
                 order: order.row(row).data().into(),
-                row: Stored::Encoded(encoded.row(row).data().into()),
+                row: Stored::Kept {
+                    chunk: 0,
+                    row: row as u32,
+                },
             });
         }
         Ok(())
@@ -546,12 +638,8 @@ impl TopNState {
 
     /// The output rows of (key, rank) pairs, with their ranks (and ops).
     fn rows_of(&self, picked: &[(usize, usize, ChangeOp)]) -> Result<RecordBatch> {
-        let parser = self.rows.parser();
-        let rows = picked
-            .iter()
-            .map(|(list, rank, _)| self.lists[*list][*rank].row.encoded(&parser))
-            .collect::<Result<Vec<_>>>()?;
-        let mut columns = self.rows.convert_rows(rows)?;
+        let rows = self.gather(picked.iter().map(|(list, rank, _)| (*list, *rank)))?;
+        let mut columns = rows.columns().to_vec();
         columns.push(Arc::new(UInt64Array::from_iter_values(
             picked.iter().map(|(_, rank, _)| *rank as u64 + 1),
         )));
@@ -728,5 +816,61 @@ mod tests {
             .flat_map(|b| b.column(1).as_primitive::<Int64Type>().values().to_vec())
             .collect();
         assert_eq!(v, [8, 6, 9]);
+    }
+
+    /// (k, v, seq, rank) of every final batch, until the state has no more.
+    fn final_rows(state: &mut TopNState) -> Vec<(i64, i64, i64, u64)> {
+        let mut out: Vec<RecordBatch> = state.on_watermark(i64::MAX).unwrap().into_iter().collect();
+        while let Some(batch) = state.queued_output().unwrap() {
+            out.push(batch);
+        }
+        out.iter()
+            .flat_map(|b| {
+                let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
+                let (k, v, seq) = (int(0), int(1), int(2));
+                let rank = b.column(3).as_primitive::<UInt64Type>().clone();
+                (0..b.num_rows())
+                    .map(move |i| (k.value(i), v.value(i), seq.value(i), rank.value(i)))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_pushed_out_are_let_go_and_the_answer_and_a_snapshot_stay_whole() {
+        let spec = spec(3, TieOrder::EarlierFirst, TopNEmit::Final);
+        let mut state = TopNState::try_new(&spec, &input_schema(), false).unwrap();
+        state.batch_size = 4;
+        let rows: Vec<(i64, i64, i64)> = (0..500)
+            .map(|i| (i % 5, (crate::splitmix64(i as u64) % 40) as i64, i))
+            .collect();
+        for piece in rows.chunks(10) {
+            assert!(state.push(&batch(piece)).unwrap().is_none());
+            assert!(
+                state.chunk_rows - state.kept_rows <= state.kept_rows.max(state.batch_size),
+                "rows pushed out are kept: {} of {}",
+                state.chunk_rows - state.kept_rows,
+                state.chunk_rows
+            );
+        }
+        assert_eq!(state.kept_rows, 15);
+        // Each key's three largest values, the earlier arrival first among ties, keys in
+        // the order they came.
+        let mut expected = Vec::new();
+        for k in 0..5 {
+            let mut of_key: Vec<_> = rows.iter().filter(|r| r.0 == k).collect();
+            of_key.sort_by_key(|r| (-r.1, r.2));
+            expected.extend(
+                of_key
+                    .iter()
+                    .take(3)
+                    .enumerate()
+                    .map(|(rank, r)| (r.0, r.1, r.2, rank as u64 + 1)),
+            );
+        }
+        let snapshot = state.snapshot_state().unwrap();
+        let mut restored = TopNState::try_new(&spec, &input_schema(), false).unwrap();
+        restored.restore_state(&snapshot).unwrap();
+        assert_eq!(final_rows(&mut state), expected);
+        assert_eq!(final_rows(&mut restored), expected);
     }
 }
