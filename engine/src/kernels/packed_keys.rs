@@ -273,21 +273,11 @@ impl PackedGroupValues {
         Ok(())
     }
 
-    /// Interns every row of one or two Utf8 (or Utf8View) columns without nulls whose
-    /// strings are at most 8 bytes long (`longest` per column) through the
-    /// [`ShortKeyIndex`]; `None` (nothing done) for other columns.
-    fn intern_short(
-        &mut self,
-        cols: &[ArrayRef],
-        longest: &[usize],
-        groups: &mut Vec<usize>,
-    ) -> Option<Result<()>> {
-        if !(1..=2).contains(&cols.len())
-            || cols
-                .iter()
-                .zip(longest)
-                .any(|(array, longest)| array.null_count() > 0 || *longest > 8)
-        {
+    /// Interns every row of one or two Utf8 (or Utf8View) columns without nulls through the
+    /// [`ShortKeyIndex`]; `None` for other columns, and for a batch with a key the index
+    /// does not know and a string longer than 8 bytes (`groups` is then to be set again).
+    fn intern_short(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Option<Result<()>> {
+        if !(1..=2).contains(&cols.len()) || cols.iter().any(|array| array.null_count() > 0) {
             return None;
         }
         let rows = cols[0].len();
@@ -304,7 +294,7 @@ impl PackedGroupValues {
                 .map(|array| Some(array.as_string_view_opt()?.views().as_ref()))
                 .collect::<Option<Vec<_>>>()
         };
-        Some(if let Some(columns) = utf8() {
+        if let Some(columns) = utf8() {
             match columns.as_slice() {
                 [first] => self.intern_short_keys(cols, ShortColumns::Utf8([*first]), rows, groups),
                 [first, second] => self.intern_short_keys(
@@ -313,7 +303,7 @@ impl PackedGroupValues {
                     rows,
                     groups,
                 ),
-                _ => return None,
+                _ => None,
             }
         } else {
             match views()?.as_slice() {
@@ -326,28 +316,39 @@ impl PackedGroupValues {
                     rows,
                     groups,
                 ),
-                _ => return None,
+                _ => None,
             }
-        })
+        }
     }
 
     /// Sets `groups` to the groups of the `rows` rows of `columns` (those of `cols`). A first
     /// pass only reads the short-key index, so it runs without calls or writes besides the
     /// group ids; the rare misses then go through the packed table and are remembered in the
     /// index. An empty index (the first batch, or after an emit) would miss every row, so
-    /// its first rows go to the slow path alone and teach it the batch's common keys.
+    /// its first rows go to the slow path alone and teach it the batch's common keys. The
+    /// strings' lengths are looked at only when a row goes to the slow path: a string longer
+    /// than the index's keys never matches one of them. `None` when the slow path is
+    /// needed and a string is too long for the index.
     fn intern_short_keys<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
         columns: ShortColumns<'_, COLUMNS>,
         rows: usize,
         groups: &mut Vec<usize>,
-    ) -> Result<()> {
+    ) -> Option<Result<()>> {
         groups.clear();
         groups.resize(rows, MISSING_GROUP);
+        let mut lengths_checked = false;
         let learned = if self.short.is_empty() {
+            match self.widen_for_batch(cols) {
+                Ok(true) => lengths_checked = true,
+                Ok(false) => return None,
+                Err(error) => return Some(Err(error)),
+            }
             let learned = rows.min(LEARNING_ROWS);
-            self.intern_missing(cols, &columns, 0, &mut groups[..learned])?;
+            if let Err(error) = self.intern_missing(cols, &columns, 0, &mut groups[..learned]) {
+                return Some(Err(error));
+            }
             learned
         } else {
             0
@@ -357,9 +358,31 @@ impl PackedGroupValues {
             .short
             .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);
         if misses > 0 {
-            self.intern_missing(cols, &columns, learned, &mut groups[learned..])?;
+            if !lengths_checked {
+                match self.widen_for_batch(cols) {
+                    Ok(true) => {}
+                    Ok(false) => return None,
+                    Err(error) => return Some(Err(error)),
+                }
+            }
+            return Some(self.intern_missing(cols, &columns, learned, &mut groups[learned..]));
         }
-        Ok(())
+        Some(Ok(()))
+    }
+
+    /// Widens the packed layout for the longest strings of `cols`; whether every string
+    /// fits the short-key index (at most 8 bytes).
+    fn widen_for_batch(&mut self, cols: &[ArrayRef]) -> Result<bool> {
+        let longest = cols
+            .iter()
+            .zip(&self.columns)
+            .map(|(array, column)| match column {
+                KeyColumn::String { .. } => longest_string(array.as_ref()),
+                KeyColumn::Fixed { .. } => Ok(0),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.widen_for(&longest)?;
+        Ok(longest.iter().all(|longest| *longest <= 8))
     }
 
     /// The miss pass: interns the rows `first..` of `columns` whose entry in `groups` (from
@@ -809,18 +832,12 @@ impl GroupValues for PackedGroupValues {
                 cols.len()
             );
         }
-        let longest = cols
-            .iter()
-            .zip(&self.columns)
-            .map(|(array, column)| match column {
-                KeyColumn::String { .. } => longest_string(array.as_ref()),
-                KeyColumn::Fixed { .. } => Ok(0),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.widen_for(&longest)?;
-        match self.intern_short(cols, &longest, groups) {
+        match self.intern_short(cols, groups) {
             Some(interned) => interned,
-            None => self.intern_rows(cols, groups),
+            None => {
+                self.widen_for_batch(cols)?;
+                self.intern_rows(cols, groups)
+            }
         }
     }
 
@@ -1033,6 +1050,26 @@ mod tests {
                     assert_eq!(as_utf8(&got), want, "emitted keys");
                 }
             }
+        }
+    }
+
+    /// A batch whose keys the short-key index knows, but for one string longer than 8
+    /// bytes that begins with a known key: the index is looked up before the strings'
+    /// lengths are, so the long string must miss it and get a group of its own.
+    #[test]
+    fn a_long_string_does_not_match_the_known_key_it_begins_with() {
+        for string_type in [DataType::Utf8, DataType::Utf8View] {
+            let column = |strings: &[&str]| -> Vec<ArrayRef> {
+                vec![cast(&StringArray::from(strings.to_vec()), &string_type).unwrap()]
+            };
+            let known = column(&["TRADER19", "SYM1", "TRADER19"]);
+            let mut packed = PackedGroupValues::try_new(&schema(&known)).unwrap();
+            let mut ids = Vec::new();
+            packed.intern(&known, &mut ids).unwrap();
+            assert_eq!(ids, [0, 1, 0]);
+            let later = column(&["SYM1", "TRADER19 and more", "TRADER19", "TRADER19 and more"]);
+            packed.intern(&later, &mut ids).unwrap();
+            assert_eq!(ids, [1, 2, 0, 2], "{string_type}");
         }
     }
 

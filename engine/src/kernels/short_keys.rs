@@ -32,8 +32,13 @@ pub(super) const BYTE_MASKS: [u64; 9] = [
     u64::MAX,
 ];
 
+/// The length a key gives a string longer than 8 bytes: no key in an index has it (only
+/// strings of at most 8 bytes are put in one), so such a string never matches a key there.
+const TOO_LONG: u32 = 9;
+
 /// A key of up to two short strings: their bytes as little-endian words (zero-padded) and
-/// their `length + 1`s, one byte each, so that "" and a missing second column differ.
+/// their `length + 1`s, one byte each, so that "" and a missing second column differ; a
+/// string longer than 8 bytes has its first 8 and the length [`TOO_LONG`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShortKey {
     words: [u64; 2],
@@ -41,8 +46,8 @@ pub struct ShortKey {
 }
 
 impl ShortKey {
-    /// The key of strings `[from, to)` of `values`, one per column (at most two, each at
-    /// most 8 bytes long: longer ones are cut, so callers check lengths first).
+    /// The key of strings `[from, to)` of `values`, one per column (at most two; see
+    /// [`ShortKey`] for longer strings).
     #[cfg(test)]
     pub fn of<const N: usize>(values: [&[u8]; N], bounds: [(usize, usize); N]) -> Self {
         let offsets: Vec<[i32; 2]> = bounds
@@ -83,9 +88,9 @@ impl ShortKey {
         let mut key = ShortKey::default();
         for (column, (strings, (start, end))) in columns.iter().zip(bounds).enumerate() {
             // Valid offsets never decrease; a corrupt pair only gives a wrong key.
-            let length = (end.wrapping_sub(start) as u32).min(8) as usize;
-            key.words[column] = strings.word(start as u32 as usize, length);
-            key.lengths |= (length as u32 + 1) << (8 * column);
+            let length = end.wrapping_sub(start) as u32;
+            key.words[column] = strings.word(start as u32 as usize, length.min(8) as usize);
+            key.lengths |= (length.min(TOO_LONG) + 1) << (8 * column);
         }
         key
     }
@@ -97,9 +102,9 @@ impl ShortKey {
         let mut key = ShortKey::default();
         for (column, view) in views.into_iter().enumerate() {
             // A view starts with the length, then (up to 12 bytes) the string itself.
-            let length = (view as u32).min(8) as usize;
-            key.words[column] = (view >> 32) as u64 & BYTE_MASKS[length];
-            key.lengths |= (length as u32 + 1) << (8 * column);
+            let length = view as u32;
+            key.words[column] = (view >> 32) as u64 & BYTE_MASKS[length.min(8) as usize];
+            key.lengths |= (length.min(TOO_LONG) + 1) << (8 * column);
         }
         key
     }
