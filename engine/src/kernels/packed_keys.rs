@@ -274,8 +274,7 @@ impl PackedGroupValues {
     }
 
     /// Interns every row of one or two Utf8 (or Utf8View) columns without nulls through the
-    /// [`ShortKeyIndex`]; `None` for other columns, and for a batch with a key the index
-    /// does not know and a string longer than 8 bytes (`groups` is then to be set again).
+    /// [`ShortKeyIndex`]; `None` (nothing done) for other columns.
     fn intern_short(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Option<Result<()>> {
         if !(1..=2).contains(&cols.len()) || cols.iter().any(|array| array.null_count() > 0) {
             return None;
@@ -294,7 +293,7 @@ impl PackedGroupValues {
                 .map(|array| Some(array.as_string_view_opt()?.views().as_ref()))
                 .collect::<Option<Vec<_>>>()
         };
-        if let Some(columns) = utf8() {
+        Some(if let Some(columns) = utf8() {
             match columns.as_slice() {
                 [first] => self.intern_short_keys(cols, ShortColumns::Utf8([*first]), rows, groups),
                 [first, second] => self.intern_short_keys(
@@ -303,7 +302,7 @@ impl PackedGroupValues {
                     rows,
                     groups,
                 ),
-                _ => None,
+                _ => return None,
             }
         } else {
             match views()?.as_slice() {
@@ -316,9 +315,9 @@ impl PackedGroupValues {
                     rows,
                     groups,
                 ),
-                _ => None,
+                _ => return None,
             }
-        }
+        })
     }
 
     /// Sets `groups` to the groups of the `rows` rows of `columns` (those of `cols`). A first
@@ -327,28 +326,25 @@ impl PackedGroupValues {
     /// index. An empty index (the first batch, or after an emit) would miss every row, so
     /// its first rows go to the slow path alone and teach it the batch's common keys. The
     /// strings' lengths are looked at only when a row goes to the slow path: a string longer
-    /// than the index's keys never matches one of them. `None` when the slow path is
-    /// needed and a string is too long for the index.
+    /// than the index's keys never matches one of them, and a batch with one goes through
+    /// the packed table whole.
     fn intern_short_keys<const COLUMNS: usize>(
         &mut self,
         cols: &[ArrayRef],
         columns: ShortColumns<'_, COLUMNS>,
         rows: usize,
         groups: &mut Vec<usize>,
-    ) -> Option<Result<()>> {
+    ) -> Result<()> {
         groups.clear();
         groups.resize(rows, MISSING_GROUP);
         let mut lengths_checked = false;
         let learned = if self.short.is_empty() {
-            match self.widen_for_batch(cols) {
-                Ok(true) => lengths_checked = true,
-                Ok(false) => return None,
-                Err(error) => return Some(Err(error)),
+            if !self.widen_for_batch(cols)? {
+                return self.intern_rows(cols, groups);
             }
+            lengths_checked = true;
             let learned = rows.min(LEARNING_ROWS);
-            if let Err(error) = self.intern_missing(cols, &columns, 0, &mut groups[..learned]) {
-                return Some(Err(error));
-            }
+            self.intern_missing(cols, &columns, 0, &mut groups[..learned])?;
             learned
         } else {
             0
@@ -357,17 +353,13 @@ impl PackedGroupValues {
         let misses = self
             .short
             .find_rows(&rest, &mut groups[learned..], MISSING_GROUP);
-        if misses > 0 {
-            if !lengths_checked {
-                match self.widen_for_batch(cols) {
-                    Ok(true) => {}
-                    Ok(false) => return None,
-                    Err(error) => return Some(Err(error)),
-                }
-            }
-            return Some(self.intern_missing(cols, &columns, learned, &mut groups[learned..]));
+        if misses == 0 {
+            return Ok(());
         }
-        Some(Ok(()))
+        if !lengths_checked && !self.widen_for_batch(cols)? {
+            return self.intern_rows(cols, groups);
+        }
+        self.intern_missing(cols, &columns, learned, &mut groups[learned..])
     }
 
     /// Widens the packed layout for the longest strings of `cols`; whether every string

@@ -493,19 +493,17 @@ impl TopNState {
         if pushed_out <= self.kept_rows || pushed_out < self.batch_size.max(1) {
             return Ok(());
         }
-        let kept: Vec<(usize, usize)> = (0..self.lists.len())
-            .flat_map(|list| (0..self.lists[list].len()).map(move |rank| (list, rank)))
-            .collect();
-        let mut chunks = Vec::new();
-        for piece in kept.chunks(self.batch_size.max(1)) {
-            chunks.push(self.gather(piece.iter().map(|&(list, rank)| (list, rank)))?);
-        }
+        let kept = self.kept_positions();
+        let piece = self.batch_size.max(1);
+        let chunks = kept
+            .chunks(piece)
+            .map(|positions| self.gather(positions.iter().copied()))
+            .collect::<Result<Vec<_>>>()?;
         self.chunks.clear();
         (self.chunk_rows, self.kept_rows) = (0, 0);
         for rows in chunks {
             self.add_chunk(rows)?;
         }
-        let piece = self.batch_size.max(1);
         for (at, (list, rank)) in kept.into_iter().enumerate() {
             self.lists[list][rank].row = Stored::Kept {
                 chunk: (at / piece) as u32,
@@ -515,20 +513,33 @@ impl TopNState {
         Ok(())
     }
 
+    /// Every kept row's `(list, rank)`, list by list.
+    fn kept_positions(&self) -> Vec<(usize, usize)> {
+        (0..self.lists.len())
+            .flat_map(|list| (0..self.lists[list].len()).map(move |rank| (list, rank)))
+            .collect()
+    }
+
     /// The input columns of the kept rows `(list, rank)`, in that order: one gather from
     /// the chunks they are in.
     fn gather(&self, picked: impl Iterator<Item = (usize, usize)>) -> Result<RecordBatch> {
         // Only the chunks the rows are in take part (a gather looks at each of its inputs).
-        let mut slot_of_chunk: HashMap<usize, usize, RandomState> = HashMap::default();
+        let mut slot_of_chunk = vec![usize::MAX; self.chunks.len()];
         let mut sources: Vec<&RecordBatch> = Vec::new();
         let mut indices = Vec::new();
         for (list, rank) in picked {
             let (chunk, row) = self.lists[list][rank].row.at()?;
-            let slot = *slot_of_chunk.entry(chunk).or_insert_with(|| {
+            let Some(slot) = slot_of_chunk.get_mut(chunk) else {
+                return internal_err!(
+                    "TopNExec: a kept row names chunk {chunk} of {}",
+                    self.chunks.len()
+                );
+            };
+            if *slot == usize::MAX {
                 sources.push(&self.chunks[chunk]);
-                sources.len() - 1
-            });
-            indices.push((slot, row));
+                *slot = sources.len() - 1;
+            }
+            indices.push((*slot, row));
         }
         if sources.is_empty() {
             return Ok(RecordBatch::new_empty(Arc::clone(&self.input_schema)));
@@ -577,9 +588,7 @@ impl TopNState {
     /// Every kept row's input columns (key by key, in rank order) and the index of its key's
     /// list: what a checkpoint keeps.
     fn snapshot_state(&self) -> Result<OperatorState> {
-        let kept: Vec<(usize, usize)> = (0..self.lists.len())
-            .flat_map(|list| (0..self.lists[list].len()).map(move |rank| (list, rank)))
-            .collect();
+        let kept = self.kept_positions();
         let rows = self.gather(kept.iter().copied())?;
         let mut state = OperatorState::default();
         state.put_value("lists", self.lists.len() as i64);
