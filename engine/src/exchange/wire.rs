@@ -20,6 +20,8 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::common::{Result, internal_err};
 
+use crate::kernels::compact_views;
+
 use super::ordered_merge::{Routed, RowKeys};
 
 /// The names of the columns a wire batch adds after the data columns.
@@ -89,6 +91,7 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
     let rows = keys.len();
     let data_columns = wire.fields().len() - ADDED_COLUMNS;
     let mut columns: Vec<ArrayRef> = match data {
+        // The network sends every buffer a view array holds, whole.
         Some(batch) => batch.columns().iter().map(compact_views).collect(),
         None => wire.fields()[..data_columns]
             .iter()
@@ -101,17 +104,6 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
     columns.push(Arc::new(Int64Array::from(keys)));
     columns.push(Arc::new(Int64Array::from(vec![time; rows])));
     Ok(RecordBatch::try_new(Arc::clone(wire), columns)?)
-}
-
-/// `column` with its string or binary views' bytes copied out of the buffers they share
-/// with other pieces of the batch it was routed from: the network sends every buffer a
-/// view array holds, whole.
-fn compact_views(column: &ArrayRef) -> ArrayRef {
-    match column.data_type() {
-        DataType::Utf8View => Arc::new(column.as_string_view().gc()),
-        DataType::BinaryView => Arc::new(column.as_binary_view().gc()),
-        _ => Arc::clone(column),
-    }
 }
 
 /// The items of a wire batch, in order, with their inputs; data batches get schema `data`.

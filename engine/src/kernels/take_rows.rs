@@ -121,6 +121,16 @@ fn take_padded(strings: &[PaddedString], rows: &UInt32Array) -> Result<ArrayRef>
     }))
 }
 
+/// `column` with its string or binary views' bytes copied out of the buffers they share
+/// with the batch they were gathered or sliced from (which a view array keeps whole).
+pub(crate) fn compact_views(column: &ArrayRef) -> ArrayRef {
+    match column.data_type() {
+        DataType::Utf8View => Arc::new(column.as_string_view().gc()),
+        DataType::BinaryView => Arc::new(column.as_binary_view().gc()),
+        _ => Arc::clone(column),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::Int64Array;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{interleave_record_batch, take_record_batch};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::hash_utils::RandomState;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -51,6 +51,7 @@ use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
+use crate::kernels::compact_views;
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 
@@ -469,15 +470,7 @@ impl TopNState {
     /// Adds `rows`, all kept, as a chunk, with its views' bytes in buffers of its own (a
     /// view array gathered from a batch shares that batch's buffers whole).
     fn add_chunk(&mut self, rows: RecordBatch) -> Result<()> {
-        let columns = rows
-            .columns()
-            .iter()
-            .map(|column| match column.data_type() {
-                DataType::Utf8View => Arc::new(column.as_string_view().gc()) as ArrayRef,
-                DataType::BinaryView => Arc::new(column.as_binary_view().gc()),
-                _ => Arc::clone(column),
-            })
-            .collect();
+        let columns = rows.columns().iter().map(compact_views).collect();
         let rows = RecordBatch::try_new(rows.schema(), columns)?;
         self.chunk_rows += rows.num_rows();
         self.kept_rows += rows.num_rows();
