@@ -246,10 +246,11 @@ impl StreamExchangeExec {
                 }
                 None => None,
             };
-            let input = self.input.execute(partition, context)?;
+            // Marked read before the input runs.
             let input_progress = self
                 .input_progress(1)
                 .map(|(progress, offset, _)| (progress, offset));
+            let input = self.input.execute(partition, context)?;
             return inline_messages(input, self.event_time, input_progress, checkpoint);
         }
         let mut running = self.running.lock();
@@ -371,8 +372,11 @@ impl StreamExchangeExec {
         loop {
             if let Some(source) = node.downcast_ref::<StreamSourceExec>() {
                 let (progress, time_column) = source.progress()?;
-                return (time_column == column && progress.partitions() == inputs)
-                    .then(|| (Arc::clone(progress), offset, node.name()));
+                let read = time_column == column && progress.partitions() == inputs;
+                if read {
+                    progress.mark_read();
+                }
+                return read.then(|| (Arc::clone(progress), offset, node.name()));
             }
             if let Some(aggregate) = node.downcast_ref::<WindowAggregateExec>() {
                 let (progress, start_column) = aggregate.progress()?;

@@ -729,6 +729,7 @@ impl ExecutionPlan for StreamSourceExec {
                 }
             }
             if let (Ok(batch), Some((progress, column))) = (&batch, &progress)
+                && progress.is_read()
                 && let Some(newest) =
                     newest_time(event_times(batch.column(*column))?.as_primitive::<Int64Type>())
             {
@@ -864,6 +865,43 @@ mod tests {
         );
         assert_eq!(batch(2_000), VALUES_PER_BATCH / 2_000);
         assert_eq!(batch(1_000_000), 64);
+    }
+
+    #[tokio::test]
+    async fn a_source_records_its_progress_only_once_a_consumer_reads_it() {
+        let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![5, 40, 7]))],
+        )
+        .unwrap();
+        let options = StreamOptions {
+            event_time: Some("ts".into()),
+            ..StreamOptions::default()
+        };
+        let context = datafusion::prelude::SessionContext::new().task_ctx();
+        for read in [false, true] {
+            let input =
+                MemorySourceConfig::try_new_exec(&[vec![batch.clone()]], Arc::clone(&schema), None)
+                    .unwrap();
+            let source = StreamSourceExec::try_new(input, "t", &options, true).unwrap();
+            let (progress, column) = source.progress().unwrap();
+            assert_eq!(column, 0);
+            if read {
+                progress.mark_read();
+            }
+            let rows: usize = source
+                .execute(0, Arc::clone(&context))
+                .unwrap()
+                .map(|batch| batch.unwrap().num_rows())
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .sum();
+            assert_eq!(rows, 3);
+            let expected = read.then_some(40);
+            assert_eq!(progress.newest(0), expected, "read by a consumer: {read}");
+        }
     }
 
     #[tokio::test]
