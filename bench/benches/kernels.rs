@@ -3,7 +3,8 @@
 //! partitioning, group interning (strings, integers and dictionaries) and accumulator
 //! updates (S2's aggregates fused against DataFusion's accumulators; q16's DISTINCT counts
 //! sharing one table against DataFusion's), the per-record
-//! changelog kernels, and the ROWS-window kernels of S1. Run with `cargo bench -p freshet-bench --bench kernels`.
+//! changelog kernels, the ROWS-window kernels of S1, and a lookup table's integer key index
+//! (dense against hashed). Run with `cargo bench -p freshet-bench --bench kernels`.
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use datafusion::physical_plan::aggregates::group_values::{
 };
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
+use freshet_engine::join::LookupTable;
 use freshet_engine::kernels::{
     GroupTable, RunningAggregates, WindowedGroupValues, new_group_values, take_rows,
 };
@@ -244,6 +246,31 @@ fn kernels(c: &mut Criterion) {
                 .len()
         }) // ok: bench
     });
+    // A lookup table of 10 000 integer keys probed by a batch (q13's side input): the
+    // keys 0..10 000 take the dense index, the same keys spread 1 000 003 apart the hashed.
+    for (name, spread) in [
+        ("lookup_integer_keys_dense", 1i64),
+        ("lookup_integer_keys_hashed", 1_000_003),
+    ] {
+        let key_schema = Arc::new(Schema::new(vec![Field::new("key", DataType::Int64, false)]));
+        let table_keys = Int64Array::from_iter_values((0..10_000).map(|k| k * spread));
+        let table_batch = RecordBatch::try_new(Arc::clone(&key_schema), vec![Arc::new(table_keys)])
+            .expect("table batch"); // ok: bench setup
+        let on = [col("key", &key_schema).expect("key column")]; // ok: bench setup
+        let table = LookupTable::try_new(table_batch, &on).expect("lookup table"); // ok: bench setup
+        let probes: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..ROWS as i64).map(|row| (row * 7_919 % 10_000) * spread),
+        ));
+        let mut groups = Vec::with_capacity(ROWS);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                table
+                    .find(std::slice::from_ref(&probes), &mut groups)
+                    .expect("find"); // ok: bench
+                groups.len()
+            })
+        });
+    }
     let price_values = batch.column(2).clone();
     for (name, functions) in [
         ("rows_window_s1", s1_functions(99)),
