@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -27,9 +27,12 @@ pub(crate) fn single_child(
     }
 }
 
-/// The machine's cores (1 if unknown): how many source partitions can decode at once.
+/// The machine's cores (1 if unknown): how many source partitions can decode at once. Read
+/// once a process: on Linux the standard library reads the cgroup's CPU quota from files
+/// on every call, several system calls for each query planned.
 pub fn machine_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 thread_local! {
