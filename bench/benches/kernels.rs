@@ -181,6 +181,13 @@ fn kernels(c: &mut Criterion) {
     let auctions: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
         (0..ROWS as i64).map(|i| 1000 + (i * 7919) % 50_000),
     ))];
+    // Nexmark q4's (auction id, category): two Int64 keys, the second of five values.
+    let auctions_and_categories: Vec<ArrayRef> = vec![
+        auctions[0].clone(),
+        Arc::new(Int64Array::from_iter_values(
+            (0..ROWS as i64).map(|i| 10 + (i * 7919) % 50_000 % 5),
+        )),
+    ];
     // The trader and symbol as dictionaries (a Parquet file's dictionary-encoded columns read
     // as they are stored), which Freshet interns once per dictionary value.
     let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
@@ -195,6 +202,7 @@ fn kernels(c: &mut Criterion) {
         ("one_utf8_key", &symbols),
         ("window_and_two_utf8_keys", &window_keys),
         ("one_int64_key", &auctions),
+        ("two_int64_keys", &auctions_and_categories),
         ("two_utf8_keys", &window_keys[1..].to_vec()),
         ("two_dictionary_keys", &dictionary_keys),
         (
