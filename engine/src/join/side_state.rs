@@ -74,10 +74,62 @@ struct Entry {
     position: Position,
 }
 
+/// A key's entries: most keys of a join on an id (a person, an auction) have one row, kept
+/// in the index's own slot, so that a probe reads it without following a pointer and a
+/// kept row costs no allocation.
+enum EntryList {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl Default for EntryList {
+    fn default() -> Self {
+        Self::Many(Vec::new())
+    }
+}
+
+impl std::ops::Deref for EntryList {
+    type Target = [Entry];
+
+    fn deref(&self) -> &[Entry] {
+        match self {
+            Self::One(entry) => std::slice::from_ref(entry),
+            Self::Many(entries) => entries,
+        }
+    }
+}
+
+impl EntryList {
+    fn insert(&mut self, at: usize, entry: Entry) {
+        match self {
+            Self::Many(entries) if entries.is_empty() => *self = Self::One(entry),
+            Self::Many(entries) => entries.insert(at, entry),
+            Self::One(only) => {
+                // The capacity a first push into a vector gives: one allocation, as before.
+                let mut entries = Vec::with_capacity(4);
+                entries.push(*only);
+                entries.insert(at, entry);
+                *self = Self::Many(entries);
+            }
+        }
+    }
+
+    /// Drops the first `count` entries.
+    fn drain_front(&mut self, count: usize) {
+        match self {
+            _ if count == 0 => {}
+            Self::One(_) => *self = Self::default(),
+            Self::Many(entries) => {
+                entries.drain(..count);
+            }
+        }
+    }
+}
+
 /// One key's entries in time order; those before `head` are freed.
 #[derive(Default)]
 struct KeyEntries {
-    entries: Vec<Entry>,
+    entries: EntryList,
     head: usize,
     /// Where the last probe's entries began: a hint only (checked before use), from which
     /// the next probe, usually of a slightly later time, steps forward.
@@ -129,7 +181,7 @@ impl KeyEntries {
     }
 
     fn compact(&mut self) {
-        self.entries.drain(..self.head);
+        self.entries.drain_front(self.head);
         self.cursor = self.cursor.saturating_sub(self.head);
         self.head = 0;
     }
@@ -387,17 +439,19 @@ mod tests {
 
     fn key_entries(times: &[i64]) -> KeyEntries {
         KeyEntries {
-            entries: times
-                .iter()
-                .enumerate()
-                .map(|(row, &time)| Entry {
-                    time,
-                    position: Position {
-                        chunk: 0,
-                        row: row as u32,
-                    },
-                })
-                .collect(),
+            entries: EntryList::Many(
+                times
+                    .iter()
+                    .enumerate()
+                    .map(|(row, &time)| Entry {
+                        time,
+                        position: Position {
+                            chunk: 0,
+                            row: row as u32,
+                        },
+                    })
+                    .collect(),
+            ),
             head: 0,
             cursor: 0,
         }
@@ -465,6 +519,32 @@ mod tests {
         state.prepare_probes(302, 302, 1000);
         assert_eq!(probed(&mut state, 0, 400), vec![(3, 0), (3, 1), (3, 2)]);
         assert_eq!(state.size(), state.bytes + 3 * std::mem::size_of::<Entry>());
+    }
+
+    #[test]
+    fn a_key_of_one_row_keeps_it_in_place_and_more_rows_keep_their_order() {
+        let entry = |time| Entry {
+            time,
+            position: Position { chunk: 0, row: 0 },
+        };
+        let times = |list: &EntryList| list.iter().map(|e| e.time).collect::<Vec<_>>();
+        let mut list = EntryList::default();
+        list.insert(0, entry(5));
+        assert!(matches!(list, EntryList::One(_)));
+        list.insert(0, entry(3));
+        list.insert(2, entry(9));
+        list.insert(2, entry(7));
+        assert_eq!(times(&list), vec![3, 5, 7, 9]);
+        list.drain_front(3);
+        assert_eq!(times(&list), vec![9]);
+        let mut one = EntryList::default();
+        one.insert(0, entry(1));
+        one.drain_front(0);
+        assert_eq!(times(&one), vec![1]);
+        one.drain_front(1);
+        assert!(one.is_empty());
+        one.insert(0, entry(2));
+        assert_eq!(times(&one), vec![2]);
     }
 
     #[test]
