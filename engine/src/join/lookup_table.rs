@@ -349,7 +349,8 @@ impl DenseKeys {
         let (Some(smallest), Some(largest)) = (min(&values), max(&values)) else {
             return Ok(None);
         };
-        // At most 2^32 - 1 values of 32 bits each: the range fits in a u64.
+        // Two i64 values differ by less than 2^64: the range fits in a u64 but for the one
+        // that saturates, far past any density.
         let range = ((largest as i128 - smallest as i128) as u64).saturating_add(1);
         let distinct_at_most = values.len() - values.null_count();
         if range > DENSE_SMALL_RANGE && (distinct_at_most as f64) < DENSE_MIN_DENSITY * range as f64
