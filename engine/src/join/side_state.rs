@@ -105,7 +105,8 @@ impl EntryList {
             Self::Many(entries) if entries.is_empty() => *self = Self::One(entry),
             Self::Many(entries) => entries.insert(at, entry),
             Self::One(only) => {
-                // The capacity a first push into a vector gives: one allocation, as before.
+                // The capacity a vector's first push gives it: a key of many rows still
+                // allocates once for its first four.
                 let mut entries = Vec::with_capacity(4);
                 entries.push(*only);
                 entries.insert(at, entry);
