@@ -227,10 +227,18 @@ impl StreamingContext {
 
     /// Plans `sql`, in Freshet's streaming dialect (see `docs/sql.md`), as a streaming query.
     pub async fn sql(&self, sql: &str) -> Result<StreamingQuery> {
-        let mut state = self.ctx.state();
+        // The parser's options only: the whole session state is copied for a query that
+        // changes it (below), not for every query.
+        let parser = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .options()
+            .sql_parser
+            .clone();
         // The parser's dialect is not Send: it lives only for the rewrite.
         let streaming = {
-            let parser = &state.config().options().sql_parser;
             let Some(dialect) = dialect_from_str(parser.dialect) else {
                 return plan_err!("unsupported SQL dialect {}", parser.dialect);
             };
@@ -247,9 +255,11 @@ impl StreamingContext {
         let per_query = streaming.emit != EmitMode::Default
             || !streaming.options.is_empty()
             || streaming.expire_after.is_some();
+        let mut state = None;
         if per_query {
             // EMIT, EXPIRE AFTER and WITH (…) apply to this query only: plan it on a copy of
             // the state.
+            let state = state.insert(self.ctx.state());
             let extensions = &mut state.config_mut().options_mut().extensions;
             if extensions.get::<FreshetOptions>().is_none() {
                 extensions.insert(FreshetOptions::default());
@@ -292,10 +302,9 @@ impl StreamingContext {
                 }
             }
         }
-        let context = if per_query {
-            SessionContext::new_with_state(state)
-        } else {
-            self.ctx.clone()
+        let context = match state {
+            Some(state) => SessionContext::new_with_state(state),
+            None => self.ctx.clone(),
         };
         // A panic in DataFusion's planner (a bug there) fails the query with its message.
         let (plan, task_ctx) = unless_panicked("planning the query", async {
