@@ -759,6 +759,37 @@ impl PackedGroupValues {
     }
 }
 
+/// The row count of key columns that are all fixed-width, without nulls, and hold one value
+/// each over at least two rows; `None` otherwise.
+fn one_fixed_width_key(cols: &[ArrayRef]) -> Option<usize> {
+    let rows = cols.first()?.len();
+    let constant = |array: &ArrayRef| {
+        if array.null_count() > 0 {
+            return false;
+        }
+        let Some(width) = array.data_type().primitive_width() else {
+            return false;
+        };
+        let data = array.to_data();
+        let Some(values) = data.buffers().first() else {
+            return false;
+        };
+        let values = &values.as_slice()[data.offset() * width..(data.offset() + rows) * width];
+        match width {
+            8 => same_values::<8>(values),
+            4 => same_values::<4>(values),
+            _ => values.chunks_exact(width).all(|v| v == &values[..width]),
+        }
+    };
+    (rows > 1 && cols.iter().all(constant)).then_some(rows)
+}
+
+/// Whether every `WIDTH`-byte value of `values` equals the first.
+fn same_values<const WIDTH: usize>(values: &[u8]) -> bool {
+    let (values, _) = values.as_chunks::<WIDTH>();
+    values.iter().all(|v| v == &values[0])
+}
+
 /// Writes to `groups` the groups of the leading `keys` that are in `table`; returns how
 /// many, stopping at the first new or long key.
 fn find_known(
@@ -823,6 +854,15 @@ impl GroupValues for PackedGroupValues {
                 self.columns.len(),
                 cols.len()
             );
+        }
+        if let Some(rows) = one_fixed_width_key(cols) {
+            // A batch of one key (a window's start over time-ordered rows) interns one row.
+            let one: Vec<ArrayRef> = cols.iter().map(|c| c.slice(0, 1)).collect();
+            self.intern_rows(&one, groups)?;
+            let group = groups[0];
+            groups.clear();
+            groups.resize(rows, group);
+            return Ok(());
         }
         match self.intern_short(cols, groups) {
             Some(interned) => interned,
@@ -1063,6 +1103,43 @@ mod tests {
             packed.intern(&later, &mut ids).unwrap();
             assert_eq!(ids, [1, 2, 0, 2], "{string_type}");
         }
+    }
+
+    #[test]
+    fn a_batch_of_one_fixed_width_key_takes_its_group_as_datafusion_does() {
+        let columns = |times: Vec<i64>, ints: Vec<Option<i32>>| -> Vec<ArrayRef> {
+            vec![
+                Arc::new(TimestampMillisecondArray::from(times)),
+                Arc::new(Int32Array::from(ints)),
+            ]
+        };
+        let batches = [
+            // One key, a known one, a new one, a null in one column, a one-row batch,
+            // two keys differing only in their last row.
+            columns(vec![5; 6], vec![Some(1); 6]),
+            columns(vec![5, 5, 6, 6], vec![Some(1), Some(2), Some(2), Some(1)]),
+            columns(vec![5; 3], vec![Some(1); 3]),
+            columns(vec![7; 4], vec![Some(3); 4]),
+            columns(vec![7; 3], vec![Some(3), None, Some(3)]),
+            columns(vec![8], vec![Some(3)]),
+            columns(vec![9, 9, 9, 9, 10], vec![Some(4); 5]),
+            columns(vec![11; 3], vec![Some(1), Some(1), Some(2)]),
+        ];
+        let schema = schema(&batches[0]);
+        let mut packed = PackedGroupValues::try_new(&schema).unwrap();
+        let mut expected = reference(&schema);
+        let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+        for (b, columns) in batches.iter().enumerate() {
+            // A slice past the first row checks the values' offset.
+            let columns: Vec<ArrayRef> = match columns[0].len() {
+                1 => columns.clone(),
+                n => columns.iter().map(|c| c.slice(1, n - 1)).collect(),
+            };
+            packed.intern(&columns, &mut got_ids).unwrap();
+            expected.intern(&columns, &mut want_ids).unwrap();
+            assert_eq!(got_ids, want_ids, "group ids of batch {b}");
+        }
+        assert_eq!(packed.len(), expected.len());
     }
 
     #[test]
