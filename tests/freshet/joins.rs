@@ -791,6 +791,55 @@ async fn a_late_row_of_an_outer_join_is_dropped_whatever_its_keys() {
     assert_eq!(query.metric_total("late_records_dropped"), 1);
 }
 
+/// A regular join matches rows whatever their event times, null ones included: a batch of
+/// kept rows whose times are all null is found by a few probing rows and by many.
+#[tokio::test]
+async fn a_regular_join_finds_kept_rows_whose_times_are_all_null() {
+    use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, TimestampMillisecondArray};
+    use datafusion::arrow::datatypes::Int64Type;
+    use datafusion::arrow::record_batch::RecordBatch;
+    use futures::TryStreamExt;
+    use std::sync::Arc;
+
+    let batch = |keys: Vec<i64>, times: Vec<Option<i64>>| {
+        RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
+            ("ts", Arc::new(TimestampMillisecondArray::from(times))),
+        ])
+        .unwrap()
+    };
+    for probing_rows in [3_i64, 200] {
+        let ctx = StreamingContext::with_partitions(1);
+        let options = StreamOptions {
+            event_time: Some("ts".to_string()),
+            partitions: Some(1),
+            ..StreamOptions::default()
+        };
+        let l = vec![batch(vec![0, 1, 2], vec![None; 3])];
+        let r = vec![
+            batch(vec![9], vec![Some(1_000)]),
+            batch(
+                (0..probing_rows).map(|k| k % 3).collect(),
+                (0..probing_rows).map(|k| Some(2_000 + k)).collect(),
+            ),
+        ];
+        ctx.register_batches("l", l[0].schema(), l, options.clone())
+            .unwrap();
+        ctx.register_batches("r", r[0].schema(), r, options)
+            .unwrap();
+        let query = ctx
+            .sql("SELECT l.k FROM l JOIN r ON l.k = r.k")
+            .await
+            .unwrap();
+        let rows: Vec<RecordBatch> = query.execute_merged().unwrap().try_collect().await.unwrap();
+        let matched: usize = rows
+            .iter()
+            .map(|b| b.column(0).as_primitive::<Int64Type>().len())
+            .sum();
+        assert_eq!(matched, probing_rows as usize, "{probing_rows} probing rows");
+    }
+}
+
 /// A lookup passes the stream's rows on in order, so a window over its output reads the
 /// stream's event time; a lookup that also keeps the table's unmatched rows (their stream
 /// time is null) has none, and the table's columns are no event time.

@@ -420,11 +420,16 @@ impl JoinStream {
         // The other side's until values a row can match.
         let bound = common.bound;
         let reach = |row: usize| bound.probe_range(which, times.value(row), untils.value(row));
-        if let (Some((first, _)), Some((_, last))) = (time_range, until_range) {
-            let from = bound.probe_range(which, first, last).0;
-            let to = bound.probe_range(which, first, last).1;
-            other.state.prepare_probes(from, to, matchable.len());
-        }
+        // Whether the other side holds rows the batch can reach: a side whose rows come
+        // after the other side's (q7's maxima, a window's end after its rows) probes nothing.
+        let reachable = match (time_range, until_range) {
+            (Some((first, _)), Some((_, last))) => {
+                let (from, to) = bound.probe_range(which, first, last);
+                other.state.prepare_probes(from, to, matchable.len());
+                other.state.holds_rows_within(from, to)
+            }
+            _ => false,
+        };
         // Probe the other side's rows.
         // Most rows find one match or none.
         let mut pairs = Pairs {
@@ -445,7 +450,7 @@ impl JoinStream {
             JoinSide::Left => untils.value(row).saturating_add(bound.upper),
             _ => untils.value(row).saturating_sub(bound.lower),
         };
-        for &row in &matchable {
+        for &row in matchable.iter().filter(|_| reachable) {
             let row_index = row as usize;
             let (from, to) = reach(row_index);
             candidates.clear();

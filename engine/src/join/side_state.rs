@@ -322,6 +322,16 @@ impl SideState {
         }
     }
 
+    /// Whether a live row may have a time in `[from, to]`: what [`Self::probe`] can find is
+    /// within the held chunks' time ranges.
+    pub fn holds_rows_within(&self, from: i64, to: i64) -> bool {
+        let from = from.max(self.freed_through.saturating_add(1));
+        self.chunks
+            .iter()
+            .flatten()
+            .any(|chunk| chunk.max_time >= from && chunk.min_time <= to)
+    }
+
     /// The sequence number of the oldest chunk still held (or of the next one).
     pub fn first_sequence(&self) -> u64 {
         self.first
