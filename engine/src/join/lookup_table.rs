@@ -25,15 +25,15 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
-use datafusion::arrow::compute::{cast, max, min, take};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
+use datafusion::arrow::compute::{max, min, take};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::key_comparator;
+use super::{integer_values, key_comparator};
 use crate::kernels::{
     PaddedStrings, ShortColumns, ShortKeyIndex, StringColumn, longest_string, max_length_i32,
 };
@@ -318,20 +318,6 @@ fn find_short(
         }
     }
     Ok(())
-}
-
-/// A key column as `i64` values, if it is an integer column whose values all fit.
-fn integer_values(key: &ArrayRef) -> Result<Option<Int64Array>> {
-    Ok(match key.data_type() {
-        DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32 => Some(cast(key, &DataType::Int64)?.as_primitive().clone()),
-        _ => None,
-    })
 }
 
 impl DenseKeys {

@@ -2,8 +2,11 @@
 //! event times, whose state the watermarks bound; [`LookupJoinExec`], a stream's rows looked
 //! up in a bounded table.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringViewArray};
-use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, StringArray, StringViewArray,
+};
+use datafusion::arrow::compute::{SortOptions, cast};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{NullEquality, Result};
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
@@ -18,6 +21,22 @@ mod side_state;
 pub use interval_join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};
 pub use lookup_join::{LookupJoinExec, LookupKind};
 pub use lookup_table::LookupTable;
+
+/// A key column as `i64` values, if it is an integer column whose values all fit: what a
+/// dense index (an array over the key range) of the lookup table and of a join side's rows
+/// reads.
+fn integer_values(key: &ArrayRef) -> Result<Option<Int64Array>> {
+    Ok(match key.data_type() {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32 => Some(cast(key, &DataType::Int64)?.as_primitive().clone()),
+        _ => None,
+    })
+}
 
 /// Equality of rows of the key columns `left` with rows of `right`; null keys never match
 /// (both joins keep them apart before comparing).

@@ -401,7 +401,11 @@ impl SideState {
             self.chunks.pop_front();
             self.first += 1;
         }
-        if self.entries > 1024 && self.entries > 2 * self.live_rows {
+        if self.live_rows == 0 {
+            // Everything freed (an input's end): no key's entries need reading.
+            self.index = PrehashedMap::default();
+            self.entries = 0;
+        } else if self.entries > 1024 && self.entries > 2 * self.live_rows {
             self.sweep_index();
         }
     }
