@@ -836,7 +836,10 @@ async fn a_regular_join_finds_kept_rows_whose_times_are_all_null() {
             .iter()
             .map(|b| b.column(0).as_primitive::<Int64Type>().len())
             .sum();
-        assert_eq!(matched, probing_rows as usize, "{probing_rows} probing rows");
+        assert_eq!(
+            matched, probing_rows as usize,
+            "{probing_rows} probing rows"
+        );
     }
 }
 

@@ -22,7 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
 use super::side_state::{Chunk, Position, SideState};
-use super::{KeyEquality, key_comparator};
+use super::{KeyEquality, integer_values, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
 use crate::message_loop::ended_state;
@@ -279,8 +279,21 @@ impl JoinStream {
             .iter()
             .map(|(l, _)| l.data_type(&left_schema))
             .collect::<Result<Vec<_>>>()?;
+        let integer_key = matches!(
+            key_types.as_slice(),
+            [DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32]
+        );
         let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
-            state: SideState::default(),
+            state: match integer_key {
+                true => SideState::with_integer_key(),
+                false => SideState::default(),
+            },
             watermark: i64::MIN,
             keys,
             key_types: key_types.clone(),
@@ -450,13 +463,26 @@ impl JoinStream {
             JoinSide::Left => untils.value(row).saturating_add(bound.upper),
             _ => untils.value(row).saturating_sub(bound.lower),
         };
+        let key_values = match keys.as_slice() {
+            [key] if reachable && other.state.wants_key_values() => integer_values(key)?,
+            _ => None,
+        };
+        let key_value = |row: usize| {
+            key_values
+                .as_ref()
+                .and_then(|values| values.is_valid(row).then(|| values.value(row)))
+        };
         for &row in matchable.iter().filter(|_| reachable) {
             let row_index = row as usize;
             let (from, to) = reach(row_index);
             candidates.clear();
-            other
-                .state
-                .probe(hashes[row_index], from, to, &mut candidates);
+            other.state.probe(
+                hashes[row_index],
+                key_value(row_index),
+                from,
+                to,
+                &mut candidates,
+            );
             let limit = other_has_until.then(|| time_limit(row_index));
             for &position in &candidates {
                 if let Some(limit) = limit

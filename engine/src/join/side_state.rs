@@ -14,6 +14,13 @@
 //! compare every kept row of the key. Freed rows' entries are cut from the front of a key's
 //! entries when the key is probed, and from every key when they outnumber the live rows.
 //!
+//! A join on one integer key (an id) indexes its rows by value in an array over the key
+//! range, `slots[value - smallest]`, instead of by hash: no hash table to grow, and ids
+//! drawn from a recent range (the bids of auctions in flight) stay in nearby slots. The
+//! range widens upward while it stays dense (at most [`DENSE_SLOTS_PER_ENTRY`] slots an
+//! entry, or [`DENSE_MIN_SLOTS`]), and narrows from below as freed keys empty its first
+//! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
+//!
 //! A chunk enters the index only once probing rows have reached its time range often enough
 //! to pay for it (with every chunk that came before it, so that the index grows in arrival
 //! order); until then a probe scans the chunk's key hashes and times. Indexing costs a hash
@@ -31,6 +38,7 @@ use std::collections::VecDeque;
 use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use super::integer_values;
 use crate::kernels::PrehashedMap;
 
 /// Probing rows that scan a kept chunk before it enters the index. A scan costs about a
@@ -38,6 +46,13 @@ use crate::kernels::PrehashedMap;
 /// bid was indexed), so a chunk is scanned by at most about as many rows as pay for its
 /// index.
 const SCANS_BEFORE_INDEX: usize = 64;
+
+/// Slots a dense index may span whatever its entries.
+const DENSE_MIN_SLOTS: usize = 1 << 16;
+
+/// Slots a dense index may span per index entry beyond [`DENSE_MIN_SLOTS`]: keys of one
+/// value in eight (DataFusion's perfect hash join asks for 15 %).
+const DENSE_SLOTS_PER_ENTRY: usize = 8;
 
 /// One batch of kept rows.
 pub(super) struct Chunk {
@@ -188,13 +203,139 @@ impl KeyEntries {
     }
 }
 
+/// Where each key's entries are: by hash, and for one integer key by value in a dense range.
+#[derive(Default)]
+struct KeyIndex {
+    by_hash: PrehashedMap<KeyEntries>,
+    dense: Option<DenseSlots>,
+}
+
+/// Key entries by value: `slots[value - smallest]`.
+#[derive(Default)]
+struct DenseSlots {
+    smallest: i64,
+    slots: Vec<KeyEntries>,
+    /// Whether a value has been indexed (and `smallest` set by the first).
+    started: bool,
+    /// Set once a value above the range was too far to widen it to: that value's entries
+    /// went by hash, where a wider range would no longer look for them.
+    frozen: bool,
+}
+
+impl DenseSlots {
+    fn slot(&self, value: i64) -> Option<usize> {
+        let offset = usize::try_from(value.checked_sub(self.smallest)?).ok()?;
+        (offset < self.slots.len()).then_some(offset)
+    }
+
+    /// The slot `value`'s entries go to, widening the range up to it while it stays dense
+    /// for `entries` index entries; `None`: by hash.
+    fn slot_to_insert(&mut self, value: i64, entries: usize) -> Option<usize> {
+        if !self.started {
+            self.started = true;
+            self.smallest = value;
+        }
+        if let Some(slot) = self.slot(value) {
+            return Some(slot);
+        }
+        if self.frozen || value < self.smallest {
+            return None;
+        }
+        let wanted = (value as i128 - self.smallest as i128 + 1) as u128;
+        let limit = DENSE_MIN_SLOTS.max(entries.saturating_mul(DENSE_SLOTS_PER_ENTRY));
+        if wanted > limit as u128 {
+            self.frozen = true;
+            return None;
+        }
+        self.slots.resize_with(wanted as usize, KeyEntries::default);
+        Some(wanted as usize - 1)
+    }
+
+    /// Drops the leading slots without live entries: their values, should they come again,
+    /// go by hash.
+    fn trim_front(&mut self) {
+        let empty = self
+            .slots
+            .iter()
+            .take_while(|key| key.live().is_empty())
+            .count();
+        self.slots.drain(..empty);
+        self.smallest = self.smallest.saturating_add(empty as i64);
+    }
+}
+
+impl KeyIndex {
+    /// The entries of the key hashing to `hash` whose value (for a dense index) is `value`.
+    fn get_mut(&mut self, hash: u64, value: Option<i64>) -> Option<&mut KeyEntries> {
+        if let (Some(dense), Some(value)) = (&mut self.dense, value)
+            && let Some(slot) = dense.slot(value)
+        {
+            return Some(&mut dense.slots[slot]);
+        }
+        self.by_hash.get_mut(&hash)
+    }
+
+    /// As [`Self::get_mut`], creating the key's entries if new; `entries` index entries in
+    /// all bound how far a dense range widens.
+    fn entry(&mut self, hash: u64, value: Option<i64>, entries: usize) -> &mut KeyEntries {
+        if let (Some(dense), Some(value)) = (&mut self.dense, value)
+            && let Some(slot) = dense.slot_to_insert(value, entries)
+        {
+            return &mut dense.slots[slot];
+        }
+        self.by_hash.entry(hash).or_default()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &KeyEntries> {
+        let dense = self.dense.iter().flat_map(|dense| dense.slots.iter());
+        self.by_hash.values().chain(dense)
+    }
+
+    fn keys_mut(&mut self) -> impl Iterator<Item = &mut KeyEntries> {
+        let dense = self
+            .dense
+            .iter_mut()
+            .flat_map(|dense| dense.slots.iter_mut());
+        self.by_hash.values_mut().chain(dense)
+    }
+
+    /// Frees and compacts every key's entries through `freed_through`, dropping keys left
+    /// without live ones; the live entries.
+    fn sweep(&mut self, freed_through: i64) -> usize {
+        for key in self.keys_mut() {
+            key.free_through(freed_through);
+            key.compact();
+        }
+        self.by_hash.retain(|_, key| !key.live().is_empty());
+        if let Some(dense) = &mut self.dense {
+            dense.trim_front();
+        }
+        self.keys().map(|key| key.live().len()).sum()
+    }
+
+    fn clear(&mut self) {
+        self.by_hash = PrehashedMap::default();
+        if let Some(dense) = &mut self.dense {
+            dense.smallest = dense.smallest.saturating_add(dense.slots.len() as i64);
+            dense.slots = Vec::new();
+        }
+    }
+
+    /// Bytes of the dense slots (the hashed keys are counted by entry).
+    fn dense_size(&self) -> usize {
+        self.dense.as_ref().map_or(0, |dense| {
+            dense.slots.capacity() * std::mem::size_of::<KeyEntries>()
+        })
+    }
+}
+
 /// See the module documentation.
 pub(super) struct SideState {
     /// Chunk `first + i` is `chunks[i]`; `None` once freed.
     chunks: VecDeque<Option<Chunk>>,
     first: u64,
-    /// Per key hash, the entries in event-time order.
-    index: PrehashedMap<KeyEntries>,
+    /// Per key, the entries in event-time order.
+    index: KeyIndex,
     /// The chunks not in the index yet, oldest first: every chunk before them is.
     unindexed: VecDeque<Unindexed>,
     /// Rows at or before this event time are freed.
@@ -210,7 +351,7 @@ impl Default for SideState {
         Self {
             chunks: VecDeque::new(),
             first: 0,
-            index: PrehashedMap::default(),
+            index: KeyIndex::default(),
             unindexed: VecDeque::new(),
             freed_through: i64::MIN,
             entries: 0,
@@ -221,6 +362,23 @@ impl Default for SideState {
 }
 
 impl SideState {
+    /// State for rows of one integer key column, indexed by value where the values are dense
+    /// (see the module documentation).
+    pub fn with_integer_key() -> Self {
+        Self {
+            index: KeyIndex {
+                dense: Some(DenseSlots::default()),
+                ..KeyIndex::default()
+            },
+            ..Self::default()
+        }
+    }
+
+    /// Whether probes should give their key's integer value ([`Self::probe`]).
+    pub fn wants_key_values(&self) -> bool {
+        self.index.dense.is_some()
+    }
+
     /// Keeps `chunk`, whose rows have key hashes `hashes`; it enters the index once enough
     /// probing rows reach its times ([`Self::prepare_probes`]).
     pub fn insert(&mut self, chunk: Chunk, hashes: Vec<u64>) {
@@ -267,8 +425,22 @@ impl SideState {
             return;
         };
         let times = kept.times.values();
+        // A dense index reads each row's value (none for a null key, which goes by hash and
+        // matches nothing).
+        let values = match (&self.index.dense, kept.keys.as_slice()) {
+            (Some(_), [key]) => integer_values(key).ok().flatten(),
+            _ => None,
+        };
+        let value = |row: usize| {
+            values
+                .as_ref()
+                .and_then(|v| v.is_valid(row).then(|| v.value(row)))
+        };
         for (row, (&hash, &time)) in chunk.hashes.iter().zip(times).enumerate() {
-            let entries = &mut self.index.entry(hash).or_default().entries;
+            let entries = &mut self
+                .index
+                .entry(hash, value(row), self.entries + row)
+                .entries;
             let entry = Entry {
                 time,
                 position: Position {
@@ -286,9 +458,17 @@ impl SideState {
     /// Appends to `out` the kept rows whose key hashes to `hash` (possibly another key's)
     /// with an event time in `[from, to]`: the indexed ones in time order (first cutting the
     /// freed rows' entries from the front of the key's), then those of the unindexed chunks
-    /// in arrival order.
-    pub fn probe(&mut self, hash: u64, from: i64, to: i64, out: &mut Vec<Position>) {
-        if let Some(key) = self.index.get_mut(&hash) {
+    /// in arrival order. `value` is the key's integer value where [`Self::wants_key_values`]
+    /// (`None` for a null key).
+    pub fn probe(
+        &mut self,
+        hash: u64,
+        value: Option<i64>,
+        from: i64,
+        to: i64,
+        out: &mut Vec<Position>,
+    ) {
+        if let Some(key) = self.index.get_mut(hash, value) {
             self.entries -= key.free_through(self.freed_through);
             let start = key.seek(from);
             out.extend(
@@ -369,7 +549,10 @@ impl SideState {
     /// Takes back what a checkpoint kept: the chunks [`Self::held_chunks`] listed, with their
     /// rows' key hashes, and the time rows were freed through.
     pub fn restore(&mut self, chunks: Vec<(Chunk, Vec<u64>)>, freed_through: i64) {
-        *self = Self::default();
+        *self = match self.index.dense {
+            Some(_) => Self::with_integer_key(),
+            None => Self::default(),
+        };
         for (chunk, hashes) in chunks {
             self.insert(chunk, hashes);
         }
@@ -403,7 +586,7 @@ impl SideState {
         }
         if self.live_rows == 0 {
             // Everything freed (an input's end): no key's entries need reading.
-            self.index = PrehashedMap::default();
+            self.index.clear();
             self.entries = 0;
         } else if self.entries > 1024 && self.entries > 2 * self.live_rows {
             self.sweep_index();
@@ -412,13 +595,7 @@ impl SideState {
 
     /// Drops the entries of freed rows from every key.
     fn sweep_index(&mut self) {
-        let freed_through = self.freed_through;
-        self.index.retain(|_, key| {
-            key.free_through(freed_through);
-            key.compact();
-            !key.live().is_empty()
-        });
-        self.entries = self.index.values().map(|key| key.live().len()).sum();
+        self.entries = self.index.sweep(self.freed_through);
     }
 
     /// Bytes held (batches and keys; the index is counted by entry, and by hash for the
@@ -426,6 +603,7 @@ impl SideState {
     pub fn size(&self) -> usize {
         let unindexed: usize = self.unindexed.iter().map(|c| c.hashes.len()).sum();
         self.bytes
+            + self.index.dense_size()
             + self.entries * std::mem::size_of::<Entry>()
             + unindexed * std::mem::size_of::<u64>()
     }
@@ -449,6 +627,8 @@ fn keys_size(keys: &[ArrayRef]) -> usize {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use datafusion::arrow::array::AsArray;
 
     use super::*;
 
@@ -492,12 +672,85 @@ mod tests {
 
     fn probed(state: &mut SideState, from: i64, to: i64) -> Vec<(u64, u32)> {
         let mut out = Vec::new();
-        state.probe(7, from, to, &mut out);
+        state.probe(7, None, from, to, &mut out);
         out.iter().map(|p| (p.chunk, p.row)).collect()
     }
 
     fn indexed_rows(state: &SideState) -> usize {
-        state.index.values().map(|key| key.live().len()).sum()
+        state.index.keys().map(|key| key.live().len()).sum()
+    }
+
+    /// A chunk of rows at times `first..` with integer keys `keys`, hashed so that every
+    /// value collides with another (the probe's equality check is not this state's).
+    fn keyed_chunk(first: i64, keys: Vec<Option<i32>>) -> (Chunk, Vec<u64>) {
+        let rows = keys.len() as i64;
+        let (mut chunk, _) = chunk(first..first + rows);
+        let hashes = keys
+            .iter()
+            .map(|key| key.map_or(0, |k| (k as u64) / 2))
+            .collect();
+        chunk.keys = vec![Arc::new(datafusion::arrow::array::Int32Array::from(keys))];
+        (chunk, hashes)
+    }
+
+    #[test]
+    fn an_integer_key_indexed_by_value_finds_what_the_hashed_index_finds() {
+        let draw = |i: u64| crate::splitmix64(i);
+        let mut hashed = SideState::default();
+        let mut dense = SideState::with_integer_key();
+        // Ids rising in a dense run, some below the start, nulls; a value too far above
+        // the range for its entries (70 000) freezes the range, and comes again once the
+        // entries would allow the range to reach it; values above it after that.
+        for batch in 0..40u64 {
+            let keys: Vec<Option<i32>> = (0..300u64)
+                .map(|i| {
+                    let d = draw(batch * 1000 + i);
+                    Some(match (batch, d % 20) {
+                        (_, 0) => return None,
+                        (_, 1) => -(((d >> 8) % 100) as i32),
+                        (5 | 35, 2) => 70_000,
+                        (30, 3) => 2_000_000_000,
+                        (31.., 4) => 1_000_000 + ((d >> 8) % 50) as i32,
+                        _ => (batch * 40 + (d >> 8) % 60) as i32,
+                    })
+                })
+                .collect();
+            let time = batch as i64 * 300;
+            for state in [&mut hashed, &mut dense] {
+                let (chunk, hashes) = keyed_chunk(time, keys.clone());
+                state.insert(chunk, hashes);
+                state.prepare_probes(time, time + 300, SCANS_BEFORE_INDEX + 1);
+                if batch == 38 {
+                    state.free_through(600);
+                }
+            }
+        }
+        assert!(indexed_rows(&dense) > 0);
+        assert!(dense.index.dense.as_ref().is_some_and(|d| d.frozen));
+        let probe = |state: &mut SideState, key: i32| {
+            let mut out = Vec::new();
+            let hash = (key as u64) / 2;
+            state.probe(hash, Some(i64::from(key)), i64::MIN, i64::MAX, &mut out);
+            // The hashed index also finds the keys sharing a hash.
+            out.retain(|p| {
+                let keys = state.chunk(p.chunk).unwrap().keys[0]
+                    .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+                    .clone();
+                keys.is_valid(p.row as usize) && keys.value(p.row as usize) == key
+            });
+            out
+        };
+        let mut found = 0;
+        let keys = (-120..1_700)
+            .chain(999_990..1_000_060)
+            .chain([70_000, 2_000_000_000]);
+        for key in keys {
+            let want = probe(&mut hashed, key);
+            let got = probe(&mut dense, key);
+            assert_eq!(got, want, "key {key}");
+            found += got.len();
+        }
+        assert!(found > 8_000, "{found} rows found");
     }
 
     #[test]
