@@ -17,8 +17,8 @@
 //! A join on one integer key (an id) indexes its rows by value in an array over the key
 //! range, `slots[value - smallest]`, instead of by hash: no hash table to grow, and ids
 //! drawn from a recent range (the bids of auctions in flight) stay in nearby slots. The
-//! range widens upward while it stays dense (at most [`DENSE_SLOTS_PER_ENTRY`] slots an
-//! entry, or [`DENSE_MIN_SLOTS`]), and narrows from below as freed keys empty its first
+//! range widens upward while it stays dense (at most [`DENSE_SLOTS_PER_KEY`] slots a key
+//! held, or [`DENSE_MIN_SLOTS`]), and narrows from below as freed keys empty its first
 //! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
 //!
 //! A chunk enters the index only once probing rows have reached its time range often enough
@@ -50,9 +50,9 @@ const SCANS_BEFORE_INDEX: usize = 64;
 /// Slots a dense index may span whatever its entries.
 const DENSE_MIN_SLOTS: usize = 1 << 16;
 
-/// Slots a dense index may span per index entry beyond [`DENSE_MIN_SLOTS`]: keys of one
+/// Slots a dense index may span per key it holds, beyond [`DENSE_MIN_SLOTS`]: keys of one
 /// value in eight (DataFusion's perfect hash join asks for 15 %).
-const DENSE_SLOTS_PER_ENTRY: usize = 8;
+const DENSE_SLOTS_PER_KEY: usize = 8;
 
 /// One batch of kept rows.
 pub(super) struct Chunk {
@@ -215,6 +215,8 @@ struct KeyIndex {
 struct DenseSlots {
     smallest: i64,
     slots: Vec<KeyEntries>,
+    /// Slots holding entries (counted as they fill, recounted when freed rows are swept).
+    used: usize,
     /// Whether a value has been indexed (and `smallest` set by the first).
     started: bool,
     /// Set once a value above the range was too far to widen it to: that value's entries
@@ -228,27 +230,29 @@ impl DenseSlots {
         (offset < self.slots.len()).then_some(offset)
     }
 
-    /// The slot `value`'s entries go to, widening the range up to it while it stays dense
-    /// for `entries` index entries; `None`: by hash.
-    fn slot_to_insert(&mut self, value: i64, entries: usize) -> Option<usize> {
+    /// The slot `value`'s entries go to, widening the range up to it while it stays dense;
+    /// `None`: by hash.
+    fn slot_to_insert(&mut self, value: i64) -> Option<usize> {
         if !self.started {
             self.started = true;
             self.smallest = value;
         }
-        if let Some(slot) = self.slot(value) {
-            return Some(slot);
-        }
-        if self.frozen || value < self.smallest {
-            return None;
-        }
-        let wanted = (value as i128 - self.smallest as i128 + 1) as u128;
-        let limit = DENSE_MIN_SLOTS.max(entries.saturating_mul(DENSE_SLOTS_PER_ENTRY));
-        if wanted > limit as u128 {
-            self.frozen = true;
-            return None;
-        }
-        self.slots.resize_with(wanted as usize, KeyEntries::default);
-        Some(wanted as usize - 1)
+        let slot = match self.slot(value) {
+            Some(slot) => slot,
+            None if self.frozen || value < self.smallest => return None,
+            None => {
+                let wanted = (value as i128 - self.smallest as i128 + 1) as u128;
+                let limit = DENSE_MIN_SLOTS.max((self.used + 1) * DENSE_SLOTS_PER_KEY);
+                if wanted > limit as u128 {
+                    self.frozen = true;
+                    return None;
+                }
+                self.slots.resize_with(wanted as usize, KeyEntries::default);
+                wanted as usize - 1
+            }
+        };
+        self.used += usize::from(self.slots[slot].entries.is_empty());
+        Some(slot)
     }
 
     /// Drops the leading slots without live entries: their values, should they come again,
@@ -261,6 +265,11 @@ impl DenseSlots {
             .count();
         self.slots.drain(..empty);
         self.smallest = self.smallest.saturating_add(empty as i64);
+        self.used = self
+            .slots
+            .iter()
+            .filter(|key| !key.live().is_empty())
+            .count();
     }
 }
 
@@ -275,11 +284,10 @@ impl KeyIndex {
         self.by_hash.get_mut(&hash)
     }
 
-    /// As [`Self::get_mut`], creating the key's entries if new; `entries` index entries in
-    /// all bound how far a dense range widens.
-    fn entry(&mut self, hash: u64, value: Option<i64>, entries: usize) -> &mut KeyEntries {
+    /// As [`Self::get_mut`], creating the key's entries if new.
+    fn entry(&mut self, hash: u64, value: Option<i64>) -> &mut KeyEntries {
         if let (Some(dense), Some(value)) = (&mut self.dense, value)
-            && let Some(slot) = dense.slot_to_insert(value, entries)
+            && let Some(slot) = dense.slot_to_insert(value)
         {
             return &mut dense.slots[slot];
         }
@@ -318,6 +326,7 @@ impl KeyIndex {
         if let Some(dense) = &mut self.dense {
             dense.smallest = dense.smallest.saturating_add(dense.slots.len() as i64);
             dense.slots = Vec::new();
+            dense.used = 0;
         }
     }
 
@@ -437,10 +446,7 @@ impl SideState {
                 .and_then(|v| v.is_valid(row).then(|| v.value(row)))
         };
         for (row, (&hash, &time)) in chunk.hashes.iter().zip(times).enumerate() {
-            let entries = &mut self
-                .index
-                .entry(hash, value(row), self.entries + row)
-                .entries;
+            let entries = &mut self.index.entry(hash, value(row)).entries;
             let entry = Entry {
                 time,
                 position: Position {
@@ -699,8 +705,8 @@ mod tests {
         let mut hashed = SideState::default();
         let mut dense = SideState::with_integer_key();
         // Ids rising in a dense run, some below the start, nulls; a value too far above
-        // the range for its entries (70 000) freezes the range, and comes again once the
-        // entries would allow the range to reach it; values above it after that.
+        // the range for its keys (70 000) freezes the range, and comes again once as many
+        // keys would allow the range to reach it; values above it after that.
         for batch in 0..40u64 {
             let keys: Vec<Option<i32>> = (0..300u64)
                 .map(|i| {
@@ -711,7 +717,7 @@ mod tests {
                         (5 | 35, 2) => 70_000,
                         (30, 3) => 2_000_000_000,
                         (31.., 4) => 1_000_000 + ((d >> 8) % 50) as i32,
-                        _ => (batch * 40 + (d >> 8) % 60) as i32,
+                        _ => (batch * 300 + (d >> 8) % 400) as i32,
                     })
                 })
                 .collect();
@@ -741,7 +747,7 @@ mod tests {
             out
         };
         let mut found = 0;
-        let keys = (-120..1_700)
+        let keys = (-120..12_400)
             .chain(999_990..1_000_060)
             .chain([70_000, 2_000_000_000]);
         for key in keys {
