@@ -708,16 +708,16 @@ mod tests {
         // the range for its keys (70 000) freezes the range, and comes again once as many
         // keys would allow the range to reach it; values above it after that.
         for batch in 0..40u64 {
-            let keys: Vec<Option<i32>> = (0..300u64)
+            let keys: Vec<Option<i32>> = (0..500u64)
                 .map(|i| {
                     let d = draw(batch * 1000 + i);
                     Some(match (batch, d % 20) {
                         (_, 0) => return None,
                         (_, 1) => -(((d >> 8) % 100) as i32),
-                        (5 | 35, 2) => 70_000,
+                        (5 | 39, 2) => 70_000,
                         (30, 3) => 2_000_000_000,
                         (31.., 4) => 1_000_000 + ((d >> 8) % 50) as i32,
-                        _ => (batch * 300 + (d >> 8) % 400) as i32,
+                        _ => (batch * 300 + (d >> 8) % 300) as i32,
                     })
                 })
                 .collect();
@@ -725,7 +725,7 @@ mod tests {
             for state in [&mut hashed, &mut dense] {
                 let (chunk, hashes) = keyed_chunk(time, keys.clone());
                 state.insert(chunk, hashes);
-                state.prepare_probes(time, time + 300, SCANS_BEFORE_INDEX + 1);
+                state.prepare_probes(time, time + 500, SCANS_BEFORE_INDEX + 1);
                 if batch == 38 {
                     state.free_through(600);
                 }
