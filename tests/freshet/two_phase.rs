@@ -357,9 +357,10 @@ async fn over_replay(path: &str, sql: &str, streams: usize) -> (Vec<RecordBatch>
     (results, late, query.explain())
 }
 
-/// Over a replay of files, the partial steps of tumbling windows leave lateness to the final
-/// step, which reads the states in the replay's order: the windows and the late records are
-/// those of one phase at any number of streams.
+/// Over a replay of files, the partial steps of tumbling and hopping windows leave lateness
+/// to the final step, which reads the states in the replay's order: the windows and the late
+/// records are those of one phase at any number of streams (a hopping record loses its
+/// closed windows alone, and is late once its latest one is closed).
 #[tokio::test]
 async fn over_a_replay_the_final_step_judges_late_records_in_file_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -371,19 +372,24 @@ async fn over_a_replay_the_final_step_judges_late_records_in_file_order() {
     let batch = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
     crate::support::write_parquet(&path, &batch, 1_500);
     let path = path.to_str().unwrap();
-    let query = |strategy: &str| {
-        format!(
-            "SELECT k1, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 \
-             WINDOW TUMBLING (ts, INTERVAL '2' SECOND) WITH ('partitioning_strategy' = '{strategy}')"
-        )
-    };
-    for streams in [2, 4] {
-        let (one_phase, late, _) = over_replay(path, &query("hash"), streams).await;
-        let (two_phase, late_2, plan) = over_replay(path, &query("two_phase"), streams).await;
-        assert!(plan.contains(TWO_PHASE), "{plan}");
-        assert!(late > 0, "the data must hold late records");
-        assert_eq!(late_2, late, "{streams} streams");
-        freshet::testing::compare_results(&one_phase, &two_phase, false)
-            .unwrap_or_else(|e| panic!("{streams} streams: {e}"));
+    for window in [
+        "TUMBLING (ts, INTERVAL '2' SECOND)",
+        "HOPPING (ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
+    ] {
+        let query = |strategy: &str| {
+            format!(
+                "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 \
+                 WINDOW {window} WITH ('partitioning_strategy' = '{strategy}')"
+            )
+        };
+        for streams in [2, 4] {
+            let (one_phase, late, _) = over_replay(path, &query("hash"), streams).await;
+            let (two_phase, late_2, plan) = over_replay(path, &query("two_phase"), streams).await;
+            assert!(plan.contains(TWO_PHASE), "{plan}");
+            assert!(late > 0, "the data must hold late records");
+            assert_eq!(late_2, late, "{window} at {streams} streams");
+            freshet::testing::compare_results(&one_phase, &two_phase, false)
+                .unwrap_or_else(|e| panic!("{window} at {streams} streams: {e}"));
+        }
     }
 }

@@ -176,12 +176,16 @@ impl InputStep for PartialAggregate {
         self.window.is_some()
     }
 
-    /// A record is in one tumbling window, so the final step drops a state of a window it
-    /// has closed as the records it counts.
+    /// The final step drops a state of a window it has closed, and counts as late the
+    /// records the state counts: those whose latest window it is (a hopping record's earlier
+    /// windows count none), so a record is late exactly when its latest window is closed.
     fn lateness_deferrable(&self) -> bool {
-        self.window
-            .as_ref()
-            .is_some_and(|window| matches!(window.spec, WindowSpec::Tumble { .. }))
+        self.window.as_ref().is_some_and(|window| {
+            matches!(
+                window.spec,
+                WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }
+            )
+        })
     }
 
     fn check_lateness_deferred(&self) -> Result<()> {
