@@ -15,8 +15,8 @@
 //! - A step that can leave lateness to its consumer ([`InputStep::lateness_deferrable`])
 //!   over inputs the exchange merges by replay position runs at no watermark instead: the
 //!   consumer, reading the outputs in replay order, holds exactly the watermark one stream
-//!   would, and drops what arrives for what it has closed (a tumbling window's partial
-//!   states: each record is in one of them). No turns are taken.
+//!   would, and drops what arrives for what it has closed (a window's partial states, each
+//!   counting the records whose latest window it is). No turns are taken.
 //! - Once the output of a batch is final, [`InputStepState::commit`] lets the step act on it
 //!   (count, send late rows to a side output) exactly once.
 //! - At the end of the input, [`InputStepState::finish`] hands over what the step still

@@ -36,7 +36,7 @@
 //! are late) makes the input tasks take turns (one async lock) for the span from reading the
 //! watermark to having sent their output and any new watermark; see [`input_step`]. Over a
 //! replay whose inputs it merges by position, a step that can leave lateness to its consumer
-//! (a tumbling window's partial states) runs at no watermark and takes no turns: its outputs
+//! (a tumbling or hopping window's partial states) runs at no watermark and takes no turns: its outputs
 //! are merged in the replay's order like rows, and the consumer judges them.
 //!
 //! One input partition into one output (a query on one stream) needs none of this: unless an

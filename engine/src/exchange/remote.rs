@@ -73,7 +73,7 @@ impl StreamExchangeExec {
         {
             return plan_err!(
                 "a two-phase aggregation over windows cannot cross workers unless it reads a \
-                 replay of files over TUMBLING windows: its partial steps judge late records \
+                 replay of files over TUMBLING or HOPPING windows: its partial steps judge late records \
                  at the watermark of the final step, which workers do not share; set \
                  partitioning_strategy = 'hash'"
             );
