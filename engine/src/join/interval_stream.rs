@@ -22,7 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
 use super::side_state::{Chunk, Position, SideState};
-use super::{KeyEquality, integer_values, key_comparator};
+use super::{KeyEquality, integer_values, is_integer_key, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
 use crate::message_loop::ended_state;
@@ -279,16 +279,7 @@ impl JoinStream {
             .iter()
             .map(|(l, _)| l.data_type(&left_schema))
             .collect::<Result<Vec<_>>>()?;
-        let integer_key = matches!(
-            key_types.as_slice(),
-            [DataType::Int8
-                | DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::UInt8
-                | DataType::UInt16
-                | DataType::UInt32]
-        );
+        let integer_key = matches!(key_types.as_slice(), [key_type] if is_integer_key(key_type));
         let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
             state: match integer_key {
                 true => SideState::with_integer_key(),

@@ -26,16 +26,24 @@ pub use lookup_table::LookupTable;
 /// dense index (an array over the key range) of the lookup table and of a join side's rows
 /// reads.
 fn integer_values(key: &ArrayRef) -> Result<Option<Int64Array>> {
-    Ok(match key.data_type() {
-        DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32 => Some(cast(key, &DataType::Int64)?.as_primitive().clone()),
-        _ => None,
+    Ok(match is_integer_key(key.data_type()) {
+        true => Some(cast(key, &DataType::Int64)?.as_primitive().clone()),
+        false => None,
     })
+}
+
+/// Whether a key of this type has an exact `i64` view ([`integer_values`]).
+fn is_integer_key(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+    )
 }
 
 /// Equality of rows of the key columns `left` with rows of `right`; null keys never match

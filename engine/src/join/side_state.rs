@@ -321,13 +321,12 @@ impl KeyIndex {
         self.keys().map(|key| key.live().len()).sum()
     }
 
+    /// Drops every key: with no entries left anywhere, a dense range starts afresh.
     fn clear(&mut self) {
-        self.by_hash = PrehashedMap::default();
-        if let Some(dense) = &mut self.dense {
-            dense.smallest = dense.smallest.saturating_add(dense.slots.len() as i64);
-            dense.slots = Vec::new();
-            dense.used = 0;
-        }
+        *self = Self {
+            by_hash: PrehashedMap::default(),
+            dense: self.dense.as_ref().map(|_| DenseSlots::default()),
+        };
     }
 
     /// Bytes of the dense slots (the hashed keys are counted by entry).
