@@ -37,6 +37,7 @@ impl LocalWorker {
         use std::io::BufRead;
         let mut child = Command::new(std::env::current_exe()?)
             .args(["worker", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
         let mut line = String::new();
@@ -52,8 +53,12 @@ impl LocalWorker {
         }
     }
 
-    /// Stops the worker and waits for it.
-    fn stop(mut self) {
+}
+
+/// A local worker stops with the bench, on an error too: a worker left running would hold
+/// the bench's output open for whoever reads it to its end.
+impl Drop for LocalWorker {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -167,9 +172,7 @@ pub(super) async fn bench_workers(
                 alone.push(run(&args, &[])?);
                 spread.push(run(&args, &local)?);
             }
-            for worker in local {
-                worker.stop();
-            }
+            drop(local);
             let rate = |timed: &[Timed]| {
                 median(
                     timed
