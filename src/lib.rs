@@ -28,6 +28,7 @@
 
 pub mod cli;
 pub mod distributed;
+pub mod memory;
 pub mod testing;
 
 pub use freshet_bench as bench;

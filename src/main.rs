@@ -6,5 +6,6 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    freshet::memory::without_transparent_huge_pages();
     freshet::cli::main()
 }

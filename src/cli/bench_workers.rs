@@ -52,7 +52,6 @@ impl LocalWorker {
             _ => plan_err!("a local worker did not start: {line}"),
         }
     }
-
 }
 
 /// A local worker stops with the bench, on an error too: a worker left running would hold

@@ -633,3 +633,45 @@ fn explain_says_which_key_columns_of_a_changelog_are_not_selected() {
         "{line}"
     );
 }
+
+/// The program runs in small pages (`src/memory.rs`), unless the user asks mimalloc for huge
+/// ones (`MIMALLOC_ALLOW_THP`); read from the running process's `/proc` status.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_program_runs_without_transparent_huge_pages_unless_asked() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    for (asked, expected) in [(None, "0"), (Some("1"), "1")] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_freshet"));
+        command
+            .args([
+                "query",
+                "SELECT * FROM market_data",
+                "--table",
+                "market_data=generator:market_data,records=unbounded",
+                "-o",
+                "csv",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(value) = asked {
+            command.env("MIMALLOC_ALLOW_THP", value);
+        } else {
+            command.env_remove("MIMALLOC_ALLOW_THP");
+        }
+        let mut child = command.spawn().unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let thp_enabled = status
+            .lines()
+            .find_map(|line| line.strip_prefix("THP_enabled:"))
+            .map(str::trim);
+        assert_eq!(thp_enabled, Some(expected), "asked {asked:?}: {status}");
+    }
+}
