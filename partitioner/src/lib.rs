@@ -15,6 +15,8 @@
 
 mod router;
 mod strategy;
+mod time_range;
 
 pub use router::Router;
 pub use strategy::{RoutingStrategy, TimeRuns, WatermarkDomain};
+pub use time_range::time_range;
