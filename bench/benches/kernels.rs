@@ -27,7 +27,7 @@ use datafusion::physical_plan::aggregates::group_values::{
     GroupValues, new_group_values as datafusion_group_values,
 };
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
+use datafusion::physical_plan::repartition::{BatchPartitioner, REPARTITION_RANDOM_STATE};
 use freshet_engine::join::LookupTable;
 use freshet_engine::kernels::{
     GroupTable, RunningAggregates, WindowedGroupValues, new_group_values, take_rows,
@@ -92,6 +92,59 @@ fn kernels(c: &mut Criterion) {
     group.bench_function("hash_routing_2_streams", |b| {
         b.iter(|| hash.route(batch.clone()).expect("routes")) // ok: bench
     });
+    let mut datafusion_hash = BatchPartitioner::new_hash_partitioner(
+        keys.clone(),
+        2,
+        datafusion::physical_plan::metrics::Time::new(),
+    )
+    .expect("partitioner"); // ok: bench setup
+    group.bench_function("hash_routing_2_streams_datafusion", |b| {
+        b.iter(|| {
+            datafusion_hash
+                .partition_iter(batch.clone())
+                .expect("routes") // ok: bench
+                .count()
+        })
+    });
+    // S1's columns over Parquet: the symbol as string views, the price and the time.
+    let views = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("symbol", DataType::Utf8View, false),
+            schema.field(2).clone(),
+            schema.field(4).clone(),
+        ])),
+        vec![
+            cast(batch.column(0), &DataType::Utf8View).expect("views"), // ok: bench setup
+            batch.column(2).clone(),
+            batch.column(4).clone(),
+        ],
+    )
+    .expect("a batch"); // ok: bench setup
+    let symbol = vec![col("symbol", &views.schema()).expect("column")]; // ok: bench setup
+    for outputs in [2, 4] {
+        let mut ours =
+            Router::try_new(&RoutingStrategy::Hash(symbol.clone()), 0, 1, outputs).expect("router"); // ok: bench setup
+        group.bench_function(format!("hash_routing_views_{outputs}_streams"), |b| {
+            b.iter(|| ours.route(views.clone()).expect("routes")) // ok: bench
+        });
+        let mut theirs = BatchPartitioner::new_hash_partitioner(
+            symbol.clone(),
+            outputs,
+            datafusion::physical_plan::metrics::Time::new(),
+        )
+        .expect("partitioner"); // ok: bench setup
+        group.bench_function(
+            format!("hash_routing_views_{outputs}_streams_datafusion"),
+            |b| {
+                b.iter(|| {
+                    theirs
+                        .partition_iter(views.clone())
+                        .expect("routes") // ok: bench
+                        .count()
+                })
+            },
+        );
+    }
     // The check of a `partitioned_by=trader_id+symbol` declaration, on keys the partition has
     // met (what a sticky replay pays per batch once its keys are known).
     let declared = ["trader_id".to_string(), "symbol".to_string()];

@@ -6,13 +6,16 @@
 //! partitioning, which input feeds which output, and the watermark domains (the inputs whose
 //! watermark is combined for an output). [`Router`] applies a strategy to the batches of one
 //! input partition. The exchange (`freshet_engine::exchange`) moves batches and watermarks
-//! and asks this crate every question about where they go. Hash and
-//! round-robin routing reuse DataFusion's `BatchPartitioner` (hashes of whole columns with
-//! `create_hashes`, one counting pass, one grouped `take`), so a source declared
-//! hash-partitioned by DataFusion's function and Freshet's exchange agree on where a key lives.
+//! and asks this crate every question about where they go. Hash routing sends a row where
+//! DataFusion's hash repartition sends it (`create_hashes` of its keys with the
+//! repartition's seed, modulo the outputs), so a source declared hash-partitioned by
+//! DataFusion's function and Freshet's exchange agree on where a key lives: to two outputs
+//! in two passes of its own (`hash_routing.rs`), to other counts, and round-robin, with
+//! DataFusion's `BatchPartitioner` (one grouped `take` either way).
 //! Time runs (runs of event time, each to one output) cut a batch in time order into slices
 //! and gather only a batch whose rows return to an output.
 
+mod hash_routing;
 mod router;
 mod strategy;
 mod time_range;

@@ -8,6 +8,7 @@ use datafusion::common::Result;
 use datafusion::physical_plan::metrics;
 use datafusion::physical_plan::repartition::BatchPartitioner;
 
+use crate::hash_routing::HashRouting;
 use crate::strategy::{RoutingStrategy, TimeRuns};
 use crate::time_range::time_range;
 
@@ -17,7 +18,9 @@ pub struct Router {
 }
 
 enum RouterKind {
-    /// Hash and round-robin: DataFusion's partitioner.
+    /// Hash to two outputs: rows by DataFusion's hash of their keys, in two passes.
+    Hash(HashRouting),
+    /// Hash to other counts of outputs, and round-robin: DataFusion's partitioner.
     Partitioner(BatchPartitioner),
     /// Sticky and fan-in: every batch to one output.
     Fixed(usize),
@@ -37,6 +40,9 @@ impl Router {
         // One output, sticky and fan-in: nothing to route, and no reason to hash or copy.
         let kind = match (strategy.fixed_output(input, outputs), strategy) {
             (Some(output), _) => RouterKind::Fixed(output),
+            (None, RoutingStrategy::Hash(keys)) if outputs == 2 => {
+                RouterKind::Hash(HashRouting::to_two_outputs(keys.clone()))
+            }
             (None, RoutingStrategy::Hash(keys)) => RouterKind::Partitioner(
                 BatchPartitioner::new_hash_partitioner(keys.clone(), outputs, timer)?,
             ),
@@ -55,6 +61,7 @@ impl Router {
     pub fn route(&mut self, batch: RecordBatch) -> Result<Vec<(usize, RecordBatch)>> {
         match &mut self.kind {
             RouterKind::Fixed(output) => Ok(vec![(*output, batch)]),
+            RouterKind::Hash(hash) => hash.route(batch),
             RouterKind::Partitioner(partitioner) => partitioner.partition_iter(batch)?.collect(),
             RouterKind::TimeRuns { runs, outputs } => route_time_runs(runs, *outputs, batch),
         }
