@@ -628,18 +628,9 @@ async fn integer_event_times_take_a_unit() {
 #[test]
 fn a_closed_output_pipe_ends_the_run_with_success() {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_freshet"))
-        .args([
-            "query",
-            "SELECT * FROM market_data",
-            "--table",
-            "market_data=generator:market_data,records=unbounded",
-            "-o",
-            "csv",
-        ])
-        .stdout(Stdio::piped())
+    let mut child = crate::support::endless_csv_query()
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

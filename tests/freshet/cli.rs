@@ -640,21 +640,11 @@ fn explain_says_which_key_columns_of_a_changelog_are_not_selected() {
 #[test]
 fn the_program_runs_without_transparent_huge_pages_unless_asked() {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     for (asked, expected) in [(None, "0"), (Some("1"), "1")] {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_freshet"));
-        command
-            .args([
-                "query",
-                "SELECT * FROM market_data",
-                "--table",
-                "market_data=generator:market_data,records=unbounded",
-                "-o",
-                "csv",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        let mut command = crate::support::endless_csv_query();
+        command.stderr(Stdio::null());
         if let Some(value) = asked {
             command.env("MIMALLOC_ALLOW_THP", value);
         } else {

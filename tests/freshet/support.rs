@@ -52,6 +52,23 @@ pub fn freshet_error(args: &[&str]) -> String {
     stderr
 }
 
+/// `freshet query` writing every row of an endless `market_data` generator as CSV to a
+/// pipe: a run that lasts until its reader goes away or it is killed.
+pub fn endless_csv_query() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_freshet"));
+    command
+        .args([
+            "query",
+            "SELECT * FROM market_data",
+            "--table",
+            "market_data=generator:market_data,records=unbounded",
+            "-o",
+            "csv",
+        ])
+        .stdout(std::process::Stdio::piped());
+    command
+}
+
 /// Writes the generated `orders` stream with `records` records to `path` with `freshet gen`.
 pub fn gen_orders(path: &Path, records: &str, extra: &[&str]) {
     let mut args = vec![
