@@ -23,7 +23,7 @@ use datafusion::common::hash_utils::create_hashes;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
 
-/// Hash routing of one input partition's batches to `outputs` outputs.
+/// Hash routing of one input partition's batches to two outputs.
 pub struct HashRouting {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Reused across batches: each row's hash, then each row's output.
