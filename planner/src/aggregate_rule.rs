@@ -497,10 +497,12 @@ fn two_phase(
     file_order: bool,
     across_workers: bool,
 ) -> Result<Option<(PartialAggregate, String)>> {
-    let tumbling = spec
-        .window
-        .as_ref()
-        .is_some_and(|w| matches!(w.spec, WindowSpec::Tumble { .. }));
+    let fixed_windows = spec.window.as_ref().is_some_and(|w| {
+        matches!(
+            w.spec,
+            WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }
+        )
+    });
     let destination = if keys.is_empty() {
         "one final stream"
     } else {
@@ -512,11 +514,12 @@ fn two_phase(
             format!("user: partial aggregates per source partition, {destination}"),
         ))),
         "" if has_distinct(spec) => Ok(None),
-        "" if across_workers && file_order && tumbling && spec.emit == AggregateEmit::Final => {
+        "" if across_workers && file_order && fixed_windows && spec.emit == AggregateEmit::Final => {
             Ok(Some((
                 PartialAggregate::try_new(spec)?,
                 format!(
-                    "auto: across workers, tumbling windows over a replay; partial aggregates \
+                    "auto: across workers, tumbling or hopping windows over a replay; partial \
+                     aggregates \
                      per source partition, late records judged by the final step in the \
                      replay's order, {destination}"
                 ),

@@ -2,7 +2,10 @@
 //! on each source partition before the shuffle, so that partial states rather than raw rows
 //! cross it.
 //!
-//! For each input batch, the rows are assigned to their tumbling or hopping windows against
+//! For each input batch, the rows are assigned to their tumbling windows, or to the panes of
+//! their hopping windows (a pane is one slide: a hopping record lies in `size / slide`
+//! windows but in one pane, so a state crosses the shuffle once per pane rather than once per
+//! window, and the final step adds it to each window holding the pane), against
 //! the watermark the final step will have when it reads the result (the exchange serialises
 //! watermarks and partial results, so the two agree exactly); rows without an event time and
 //! late rows are dropped, counted, and late rows go to the query's late-record side output,
@@ -62,6 +65,9 @@ pub struct PartialAggregate {
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// `None` for a GROUP BY without a window.
     window: Option<WindowKey>,
+    /// What rows are assigned to: the window, or over hopping windows their panes (tumbling
+    /// windows one slide long, each the latest window of its records).
+    assigned_to: Option<WindowKey>,
     allowed_lateness: i64,
     /// The group table's keys: window start (with a window) and the GROUP BY keys.
     table_schema: SchemaRef,
@@ -102,10 +108,21 @@ impl PartialAggregate {
                 .chain(format.key_fields())
                 .collect::<Vec<_>>(),
         ));
+        let assigned_to = spec.window.clone().map(|window| match window.spec {
+            WindowSpec::Hop { slide, .. } => WindowKey {
+                spec: WindowSpec::Tumble {
+                    size: slide,
+                    offset: 0,
+                },
+                ..window
+            },
+            _ => window,
+        });
         Ok(Self {
             inputs: AggregateInputs::new(spec.key_exprs(), &spec.aggregates, &spec.filters),
             aggregates: spec.aggregates.clone(),
             window: spec.window.clone(),
+            assigned_to,
             allowed_lateness: spec.allowed_lateness,
             table_schema,
             format,
@@ -116,6 +133,15 @@ impl PartialAggregate {
     /// The layout of the states this step sends.
     pub fn format(&self) -> &PartialStateFormat {
         &self.format
+    }
+
+    /// The slide and the slides a window spans when the states are panes of hopping windows
+    /// (see the module documentation).
+    pub fn panes(&self) -> Option<(i64, i64)> {
+        match self.window.as_ref()?.spec {
+            WindowSpec::Hop { size, slide } if size > slide => Some((slide, size / slide)),
+            _ => None,
+        }
     }
 
     /// The side output late records go to (the final step's).
@@ -205,7 +231,11 @@ impl InputStep for PartialAggregate {
             f,
             "partial_aggregate=[{}] per input partition",
             names.join(", ")
-        )
+        )?;
+        match self.panes() {
+            Some((slide, _)) => write!(f, " in panes of {slide}"),
+            None => Ok(()),
+        }
     }
 
     fn start(
@@ -286,7 +316,9 @@ impl PartialAggregator {
     pub fn aggregate(&mut self, batch: &RecordBatch, watermark: i64) -> Result<PartialOutcome> {
         let spec = Arc::clone(&self.spec);
         let ungrouped = self.row_states;
-        let assigned = match &spec.window {
+        // A pane's latest window starts where the pane does: the pane is late when that
+        // window is closed.
+        let assigned = match &spec.assigned_to {
             Some(window) => assign_windows(window, spec.closed_through(watermark), batch)?,
             None => Assigned::whole_batch(),
         };

@@ -5,12 +5,16 @@
 //! One row per (window, GROUP BY keys) of one batch (or, without a window, per held group):
 //! `__window_start` (Int64, event-time units; 0 without a window), the key columns, each
 //! aggregate's state columns (`GroupsAccumulator::state`), and `__records` (UInt64: the input
-//! records counted in that row — a hop's record counts in its latest window only).
+//! records counted in that row). Over hopping windows a row is a pane's, not a window's: the
+//! records of one slide, which the final step adds to each window holding the pane
+//! ([`PartialStates::into_windows`]), so a record is sent once rather than once per window.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
-use datafusion::arrow::compute::filter;
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::compute::{filter, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
@@ -157,6 +161,46 @@ impl PartialStates {
     /// The input records the states count.
     pub fn record_count(&self) -> u64 {
         self.records.values().iter().sum()
+    }
+
+    /// Pane states (each starting a slide of hopping windows `count` slides long) as the
+    /// states of the windows that hold each pane and start after `closed_through`, a pane's
+    /// latest window first; a window state counts the pane's records in the pane's latest
+    /// window only.
+    pub fn into_windows(self, slide: i64, count: i64, closed_through: i64) -> Result<Self> {
+        let mut rows = Vec::with_capacity(self.starts.len() * count as usize);
+        let mut starts = Vec::with_capacity(rows.capacity());
+        let mut records = Vec::with_capacity(rows.capacity());
+        for (row, (&pane, &counted)) in self
+            .starts
+            .values()
+            .iter()
+            .zip(self.records.values())
+            .enumerate()
+        {
+            for j in 0..count {
+                let start = pane.wrapping_sub(j * slide);
+                if start <= closed_through {
+                    break;
+                }
+                rows.push(row as u32);
+                starts.push(start);
+                records.push(if j == 0 { counted } else { 0 });
+            }
+        }
+        let rows = UInt32Array::from(rows);
+        let each = |arrays: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
+            arrays
+                .iter()
+                .map(|a| Ok(take(a.as_ref(), &rows, None)?))
+                .collect()
+        };
+        Ok(Self {
+            starts: Int64Array::from(starts),
+            keys: each(self.keys)?,
+            states: self.states.into_iter().map(each).collect::<Result<_>>()?,
+            records: UInt64Array::from(records),
+        })
     }
 
     /// The rows `keep` selects.

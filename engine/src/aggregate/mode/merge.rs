@@ -5,7 +5,9 @@
 //!
 //! The partial step judged lateness at this operator's watermark (the exchange serialises
 //! the two), so no state of a closed window should arrive; if one does, its records are
-//! dropped and counted rather than reopening the window.
+//! dropped and counted rather than reopening the window. Over hopping windows the states are
+//! panes' (one slide each): a pane whose latest window is closed is late; the others are
+//! added to each of their windows still open.
 
 use std::sync::Arc;
 
@@ -23,6 +25,8 @@ use crate::aggregate::spec::AggregateSpec;
 pub(crate) struct MergePartials {
     pub(super) groups: WindowGroups,
     format: PartialStateFormat,
+    /// The slide and the slides a window spans, when the states are panes.
+    panes: Option<(i64, i64)>,
 }
 
 impl MergePartials {
@@ -35,6 +39,7 @@ impl MergePartials {
         Ok(Self {
             groups: WindowGroups::try_new(spec, &format.schema(), context)?,
             format,
+            panes: partial.panes(),
         })
     }
 
@@ -82,6 +87,10 @@ impl MergePartials {
             states.filter(&open)?
         };
         context.count_records(records as usize);
+        let states = match self.panes {
+            Some((slide, count)) => states.into_windows(slide, count, closed_through)?,
+            None => states,
+        };
         let rows = states.starts.len();
         let mut table_keys = vec![context.window_column(&states.starts)?];
         table_keys.extend(states.keys);
