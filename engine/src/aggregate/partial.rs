@@ -639,17 +639,21 @@ mod tests {
     }
 
     #[test]
-    fn a_hopping_record_is_counted_once_and_folded_into_each_window() {
+    fn a_hopping_record_is_sent_once_in_its_pane() {
         let input = input();
         let partial = partial(&input.schema());
         let mut aggregator = partial.aggregator().unwrap();
         let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
         let states = outcome.states.unwrap();
         assert_eq!((outcome.late, outcome.null_times), (0, 1));
-        // Three timed records, each in three windows: (window, k) groups hold 9 counts.
+        // Three timed records, each in three windows but in one pane of 1 s.
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 3);
-        assert_eq!(column_sum(&states, "n[count]"), 9);
-        assert_eq!(states.num_rows(), 7);
+        assert_eq!(column_sum(&states, "n[count]"), 3);
+        let split = partial.format().split(&states).unwrap();
+        let mut starts = split.starts.values().to_vec();
+        starts.sort_unstable();
+        assert_eq!(starts, [0, 1_000, 2_000]);
+        assert_eq!(partial.panes(), Some((1_000, 3)));
     }
 
     #[test]
@@ -679,8 +683,9 @@ mod tests {
         let partial = partial(&input.schema());
         let mut aggregator = partial.aggregator().unwrap();
         let outcome = aggregator.aggregate(&input, i64::MIN).unwrap();
-        // The earliest window starts at -2 000 and closes at 1 000.
-        assert_eq!(aggregator.valid_below(&outcome), 1_000);
+        // The earliest pane starts at 0: its records are late once their latest window,
+        // 0 to 3 000, closes.
+        assert_eq!(aggregator.valid_below(&outcome), 3_000);
     }
 
     #[test]
@@ -689,12 +694,13 @@ mod tests {
         let partial = partial(&input.schema());
         let mut aggregator = partial.aggregator().unwrap();
         // At watermark 3 000 the windows starting at 0 and before are closed: the record at
-        // 0 is late; the others lose only their closed windows.
+        // 0 is late; the others' panes go out whole (the final step drops their closed
+        // windows).
         let outcome = aggregator.aggregate(&input, 3_000).unwrap();
         let states = outcome.states.unwrap();
         assert_eq!((outcome.late, outcome.null_times), (1, 1));
         assert_eq!(column_sum(&states, RECORDS_COLUMN), 2);
-        assert_eq!(column_sum(&states, "n[count]"), 3);
+        assert_eq!(column_sum(&states, "n[count]"), 2);
         let split = partial.format().split(&states).unwrap();
         assert!(split.starts.values().iter().all(|s| *s > 0));
     }

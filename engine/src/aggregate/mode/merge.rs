@@ -103,7 +103,10 @@ impl MergePartials {
 mod tests {
     use std::sync::Arc;
 
+    use datafusion::arrow::record_batch::RecordBatch;
+
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
+    use crate::window::WindowSpec;
     use crate::aggregate::partial::PartialAggregate;
     use crate::aggregate::spec::AggregateEmit;
     use crate::exchange::InputStepState;
@@ -125,6 +128,68 @@ mod tests {
         assert_eq!(watermark(&mut merge, 1_000), ["0,a,2,4"]);
         assert_eq!(watermark(&mut merge, i64::MAX), ["1000,b,2,6"]);
         assert_eq!(context(&merge).metrics.stateful.records_in.value(), 4);
+    }
+
+    const HOP_3S_EVERY_1S: WindowSpec = WindowSpec::Hop {
+        size: 3_000,
+        slide: 1_000,
+    };
+
+    /// The pane states of two source partitions' `inputs`, merged after `watermark`, and
+    /// the windows emitted at the end.
+    fn merged_panes(inputs: [RecordBatch; 2], watermark_first: i64) -> (Vec<String>, usize) {
+        let spec = spec(Some(HOP_3S_EVERY_1S), AggregateEmit::Final);
+        let partial = Arc::new(PartialAggregate::try_new(&spec).unwrap());
+        let mut merge = mode(&spec, Some(&partial));
+        watermark(&mut merge, watermark_first);
+        for input in inputs {
+            let mut step = partial.aggregator().unwrap();
+            let states = step.process(&input, i64::MIN).unwrap().batch.unwrap();
+            assert!(batch(&mut merge, &states).is_empty());
+        }
+        let mut windows = watermark(&mut merge, i64::MAX);
+        windows.sort();
+        let late = context(&merge).metrics.stateful.late_dropped.value();
+        (windows, late)
+    }
+
+    #[test]
+    fn pane_states_of_hopping_windows_give_each_window_its_records() {
+        let (windows, late) = merged_panes(
+            [
+                rows(&[("a", 100, 1), ("a", 1_200, 2)]),
+                rows(&[("a", 900, 3), ("b", 2_100, 4)]),
+            ],
+            i64::MIN,
+        );
+        // Each record is in the three windows starting in the 3 s up to it.
+        assert_eq!(
+            windows,
+            [
+                "-1000,a,3,6",
+                "-2000,a,2,4",
+                "0,a,3,6",
+                "0,b,1,4",
+                "1000,a,1,2",
+                "1000,b,1,4",
+                "2000,b,1,4"
+            ]
+        );
+        assert_eq!(late, 0);
+    }
+
+    #[test]
+    fn a_pane_whose_latest_window_closed_is_late_and_the_others_lose_their_closed_windows() {
+        // At watermark 3 000 the windows starting at 0 and before are closed.
+        let (windows, late) = merged_panes(
+            [
+                rows(&[("a", 100, 1), ("a", 1_200, 2)]),
+                rows(&[("a", 900, 3), ("b", 2_100, 4)]),
+            ],
+            3_000,
+        );
+        assert_eq!(windows, ["1000,a,1,2", "1000,b,1,4", "2000,b,1,4"]);
+        assert_eq!(late, 2);
     }
 
     #[test]
