@@ -497,12 +497,10 @@ fn two_phase(
     file_order: bool,
     across_workers: bool,
 ) -> Result<Option<(PartialAggregate, String)>> {
-    let fixed_windows = spec.window.as_ref().is_some_and(|w| {
-        matches!(
-            w.spec,
-            WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }
-        )
-    });
+    let fixed_windows = spec
+        .window
+        .as_ref()
+        .is_some_and(|w| matches!(w.spec, WindowSpec::Tumble { .. } | WindowSpec::Hop { .. }));
     let destination = if keys.is_empty() {
         "one final stream"
     } else {
@@ -514,7 +512,11 @@ fn two_phase(
             format!("user: partial aggregates per source partition, {destination}"),
         ))),
         "" if has_distinct(spec) => Ok(None),
-        "" if across_workers && file_order && fixed_windows && spec.emit == AggregateEmit::Final => {
+        "" if across_workers
+            && file_order
+            && fixed_windows
+            && spec.emit == AggregateEmit::Final =>
+        {
             Ok(Some((
                 PartialAggregate::try_new(spec)?,
                 format!(

@@ -389,7 +389,11 @@ async fn late_records_across_workers_are_the_ones_one_process_drops() {
     )];
     let keyless = "SELECT window_start, COUNT(*) AS n, SUM(quantity) AS q FROM market_data \
                    WINDOW TUMBLING (trade_time, INTERVAL '10' SECOND)";
-    for sql in [S3A, S3B, S1, keyless] {
+    // Hopping windows cross as pane states, which the final step adds to their windows.
+    let hopping = "SELECT trader_id, symbol, COUNT(*) AS n, SUM(quantity) AS q FROM market_data \
+                   GROUP BY trader_id, symbol \
+                   WINDOW HOPPING (trade_time, INTERVAL '30' SECOND, INTERVAL '10' SECOND)";
+    for sql in [S3A, S3B, S1, keyless, hopping] {
         equal_at_2_and_3_workers(sql, &tables).await;
     }
     // The counts compared hold some late records.
@@ -798,4 +802,32 @@ fn explain_shows_the_stages_across_workers() {
         assert!(stages.contains(node), "{explained}");
     }
     assert!(explained.contains("WindowAggregateExec"), "{explained}");
+}
+
+/// Across workers, a GROUP BY over hopping windows of a replay runs in two phases
+/// automatically, and its partial step sends a state per pane (one slide), not per window.
+#[test]
+fn hopping_windows_across_workers_send_pane_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "10k", "0");
+    let table = format!("market_data={path},event_time=trade_time");
+    let explained = freshet_ok(&[
+        "explain",
+        "-t",
+        &table,
+        "--partitions",
+        "4",
+        "--workers",
+        "127.0.0.1:9,127.0.0.1:10",
+        "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol \
+         WINDOW HOPPING (trade_time, INTERVAL '30' SECOND, INTERVAL '10' SECOND)",
+    ]);
+    assert!(
+        explained.contains("auto: across workers, tumbling or hopping windows over a replay"),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("per input partition in panes of 10000"),
+        "{explained}"
+    );
 }

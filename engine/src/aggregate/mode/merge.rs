@@ -106,10 +106,10 @@ mod tests {
     use datafusion::arrow::record_batch::RecordBatch;
 
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
-    use crate::window::WindowSpec;
     use crate::aggregate::partial::PartialAggregate;
     use crate::aggregate::spec::AggregateEmit;
     use crate::exchange::InputStepState;
+    use crate::window::WindowSpec;
 
     #[test]
     fn merged_partial_states_give_the_single_phase_result() {
