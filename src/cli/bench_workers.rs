@@ -1,7 +1,8 @@
-//! `freshet bench --workers N`: a scenario over a Parquet replay in one process and across
-//! 1 to N local worker processes, on as many streams in all, in alternating rounds: records
-//! per second, CPU seconds per million records (every process: coordinator and workers) and
-//! the Arrow bytes per record the exchanges sent over the network.
+//! `freshet bench --workers N`: a scenario (or, with `--suite nexmark`, a Nexmark query)
+//! over a Parquet replay in one process and across 1 to N local worker processes, on as
+//! many streams in all, in alternating rounds: records (Nexmark: events of the sequence) per
+//! second, CPU seconds per million records (every process: coordinator and workers) and the
+//! Arrow bytes per record the exchanges sent over the network.
 //!
 //! As in a cluster, the workers run before the query comes: they are started once per worker
 //! count, and a run is timed from starting the coordinator (`freshet query … --workers`) to
@@ -12,8 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use datafusion::common::{Result, plan_err};
+use freshet_bench::nexmark::nexmark_query;
+use freshet_bench::nexmark_runner::nexmark_files;
 use freshet_bench::runner::{children_cpu_time, process_cpu_time, scenario_file};
-use freshet_bench::scenarios::{Scenario, scenario};
+use freshet_bench::scenarios::scenario;
 use freshet_engine::options::parse_count;
 
 use super::BenchArgs;
@@ -116,52 +119,26 @@ pub(super) async fn bench_workers(
     if max_workers == 0 {
         return plan_err!("--workers: at least 1 worker");
     }
-    let records = if args.quick {
-        200_000
-    } else {
-        parse_count("records", &args.records)? as u64
-    };
     let runs = if args.quick { 1 } else { args.runs.max(1) };
     let per_worker = args.partitions.first().copied().unwrap_or(1).max(1);
-    let ids: Vec<String> = match args.scenario.as_slice() {
-        [] => vec!["S3a".to_string()],
-        ids => ids.to_vec(),
+    let jobs = match args.suite.as_str() {
+        "nexmark" => nexmark_jobs(args, dir)?,
+        _ => scenario_jobs(args, dir)?,
     };
-    let scenarios: Vec<Scenario> = ids
-        .iter()
-        .map(|id| match scenario(id) {
-            Some(scenario) if scenario.lookup_symbols.is_none() => Ok(scenario),
-            _ => plan_err!("--workers runs S0, S0-half, S1, S2, S3a or S3b, not {id}"),
-        })
-        .collect::<Result<_>>()?;
     println!(
         "| scenario | workers | streams | one process (records/s) | workers (records/s) | speed ratio | CPU s per M records, one process | CPU s per M records, workers | CPU ratio | network bytes per record |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for scenario in &scenarios {
-        let path = scenario_file(dir, scenario, records)?;
-        let mut table = format!("{}={}", scenario.table(), path.display());
-        if let Some(event_time) = scenario.event_time() {
-            table.push_str(&format!(",event_time={event_time}"));
-        }
+    for job in &jobs {
+        let records = job.records;
         for workers in 1..=max_workers {
             let streams = workers * per_worker;
-            let args: Vec<String> = [
-                "query",
-                "-t",
-                &table,
-                "--partitions",
-                &streams.to_string(),
-                "-o",
-                "null",
-                scenario.streaming_sql,
-            ]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
+            let mut args = job.args.clone();
+            args.extend(["--partitions".to_string(), streams.to_string()]);
+            args.extend(["-o".to_string(), "null".to_string()]);
             eprintln!(
                 "running {} on {workers} workers ({streams} streams) …",
-                scenario.id
+                job.id
             );
             let local: Vec<LocalWorker> = (0..workers)
                 .map(|_| LocalWorker::start())
@@ -200,7 +177,7 @@ pub(super) async fn bench_workers(
             let (alone_cpu, spread_cpu) = (cpu(&alone), cpu(&spread));
             println!(
                 "| {} | {workers} | {streams} | {alone_rate:.0} | {spread_rate:.0} | {:.2}x | {alone_cpu:.2} | {spread_cpu:.2} | {:.2}x | {:.1} |",
-                scenario.id,
+                job.id,
                 spread_rate / alone_rate,
                 spread_cpu / alone_cpu,
                 wire / records as f64,
@@ -208,4 +185,96 @@ pub(super) async fn bench_workers(
         }
     }
     Ok(())
+}
+
+/// One query of the bench: its `freshet query` arguments (without streams and output) and
+/// the records a run reads.
+struct Job {
+    id: String,
+    args: Vec<String>,
+    records: u64,
+}
+
+/// The `--scenario` ones (S3a by default), each over its Parquet file.
+fn scenario_jobs(args: &BenchArgs, dir: &std::path::Path) -> Result<Vec<Job>> {
+    let records = if args.quick {
+        200_000
+    } else {
+        parse_count("records", &args.records)? as u64
+    };
+    let ids: Vec<String> = match args.scenario.as_slice() {
+        [] => vec!["S3a".to_string()],
+        ids => ids.to_vec(),
+    };
+    ids.iter()
+        .map(|id| {
+            let scenario = match scenario(id) {
+                Some(scenario) if scenario.lookup_symbols.is_none() => scenario,
+                _ => return plan_err!("--workers runs S0, S0-half, S1, S2, S3a or S3b, not {id}"),
+            };
+            let path = scenario_file(dir, &scenario, records)?;
+            let mut table = format!("{}={}", scenario.table(), path.display());
+            if let Some(event_time) = scenario.event_time() {
+                table.push_str(&format!(",event_time={event_time}"));
+            }
+            Ok(Job {
+                id: scenario.id.to_string(),
+                args: ["query", "-t", &table, scenario.streaming_sql]
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect(),
+                records,
+            })
+        })
+        .collect()
+}
+
+/// The `--query` ones (q5 by default) over the Parquet files of `--events` events (10 M by
+/// default), each stream with its event time `date_time` and the standard 4-second watermark.
+fn nexmark_jobs(args: &BenchArgs, dir: &std::path::Path) -> Result<Vec<Job>> {
+    let events = match (&args.events, args.quick) {
+        (_, true) => 200_000,
+        (Some(events), false) => parse_count("events", events)? as u64,
+        (None, false) => 10_000_000,
+    };
+    let files = nexmark_files(dir, events)?;
+    let names: Vec<String> = match args.query.as_slice() {
+        [] => vec!["q5".to_string()],
+        names => names.to_vec(),
+    };
+    names
+        .iter()
+        .map(|name| {
+            let Some(query) = nexmark_query(name) else {
+                return plan_err!("--query: no Nexmark query {name}");
+            };
+            if query.side_input {
+                return plan_err!(
+                    "--workers runs the Nexmark queries over the generated streams, not {} (its side input is a table of the bench's process)",
+                    query.name
+                );
+            }
+            // From a file: the query's text starts with a comment, which the command line
+            // would take for an option.
+            let sql = files.join(format!("{}.sql", query.name));
+            std::fs::write(&sql, query.sql)?;
+            let mut args = vec![
+                "query".to_string(),
+                "-f".to_string(),
+                sql.display().to_string(),
+            ];
+            for table in query.reads {
+                args.push("-t".to_string());
+                args.push(format!(
+                    "{table}={},event_time=date_time,watermark=4s",
+                    files.join(format!("{table}.parquet")).display()
+                ));
+            }
+            Ok(Job {
+                id: query.name.to_string(),
+                args,
+                records: events,
+            })
+        })
+        .collect()
 }
