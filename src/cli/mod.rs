@@ -235,9 +235,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub scaling: bool,
     /// Workers mode instead: the --scenario ones (default S3a) over a Parquet replay of
-    /// --records records, in one process and across 1 to N local `freshet worker` processes
-    /// (--partitions streams per worker), alternating: records per second, CPU seconds per
-    /// million records of every process, and network bytes per record.
+    /// --records records, or with --suite nexmark the --query ones (default q5) over the
+    /// Parquet files of --events events, in one process and across 1 to N local `freshet
+    /// worker` processes (--partitions streams per worker), alternating: records per second,
+    /// CPU seconds per million records of every process, and network bytes per record.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
     /// Scaling mode: the input sizes, in records.
