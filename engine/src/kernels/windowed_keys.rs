@@ -284,12 +284,19 @@ impl WindowedGroupValues {
         if keys < COMPACT_MIN_KEYS {
             return Ok(());
         }
-        let mut live: Vec<usize> = self.groups.iter().map(|(_, k)| *k).collect();
-        live.sort_unstable();
-        live.dedup();
-        if live.len() * 2 > keys {
+        // This runs each time windows close: the live key ids, in order and each once, from
+        // a mark per key rather than a sort of every open group's key.
+        let mut marked = vec![false; keys];
+        let mut live_count = 0;
+        for (_, key) in &self.groups {
+            let mark = &mut marked[*key];
+            live_count += usize::from(!*mark);
+            *mark = true;
+        }
+        if live_count * 2 > keys {
             return Ok(());
         }
+        let live: Vec<usize> = (0..keys).filter(|key| marked[*key]).collect();
         let values = self.key_values(live.iter().copied())?;
         let mut renumbered = Vec::new();
         self.keys.clear_shrink(live.len());
