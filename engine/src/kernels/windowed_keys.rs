@@ -68,6 +68,9 @@ pub struct WindowedGroupValues {
     /// closed are late and never reach the table).
     windows_opened: usize,
     key_ids: Vec<usize>,
+    /// The key columns `key_ids` was interned from: a hopping window's rows come once per
+    /// window they are in, with the same key columns, which are interned once.
+    interned_keys: Vec<ArrayRef>,
     /// Slot arrays of closed windows, for windows to come, and their slots together.
     spare_slots: Vec<Vec<usize>>,
     spare_capacity: usize,
@@ -169,6 +172,7 @@ impl WindowedGroupValues {
             emitted: 0,
             windows_opened: 0,
             key_ids: Vec::new(),
+            interned_keys: Vec::new(),
             spare_slots: Vec::new(),
             spare_capacity: 0,
         })
@@ -298,6 +302,8 @@ impl WindowedGroupValues {
         }
         let live: Vec<usize> = (0..keys).filter(|key| marked[*key]).collect();
         let values = self.key_values(live.iter().copied())?;
+        // The key ids change.
+        self.interned_keys.clear();
         let mut renumbered = Vec::new();
         self.keys.clear_shrink(live.len());
         self.keys.intern(&values, &mut renumbered)?;
@@ -328,9 +334,16 @@ impl GroupValues for WindowedGroupValues {
         let Some((window, keys)) = cols.split_first() else {
             return internal_err!("windowed groups need a window column");
         };
-        let known = self.keys.len();
-        self.keys.intern(keys, &mut self.key_ids)?;
-        self.remember_new_keys(keys, known)?;
+        let interned = !keys.is_empty()
+            && self.interned_keys.len() == keys.len()
+            && self.interned_keys.iter().zip(keys).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !interned {
+            let known = self.keys.len();
+            self.keys.intern(keys, &mut self.key_ids)?;
+            self.remember_new_keys(keys, known)?;
+            // Held, so that no other column can take these columns' place in memory.
+            self.interned_keys = keys.to_vec();
+        }
         let key_count = self.keys.len();
         let starts = event_times(window)?;
         let starts = starts.as_primitive::<Int64Type>();
@@ -444,6 +457,7 @@ impl GroupValues for WindowedGroupValues {
         self.spare_slots.clear();
         self.spare_capacity = 0;
         self.emitted = 0;
+        self.interned_keys.clear();
     }
 }
 
@@ -574,6 +588,27 @@ mod tests {
         let emitted = emitted.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
         assert_eq!(starts, emitted.values()[known..]);
         assert!(!starts.is_empty());
+    }
+
+    /// A hopping window's rows come once per window they are in, with the same key
+    /// columns: interned once, and again once the key table was rebuilt between two.
+    #[test]
+    fn the_same_key_columns_in_several_windows_match_interning_the_whole_tuple() {
+        let mut batches = Vec::new();
+        let mut emit = Vec::new();
+        for b in 0..3 {
+            let columns = batch(b + 50, 9_000, b as i64 * 10, 1, 6_000);
+            let starts = cast(&columns[0], &DataType::Int64).unwrap();
+            let starts = starts.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+            for shift in 0..3 {
+                let shifted: TimestampMillisecondArray =
+                    starts.values().iter().map(|s| Some(s + 60_000 * shift)).collect();
+                batches.push(vec![Arc::new(shifted) as ArrayRef, Arc::clone(&columns[1])]);
+            }
+            // Everything emitted after the second window: the third finds a rebuilt table.
+            emit.extend([EmitTo::First(0), EmitTo::All, EmitTo::First(0)]);
+        }
+        assert_same_as_packed(&batches, &emit);
     }
 
     #[test]
