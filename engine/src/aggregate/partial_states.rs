@@ -11,10 +11,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, UInt64Array,
-};
-use datafusion::arrow::compute::{filter, take};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt64Array};
+use datafusion::arrow::compute::filter;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{Result, internal_err};
@@ -164,43 +162,51 @@ impl PartialStates {
     }
 
     /// Pane states (each starting a slide of hopping windows `count` slides long) as the
-    /// states of the windows that hold each pane and start after `closed_through`, a pane's
-    /// latest window first; a window state counts the pane's records in the pane's latest
+    /// states of the windows that hold each pane and start after `closed_through`: one piece
+    /// per window position, the panes' latest windows first. A piece whose windows are all
+    /// open shares the panes' key and state columns (so the final step interns their keys
+    /// once for all pieces); a window state counts the pane's records in the pane's latest
     /// window only.
-    pub fn into_windows(self, slide: i64, count: i64, closed_through: i64) -> Result<Self> {
-        let mut rows = Vec::with_capacity(self.starts.len() * count as usize);
-        let mut starts = Vec::with_capacity(rows.capacity());
-        let mut records = Vec::with_capacity(rows.capacity());
-        for (row, (&pane, &counted)) in self
-            .starts
-            .values()
-            .iter()
-            .zip(self.records.values())
-            .enumerate()
-        {
-            for j in 0..count {
-                let start = pane.wrapping_sub(j * slide);
-                if start <= closed_through {
-                    break;
-                }
-                rows.push(row as u32);
-                starts.push(start);
-                records.push(if j == 0 { counted } else { 0 });
+    pub fn into_windows(
+        self,
+        slide: i64,
+        count: i64,
+        closed_through: i64,
+    ) -> Result<Vec<PartialStates>> {
+        let mut pieces = Vec::with_capacity(count as usize);
+        for j in 0..count {
+            let starts: Int64Array = self.starts.unary(|pane| pane.wrapping_sub(j * slide));
+            let records = if j == 0 {
+                self.records.clone()
+            } else {
+                UInt64Array::from_value(0, starts.len())
+            };
+            let piece = PartialStates {
+                starts,
+                keys: self.keys.clone(),
+                states: self.states.clone(),
+                records,
+            };
+            if piece
+                .starts
+                .values()
+                .iter()
+                .all(|start| *start > closed_through)
+            {
+                pieces.push(piece);
+                continue;
+            }
+            let open: BooleanArray = piece
+                .starts
+                .values()
+                .iter()
+                .map(|start| Some(*start > closed_through))
+                .collect();
+            if open.true_count() > 0 {
+                pieces.push(piece.filter(&open)?);
             }
         }
-        let rows = UInt32Array::from(rows);
-        let each = |arrays: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
-            arrays
-                .iter()
-                .map(|a| Ok(take(a.as_ref(), &rows, None)?))
-                .collect()
-        };
-        Ok(Self {
-            starts: Int64Array::from(starts),
-            keys: each(self.keys)?,
-            states: self.states.into_iter().map(each).collect::<Result<_>>()?,
-            records: UInt64Array::from(records),
-        })
+        Ok(pieces)
     }
 
     /// The rows `keep` selects.

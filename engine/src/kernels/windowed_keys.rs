@@ -336,7 +336,11 @@ impl GroupValues for WindowedGroupValues {
         };
         let interned = !keys.is_empty()
             && self.interned_keys.len() == keys.len()
-            && self.interned_keys.iter().zip(keys).all(|(a, b)| Arc::ptr_eq(a, b));
+            && self
+                .interned_keys
+                .iter()
+                .zip(keys)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
         if !interned {
             let known = self.keys.len();
             self.keys.intern(keys, &mut self.key_ids)?;
@@ -601,8 +605,11 @@ mod tests {
             let starts = cast(&columns[0], &DataType::Int64).unwrap();
             let starts = starts.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
             for shift in 0..3 {
-                let shifted: TimestampMillisecondArray =
-                    starts.values().iter().map(|s| Some(s + 60_000 * shift)).collect();
+                let shifted: TimestampMillisecondArray = starts
+                    .values()
+                    .iter()
+                    .map(|s| Some(s + 60_000 * shift))
+                    .collect();
                 batches.push(vec![Arc::new(shifted) as ArrayRef, Arc::clone(&columns[1])]);
             }
             // Everything emitted after the second window: the third finds a rebuilt table.

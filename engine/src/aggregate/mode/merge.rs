@@ -87,15 +87,19 @@ impl MergePartials {
             states.filter(&open)?
         };
         context.count_records(records as usize);
-        let states = match self.panes {
+        let pieces = match self.panes {
             Some((slide, count)) => states.into_windows(slide, count, closed_through)?,
-            None => states,
+            None => vec![states],
         };
-        let rows = states.starts.len();
-        let mut table_keys = vec![context.window_column(&states.starts)?];
-        table_keys.extend(states.keys);
-        self.groups
-            .merge(Some(&states.starts), &table_keys, &states.states, rows)
+        for states in pieces {
+            let context = &self.groups.context;
+            let rows = states.starts.len();
+            let mut table_keys = vec![context.window_column(&states.starts)?];
+            table_keys.extend(states.keys);
+            self.groups
+                .merge(Some(&states.starts), &table_keys, &states.states, rows)?;
+        }
+        Ok(())
     }
 }
 
