@@ -772,14 +772,13 @@ async fn an_in_memory_cluster_equals_one_process() {
     }
 }
 
-/// `freshet explain --workers` prints the one-process plan on all the streams, then the
-/// stages across the workers, without contacting them.
-#[test]
-fn explain_shows_the_stages_across_workers() {
+/// `freshet explain` of `sql` over 10 000 market_data records on 4 streams across two
+/// workers (not contacted).
+fn explain_across_two_workers(sql: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = market_data(dir.path(), "10k", "0");
     let table = format!("market_data={path},event_time=trade_time");
-    let explained = freshet_ok(&[
+    freshet_ok(&[
         "explain",
         "-t",
         &table,
@@ -787,8 +786,15 @@ fn explain_shows_the_stages_across_workers() {
         "4",
         "--workers",
         "127.0.0.1:9,127.0.0.1:10",
-        S3A,
-    ]);
+        sql,
+    ])
+}
+
+/// `freshet explain --workers` prints the one-process plan on all the streams, then the
+/// stages across the workers, without contacting them.
+#[test]
+fn explain_shows_the_stages_across_workers() {
+    let explained = explain_across_two_workers(S3A);
     let stages = explained
         .split_once("Across 2 workers, 2 streams each:")
         .unwrap_or_else(|| panic!("{explained}"))
@@ -808,20 +814,10 @@ fn explain_shows_the_stages_across_workers() {
 /// automatically, and its partial step sends a state per pane (one slide), not per window.
 #[test]
 fn hopping_windows_across_workers_send_pane_states() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = market_data(dir.path(), "10k", "0");
-    let table = format!("market_data={path},event_time=trade_time");
-    let explained = freshet_ok(&[
-        "explain",
-        "-t",
-        &table,
-        "--partitions",
-        "4",
-        "--workers",
-        "127.0.0.1:9,127.0.0.1:10",
+    let explained = explain_across_two_workers(
         "SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol \
          WINDOW HOPPING (trade_time, INTERVAL '30' SECOND, INTERVAL '10' SECOND)",
-    ]);
+    );
     assert!(
         explained.contains("auto: across workers, tumbling or hopping windows over a replay"),
         "{explained}"
