@@ -180,9 +180,14 @@ extensions_options! {
         /// statistics, each run to one stream (0: hash on the GROUP BY keys instead).
         pub time_run_records: u64, default = 131_072
         /// Set when the query is planned to run across workers: the automatic strategy then
-        /// takes no partial step over windows (its final step's watermark cannot be shared
-        /// by workers).
+        /// takes a partial step over fixed windows only where the final step judges lateness
+        /// (over a replay of files), since workers share no watermark.
         pub across_workers: bool, default = false
+        /// Set when the query's late records will be read (the command line's
+        /// --late-output, Python's late_output and late_records()): the automatic strategy
+        /// then takes no partial step that judges lateness from states (hopping windows
+        /// over a replay of files), so that every late record reaches the side output.
+        pub keep_late_records: bool, default = false
     }
 }
 

@@ -17,7 +17,7 @@ use freshet_engine::checkpoint::Checkpointing;
 use freshet_engine::join::IntervalJoinExec;
 use freshet_engine::late_records::{LateBatch, LateRecords, side_output_schema};
 use freshet_engine::over::{ChangelogOverExec, OverWindowExec, TopNEmit, TopNExec};
-use freshet_engine::{StreamSortExec, StreamSourceExec};
+use freshet_engine::{StreamExchangeExec, StreamSortExec, StreamSourceExec};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -134,6 +134,21 @@ impl StreamingQuery {
                 .map(|(_, batch)| (Ok(batch), receiver))
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+
+    /// Whether an aggregation of the plan judges lateness from partial states (hopping
+    /// windows over a replay of files, planned without `keep_late_records`): its late
+    /// records never reach [`Self::late_records`], and asking for them fails when the query
+    /// runs. Plan the query again with `keep_late_records = true` to have them.
+    pub fn defers_lateness(&self) -> Result<bool> {
+        let mut defers = false;
+        self.plan.apply(|node| {
+            if let Some(exchange) = node.downcast_ref::<StreamExchangeExec>() {
+                defers |= exchange.defers_lateness()?;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        Ok(defers)
     }
 
     /// The late records as [`Self::late_records`] gives them, each batch with the number of

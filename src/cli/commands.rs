@@ -380,7 +380,7 @@ pub(super) fn refuse_writing_onto_an_input(sink: &SinkSpec, tables: &[String]) -
 }
 
 /// Runs the query into its sink and prints the summary (exit code 130 when interrupted).
-async fn query(args: QueryArgs) -> Result<ExitCode> {
+async fn query(mut args: QueryArgs) -> Result<ExitCode> {
     if let Some(workers) = &args.workers {
         return super::distributed::query_on_workers(&args, workers).await;
     }
@@ -391,9 +391,13 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
     }
     if let Some(late_sink) = &late_sink {
         late_sink.refuse_overlap_with(&sink)?;
+        // Plans that judge lateness from partial states would lose the records.
+        args.plan
+            .session
+            .settings
+            .push("keep_late_records=true".to_string());
     }
     if args.checkpoint_dir.is_some() {
-        let mut args = args;
         // Checkpoints cut replays in file order: keyed operators read it through hashed
         // exchanges.
         if args.plan.session.strategy.is_none() {

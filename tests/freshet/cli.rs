@@ -3,7 +3,7 @@
 
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
-use crate::support::{freshet_error, freshet_ok, gen_orders};
+use crate::support::{freshet, freshet_error, freshet_ok, gen_orders};
 
 #[test]
 fn every_subcommand_has_help() {
@@ -359,6 +359,54 @@ fn every_record_is_counted_or_written_as_late() {
     let late_rows = std::fs::read_to_string(&late).unwrap().lines().count() as i64 - 1;
     assert!(late_rows > 0, "the data should have late records");
     assert_eq!(counted + late_rows, 3000);
+}
+
+#[test]
+fn hopping_windows_over_a_file_write_every_late_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("market_data.parquet");
+    let late = dir.path().join("late.csv");
+    let file_arg = file.display().to_string();
+    freshet_ok(&[
+        "gen",
+        "market_data",
+        "--records",
+        "20000",
+        "--set",
+        "disorder_ms=20000000",
+        "--out",
+        &file_arg,
+    ]);
+    let query = "SELECT symbol, window_start, COUNT(*) AS n FROM market_data GROUP BY symbol \
+                 WINDOW HOPPING (trade_time, INTERVAL '4' SECOND, INTERVAL '2' SECOND)";
+    let table = format!("market_data={file_arg},event_time=trade_time");
+    let common = ["--table", table.as_str(), "--partitions", "2"];
+    // Without a late output the final step judges lateness from pane states.
+    let plan = freshet_ok(&[&["explain", query][..], &common].concat());
+    assert!(plan.contains("in panes of 2000"), "{plan}");
+    let late_arg = format!("csv={}", late.display());
+    let output = freshet(
+        &[
+            &["query", query, "-o", "null", "--late-output", &late_arg][..],
+            &common,
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let dropped: usize = stderr
+        .split(" late records dropped")
+        .next()
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no late count in {stderr}"));
+    assert!(dropped > 0, "the data should have late records: {stderr}");
+    assert!(
+        stderr.contains(&format!("({dropped} written to the late output)")),
+        "{stderr}"
+    );
+    let written = std::fs::read_to_string(&late).unwrap().lines().count() - 1;
+    assert_eq!(written, dropped);
 }
 
 #[test]

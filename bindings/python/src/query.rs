@@ -1,7 +1,7 @@
 //! `freshet.Query`: a planned streaming query, run when its results are first read, and its
 //! results read a batch at a time, as a C stream, or (bounded queries) whole.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatchReader;
@@ -19,7 +19,7 @@ use crate::arrow_ffi::{ExportedBatch, ExportedSchema, export_stream};
 use crate::errors::{FreshetError, to_py};
 use crate::provider::TableExport;
 use crate::runtime::{SIGNAL_CHECK, runtime};
-use crate::write::{Origin, WriteOptions, write};
+use crate::write::{KEEP_LATE_RECORDS, Origin, WriteOptions, planned_again, write};
 
 /// Where a query's results stand.
 enum Results {
@@ -46,7 +46,10 @@ enum Next {
 /// A planned streaming query.
 #[pyclass(module = "freshet._freshet", frozen)]
 pub struct Query {
-    query: StreamingQuery,
+    planned: StreamingQuery,
+    /// The query planned again to keep its late records whole, when they were asked for
+    /// and its first plan judged lateness from partial states.
+    replanned: OnceLock<StreamingQuery>,
     /// The context and text it was planned from.
     origin: Origin,
     results: Mutex<Results>,
@@ -57,11 +60,17 @@ pub struct Query {
 impl Query {
     pub fn new(query: StreamingQuery, origin: Origin) -> Self {
         Self {
-            query,
+            planned: query,
+            replanned: OnceLock::new(),
             origin,
             results: Mutex::new(Results::NotStarted),
             late: Mutex::new(None),
         }
+    }
+
+    /// The plan that runs.
+    fn query(&self) -> &StreamingQuery {
+        self.replanned.get().unwrap_or(&self.planned)
     }
 
     /// The result stream, started if it was not, for the caller to read (the query is busy
@@ -72,7 +81,7 @@ impl Query {
             Results::NotStarted => {
                 // DataFusion spawns the partitions' tasks as it executes: on the runtime.
                 let _guard = runtime()?.enter();
-                match self.query.execute_merged() {
+                match self.query().execute_merged() {
                     Ok(stream) => Ok(Some(stream)),
                     Err(error) => {
                         *results = Results::Ended;
@@ -142,7 +151,7 @@ impl Query {
             if let Err(interrupt) = py.check_signals() {
                 // Stopped like the command line's first Ctrl-C, then dropped: the query's
                 // tasks end and nothing is left running.
-                self.query.stop();
+                self.query().stop();
                 drop(stream);
                 self.settle(Results::Ended)?;
                 return Err(interrupt);
@@ -203,38 +212,38 @@ impl Query {
             checkpoint_interval,
             checkpoints_kept,
         };
-        write(py, &self.query, &self.origin, options)
+        write(py, self.query(), &self.origin, options)
     }
 
     /// The query's results for datafusion-python: each scan there runs the query.
     fn table_provider(&self) -> TableExport {
-        TableExport::of_query(self.query.clone())
+        TableExport::of_query(self.query().clone())
     }
 
     /// The results' schema (for `pyarrow.schema(…)`).
     fn schema(&self) -> ExportedSchema {
-        ExportedSchema::new(self.query.schema())
+        ExportedSchema::new(self.query().schema())
     }
 
     /// Whether the query ends: every stream it reads is bounded.
     fn is_bounded(&self) -> bool {
-        !self.query.plan().boundedness().is_unbounded()
+        !self.query().plan().boundedness().is_unbounded()
     }
 
     /// The plan, as `freshet explain` prints it.
     fn explain(&self) -> String {
-        self.query.explain()
+        self.query().explain()
     }
 
     /// Ends every stream the query reads, as if their data had ended: open windows are
     /// emitted and the results end.
     fn stop(&self) {
-        self.query.stop();
+        self.query().stop();
     }
 
     /// Stops the query and drops what it still runs, without reading further results.
     fn close(&self) -> PyResult<()> {
-        self.query.stop();
+        self.query().stop();
         let previous =
             std::mem::replace(&mut *self.results.lock().map_err(poisoned)?, Results::Ended);
         drop(previous);
@@ -243,23 +252,27 @@ impl Query {
 
     /// Records read by the query's sources so far.
     fn records_read(&self) -> usize {
-        self.query.records_read()
+        self.query().records_read()
     }
 
     /// Records dropped as late so far (by window aggregations, window functions, joins).
     fn late_records_dropped(&self) -> usize {
-        self.query.metric_total("late_records_dropped")
+        self.query().metric_total("late_records_dropped")
     }
 
     /// Starts collecting the records the query drops as late; ask before reading results.
-    fn subscribe_late_records(&self) -> PyResult<ExportedSchema> {
+    fn subscribe_late_records(&self, py: Python<'_>) -> PyResult<ExportedSchema> {
         if !matches!(*self.results.lock().map_err(poisoned)?, Results::NotStarted) {
             return Err(FreshetError::new_err(
                 "ask for late records before reading the query's results",
             ));
         }
         let mut late = self.late.lock().map_err(poisoned)?;
-        let stream = late.get_or_insert_with(|| self.query.late_records());
+        if late.is_none() && self.query().defers_lateness().map_err(to_py)? {
+            let query = planned_again(py, &self.origin, KEEP_LATE_RECORDS)?;
+            let _ = self.replanned.set(query);
+        }
+        let stream = late.get_or_insert_with(|| self.query().late_records());
         Ok(ExportedSchema::new(stream.schema()))
     }
 

@@ -57,6 +57,13 @@ pub fn write<'py>(
     // The query that ran, whose metrics the summary reads.
     let ran = match &options.checkpoint_dir {
         None => {
+            // A plan that judges lateness from partial states would lose the late records.
+            let query = match &late_sink {
+                Some(_) if query.defers_lateness().map_err(to_py)? => {
+                    planned_again(py, origin, KEEP_LATE_RECORDS)?
+                }
+                _ => query.clone(),
+            };
             let run = {
                 let query = query.clone();
                 async move { run_plain(query, sink, late_sink).await }
@@ -81,7 +88,7 @@ pub fn write<'py>(
                 // Checkpoints cut replays in file order: keyed operators read it through
                 // hashed exchanges, as the command line's default under checkpoints.
                 Some(_) => query.clone(),
-                None => hashed(py, origin)?,
+                None => planned_again(py, origin, "SET freshet.partitioning_strategy = 'hash'")?,
             }
             .for_checkpoints()
             .map_err(to_py)?;
@@ -117,14 +124,16 @@ pub fn write<'py>(
     Ok(summary)
 }
 
-/// The query planned again on a copy of its session with the hash strategy.
-fn hashed(py: Python<'_>, origin: &Origin) -> PyResult<StreamingQuery> {
+/// The setting that keeps every late record whole for the late-record output.
+pub const KEEP_LATE_RECORDS: &str = "SET freshet.keep_late_records = true";
+
+/// The query planned again on a copy of its session after `setting`.
+pub fn planned_again(py: Python<'_>, origin: &Origin, setting: &str) -> PyResult<StreamingQuery> {
     let ctx = origin.ctx.forked();
     let sql = origin.sql.clone();
+    let setting = setting.to_string();
     crate::runtime::wait(py, async move {
-        ctx.session()
-            .sql("SET freshet.partitioning_strategy = 'hash'")
-            .await?;
+        ctx.session().sql(&setting).await?;
         ctx.sql(&sql).await
     })?
     .map_err(to_py)

@@ -250,6 +250,27 @@ def test_explain_late_records_and_counts(ctx):
     assert query.records_read() == 600
 
 
+def test_late_records_of_hopping_windows_over_a_file(ctx, tmp_path):
+    # Over a file, hopping windows are aggregated in panes and lateness judged from their
+    # states, unless the late records are asked for: then each reaches the late output.
+    times = [1_700_000_000_000 + i * 1000 for i in range(500)]
+    times += [1_700_000_000_000 + (i - 600) * 1000 for i in range(500, 600)]
+    table = pa.table({"k": ["a", "b"] * 300, "ts": pa.array(times, pa.timestamp("ms"))})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=50)
+    ctx.register_parquet("t", str(tmp_path / "t.parquet"), event_time="ts", watermark="1s")
+    sql = (
+        "SELECT k, window_start, COUNT(*) AS n FROM t GROUP BY k "
+        "WINDOW HOPPING (ts, INTERVAL '2' MINUTE, INTERVAL '1' MINUTE)"
+    )
+    assert "in panes of 60000" in ctx.sql(sql).explain()
+    query = ctx.sql(sql)
+    query.late_records()  # starts collecting
+    query.to_table()
+    assert query.late_records_dropped() == query.late_records().num_rows == 100
+    done = ctx.sql(sql).write(f"parquet={tmp_path / 'out.parquet'}", late_output=f"csv={tmp_path / 'late.csv'}")
+    assert done["late_records_dropped"] == done["late_records_written"] == 100
+
+
 def test_late_records_must_be_asked_for_first(ctx):
     query = ctx.sql(S3A)
     next(iter(query))

@@ -218,8 +218,8 @@ impl InputStep for PartialAggregate {
         if self.late_records.wanted() {
             return plan_err!(
                 "a two-phase aggregation over a replay judges late records after the shuffle, \
-                 from partial states, so they cannot go to the late-record output: set \
-                 partitioning_strategy = 'hash'"
+                 from partial states, so they cannot go to the late-record output: plan the \
+                 query with keep_late_records = true (or partitioning_strategy = 'hash')"
             );
         }
         Ok(())

@@ -196,6 +196,13 @@ impl StreamExchangeExec {
         self.step.as_ref()
     }
 
+    /// Whether the step leaves lateness to the consumer (see [`input_step`]): its late
+    /// records are then never seen whole, so they cannot go to a late-record output.
+    pub fn defers_lateness(&self) -> Result<bool> {
+        Ok(self.step.is_some()
+            && self.merges_inputs(self.input.output_partitioning().partition_count())?)
+    }
+
     /// `plan` as the exchange it must be: the input of `reader`, a stateful operator that
     /// reads batches and watermarks with [`Self::execute_messages`].
     pub fn from_plan(plan: Arc<dyn ExecutionPlan>, reader: &str) -> Result<Arc<Self>> {
