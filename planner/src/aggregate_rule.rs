@@ -261,10 +261,14 @@ fn streaming_aggregate(
     // the time itself), emitting final rows with an event time of their own, unless the
     // query asks for changes. No row is late (none comes behind that progress), so the
     // answer is the batch one, with state bounded on a bounded replay as on an endless one.
+    // Whether the window is such an inner one's: then no row is late.
+    let mut aligned = false;
     let window = match window {
-        None if options.emit == EmitSetting::Default => {
-            aligned_window(&input, group_by.expr()).inspect(|_| changes = false)
-        }
+        None if options.emit == EmitSetting::Default => aligned_window(&input, group_by.expr())
+            .inspect(|_| {
+                changes = false;
+                aligned = true;
+            }),
         window => window,
     };
     let over_join_output = match &window {
@@ -343,9 +347,13 @@ fn streaming_aggregate(
             .as_ref()
             .is_some_and(|window| one_group_per_window(&input, &keys, window));
     let (strategy, reason, partial) =
-        match two_phase(&options, per_window, &spec, parallel, file_order)? {
+        match two_phase(&options, per_window, aligned, &spec, parallel, file_order)? {
             Some((partial, reason)) => {
-                let partial = Arc::new(partial);
+                let partial = Arc::new(if aligned {
+                    partial.with_input_never_late()
+                } else {
+                    partial
+                });
                 let strategy = if keys.is_empty() {
                     RoutingStrategy::FanIn
                 } else {
@@ -509,7 +517,9 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
 /// where it does not apply); automatically
 /// - for a GROUP BY without keys (or whose keys follow its window, `per_window`) over
 ///   tumbling or hopping windows with EMIT FINAL, whose single final stream would
-///   otherwise receive every raw row;
+///   otherwise receive every raw row; over an inner window's results (`aligned`) even
+///   across workers, since none of their rows is late and the partial step needs no
+///   watermark;
 /// - for hopping windows with EMIT FINAL: the partial step adds each record to its pane
 ///   (one slide) once, where one step would add it to each of the `size / slide` windows
 ///   holding it, and the final step adds each pane's state to those windows (Nexmark q5 at
@@ -535,6 +545,7 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
 fn two_phase(
     options: &FreshetOptions,
     per_window: bool,
+    aligned: bool,
     spec: &AggregateSpec,
     parallel: bool,
     file_order: bool,
@@ -561,6 +572,11 @@ fn two_phase(
             "user: partial aggregates per source partition, {destination}"
         )),
         "" if has_distinct(spec) => Ok(None),
+        "" if aligned && per_window && final_rows => partial(format!(
+            "auto: keys that follow an inner window; partial aggregates per source partition, \
+             none of whose rows is late (they come behind the inner window's progress), \
+             {destination}"
+        )),
         "" if across_workers && file_order && fixed_windows && final_rows => partial(format!(
             "auto: across workers, tumbling or hopping windows over a replay; partial \
              aggregates per source partition, late records judged by the final step in the \

@@ -69,6 +69,9 @@ pub struct PartialAggregate {
     /// windows one slide long, each the latest window of its records).
     assigned_to: Option<WindowKey>,
     allowed_lateness: i64,
+    /// No input row can be late (see [`Self::with_input_never_late`]): the step judges
+    /// none, at whatever watermark.
+    input_never_late: bool,
     /// The group table's keys: window start (with a window) and the GROUP BY keys.
     table_schema: SchemaRef,
     format: PartialStateFormat,
@@ -124,10 +127,21 @@ impl PartialAggregate {
             window: spec.window.clone(),
             assigned_to,
             allowed_lateness: spec.allowed_lateness,
+            input_never_late: false,
             table_schema,
             format,
             late_records: LateRecords::default(),
         })
+    }
+
+    /// The step over an input none of whose rows can be late: rows that come behind the
+    /// progress the watermark is made of (an inner window's results, grouped by its start).
+    /// The step then needs no watermark, so its inputs need not take turns, and it can run
+    /// where the final step's watermark is not known (on another worker). Were a row late
+    /// all the same, the final step would drop and count its state.
+    pub fn with_input_never_late(mut self) -> Self {
+        self.input_never_late = true;
+        self
     }
 
     /// The layout of the states this step sends.
@@ -184,8 +198,10 @@ impl PartialAggregate {
     /// (none without a window).
     fn closed_through(&self, watermark: i64) -> i64 {
         match &self.window {
-            Some(window) => window.closed_through(self.allowed_lateness, watermark),
-            None => i64::MIN,
+            Some(window) if !self.input_never_late => {
+                window.closed_through(self.allowed_lateness, watermark)
+            }
+            _ => i64::MIN,
         }
     }
 }
@@ -197,9 +213,10 @@ impl InputStep for PartialAggregate {
         self.format.schema()
     }
 
-    /// Which rows are late depends on the watermark; without a window none is.
+    /// Which rows are late depends on the watermark; without a window, or over an input
+    /// never late, none is.
     fn needs_exact_watermark(&self) -> bool {
-        self.window.is_some()
+        self.window.is_some() && !self.input_never_late
     }
 
     /// The final step drops a state of a window it has closed, and counts as late the
@@ -232,10 +249,13 @@ impl InputStep for PartialAggregate {
             "partial_aggregate=[{}] per input partition",
             names.join(", ")
         )?;
-        match self.panes() {
-            Some((slide, _)) => write!(f, " in panes of {slide}"),
-            None => Ok(()),
+        if let Some((slide, _)) = self.panes() {
+            write!(f, " in panes of {slide}")?;
         }
+        if self.input_never_late {
+            write!(f, ", no input row late")?;
+        }
+        Ok(())
     }
 
     fn start(
