@@ -827,3 +827,21 @@ fn hopping_windows_across_workers_send_pane_states() {
         "{explained}"
     );
 }
+
+/// Across workers, an aggregation over an inner window's results grouped by that window (as
+/// Nexmark q5's largest count per window) runs in two phases: none of its rows is late, so
+/// its partial step needs no watermark.
+#[test]
+fn a_window_over_a_window_sends_partial_states_across_workers() {
+    let explained = explain_across_two_workers(
+        "SELECT MAX(n) AS most, starttime, endtime FROM (
+            SELECT symbol, COUNT(*) AS n, window_start AS starttime, window_end AS endtime
+            FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), INTERVAL '10' SECOND, INTERVAL '30' SECOND)
+            GROUP BY symbol, window_start, window_end
+        ) GROUP BY starttime, endtime",
+    );
+    assert!(
+        explained.contains("partial_aggregate=[max(n)] per input partition, no input row late"),
+        "{explained}"
+    );
+}

@@ -724,4 +724,17 @@ mod tests {
         let split = partial.format().split(&states).unwrap();
         assert!(split.starts.values().iter().all(|s| *s > 0));
     }
+
+    #[test]
+    fn over_an_input_never_late_no_row_is_judged_late() {
+        let input = input();
+        let partial = Arc::into_inner(partial(&input.schema())).unwrap();
+        let partial = Arc::new(partial.with_input_never_late());
+        assert!(!partial.needs_exact_watermark());
+        let mut aggregator = partial.aggregator().unwrap();
+        // The watermark that makes the record at 0 late above.
+        let outcome = aggregator.aggregate(&input, 3_000).unwrap();
+        assert_eq!((outcome.late, outcome.null_times), (0, 1));
+        assert_eq!(column_sum(&outcome.states.unwrap(), RECORDS_COLUMN), 3);
+    }
 }
