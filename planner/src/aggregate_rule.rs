@@ -347,7 +347,7 @@ fn streaming_aggregate(
             .as_ref()
             .is_some_and(|window| one_group_per_window(&input, &keys, window));
     let (strategy, reason, partial) =
-        match two_phase(&options, per_window, aligned, &spec, parallel, file_order)? {
+        match two_phase(options, per_window, aligned, &spec, parallel, file_order)? {
             Some((partial, reason)) => {
                 let partial = Arc::new(if aligned {
                     partial.with_input_never_late()
