@@ -700,10 +700,13 @@ mod tests {
     fn a_group_by_of_an_inner_window_and_its_end_runs_in_two_phases() {
         let plan = window_over_window_plan("starttime, endtime");
         assert!(
-            plan.contains("auto: keys that follow the window; partial aggregates"),
+            plan.contains("auto: keys that follow an inner window; partial aggregates"),
             "{plan}"
         );
-        assert!(plan.contains("partial_aggregate=[max(num)]"), "{plan}");
+        assert!(
+            plan.contains("partial_aggregate=[max(num)] per input partition, no input row late"),
+            "{plan}"
+        );
     }
 
     #[test]
