@@ -261,7 +261,7 @@ fn streaming_aggregate(
     // the time itself), emitting final rows with an event time of their own, unless the
     // query asks for changes. No row is late (none comes behind that progress), so the
     // answer is the batch one, with state bounded on a bounded replay as on an endless one.
-    // Whether the window is such an inner one's: then no row is late.
+    // Whether the window is such an aligned one, over whose input no row is late.
     let mut aligned = false;
     let window = match window {
         None if options.emit == EmitSetting::Default => aligned_window(&input, group_by.expr())
@@ -522,8 +522,8 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
 ///   watermark;
 /// - for hopping windows with EMIT FINAL: the partial step adds each record to its pane
 ///   (one slide) once, where one step would add it to each of the `size / slide` windows
-///   holding it, and the final step adds each pane's state to those windows (Nexmark q5 at
-///   one stream over Parquet: 1.05–1.29 s against 0.57 s). Over a replay of files the final
+///   holding it, and the final step adds each pane's state to those windows (Nexmark q5 in
+///   docs/benchmarks.md, "Hopping windows in panes"). Over a replay of files the final
 ///   step judges lateness from the states in the replay's order, so not when the query's
 ///   late records are wanted whole (`keep_late_records`);
 /// - for a plain GROUP BY (no window, EMIT FINAL) run by several streams or read from
