@@ -337,53 +337,54 @@ fn streaming_aggregate(
         }
         _ => input,
     };
-    // More than one stream or source partition: the partial step runs in parallel.
-    let parallel =
-        config.execution.target_partitions > 1 || input.output_partitioning().partition_count() > 1;
-    let file_order = replays_in_file_order(&input);
+    let partitions = input.output_partitioning().partition_count();
+    let shape = InputShape {
+        // More than one stream or source partition: the partial step runs in parallel.
+        parallel: config.execution.target_partitions > 1 || partitions > 1,
+        file_order: replays_in_file_order(&input),
+        one_partition: partitions == 1,
+    };
     let per_window = keys.is_empty()
         || spec
             .window
             .as_ref()
             .is_some_and(|window| one_group_per_window(&input, &keys, window));
-    let (strategy, reason, partial) =
-        match two_phase(options, per_window, aligned, &spec, parallel, file_order)? {
-            Some((partial, reason)) => {
-                let partial = Arc::new(if aligned {
-                    partial.with_input_never_late()
-                } else {
-                    partial
-                });
-                let strategy = if keys.is_empty() {
-                    RoutingStrategy::FanIn
-                } else {
-                    RoutingStrategy::Hash(partial.format().key_columns())
-                };
-                (strategy, reason, Some(partial))
-            }
-            None => {
-                let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
-                let time_runs = match &strategy {
-                    RoutingStrategy::Hash(_)
-                        if setting.is_empty() && config.execution.target_partitions > 1 =>
-                    {
-                        time_runs_of(&spec, &input, options.time_run_records)
+    let (strategy, reason, partial) = match two_phase(options, per_window, aligned, &spec, &shape)?
+    {
+        Some((partial, reason)) => {
+            let partial = Arc::new(if aligned {
+                partial.with_input_never_late()
+            } else {
+                partial
+            });
+            let strategy = if keys.is_empty() {
+                RoutingStrategy::FanIn
+            } else {
+                RoutingStrategy::Hash(partial.format().key_columns())
+            };
+            (strategy, reason, Some(partial))
+        }
+        None => {
+            let (strategy, mut reason) = choose_strategy(setting, keys, &input, "GROUP BY")?;
+            let time_runs = match &strategy {
+                RoutingStrategy::Hash(_)
+                    if setting.is_empty() && config.execution.target_partitions > 1 =>
+                {
+                    time_runs_of(&spec, &input, options.time_run_records)
+                }
+                _ => None,
+            };
+            match time_runs {
+                Some((runs, runs_reason)) => (RoutingStrategy::TimeRuns(runs), runs_reason, None),
+                None => {
+                    if setting.is_empty() && has_distinct(&spec) {
+                        reason.push_str(DISTINCT_NOT_PARTIAL);
                     }
-                    _ => None,
-                };
-                match time_runs {
-                    Some((runs, runs_reason)) => {
-                        (RoutingStrategy::TimeRuns(runs), runs_reason, None)
-                    }
-                    None => {
-                        if setting.is_empty() && has_distinct(&spec) {
-                            reason.push_str(DISTINCT_NOT_PARTIAL);
-                        }
-                        (strategy, reason, None)
-                    }
+                    (strategy, reason, None)
                 }
             }
-        };
+        }
+    };
     let exchange = StreamExchangeExec::try_new(
         input,
         strategy,
@@ -512,6 +513,18 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
         .any(|aggregate| aggregate.is_distinct())
 }
 
+/// What the choice of two phases needs to know of the aggregation's input.
+#[derive(Debug, Clone, Copy)]
+struct InputShape {
+    /// More than one stream or input partition: partial steps run in parallel.
+    parallel: bool,
+    /// A replay of files, whose partitions the exchange merges by replay position.
+    file_order: bool,
+    /// One input partition: a partial step at the exact watermark judges lateness as one
+    /// step would (several, merged by event time, would judge it otherwise).
+    one_partition: bool,
+}
+
 /// Whether the aggregation runs in two phases (a partial step per source partition in the
 /// exchange, the final step after it), and why: when the user asks for `two_phase` (an error
 /// where it does not apply); automatically
@@ -525,7 +538,9 @@ fn has_distinct(spec: &AggregateSpec) -> bool {
 ///   holding it, and the final step adds each pane's state to those windows (Nexmark q5 in
 ///   docs/benchmarks.md, "Hopping windows in panes"). Over a replay of files the final
 ///   step judges lateness from the states in the replay's order, so not when the query's
-///   late records are wanted whole (`keep_late_records`);
+///   late records are wanted whole (`keep_late_records`); over other inputs only from one
+///   partition, where the partial step judges the records late that one step would (from
+///   several, merged by event time, it would judge others);
 /// - for a plain GROUP BY (no window, EMIT FINAL) run by several streams or read from
 ///   several source partitions, which then shuffles a state row per group and batch instead
 ///   of every row (as DataFusion's partial and final aggregation do).
@@ -547,9 +562,13 @@ fn two_phase(
     per_window: bool,
     aligned: bool,
     spec: &AggregateSpec,
-    parallel: bool,
-    file_order: bool,
+    shape: &InputShape,
 ) -> Result<Option<(PartialAggregate, String)>> {
+    let InputShape {
+        parallel,
+        file_order,
+        one_partition,
+    } = *shape;
     let setting = options.partitioning_strategy.as_str();
     let across_workers = options.across_workers;
     let final_rows = spec.emit == AggregateEmit::Final;
@@ -585,7 +604,11 @@ fn two_phase(
         "" if !across_workers
             && panes
             && final_rows
-            && !(file_order && options.keep_late_records) =>
+            && if file_order {
+                !options.keep_late_records
+            } else {
+                one_partition
+            } =>
         {
             let lateness = if file_order {
                 ", late records judged by the final step in the replay's order"
@@ -626,9 +649,14 @@ mod tests {
     /// The plan of a per-symbol count of market_data over `window` at two streams, which
     /// must aggregate right after an exchange.
     fn windowed_count_plan(window: &str) -> String {
+        windowed_count_plan_over(window, 2)
+    }
+
+    /// [`windowed_count_plan`] over a generator of `partitions` partitions.
+    fn windowed_count_plan_over(window: &str, partitions: usize) -> String {
         let plan = plan(
             &format!("SELECT symbol, COUNT(*) FROM market_data GROUP BY symbol WINDOW {window}"),
-            2,
+            partitions,
             2,
         )
         .unwrap();
@@ -660,8 +688,10 @@ mod tests {
 
     #[test]
     fn a_keyed_hopping_window_adds_each_record_to_its_pane_before_a_hash_exchange() {
-        let plan =
-            windowed_count_plan("HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)");
+        let plan = windowed_count_plan_over(
+            "HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)",
+            1,
+        );
         assert!(plan.contains("strategy=hash([symbol"), "{plan}");
         assert!(
             plan.contains(
@@ -670,6 +700,15 @@ mod tests {
             "{plan}"
         );
         assert!(plan.contains("in panes of 1000"), "{plan}");
+    }
+
+    #[test]
+    fn a_keyed_hopping_window_over_partitions_merged_in_event_time_hashes_its_rows() {
+        // Partial steps would judge other records late than one step over the merge.
+        let plan =
+            windowed_count_plan("HOPPING (trade_time, INTERVAL '2' SECOND, INTERVAL '1' SECOND)");
+        assert!(plan.contains("strategy=hash([symbol"), "{plan}");
+        assert!(!plan.contains("partial_aggregate"), "{plan}");
     }
 
     #[test]
