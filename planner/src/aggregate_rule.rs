@@ -757,15 +757,19 @@ mod tests {
         assert!(!plan.contains("partial_aggregate=[max(num)]"), "{plan}");
     }
 
+    /// The plan of a keyless count per second over a generator of `partitions` partitions
+    /// at two streams, which gathers to one stream.
+    fn keyless_count_plan(partitions: usize) -> String {
+        let sql =
+            "SELECT COUNT(*) FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' SECOND)";
+        let plan = plan(sql, partitions, 2).unwrap();
+        assert!(plan.contains("strategy=fan_in"), "{plan}");
+        plan
+    }
+
     #[test]
     fn a_window_without_keys_runs_in_two_phases() {
-        let plan = plan(
-            "SELECT COUNT(*) FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' SECOND)",
-            1,
-            2,
-        )
-        .unwrap();
-        assert!(plan.contains("strategy=fan_in"), "{plan}");
+        let plan = keyless_count_plan(1);
         assert!(
             plan.contains("partial_aggregate=[count(Int64(1))]"),
             "{plan}"
@@ -776,13 +780,7 @@ mod tests {
     fn a_window_without_keys_over_partitions_merged_in_event_time_is_not_split() {
         // Partial steps taking turns in whatever order they come would judge lateness
         // differently from run to run.
-        let plan = plan(
-            "SELECT COUNT(*) FROM market_data GROUP BY tumble(trade_time, INTERVAL '1' SECOND)",
-            2,
-            2,
-        )
-        .unwrap();
-        assert!(plan.contains("strategy=fan_in"), "{plan}");
+        let plan = keyless_count_plan(2);
         assert!(!plan.contains("partial_aggregate"), "{plan}");
     }
 
