@@ -2,7 +2,7 @@
 //! which strategy an exchange uses.
 //!
 //! [`RoutingStrategy`] names the strategies (hash on key columns, sticky, round-robin,
-//! fan-in, time runs) and answers what each implies for an exchange: its number of outputs, their
+//! fan-in, broadcast, time runs) and answers what each implies for an exchange: its number of outputs, their
 //! partitioning, which input feeds which output, and the watermark domains (the inputs whose
 //! watermark is combined for an output). [`Router`] applies a strategy to the batches of one
 //! input partition. The exchange (`freshet_engine::exchange`) moves batches and watermarks

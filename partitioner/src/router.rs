@@ -24,6 +24,8 @@ enum RouterKind {
     Partitioner(BatchPartitioner),
     /// Sticky and fan-in: every batch to one output.
     Fixed(usize),
+    /// Broadcast: every batch, uncopied, to each of this many outputs.
+    Every(usize),
     /// Time runs: slices of the batch where its rows come in runs, else a grouped take.
     TimeRuns { runs: TimeRuns, outputs: usize },
 }
@@ -46,6 +48,7 @@ impl Router {
             (None, RoutingStrategy::Hash(keys)) => RouterKind::Partitioner(
                 BatchPartitioner::new_hash_partitioner(keys.clone(), outputs, timer)?,
             ),
+            (None, RoutingStrategy::Broadcast) => RouterKind::Every(outputs),
             (None, RoutingStrategy::TimeRuns(runs)) => RouterKind::TimeRuns {
                 runs: runs.clone(),
                 outputs,
@@ -61,6 +64,8 @@ impl Router {
     pub fn route(&mut self, batch: RecordBatch) -> Result<Vec<(usize, RecordBatch)>> {
         match &mut self.kind {
             RouterKind::Fixed(output) => Ok(vec![(*output, batch)]),
+            RouterKind::Every(_) if batch.num_rows() == 0 => Ok(Vec::new()),
+            RouterKind::Every(outputs) => Ok((0..*outputs).map(|o| (o, batch.clone())).collect()),
             RouterKind::Hash(hash) => hash.route(batch),
             RouterKind::Partitioner(partitioner) => partitioner.partition_iter(batch)?.collect(),
             RouterKind::TimeRuns { runs, outputs } => route_time_runs(runs, *outputs, batch),
@@ -274,6 +279,16 @@ mod tests {
             .route(timed(vec![Some(0), Some(15), Some(25)]))
             .unwrap();
         assert_eq!(rows_by_output(pieces, 2), vec![vec![0, 2], vec![1]]);
+    }
+
+    #[test]
+    fn broadcast_sends_every_batch_to_every_output() {
+        let mut broadcast = Router::try_new(&RoutingStrategy::Broadcast, 1, 2, 3).unwrap();
+        let routed = broadcast.route(batch(vec![1, 2, 3])).unwrap();
+        let outputs: Vec<usize> = routed.iter().map(|(output, _)| *output).collect();
+        assert_eq!(outputs, vec![0, 1, 2]);
+        assert!(routed.iter().all(|(_, piece)| piece.num_rows() == 3));
+        assert!(broadcast.route(batch(vec![])).unwrap().is_empty());
     }
 
     #[test]

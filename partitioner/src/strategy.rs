@@ -18,6 +18,9 @@ pub enum RoutingStrategy {
     RoundRobin,
     /// Everything to output 0.
     FanIn,
+    /// Every batch to every output: the small side of a join whose other side stays where
+    /// it is (one row per window, joined back to the rows of each window).
+    Broadcast,
     /// Rows in runs of event time: a row of time `t` goes to output
     /// `floor((t - origin) / run) mod n` (rows without a time to output 0). A tumbling
     /// window's rows share an output when `run` is a whole number of windows starting at
@@ -80,6 +83,7 @@ impl RoutingStrategy {
             Self::Sticky => "sticky",
             Self::RoundRobin => "round_robin",
             Self::FanIn => "fan_in",
+            Self::Broadcast => "broadcast",
             Self::TimeRuns(_) => "time_runs",
         }
     }
@@ -109,15 +113,18 @@ impl RoutingStrategy {
             _ if outputs <= 1 => Some(0),
             Self::Sticky => Some(input % outputs),
             Self::FanIn => Some(0),
-            Self::Hash(_) | Self::RoundRobin | Self::TimeRuns(_) => None,
+            Self::Hash(_) | Self::RoundRobin | Self::Broadcast | Self::TimeRuns(_) => None,
         }
     }
 
     /// Whether one key's rows can reach an output from several inputs, interleaved in an
-    /// order the consumer sees (hash, time runs and fan-in). Sticky keeps a key in one
-    /// input; round-robin feeds only consumers that do not care.
+    /// order the consumer sees (hash, time runs, fan-in and broadcast). Sticky keeps a key
+    /// in one input; round-robin feeds only consumers that do not care.
     pub fn interleaves_keys(&self) -> bool {
-        matches!(self, Self::Hash(_) | Self::FanIn | Self::TimeRuns(_))
+        matches!(
+            self,
+            Self::Hash(_) | Self::FanIn | Self::Broadcast | Self::TimeRuns(_)
+        )
     }
 
     /// The groups of inputs whose watermark is combined, and the outputs they feed. Sticky

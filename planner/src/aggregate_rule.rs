@@ -142,7 +142,7 @@ fn aligned_window(
 /// wide, on a time an operator below publishes, see [`aligned_window`]) through the
 /// projection below: e.g. an inner window's end beside its start, as Nexmark q5 groups
 /// its counts. Such an aggregation holds one group per window, as one without keys does.
-fn one_group_per_window(
+pub(crate) fn one_group_per_window(
     input: &Arc<dyn ExecutionPlan>,
     keys: &[Arc<dyn PhysicalExpr>],
     window: &WindowKey,

@@ -37,6 +37,7 @@ use freshet_engine::window::{duration_in_unit, duration_text};
 use freshet_engine::{StreamExchangeExec, StreamSourceExec};
 use freshet_partitioner::RoutingStrategy;
 
+use crate::join_broadcast::broadcast_side;
 use crate::join_parts::JoinParts;
 use crate::options::FreshetOptions;
 use crate::stream_filter_rule::with_filter_projection;
@@ -200,11 +201,33 @@ fn interval_join(
         _ => (Arc::clone(left), Arc::clone(right)),
     };
     let (left, right) = (&left, &right);
+    // A side of one row per window goes to every stream, the other stays in its streams.
+    let broadcast = match alike {
+        SidesAlike::No if !left_keys.is_empty() && !regular => broadcast_side(
+            left,
+            right,
+            (bound.left_time, bound.right_time),
+            parts.join_type,
+            streams,
+        ),
+        _ => None,
+    };
     let exchange = |input: &Arc<dyn ExecutionPlan>,
+                    side: JoinSide,
                     keys: Vec<PhysicalExprRef>,
                     time: &Arc<dyn PhysicalExpr>|
      -> Result<Arc<StreamExchangeExec>> {
-        let (strategy, reason) = if keys.is_empty() {
+        let (strategy, reason) = if broadcast == Some(side) {
+            (
+                RoutingStrategy::Broadcast,
+                "auto: one row per window, sent to every stream (the other side stays in its streams)".to_string(),
+            )
+        } else if broadcast.is_some() {
+            (
+                RoutingStrategy::Sticky,
+                "auto: rows stay in their streams, none of them late (their operator publishes their time); the other side, one row per window, is broadcast".to_string(),
+            )
+        } else if keys.is_empty() {
             (
                 RoutingStrategy::FanIn,
                 "auto: no equality keys, one stream".to_string(),
@@ -252,8 +275,8 @@ fn interval_join(
         projection,
     };
     let join = IntervalJoinExec::try_new(
-        exchange(left, left_keys, &left_time)?,
-        exchange(right, right_keys, &right_time)?,
+        exchange(left, JoinSide::Left, left_keys, &left_time)?,
+        exchange(right, JoinSide::Right, right_keys, &right_time)?,
         spec,
     )?;
     Ok(Some(Arc::new(join)))

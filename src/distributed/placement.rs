@@ -148,18 +148,36 @@ pub(super) fn exchanges(
 ) -> Result<Vec<Arc<StreamExchangeExec>>> {
     let mut found = Vec::new();
     plan.apply(|node| {
-        Ok(match StreamExchangeExec::from_plan(Arc::clone(node), "") {
-            Ok(exchange) => {
+        Ok(match crossing_exchange(node) {
+            Some(exchange) => {
                 found.push(exchange);
                 match nearest {
                     true => TreeNodeRecursion::Jump,
                     false => TreeNodeRecursion::Continue,
                 }
             }
-            Err(_) => TreeNodeRecursion::Continue,
+            None => TreeNodeRecursion::Continue,
         })
     })?;
     Ok(found)
+}
+
+/// `node` as an exchange that crosses workers: every exchange but one whose outputs each
+/// read their one input where they run (a broadcast join's side left in its streams),
+/// which stays inside each worker's part.
+fn crossing_exchange(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<StreamExchangeExec>> {
+    StreamExchangeExec::from_plan(Arc::clone(node), "")
+        .ok()
+        .filter(|exchange| !stays_in_worker(exchange))
+}
+
+/// Whether `exchange` runs inside each worker: a sticky exchange of as many inputs as
+/// outputs, read inline, whose input `p` runs on the worker of output `p`.
+fn stays_in_worker(exchange: &StreamExchangeExec) -> bool {
+    let inputs = exchange.input().output_partitioning().partition_count();
+    exchange.runs_inline()
+        && inputs > 1
+        && inputs == exchange.properties().partitioning.partition_count()
 }
 
 /// Exchange number `index` of `part` (in the order of [`exchanges`]), its input reading the
@@ -188,7 +206,7 @@ pub(super) fn with_remote_exchanges(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let mut next = 0;
     let replaced = Arc::clone(part).transform_down(|node| {
-        let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(&node), "") else {
+        let Some(exchange) = crossing_exchange(&node) else {
             return Ok(Transformed::no(node));
         };
         let Some(remote) = remotes.get(next) else {
@@ -223,7 +241,7 @@ fn check_partitionwise(
     streams: usize,
 ) -> Result<()> {
     let partitions = node.output_partitioning().partition_count();
-    if let Ok(exchange) = StreamExchangeExec::from_plan(Arc::clone(node), "") {
+    if let Some(exchange) = crossing_exchange(node) {
         exchange.check_distributable()?;
         let inputs = exchange.input().output_partitioning().partition_count();
         // An exchange into one stream feeds operators on one partition (a window without

@@ -1,7 +1,7 @@
 //! The exchange of one input partition into one output, run inline: the consumer pulls the
 //! input's batches itself, with no input task, channel or wake-up between them.
 //!
-//! With one input and one output there is nothing to route, merge or align: the output is
+//! With one input per output there is nothing to route, merge or align: the output is
 //! the input's batches in order, each followed by the watermark it moves (computed as the
 //! input tasks compute it: the batch's newest event time, or the progress of the operator
 //! below, minus the declared delay), and the last watermark when the input ends. An exchange
@@ -31,6 +31,8 @@ struct InlineWatermark {
     /// The last watermark sent.
     sent: i64,
     event_time: Option<EventTime>,
+    /// The input partition: where the operator below and a replay record its progress.
+    input: usize,
     /// As the input task's: the progress of the operator below, and the constant between it
     /// and the event-time column.
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
@@ -59,7 +61,7 @@ impl InlineWatermark {
         // The operator's progress, where it publishes one; else the batch's newest time.
         let newest = match (&self.input_progress, &self.event_time) {
             (Some((progress, offset)), _) => progress
-                .newest(0)
+                .newest(self.input)
                 .map(|newest| newest.saturating_add(*offset)),
             (None, Some(event_time)) => event_time.newest_in(&batch)?,
             (None, None) => None,
@@ -83,7 +85,8 @@ impl InlineWatermark {
         let Some((checkpoint, probe)) = &mut self.checkpoint else {
             return Ok(None);
         };
-        let Some(barrier) = checkpoint.due_if(|barrier| ended || probe.passed(0, barrier)) else {
+        let Some(barrier) = checkpoint.due_if(|barrier| ended || probe.passed(self.input, barrier))
+        else {
             return Ok(None);
         };
         checkpoint.write(barrier.epoch, self.tracker.input(0))?;
@@ -114,9 +117,10 @@ impl InlineWatermark {
     }
 }
 
-/// The output of an exchange of the one input partition `input`, read inline.
+/// The output of an exchange of the one input partition `input` (its stream and number),
+/// read inline.
 pub(super) fn inline_messages(
-    input: SendableRecordBatchStream,
+    (input, partition): (SendableRecordBatchStream, usize),
     event_time: Option<EventTime>,
     input_progress: Option<(Arc<PartitionProgress>, i64)>,
     checkpoint: Option<(OutputCheckpoint, BarrierProbe)>,
@@ -134,6 +138,7 @@ pub(super) fn inline_messages(
         tracker,
         sent,
         event_time,
+        input: partition,
         input_progress,
         failed: false,
         checkpoint,

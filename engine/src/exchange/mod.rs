@@ -39,9 +39,11 @@
 //! (a tumbling or hopping window's partial states) runs at no watermark and takes no turns: its outputs
 //! are merged in the replay's order like rows, and the consumer judges them.
 //!
-//! One input partition into one output (a query on one stream) needs none of this: unless an
-//! input step or an idle timeout needs the task, the consumer reads the input inline
-//! ([`inline`]), with the same batches and watermarks and no task hop between them.
+//! One input partition into one output (a query on one stream), or a sticky exchange of an
+//! operator's partitions into as many outputs (the side a broadcast join leaves in its
+//! streams), needs none of this: unless an input step or an idle timeout needs the task, the
+//! consumer of each output reads its one input inline ([`inline`]), with the same batches and
+//! watermarks and no task hop between them.
 //!
 //! DataFusion operators read the exchange with `execute` and see only the batches; Freshet's
 //! stateful operators read batches and watermarks with [`StreamExchangeExec::execute_messages`].
@@ -242,7 +244,8 @@ impl StreamExchangeExec {
             return self.receive(remote, partition, context);
         }
         if self.runs_inline() {
-            let probe = match self.input_positions(1) {
+            let inputs = self.input.output_partitioning().partition_count();
+            let probe = match self.input_positions(inputs) {
                 Some(positions) => Some(BarrierProbe::Source(positions)),
                 None => self.operator_probe(),
             };
@@ -255,10 +258,15 @@ impl StreamExchangeExec {
             };
             // Marked read before the input runs.
             let input_progress = self
-                .input_progress(1)
+                .input_progress(inputs)
                 .map(|(progress, offset, _)| (progress, offset));
             let input = self.input.execute(partition, context)?;
-            return inline_messages(input, self.event_time, input_progress, checkpoint);
+            return inline_messages(
+                (input, partition),
+                self.event_time,
+                input_progress,
+                checkpoint,
+            );
         }
         let mut running = self.running.lock();
         if running.is_none() {
@@ -333,11 +341,18 @@ impl StreamExchangeExec {
         }
     }
 
-    /// Whether the consumer reads the input itself ([`inline`]): one input and one output,
-    /// with no input step and no idle timeout.
-    fn runs_inline(&self) -> bool {
-        self.outputs == 1
-            && self.input.output_partitioning().partition_count() == 1
+    /// Whether the consumer of each output reads its one input itself ([`inline`]): one
+    /// input into one output, or a sticky exchange of an operator's partitions (above
+    /// another exchange) into as many outputs, as a broadcast join leaves its other side;
+    /// with no input step and no idle timeout. Such an output's input runs where it is
+    /// read, so across workers the exchange stays inside a worker.
+    pub fn runs_inline(&self) -> bool {
+        let inputs = self.input.output_partitioning().partition_count();
+        let one_input_each = (self.outputs == 1 && inputs == 1)
+            || (matches!(self.strategy, RoutingStrategy::Sticky)
+                && inputs == self.outputs
+                && matches!(self.reads_source_partitions(), Ok(false)));
+        one_input_each
             && self.step.is_none()
             && self.event_time.is_none_or(|e| e.idle_timeout.is_none())
     }
