@@ -81,3 +81,87 @@ fn one_row_per_window(plan: &Arc<dyn ExecutionPlan>) -> bool {
     aggregate.emit() == AggregateEmit::Final
         && (keys.is_empty() || one_group_per_window(aggregate.exchange().input(), &keys, window))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::plan;
+
+    /// Per symbol and window of 20 s sliding by 5 s, the count; `per_window` is joined on
+    /// the window to those counts, as `SQL_JOIN` spells it.
+    const COUNTS: &str = "SELECT symbol, COUNT(*) AS n, window_start AS ws, window_end AS we \
+        FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND) \
+        GROUP BY symbol, window_start, window_end";
+
+    /// The largest count of each window, joined back to the counts with `join`.
+    fn top_counts(join: &str) -> String {
+        let most = format!("SELECT MAX(n) AS m, ws, we FROM ({COUNTS}) GROUP BY ws, we");
+        format!(
+            "SELECT a.symbol, a.n, b.m FROM ({COUNTS}) a {join} ({most}) b \
+             ON a.ws = b.ws AND a.we = b.we AND a.n >= b.m"
+        )
+    }
+
+    /// The strategies of the join's two exchanges, left then right.
+    fn join_strategies(plan: &str) -> (String, String) {
+        let lines: Vec<&str> = plan.lines().collect();
+        let join = lines
+            .iter()
+            .position(|line| line.contains("IntervalJoinExec"))
+            .unwrap_or_else(|| panic!("no interval join: {plan}"));
+        let indent = |line: &str| line.len() - line.trim_start().len();
+        let children: Vec<&str> = lines[join + 1..]
+            .iter()
+            .copied()
+            .filter(|line| indent(line) == indent(lines[join]) + 2)
+            .collect();
+        let strategy = |line: &str| {
+            line.split("strategy=")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+                .unwrap_or_else(|| panic!("not an exchange: {line}"))
+                .to_string()
+        };
+        (strategy(children[0]), strategy(children[1]))
+    }
+
+    #[test]
+    fn one_row_per_window_is_broadcast_and_the_other_side_stays() {
+        let plan = plan(&top_counts("JOIN"), 2, 2).unwrap();
+        assert_eq!(
+            join_strategies(&plan),
+            ("sticky".to_string(), "broadcast".to_string()),
+            "{plan}"
+        );
+        // The side on the left is broadcast as well, and a LEFT join keeps the counts.
+        let most = format!("SELECT MAX(n) AS m, ws, we FROM ({COUNTS}) GROUP BY ws, we");
+        let swapped = format!(
+            "SELECT a.symbol, b.m FROM ({most}) b JOIN ({COUNTS}) a ON a.ws = b.ws AND a.we = b.we"
+        );
+        let plan = crate::test_support::plan(&swapped, 2, 2).unwrap();
+        assert_eq!(join_strategies(&plan).0, "broadcast", "{plan}");
+        let plan = crate::test_support::plan(&top_counts("LEFT JOIN"), 2, 2).unwrap();
+        assert_eq!(join_strategies(&plan).1, "broadcast", "{plan}");
+    }
+
+    #[test]
+    fn a_preserved_small_side_or_one_stream_is_not_broadcast() {
+        // A RIGHT join emits each unmatched maximum: every stream would.
+        let plan = plan(&top_counts("RIGHT JOIN"), 2, 2).unwrap();
+        assert!(join_strategies(&plan).0.starts_with("hash"), "{plan}");
+        let plan = crate::test_support::plan(&top_counts("JOIN"), 1, 1).unwrap();
+        assert!(!plan.contains("broadcast"), "{plan}");
+    }
+
+    #[test]
+    fn rows_read_from_a_source_are_not_left_in_their_streams() {
+        // The records themselves joined to each window's largest price: each stream would
+        // judge them late against its own source partitions' watermark.
+        let sql = "SELECT t.symbol, t.price FROM market_data t JOIN (SELECT MAX(price) AS m, \
+            window_start AS ws, window_end AS we FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), \
+            INTERVAL '10' SECOND, INTERVAL '10' SECOND) GROUP BY window_start, window_end) b \
+            ON t.price = b.m AND t.trade_time >= b.ws AND t.trade_time < b.we";
+        let plan = plan(sql, 2, 2).unwrap();
+        assert!(plan.contains("IntervalJoinExec"), "{plan}");
+        assert!(!plan.contains("broadcast"), "{plan}");
+    }
+}

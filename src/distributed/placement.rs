@@ -5,7 +5,10 @@
 //! `I` of each exchange's inputs (its inputs over the workers, rounded up; as many workers
 //! as inputs where there are fewer): inputs `t*I .. (t+1)*I`. Every exchange becomes an
 //! [`ExchangeSendExec`] (its input tasks, on the workers that read the sources) under a
-//! hash `RepartitionExec` on the wire batches' route column and a `NetworkShuffleExec`;
+//! hash `RepartitionExec` on the wire batches' route column and a `NetworkShuffleExec`,
+//! except a sticky exchange of as many inputs as outputs that its outputs read inline (the
+//! side a broadcast join leaves in its streams): input `p` runs on the worker of output
+//! `p`, so that exchange stays inside each worker's part;
 //! what reads the exchanges, up to the plan's last partitioned node, is one
 //! [`FragmentExec`] per worker; a `NetworkCoalesceExec` brings every output to the
 //! coordinator, which merges them (with the plan's own single-partition head, such as an

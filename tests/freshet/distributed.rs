@@ -473,6 +473,32 @@ async fn a_tumbling_window_across_workers_equals_one_process() {
     }
 }
 
+/// Per symbol and window (20 s sliding by 5 s) its count, joined on the window to the
+/// largest count of the window (`JOIN` is replaced by the join's kind), as Nexmark q5.
+const TOP_COUNTS: &str = "SELECT a.symbol, a.n, a.ws, b.m FROM (
+    SELECT symbol, COUNT(*) AS n, window_start AS ws, window_end AS we
+    FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND)
+    GROUP BY symbol, window_start, window_end) a
+  JOIN (SELECT MAX(n) AS m, ws, we FROM (
+    SELECT symbol, COUNT(*) AS n, window_start AS ws, window_end AS we
+    FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), INTERVAL '5' SECOND, INTERVAL '20' SECOND)
+    GROUP BY symbol, window_start, window_end) GROUP BY ws, we) b
+  ON a.ws = b.ws AND a.we = b.we AND a.n + 2 >= b.m";
+
+/// A join whose one side holds one row per window broadcasts that side and leaves the
+/// other on its workers, with late records in the replay: the same rows as one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_to_one_row_per_window_across_workers_equals_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "100k", "20000");
+    let tables = [format!(
+        "market_data={path},event_time=trade_time,watermark=2s"
+    )];
+    for join in ["JOIN", "LEFT JOIN"] {
+        equal_at_2_and_3_workers(&TOP_COUNTS.replace("JOIN", join), &tables).await;
+    }
+}
+
 /// A `freshet worker` process on a loopback port, killed when dropped.
 struct WorkerProcess {
     child: std::process::Child,
@@ -844,4 +870,20 @@ fn a_window_over_a_window_sends_partial_states_across_workers() {
         explained.contains("partial_aggregate=[max(n)] per input partition, no input row late"),
         "{explained}"
     );
+}
+
+/// Across workers, the side a join leaves in its streams (Nexmark q5's counts per auction,
+/// joined to each window's largest) stays on its workers: only the largest counts, one row
+/// per window, cross to every worker.
+#[test]
+fn a_join_to_one_row_per_window_leaves_the_other_side_on_its_workers() {
+    let explained = explain_across_two_workers(TOP_COUNTS);
+    assert!(explained.contains("strategy=broadcast"), "{explained}");
+    let stages = explained
+        .split_once("Across 2 workers")
+        .unwrap_or_else(|| panic!("{explained}"))
+        .1;
+    // The counts of each side (partial states hashed on the symbol), the largest per window
+    // (partial states hashed on the window) and their broadcast; not the counts joined.
+    assert_eq!(stages.matches("ExchangeSendExec").count(), 4, "{explained}");
 }
