@@ -254,10 +254,14 @@ fn interval_join(
             true => event_time(input, time).ok(),
             false => Some(event_time(input, time)?),
         };
-        Ok(Arc::new(
+        let exchange =
             StreamExchangeExec::try_new(Arc::clone(input), strategy, streams, event_time)?
-                .with_reason(reason),
-        ))
+                .with_reason(reason);
+        // The side left in its streams runs where it is read: across workers, on its worker.
+        Ok(Arc::new(match broadcast.is_some_and(|b| b != side) {
+            true => exchange.reading_inputs_inline(),
+            false => exchange,
+        }))
     };
     let state_keys = parts
         .on

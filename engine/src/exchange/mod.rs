@@ -39,8 +39,8 @@
 //! (a tumbling or hopping window's partial states) runs at no watermark and takes no turns: its outputs
 //! are merged in the replay's order like rows, and the consumer judges them.
 //!
-//! One input partition into one output (a query on one stream), or a sticky exchange of an
-//! operator's partitions into as many outputs (the side a broadcast join leaves in its
+//! One input partition into one output (a query on one stream), or a sticky exchange of as
+//! many inputs as outputs made to read them inline (the side a broadcast join leaves in its
 //! streams), needs none of this: unless an input step or an idle timeout needs the task, the
 //! consumer of each output reads its one input inline ([`inline`]), with the same batches and
 //! watermarks and no task hop between them.
@@ -120,6 +120,9 @@ pub struct StreamExchangeExec {
     metrics: ExecutionPlanMetricsSet,
     /// Where the outputs read what input tasks on other workers sent, if they do.
     remote: Option<RemoteInput>,
+    /// Whether each output of a sticky exchange of as many inputs reads its input itself
+    /// (see [`Self::reading_inputs_inline`]).
+    inline_outputs: bool,
 }
 
 fn exchange_properties(
@@ -180,7 +183,18 @@ impl StreamExchangeExec {
             step: None,
             metrics: ExecutionPlanMetricsSet::new(),
             remote: None,
+            inline_outputs: false,
         })
+    }
+
+    /// A sticky exchange of as many inputs as outputs whose outputs each read their input
+    /// themselves ([`inline`]), with no input task between: its input partition `p` then
+    /// runs where output `p` is read, so across workers the exchange stays inside a worker
+    /// (the side a broadcast join leaves in its streams). Other sticky exchanges keep their
+    /// input tasks, which overlap an operator below with the one above.
+    pub fn reading_inputs_inline(mut self) -> Self {
+        self.inline_outputs = true;
+        self
     }
 
     /// Runs `step` on each input partition and routes its output (whose schema the exchange
@@ -342,16 +356,14 @@ impl StreamExchangeExec {
     }
 
     /// Whether the consumer of each output reads its one input itself ([`inline`]): one
-    /// input into one output, or a sticky exchange of an operator's partitions (above
-    /// another exchange) into as many outputs, as a broadcast join leaves its other side;
-    /// with no input step and no idle timeout. Such an output's input runs where it is
-    /// read, so across workers the exchange stays inside a worker.
+    /// input into one output, or a sticky exchange into as many outputs made to (see
+    /// [`Self::reading_inputs_inline`]); with no input step and no idle timeout.
     pub fn runs_inline(&self) -> bool {
         let inputs = self.input.output_partitioning().partition_count();
         let one_input_each = (self.outputs == 1 && inputs == 1)
-            || (matches!(self.strategy, RoutingStrategy::Sticky)
-                && inputs == self.outputs
-                && matches!(self.reads_source_partitions(), Ok(false)));
+            || (self.inline_outputs
+                && matches!(self.strategy, RoutingStrategy::Sticky)
+                && inputs == self.outputs);
         one_input_each
             && self.step.is_none()
             && self.event_time.is_none_or(|e| e.idle_timeout.is_none())
@@ -742,6 +754,7 @@ impl ExecutionPlan for StreamExchangeExec {
         let mut exchange =
             Self::try_new(child, self.strategy.clone(), self.outputs, self.event_time)?
                 .with_reason(self.reason.clone());
+        exchange.inline_outputs = self.inline_outputs;
         if let Some(step) = &self.step {
             exchange = exchange.with_input_step(Arc::clone(step));
         }
@@ -965,5 +978,82 @@ mod tests {
         );
         let tasked = one_to_one(&batches, Some(Duration::from_secs(3600))).await;
         assert_eq!(inline, tasked);
+    }
+
+    /// The messages of each output of a sticky exchange of the partitions `partitions` of
+    /// times into as many outputs, read inline or through input tasks, as text.
+    async fn sticky_outputs(partitions: &[Vec<Vec<i64>>], inline: bool) -> Vec<Vec<String>> {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        )]));
+        let partitions: Vec<Vec<RecordBatch>> = partitions
+            .iter()
+            .map(|batches| {
+                batches
+                    .iter()
+                    .map(|times| {
+                        let times =
+                            TimestampMillisecondArray::from_iter_values(times.iter().copied());
+                        RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(times)]).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        let source = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+            &partitions,
+            schema,
+            None,
+        )
+        .unwrap();
+        let event_time = EventTime {
+            column: 0,
+            delay: 5,
+            idle_timeout: None,
+        };
+        let outputs = partitions.len();
+        let exchange =
+            StreamExchangeExec::try_new(source, RoutingStrategy::Sticky, outputs, Some(event_time))
+                .unwrap();
+        let exchange = match inline {
+            true => exchange.reading_inputs_inline(),
+            false => exchange,
+        };
+        assert_eq!(exchange.runs_inline(), inline);
+        let context = SessionContext::new().task_ctx();
+        // Every output read at once, as the operators above read them.
+        let outputs = (0..outputs).map(|output| {
+            exchange
+                .execute_messages(output, Arc::clone(&context))
+                .unwrap()
+                .map(|message| match message.unwrap() {
+                    StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
+                    StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
+                    StreamMessage::Barrier(epoch) => format!("barrier {epoch}"),
+                })
+                .collect::<Vec<String>>()
+        });
+        future::join_all(outputs).await
+    }
+
+    #[tokio::test]
+    async fn a_sticky_exchange_read_inline_gives_each_output_its_own_input() {
+        let partitions = [
+            vec![vec![1_000, 1_009], vec![1_005]],
+            vec![vec![2_000], vec![], vec![2_030, 2_010]],
+        ];
+        let inline = sticky_outputs(&partitions, true).await;
+        assert_eq!(
+            inline[1],
+            [
+                "rows 1",
+                "watermark 1995",
+                "rows 2",
+                "watermark 2025",
+                "watermark 9223372036854775807",
+            ]
+        );
+        assert_eq!(inline, sticky_outputs(&partitions, false).await);
     }
 }

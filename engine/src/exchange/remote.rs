@@ -193,6 +193,7 @@ impl StreamExchangeExec {
             step: self.step.clone(),
             metrics: Default::default(),
             remote: Some(RemoteInput { plan, first_output }),
+            inline_outputs: self.inline_outputs,
         }
     }
 
