@@ -916,27 +916,44 @@ mod tests {
         );
     }
 
-    /// The messages of a 1→1 exchange over `batches` of times, with the given idle timeout
-    /// (which keeps the input task), as text.
-    async fn one_to_one(batches: &[Vec<i64>], idle_timeout: Option<Duration>) -> Vec<String> {
+    /// A memory source of one column of millisecond times `ts`: `partitions` of batches of
+    /// times.
+    fn timed_source(partitions: &[Vec<Vec<i64>>]) -> Arc<dyn ExecutionPlan> {
         let schema = Arc::new(Schema::new(vec![Field::new(
             "ts",
             DataType::Timestamp(TimeUnit::Millisecond, None),
             false,
         )]));
-        let batches: Vec<RecordBatch> = batches
+        let partitions: Vec<Vec<RecordBatch>> = partitions
             .iter()
-            .map(|times| {
-                let times = TimestampMillisecondArray::from_iter_values(times.iter().copied());
-                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(times)]).unwrap()
+            .map(|batches| {
+                batches
+                    .iter()
+                    .map(|times| {
+                        let times =
+                            TimestampMillisecondArray::from_iter_values(times.iter().copied());
+                        RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(times)]).unwrap()
+                    })
+                    .collect()
             })
             .collect();
-        let source = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
-            &[batches],
-            schema,
-            None,
-        )
-        .unwrap();
+        datafusion::datasource::memory::MemorySourceConfig::try_new_exec(&partitions, schema, None)
+            .unwrap()
+    }
+
+    /// `message` as text: its kind and rows or time.
+    fn as_text(message: Message) -> String {
+        match message.unwrap() {
+            StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
+            StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
+            StreamMessage::Barrier(epoch) => format!("barrier {epoch}"),
+        }
+    }
+
+    /// The messages of a 1→1 exchange over `batches` of times, with the given idle timeout
+    /// (which keeps the input task), as text.
+    async fn one_to_one(batches: &[Vec<i64>], idle_timeout: Option<Duration>) -> Vec<String> {
+        let source = timed_source(&[batches.to_vec()]);
         let event_time = EventTime {
             column: 0,
             delay: 5,
@@ -946,19 +963,12 @@ mod tests {
             StreamExchangeExec::try_new(source, RoutingStrategy::FanIn, 1, Some(event_time))
                 .unwrap();
         assert_eq!(exchange.runs_inline(), idle_timeout.is_none());
-        let messages: Vec<Message> = exchange
+        exchange
             .execute_messages(0, SessionContext::new().task_ctx())
             .unwrap()
+            .map(as_text)
             .collect()
-            .await;
-        messages
-            .into_iter()
-            .map(|message| match message.unwrap() {
-                StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
-                StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
-                StreamMessage::Barrier(epoch) => format!("barrier {epoch}"),
-            })
-            .collect()
+            .await
     }
 
     #[tokio::test]
@@ -983,35 +993,12 @@ mod tests {
     /// The messages of each output of a sticky exchange of the partitions `partitions` of
     /// times into as many outputs, read inline or through input tasks, as text.
     async fn sticky_outputs(partitions: &[Vec<Vec<i64>>], inline: bool) -> Vec<Vec<String>> {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        )]));
-        let partitions: Vec<Vec<RecordBatch>> = partitions
-            .iter()
-            .map(|batches| {
-                batches
-                    .iter()
-                    .map(|times| {
-                        let times =
-                            TimestampMillisecondArray::from_iter_values(times.iter().copied());
-                        RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(times)]).unwrap()
-                    })
-                    .collect()
-            })
-            .collect();
-        let source = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
-            &partitions,
-            schema,
-            None,
-        )
-        .unwrap();
         let event_time = EventTime {
             column: 0,
             delay: 5,
             idle_timeout: None,
         };
+        let source = timed_source(partitions);
         let outputs = partitions.len();
         let exchange =
             StreamExchangeExec::try_new(source, RoutingStrategy::Sticky, outputs, Some(event_time))
@@ -1027,11 +1014,7 @@ mod tests {
             exchange
                 .execute_messages(output, Arc::clone(&context))
                 .unwrap()
-                .map(|message| match message.unwrap() {
-                    StreamMessage::Batch(batch) => format!("rows {}", batch.num_rows()),
-                    StreamMessage::Watermark(watermark) => format!("watermark {watermark}"),
-                    StreamMessage::Barrier(epoch) => format!("barrier {epoch}"),
-                })
+                .map(as_text)
                 .collect::<Vec<String>>()
         });
         future::join_all(outputs).await
