@@ -6,7 +6,9 @@
 //! whole `(window, keys)` tuple makes a table with every open window's groups, refilled as
 //! windows close. Here the keys go through an inner [`GroupValues`] (packed where possible)
 //! whose table stays as small as the key set, and each open window keeps a dense array from
-//! key id to group id: a row costs one key lookup and one array access.
+//! key id to group id, over the range of key ids its rows brought (keys that come and go, as
+//! auctions, or one key per window, as an aggregation over windows keyed by their end, use
+//! a small range of a large key table): a row costs one key lookup and one array access.
 //!
 //! Group ids are handed out in order of creation and `EmitTo::First(n)` emits the first `n`,
 //! as the window aggregation expects. Emitted key values come from the rows that first showed
@@ -40,9 +42,11 @@ const MAX_SPARE_SLOTS: usize = 128 * 1024;
 /// Key tables smaller than this are never compacted.
 const COMPACT_MIN_KEYS: usize = 4_096;
 
-/// One open window: its start and, per key id, the id of its group (`ABSENT` if none).
+/// One open window: its start and, per key id from `base` on, the id of its group (`ABSENT`
+/// if none).
 struct WindowSlots {
     start: i64,
+    base: usize,
     groups: Vec<usize>,
     /// The largest group id of this window, to drop it once emitted.
     newest_group: usize,
@@ -179,8 +183,8 @@ impl WindowedGroupValues {
     }
 
     /// The index in `windows` of the window starting at `start`, opened if new, with a
-    /// slot for each of `key_count` keys.
-    fn window_slots(&mut self, start: i64, key_count: usize) -> usize {
+    /// slot for each key id in `lowest..=highest`.
+    fn window_slots(&mut self, start: i64, (lowest, highest): (usize, usize)) -> usize {
         let index = match self.window_index.get(&start) {
             Some(index) => *index,
             None => {
@@ -190,6 +194,7 @@ impl WindowedGroupValues {
                 groups.clear();
                 self.windows.push(WindowSlots {
                     start,
+                    base: lowest,
                     groups,
                     newest_group: 0,
                 });
@@ -197,9 +202,20 @@ impl WindowedGroupValues {
                 self.windows.len() - 1
             }
         };
-        let slots = &mut self.windows[index].groups;
-        if slots.len() < key_count {
-            slots.resize(key_count, ABSENT);
+        let window = &mut self.windows[index];
+        if window.groups.is_empty() {
+            window.base = lowest;
+        }
+        if lowest < window.base {
+            let added = window.base - lowest;
+            window
+                .groups
+                .splice(0..0, std::iter::repeat_n(ABSENT, added));
+            window.base = lowest;
+        }
+        let needed = highest - window.base + 1;
+        if window.groups.len() < needed {
+            window.groups.resize(needed, ABSENT);
         }
         index
     }
@@ -315,12 +331,30 @@ impl WindowedGroupValues {
             *key = new_id[*key];
         }
         for window in &mut self.windows {
-            let mut groups = vec![ABSENT; live.len()];
-            for (old, group) in window.groups.iter().enumerate() {
-                if *group != ABSENT && *group >= self.emitted && new_id[old] != ABSENT {
-                    groups[new_id[old]] = *group;
+            let kept: Vec<(usize, usize)> = window
+                .groups
+                .iter()
+                .enumerate()
+                .filter_map(|(offset, &group)| {
+                    let new = new_id[window.base + offset];
+                    (group != ABSENT && group >= self.emitted && new != ABSENT)
+                        .then_some((new, group))
+                })
+                .collect();
+            let lowest = kept.iter().map(|(new, _)| *new).min().unwrap_or(0);
+            let highest = kept.iter().map(|(new, _)| *new).max().unwrap_or(0);
+            let mut groups = vec![
+                ABSENT;
+                if kept.is_empty() {
+                    0
+                } else {
+                    highest - lowest + 1
                 }
+            ];
+            for (new, group) in kept {
+                groups[new - lowest] = group;
             }
+            window.base = lowest;
             window.groups = groups;
         }
         self.key_chunks = values.into_iter().map(|v| vec![v]).collect();
@@ -348,7 +382,6 @@ impl GroupValues for WindowedGroupValues {
             // Held, so that no other column can take these columns' place in memory.
             self.interned_keys = keys.to_vec();
         }
-        let key_count = self.keys.len();
         let starts = event_times(window)?;
         let starts = starts.as_primitive::<Int64Type>();
         if starts.null_count() > 0 {
@@ -371,16 +404,22 @@ impl GroupValues for WindowedGroupValues {
                 .iter()
                 .position(|s| *s != start)
                 .unwrap_or(starts.len() - first);
-            let window = self.window_slots(start, key_count);
+            let rows = first..first + run;
+            let range = self.key_ids[rows.clone()]
+                .iter()
+                .fold((usize::MAX, 0), |(lowest, highest), &key| {
+                    (lowest.min(key), highest.max(key))
+                });
+            let window = self.window_slots(start, range);
+            let base = self.windows[window].base;
             let slots = self.windows[window].groups.as_mut_slice();
             let created_before = live.len();
             // The next new group's id, kept apart from `live` so it stays in a register.
             let mut next = created_before;
             let mut unknown_key = false;
-            let rows = first..first + run;
             for (group, &key) in groups[rows.clone()].iter_mut().zip(&self.key_ids[rows]) {
-                // `window_slots` gave the window a slot per key.
-                let Some(slot) = slots.get_mut(key) else {
+                // `window_slots` gave the window a slot per key of the run.
+                let Some(slot) = slots.get_mut(key.wrapping_sub(base)) else {
                     unknown_key = true;
                     continue;
                 };
@@ -538,6 +577,34 @@ mod tests {
 
     /// New keys in every batch: emissions gather keys from the first chunk only (`take`) and
     /// from several chunks (`interleave`).
+    /// One key per window (an aggregation over windows keyed by their end), past the size at
+    /// which the key table is compacted: each window's slots cover its own key, not every key
+    /// of the table.
+    #[test]
+    fn a_key_per_window_takes_one_slot_per_window() {
+        let window_batch = |windows: std::ops::Range<i64>| -> Vec<ArrayRef> {
+            let starts: TimestampMillisecondArray =
+                windows.clone().map(|w| Some(60_000 * w)).collect();
+            let keys: StringArray = windows.map(|w| Some(format!("W{w}"))).collect();
+            vec![Arc::new(starts), Arc::new(keys)]
+        };
+        let batches: Vec<_> = (0..6)
+            .map(|b| window_batch(b * 1_000..(b + 1) * 1_000 + 10))
+            .collect();
+        let emit = vec![EmitTo::First(995); 5]
+            .into_iter()
+            .chain([EmitTo::All])
+            .collect::<Vec<_>>();
+        assert_same_as_packed(&batches, &emit);
+        let mut windowed = WindowedGroupValues::try_new(&schema()).unwrap();
+        let mut ids = Vec::new();
+        for batch in &batches {
+            windowed.intern(batch, &mut ids).unwrap();
+            assert!(windowed.windows.iter().all(|w| w.groups.len() == 1));
+            windowed.emit(EmitTo::First(995)).unwrap();
+        }
+    }
+
     #[test]
     fn emits_keys_from_one_or_several_chunks() {
         let batches: Vec<_> = (0..5)
