@@ -341,16 +341,11 @@ impl WindowedGroupValues {
                         .then_some((new, group))
                 })
                 .collect();
-            let lowest = kept.iter().map(|(new, _)| *new).min().unwrap_or(0);
-            let highest = kept.iter().map(|(new, _)| *new).max().unwrap_or(0);
-            let mut groups = vec![
-                ABSENT;
-                if kept.is_empty() {
-                    0
-                } else {
-                    highest - lowest + 1
-                }
-            ];
+            let (lowest, slots) = match key_range(kept.iter().map(|(new, _)| *new)) {
+                Some((lowest, highest)) => (lowest, highest - lowest + 1),
+                None => (0, 0),
+            };
+            let mut groups = vec![ABSENT; slots];
             for (new, group) in kept {
                 groups[new - lowest] = group;
             }
@@ -361,6 +356,15 @@ impl WindowedGroupValues {
         self.key_rows = (0..live.len()).map(|row| (0, row)).collect();
         Ok(())
     }
+}
+
+/// The smallest and largest of `keys`, unless there are none.
+fn key_range(keys: impl Iterator<Item = usize>) -> Option<(usize, usize)> {
+    // One pass without a branch per key, so that it vectorizes.
+    let (lowest, highest) = keys.fold((usize::MAX, 0), |(lowest, highest), key| {
+        (lowest.min(key), highest.max(key))
+    });
+    (lowest <= highest).then_some((lowest, highest))
 }
 
 impl GroupValues for WindowedGroupValues {
@@ -405,11 +409,10 @@ impl GroupValues for WindowedGroupValues {
                 .position(|s| *s != start)
                 .unwrap_or(starts.len() - first);
             let rows = first..first + run;
-            let range = self.key_ids[rows.clone()]
-                .iter()
-                .fold((usize::MAX, 0), |(lowest, highest), &key| {
-                    (lowest.min(key), highest.max(key))
-                });
+            let Some(range) = key_range(self.key_ids[rows.clone()].iter().copied()) else {
+                self.groups = live;
+                return internal_err!("an empty run of a window's rows");
+            };
             let window = self.window_slots(start, range);
             let base = self.windows[window].base;
             let slots = self.windows[window].groups.as_mut_slice();
@@ -575,8 +578,6 @@ mod tests {
         assert_same_as_packed(&batches, &emit);
     }
 
-    /// New keys in every batch: emissions gather keys from the first chunk only (`take`) and
-    /// from several chunks (`interleave`).
     /// One key per window (an aggregation over windows keyed by their end), past the size at
     /// which the key table is compacted: each window's slots cover its own key, not every key
     /// of the table.
@@ -605,6 +606,8 @@ mod tests {
         }
     }
 
+    /// New keys in every batch: emissions gather keys from the first chunk only (`take`) and
+    /// from several chunks (`interleave`).
     #[test]
     fn emits_keys_from_one_or_several_chunks() {
         let batches: Vec<_> = (0..5)
