@@ -83,17 +83,11 @@ impl ExchangeSendExec {
         inputs: Vec<Arc<dyn ExecutionPlan>>,
         inputs_per_worker: usize,
     ) -> Self {
-        // Declared endless, so that the network's `RepartitionExec` passes each wire batch
-        // on as it comes: over a bounded input it would hold small batches back until a
-        // batch's worth of rows gathered, and the one-row items that carry progress (which
-        // the receiving merge waits for) with them.
         let properties = PlanProperties::new(
             EquivalenceProperties::new(wire),
             Partitioning::UnknownPartitioning(inputs_per_worker),
             EmissionType::Incremental,
-            Boundedness::Unbounded {
-                requires_infinite_memory: false,
-            },
+            Boundedness::Bounded,
         );
         Self {
             spec,
