@@ -126,30 +126,33 @@ mod tests {
 
     #[test]
     fn one_row_per_window_is_broadcast_and_the_other_side_stays() {
-        let plan = plan(&top_counts("JOIN"), 2, 2).unwrap();
+        let explained = plan(&top_counts("JOIN"), 2, 2).unwrap();
         assert_eq!(
-            join_strategies(&plan),
+            join_strategies(&explained),
             ("sticky".to_string(), "broadcast".to_string()),
-            "{plan}"
+            "{explained}"
         );
         // The side on the left is broadcast as well, and a LEFT join keeps the counts.
         let most = format!("SELECT MAX(n) AS m, ws, we FROM ({COUNTS}) GROUP BY ws, we");
         let swapped = format!(
             "SELECT a.symbol, b.m FROM ({most}) b JOIN ({COUNTS}) a ON a.ws = b.ws AND a.we = b.we"
         );
-        let plan = crate::test_support::plan(&swapped, 2, 2).unwrap();
-        assert_eq!(join_strategies(&plan).0, "broadcast", "{plan}");
-        let plan = crate::test_support::plan(&top_counts("LEFT JOIN"), 2, 2).unwrap();
-        assert_eq!(join_strategies(&plan).1, "broadcast", "{plan}");
+        let explained = plan(&swapped, 2, 2).unwrap();
+        assert_eq!(join_strategies(&explained).0, "broadcast", "{explained}");
+        let explained = plan(&top_counts("LEFT JOIN"), 2, 2).unwrap();
+        assert_eq!(join_strategies(&explained).1, "broadcast", "{explained}");
     }
 
     #[test]
     fn a_preserved_small_side_or_one_stream_is_not_broadcast() {
         // A RIGHT join emits each unmatched maximum: every stream would.
-        let plan = plan(&top_counts("RIGHT JOIN"), 2, 2).unwrap();
-        assert!(join_strategies(&plan).0.starts_with("hash"), "{plan}");
-        let plan = crate::test_support::plan(&top_counts("JOIN"), 1, 1).unwrap();
-        assert!(!plan.contains("broadcast"), "{plan}");
+        let explained = plan(&top_counts("RIGHT JOIN"), 2, 2).unwrap();
+        assert!(
+            join_strategies(&explained).0.starts_with("hash"),
+            "{explained}"
+        );
+        let explained = plan(&top_counts("JOIN"), 1, 1).unwrap();
+        assert!(!explained.contains("broadcast"), "{explained}");
     }
 
     #[test]
@@ -160,8 +163,8 @@ mod tests {
             window_start AS ws, window_end AS we FROM HOP(TABLE market_data, DESCRIPTOR(trade_time), \
             INTERVAL '10' SECOND, INTERVAL '10' SECOND) GROUP BY window_start, window_end) b \
             ON t.price = b.m AND t.trade_time >= b.ws AND t.trade_time < b.we";
-        let plan = plan(sql, 2, 2).unwrap();
-        assert!(plan.contains("IntervalJoinExec"), "{plan}");
-        assert!(!plan.contains("broadcast"), "{plan}");
+        let explained = plan(sql, 2, 2).unwrap();
+        assert!(explained.contains("IntervalJoinExec"), "{explained}");
+        assert!(!explained.contains("broadcast"), "{explained}");
     }
 }
