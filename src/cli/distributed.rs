@@ -10,7 +10,9 @@ use freshet_engine::machine_cores;
 use freshet_engine::sink::SinkSpec;
 use tokio::net::TcpListener;
 
-use super::commands::{drain_in_task, interrupt, refuse_writing_onto_an_input, script};
+use super::commands::{
+    drain_in_task, first_keyword, interrupt, refuse_writing_onto_an_input, script, split_statements,
+};
 use super::{PlanArgs, QueryArgs, WorkerArgs};
 use crate::distributed::{
     DistributedRun, QuerySpec, WorkerUrls, execute_distributed, explain_distributed, serve_worker,
@@ -57,6 +59,9 @@ pub(super) async fn explain_on_workers(plan: &PlanArgs, workers: &str) -> Result
 
 /// Runs the query of `args` on the workers `workers` and writes its results here.
 pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<ExitCode> {
+    if let Some(explained) = explained_query(&args.plan)? {
+        return explain_on_workers(&explained, workers).await;
+    }
     if args.checkpoint_dir.is_some() || args.late_output.is_some() {
         return plan_err!(
             "--workers does not take --checkpoint-dir or --late-output yet: run the query in \
@@ -85,4 +90,33 @@ pub(super) async fn query_on_workers(args: &QueryArgs, workers: &str) -> Result<
         totals.wire_bytes,
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// For a query whose last statement is `EXPLAIN <query>`, the same arguments with the query
+/// alone: across workers EXPLAIN shows the plan and its stages, as `freshet explain
+/// --workers` does. `None` for any other statement.
+fn explained_query(plan: &PlanArgs) -> Result<Option<PlanArgs>> {
+    let script = script(plan)?;
+    let statements = split_statements(&script);
+    let Some(last) = statements
+        .last()
+        .filter(|last| first_keyword(last) == "EXPLAIN")
+    else {
+        return Ok(None);
+    };
+    let query = last.trim_start()["EXPLAIN".len()..].trim_start();
+    let option = first_keyword(query);
+    if matches!(option.as_str(), "ANALYZE" | "VERBOSE" | "FORMAT") {
+        return plan_err!(
+            "EXPLAIN {option} does not run across workers yet: EXPLAIN <query> with --workers \
+             (or freshet explain --workers) shows the plan and the stages it runs in"
+        );
+    }
+    let mut statements: Vec<&str> = statements[..statements.len() - 1].to_vec();
+    statements.push(query);
+    Ok(Some(PlanArgs {
+        sql: Some(statements.join(";\n")),
+        file: None,
+        session: plan.session.clone(),
+    }))
 }

@@ -836,6 +836,48 @@ fn explain_shows_the_stages_across_workers() {
     assert!(explained.contains("WindowAggregateExec"), "{explained}");
 }
 
+/// `freshet query "EXPLAIN …" --workers` answers as `freshet explain --workers` does, the
+/// plan and its stages (the workers are not contacted); EXPLAIN ANALYZE, which would run
+/// the query, is refused with the reason.
+#[test]
+fn explain_in_a_query_across_workers_shows_the_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = market_data(dir.path(), "10k", "0");
+    let table = format!("market_data={path},event_time=trade_time");
+    let across = [
+        "-t",
+        &table,
+        "--partitions",
+        "4",
+        "--workers",
+        "127.0.0.1:9,127.0.0.1:10",
+    ];
+    let run = |command: &'static str, sql: &str| -> Vec<String> {
+        let mut args = vec![command.to_string()];
+        args.extend(across.iter().map(|a| a.to_string()));
+        args.push(sql.to_string());
+        args
+    };
+    let explained = freshet_ok(&strs(&run("explain", S3A)));
+    let script = format!("SET datafusion.execution.batch_size = 8192;\n  explain {S3A}");
+    let queried = freshet_ok(&strs(&run("query", &script)));
+    assert_eq!(queried, explained);
+    assert!(
+        explained.contains("Across 2 workers, 2 streams each:"),
+        "{explained}"
+    );
+    let analyze = format!("EXPLAIN ANALYZE {S3A}");
+    let refused = crate::support::freshet_error(&strs(&run("query", &analyze)));
+    assert!(
+        refused.contains("EXPLAIN ANALYZE does not run across workers yet"),
+        "{refused}"
+    );
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// Across workers, a GROUP BY over hopping windows of a replay runs in two phases
 /// automatically, and its partial step sends a state per pane (one slide), not per window.
 #[test]
