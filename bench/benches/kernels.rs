@@ -289,6 +289,48 @@ fn kernels(c: &mut Criterion) {
             });
         }
     }
+    // q4's keys as its join emits them: (auction id, category) of bids naming, half the time,
+    // the first of the last 100 auctions and else one of them at random, into a table that
+    // already holds 600 000 auctions' keys.
+    let held = 600_000i64;
+    let held_keys: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(1000..1000 + held)),
+        Arc::new(Int64Array::from_iter_values((0..held).map(|i| 10 + i % 5))),
+    ];
+    let recent = |i: i64| match i % 2 {
+        0 => 1000 + held - 100,
+        _ => 1000 + held - 100 + (i * 7919) % 100,
+    };
+    let recent_keys: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values((0..ROWS as i64).map(recent))),
+        Arc::new(Int64Array::from_iter_values(
+            (0..ROWS as i64).map(|i| 10 + (recent(i) - 1000) % 5),
+        )),
+    ];
+    let key_schema = Arc::new(Schema::new(vec![
+        Field::new("k0", DataType::Int64, true),
+        Field::new("k1", DataType::Int64, true),
+    ]));
+    for (interner, mut values) in [
+        (
+            "packed",
+            new_group_values(Arc::clone(&key_schema)).expect("interner"),
+        ), // ok: bench setup
+        (
+            "datafusion",
+            datafusion_group_values(Arc::clone(&key_schema), &GroupOrdering::None)
+                .expect("interner"), // ok: bench setup
+        ),
+    ] {
+        let mut ids = Vec::with_capacity(held as usize);
+        values.intern(&held_keys, &mut ids).expect("intern"); // ok: bench setup
+        group.bench_function(
+            format!("intern_two_int64_keys_recent_of_many_{interner}"),
+            |b| {
+                b.iter(|| values.intern(&recent_keys, &mut ids).expect("intern")) // ok: bench
+            },
+        );
+    }
     // Emitting keys as S3a's window close gathers them: a third of a batch's rows, from a
     // column that holds each of the 20 trader ids once.
     let every_third = UInt32Array::from_iter_values((0..ROWS as u32 / 3).map(|i| i % 20));
