@@ -798,22 +798,34 @@ async fn an_in_memory_cluster_equals_one_process() {
     }
 }
 
+/// `freshet COMMAND` of `sql` over `table` on 4 streams across two workers (not contacted).
+fn across_two_workers(command: &str, table: &str, sql: &str) -> Vec<String> {
+    let workers = "127.0.0.1:9,127.0.0.1:10";
+    [
+        command,
+        "-t",
+        table,
+        "--partitions",
+        "4",
+        "--workers",
+        workers,
+        sql,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// `freshet explain` of `sql` over 10 000 market_data records on 4 streams across two
 /// workers (not contacted).
 fn explain_across_two_workers(sql: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = market_data(dir.path(), "10k", "0");
     let table = format!("market_data={path},event_time=trade_time");
-    freshet_ok(&[
-        "explain",
-        "-t",
-        &table,
-        "--partitions",
-        "4",
-        "--workers",
-        "127.0.0.1:9,127.0.0.1:10",
-        sql,
-    ])
+    freshet_ok(&strs(&across_two_workers("explain", &table, sql)))
 }
 
 /// `freshet explain --workers` prints the one-process plan on all the streams, then the
@@ -844,20 +856,7 @@ fn explain_in_a_query_across_workers_shows_the_stages() {
     let dir = tempfile::tempdir().unwrap();
     let path = market_data(dir.path(), "10k", "0");
     let table = format!("market_data={path},event_time=trade_time");
-    let across = [
-        "-t",
-        &table,
-        "--partitions",
-        "4",
-        "--workers",
-        "127.0.0.1:9,127.0.0.1:10",
-    ];
-    let run = |command: &'static str, sql: &str| -> Vec<String> {
-        let mut args = vec![command.to_string()];
-        args.extend(across.iter().map(|a| a.to_string()));
-        args.push(sql.to_string());
-        args
-    };
+    let run = |command: &str, sql: &str| across_two_workers(command, &table, sql);
     let explained = freshet_ok(&strs(&run("explain", S3A)));
     let script = format!("SET datafusion.execution.batch_size = 8192;\n  explain {S3A}");
     let queried = freshet_ok(&strs(&run("query", &script)));
@@ -872,10 +871,6 @@ fn explain_in_a_query_across_workers_shows_the_stages() {
         refused.contains("EXPLAIN ANALYZE does not run across workers yet"),
         "{refused}"
     );
-}
-
-fn strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
 }
 
 /// Across workers, a GROUP BY over hopping windows of a replay runs in two phases
