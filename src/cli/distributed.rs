@@ -104,7 +104,9 @@ fn explained_query(plan: &PlanArgs) -> Result<Option<PlanArgs>> {
     else {
         return Ok(None);
     };
-    let query = last.trim_start()["EXPLAIN".len()..].trim_start();
+    // The same characters `first_keyword` skips: the statement then begins with the keyword.
+    let query = last.trim_start_matches(|c: char| c.is_whitespace() || c == '(')["EXPLAIN".len()..]
+        .trim_start();
     let option = first_keyword(query);
     if matches!(option.as_str(), "ANALYZE" | "VERBOSE" | "FORMAT") {
         return plan_err!(
