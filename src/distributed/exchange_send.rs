@@ -176,12 +176,22 @@ impl ExchangeSendExec {
 }
 
 /// The Arrow bytes of `batch`'s rows: a piece sliced out of a larger batch counts only
-/// what it covers.
+/// what it covers. Fixed-width columns are counted from their length and width, without
+/// the copy of their layout that `ArrayData` makes.
 fn wire_size(batch: &RecordBatch) -> usize {
     batch
         .columns()
         .iter()
-        .map(|column| column.to_data().get_slice_memory_size().unwrap_or(0))
+        .map(|column| match column.data_type().primitive_width() {
+            Some(width) => {
+                let validity = column
+                    .nulls()
+                    .filter(|nulls| nulls.null_count() > 0)
+                    .map_or(0, |nulls| nulls.len().div_ceil(8));
+                column.len() * width + validity
+            }
+            None => column.to_data().get_slice_memory_size().unwrap_or(0),
+        })
         .sum()
 }
 
@@ -274,5 +284,38 @@ impl ExecutionPlan for ExchangeSendExec {
             self.schema(),
             stream,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{ArrayRef, Int8Array, Int64Array, StringViewArray};
+
+    #[test]
+    fn the_wire_size_of_a_slice_counts_its_rows_as_arrow_lays_them_out() {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(0..1000)),
+            Arc::new(Int64Array::from_iter(
+                (0..1000).map(|v| (v % 3 > 0).then_some(v)),
+            )),
+            Arc::new(Int8Array::from_iter(
+                (0..1000).map(|v| (v % 5 > 0).then_some(v as i8)),
+            )),
+            Arc::new(StringViewArray::from_iter_values(
+                (0..1000).map(|v| format!("a string longer than twelve bytes {v}")),
+            )),
+        ];
+        let batch =
+            RecordBatch::try_from_iter(["a", "b", "c", "d"].into_iter().zip(columns)).unwrap();
+        for (offset, rows) in [(0, 1000), (3, 517), (999, 1), (8, 0)] {
+            let slice = batch.slice(offset, rows);
+            let laid_out: usize = slice
+                .columns()
+                .iter()
+                .map(|column| column.to_data().get_slice_memory_size().unwrap())
+                .sum();
+            assert_eq!(wire_size(&slice), laid_out, "{rows} rows from {offset}");
+        }
     }
 }
