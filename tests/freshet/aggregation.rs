@@ -557,6 +557,8 @@ async fn session_windows_equal_gap_splitting_in_batch_sql() {
         for streaming in [
             "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
             "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY session(ts, INTERVAL '3' SECOND), k1",
+            // Flink's session table function, a session per PARTITION BY key.
+            "SELECT k1, window_start, COUNT(*) AS n, SUM(q) AS total FROM TABLE(SESSION(TABLE t PARTITION BY k1, DESCRIPTOR(ts), INTERVAL '3' SECOND)) GROUP BY k1, window_start, window_end",
         ] {
             Differential::new(streaming, SESSIONS_BATCH)
                 .table(random_table(&stream))
@@ -614,6 +616,7 @@ async fn session_window_end_is_the_last_event_time_plus_the_gap() {
     for streaming in [
         "SELECT k1, window_start, window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY k1 WINDOW SESSION (ts, INTERVAL '3' SECOND)",
         "SELECT k1, window_start, _WINDOW_END AS window_end, COUNT(*) AS n, SUM(q) AS total FROM t GROUP BY session(ts, INTERVAL '3' SECOND), k1",
+        "SELECT k1, window_start, window_end, COUNT(*) AS n, SUM(q) AS total FROM SESSION(TABLE t PARTITION BY k1, DESCRIPTOR(ts), INTERVAL '3' SECOND) GROUP BY k1, window_start, window_end",
     ] {
         Differential::new(streaming, &batch_sql)
             .table(random_table(&stream))

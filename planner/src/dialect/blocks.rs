@@ -112,7 +112,16 @@ impl Binder {
             return Ok(None);
         };
         let window = match table_function {
-            Some(window) => Some(window),
+            Some(TableWindow {
+                window,
+                partition_keys,
+                at,
+            }) => {
+                if let Some(partition_keys) = partition_keys {
+                    check_session_keys(&partition_keys, keys, at)?;
+                }
+                Some(window)
+            }
             None => keys.iter().find_map(window_call).transpose()?,
         };
         let Some(window) = window else {
@@ -172,16 +181,24 @@ impl Binder {
         Ok(Some(window))
     }
 
-    /// A window table function as `select`'s first relation, replaced by its table.
-    fn take_window_table(&mut self, select: &mut Select) -> Result<Option<Window>> {
+    /// A window table function as `select`'s first relation, replaced by its table; with a
+    /// session's PARTITION BY keys, if it names them.
+    fn take_window_table(&mut self, select: &mut Select) -> Result<Option<TableWindow>> {
         let Some(TableFactor::Table { name, args, .. }) =
             select.from.first_mut().map(|from| &mut from.relation)
         else {
             return Ok(None);
         };
-        let (kind, expected) = match single_name(name) {
-            Some(function) if function.eq_ignore_ascii_case("tumble") => (WindowKind::Tumble, 3),
-            Some(function) if function.eq_ignore_ascii_case("hop") => (WindowKind::Hop, 4),
+        let (kind, expected) = match single_name(name).map(str::to_ascii_lowercase).as_deref() {
+            Some("tumble") => (WindowKind::Tumble, 3..=3),
+            Some("hop") => (WindowKind::Hop, 4..=4),
+            Some("session") => (WindowKind::Session, 3..=4),
+            Some("cumulate") if args.is_some() => {
+                return plan_err!(
+                    "CUMULATE windows are not supported (at {}): use TUMBLE, HOP or SESSION",
+                    position(name_span(name))
+                );
+            }
             _ => return Ok(None),
         };
         let Some(arguments) = args.as_ref().map(|a| &a.args) else {
@@ -189,17 +206,18 @@ impl Binder {
         };
         let at = name_span(name);
         let malformed = || {
-            let (function, lengths) = match kind {
-                WindowKind::Tumble => ("TUMBLE", "size"),
-                _ => ("HOP", "slide, size"),
+            let expected = match kind {
+                WindowKind::Tumble => "TUMBLE(TABLE t, DESCRIPTOR(ts), size)",
+                WindowKind::Hop => "HOP(TABLE t, DESCRIPTOR(ts), slide, size)",
+                WindowKind::Session => "SESSION(TABLE t [PARTITION BY k, …], DESCRIPTOR(ts), gap)",
             };
             plan_err!(
-                "malformed window table function at {}: expected {function}(TABLE t, DESCRIPTOR(ts), {lengths})",
+                "malformed window table function at {}: expected {expected}",
                 position(at)
             )
         };
         let arguments: Vec<&Expr> = arguments.iter().filter_map(unnamed).collect();
-        if arguments.len() != expected {
+        if !expected.contains(&arguments.len()) {
             return malformed();
         }
         let table = match arguments[0] {
@@ -207,27 +225,102 @@ impl Binder {
             Expr::CompoundIdentifier(parts) => ObjectName::from(parts.clone()),
             _ => return malformed(),
         };
-        let Some(time) = descriptor(arguments[1]) else {
-            return malformed();
+        let time = match descriptor(arguments[1]).as_deref() {
+            Some([time]) => *time,
+            _ => return malformed(),
         };
-        let window = match kind {
-            WindowKind::Tumble => Window::new(
-                kind,
-                &format!("tumble({time}, {})", arguments[2]),
-                arguments[2],
-                time,
-            )?,
-            _ => Window::new(
-                kind,
-                &format!("hop({time}, {}, {})", arguments[2], arguments[3]),
-                arguments[3],
-                time,
-            )?,
+        let (window, partition_keys) = match kind {
+            WindowKind::Tumble => (
+                Window::new(
+                    kind,
+                    &format!("tumble({time}, {})", arguments[2]),
+                    arguments[2],
+                    time,
+                )?,
+                None,
+            ),
+            WindowKind::Hop => (
+                Window::new(
+                    kind,
+                    &format!("hop({time}, {}, {})", arguments[2], arguments[3]),
+                    arguments[3],
+                    time,
+                )?,
+                None,
+            ),
+            WindowKind::Session => {
+                let keys = match arguments.get(3) {
+                    Some(keys) => match descriptor(keys) {
+                        Some(keys) => keys.into_iter().cloned().collect(),
+                        None => return malformed(),
+                    },
+                    None => Vec::new(),
+                };
+                let call = format!("session({time}, {})", arguments[2]);
+                (Window::new(kind, &call, arguments[2], time)?, Some(keys))
+            }
         };
         *name = table;
         *args = None;
         self.changed = true;
-        Ok(Some(window))
+        Ok(Some(TableWindow {
+            window,
+            partition_keys,
+            at,
+        }))
+    }
+}
+
+/// A window table function's window, with a session's PARTITION BY keys (empty when it
+/// names none; `None` for tumbling and hopping windows) and where it was written.
+struct TableWindow {
+    window: Window,
+    partition_keys: Option<Vec<Expr>>,
+    at: Span,
+}
+
+/// A session table function makes a session per PARTITION BY key (of all the table's
+/// records without one), and Freshet a session per GROUP BY key: the GROUP BY keys beside
+/// the window bounds must be the PARTITION BY keys.
+fn check_session_keys(partition_keys: &[Expr], group_keys: &[Expr], at: Span) -> Result<()> {
+    let names = |keys: &mut dyn Iterator<Item = &Expr>| {
+        let mut names: Vec<String> = keys.map(key_name).collect();
+        names.sort();
+        names
+    };
+    let partitioned = names(&mut partition_keys.iter());
+    let grouped = names(&mut group_keys.iter().filter(|key| bound(key).is_none()));
+    if partitioned == grouped {
+        return Ok(());
+    }
+    plan_err!(
+        "SESSION window table function at {}: a session is made per PARTITION BY key, and \
+         GROUP BY must group by exactly those keys beside window_start and window_end \
+         (PARTITION BY {}; GROUP BY {})",
+        position(at),
+        listed(&partitioned),
+        listed(&grouped)
+    )
+}
+
+/// A key as the session check compares it: a column by its name, lowercased unless quoted.
+fn key_name(key: &Expr) -> String {
+    let ident = match key {
+        Expr::Identifier(ident) => Some(ident),
+        Expr::CompoundIdentifier(parts) => parts.last(),
+        _ => None,
+    };
+    match ident {
+        Some(ident) if ident.quote_style.is_none() => ident.value.to_ascii_lowercase(),
+        Some(ident) => ident.value.clone(),
+        None => key.to_string(),
+    }
+}
+
+fn listed(names: &[String]) -> String {
+    match names {
+        [] => "nothing".to_string(),
+        names => names.join(", "),
     }
 }
 
@@ -338,8 +431,8 @@ fn unnamed(argument: &FunctionArg) -> Option<&Expr> {
     }
 }
 
-/// `ts` of `DESCRIPTOR(ts)`.
-fn descriptor(expr: &Expr) -> Option<&Expr> {
+/// The columns of `DESCRIPTOR(a, …)`.
+fn descriptor(expr: &Expr) -> Option<Vec<&Expr>> {
     let Expr::Function(function) = expr else {
         return None;
     };
@@ -347,7 +440,9 @@ fn descriptor(expr: &Expr) -> Option<&Expr> {
         return None;
     }
     match &function.args {
-        FunctionArguments::List(list) if list.args.len() == 1 => unnamed(&list.args[0]),
+        FunctionArguments::List(list) if !list.args.is_empty() => {
+            list.args.iter().map(unnamed).collect()
+        }
         _ => None,
     }
 }

@@ -1,9 +1,9 @@
 //! The streaming clauses sqlparser cannot parse, turned into parseable tokens before the
 //! statement is parsed: a trailing `WITH ('key' = 'value', …)` and `EMIT CHANGES` /
 //! `EMIT FINAL` are taken out; `WINDOW TUMBLING|SLIDING|HOPPING|SESSION (…)` after a GROUP BY
-//! becomes a window key in that GROUP BY; `TABLE t` inside `FROM TUMBLE(…)` / `FROM HOP(…)`
-//! becomes `t`, so that the call parses as a table function (the query block stage turns
-//! it into a window key). Tokens Freshet writes carry the span of the clause they replace.
+//! becomes a window key in that GROUP BY; `TABLE t` inside `FROM TUMBLE(…)` / `HOP(…)` /
+//! `SESSION(…)` (also wrapped in Flink's `TABLE(…)`) becomes `t`, so that the call parses as
+//! a table function (the query block stage turns it into a window key). Tokens Freshet writes carry the span of the clause they replace.
 
 use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
@@ -325,25 +325,108 @@ fn interval_literal(duration: &str) -> String {
     format!("INTERVAL '{number} {unit}'")
 }
 
-/// Drops the `TABLE` keyword of `FROM TUMBLE(TABLE t, …)` / `FROM HOP(TABLE t, …)`, which
-/// sqlparser does not take as a function argument. Returns whether one was dropped.
-pub(super) fn unwrap_window_tables(tokens: &mut Vec<TokenWithSpan>) -> bool {
-    let mut found = false;
+/// The window table functions Flink writes in FROM.
+const WINDOW_TABLE_FUNCTIONS: [&str; 4] = ["TUMBLE", "HOP", "SESSION", "CUMULATE"];
+
+/// Window table functions in FROM, as the block stage reads them (`FROM W(t, …)`, W one of
+/// [`WINDOW_TABLE_FUNCTIONS`]): Flink's `FROM TABLE(W(…))` loses its `TABLE(…)`; the
+/// `TABLE` keyword before the table, which sqlparser does not take as a function argument,
+/// is dropped; and a session's `PARTITION BY k, …` after its table (`SESSION(TABLE t
+/// PARTITION BY k, DESCRIPTOR(ts), gap)`) becomes a last argument `DESCRIPTOR(k, …)`.
+/// Returns whether anything changed.
+pub(super) fn unwrap_window_tables(tokens: &mut Vec<TokenWithSpan>) -> Result<bool> {
+    let is_window_function = |tokens: &[TokenWithSpan], at: usize| {
+        WINDOW_TABLE_FUNCTIONS
+            .iter()
+            .any(|name| is_word(&tokens[at].token, name))
+            && next_solid(tokens, at + 1).is_some_and(|o| tokens[o].token == Token::LParen)
+    };
+    let mut changed = false;
     let mut i = 0;
     while i < tokens.len() {
-        let table = Some(i)
+        let Some(mut function) = Some(i)
             .filter(|&f| is_word(&tokens[f].token, "FROM"))
             .and_then(|f| next_solid(tokens, f + 1))
-            .filter(|&w| is_word(&tokens[w].token, "TUMBLE") || is_word(&tokens[w].token, "HOP"))
-            .and_then(|w| next_solid(tokens, w + 1))
+        else {
+            i += 1;
+            continue;
+        };
+        // Flink's `TABLE(W(…))`: the wrapper goes.
+        let wrapper = Some(function)
+            .filter(|&t| is_word(&tokens[t].token, "TABLE"))
+            .and_then(|t| next_solid(tokens, t + 1))
             .filter(|&o| tokens[o].token == Token::LParen)
-            .and_then(|o| next_solid(tokens, o + 1))
-            .filter(|&t| is_word(&tokens[t].token, "TABLE"));
-        if let Some(table) = table {
+            .filter(|&o| next_solid(tokens, o + 1).is_some_and(|w| is_window_function(tokens, w)));
+        if let Some(open) = wrapper {
+            let close = matching_paren(tokens, open)?;
+            tokens.remove(close);
+            tokens.drain(function..=open);
+            function = next_solid(tokens, function).unwrap_or(function);
+            changed = true;
+        }
+        if !is_window_function(tokens, function) {
+            i += 1;
+            continue;
+        }
+        let open = next_solid(tokens, function + 1).unwrap_or(function);
+        if let Some(table) =
+            next_solid(tokens, open + 1).filter(|&t| is_word(&tokens[t].token, "TABLE"))
+        {
             tokens.remove(table);
-            found = true;
+            changed = true;
+        }
+        if is_word(&tokens[function].token, "SESSION") {
+            changed |= move_partition_keys(tokens, open)?;
         }
         i += 1;
     }
-    found
+    Ok(changed)
+}
+
+/// In `SESSION(t PARTITION BY k, …, DESCRIPTOR(ts), gap)` opening at `open`, the keys
+/// become a last argument `DESCRIPTOR(k, …)`. Returns whether the call had them.
+fn move_partition_keys(tokens: &mut Vec<TokenWithSpan>, open: usize) -> Result<bool> {
+    let close = matching_paren(tokens, open)?;
+    // The table's name: words joined by dots.
+    let Some(mut after_name) = next_solid(tokens, open + 1) else {
+        return Ok(false);
+    };
+    while let Some(dot) =
+        next_solid(tokens, after_name + 1).filter(|&d| tokens[d].token == Token::Period)
+    {
+        after_name = next_solid(tokens, dot + 1).unwrap_or(dot);
+    }
+    let Some(partition) =
+        next_solid(tokens, after_name + 1).filter(|&p| is_word(&tokens[p].token, "PARTITION"))
+    else {
+        return Ok(false);
+    };
+    let by = next_solid(tokens, partition + 1).filter(|&b| is_word(&tokens[b].token, "BY"));
+    // The keys run up to the comma before `DESCRIPTOR(ts)`, at the call's own depth.
+    let depth = depths(tokens);
+    let descriptor = by.and_then(|by| {
+        (by + 1..close)
+            .find(|&d| depth[d] == depth[open] + 1 && is_word(&tokens[d].token, "DESCRIPTOR"))
+    });
+    let (Some(by), Some(descriptor)) = (by, descriptor) else {
+        return plan_err!(
+            "malformed SESSION window table function at {}: expected SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), gap)",
+            position(&tokens[partition])
+        );
+    };
+    let Some(comma) =
+        previous_solid(tokens, descriptor).filter(|&c| c > by && tokens[c].token == Token::Comma)
+    else {
+        return plan_err!(
+            "malformed SESSION window table function at {}: PARTITION BY names no key",
+            position(&tokens[partition])
+        );
+    };
+    let at = tokens[partition].span;
+    let mut keys = generated(", DESCRIPTOR(", at)?;
+    keys.extend(tokens[by + 1..comma].iter().cloned());
+    keys.extend(generated(")", at)?);
+    tokens.splice(close..close, keys);
+    tokens.drain(partition..comma);
+    Ok(true)
 }

@@ -15,8 +15,10 @@
 //!   also `TUMBLING (1m)` / `TUMBLING (INTERVAL '30' SECOND)` on the stream's event time,
 //!   `WINDOW SLIDING|HOPPING (ts, size, advance)` → `hop(ts, advance, size)`, and
 //!   `WINDOW SESSION (ts, gap)` → `session(ts, gap)`;
-//! - `FROM TUMBLE(TABLE t, DESCRIPTOR(ts), size)` and `HOP(TABLE t, DESCRIPTOR(ts), slide,
-//!   size)` → `FROM t` with the window key;
+//! - `FROM TUMBLE(TABLE t, DESCRIPTOR(ts), size)`, `HOP(TABLE t, DESCRIPTOR(ts), slide,
+//!   size)` and `SESSION(TABLE t [PARTITION BY k, …], DESCRIPTOR(ts), gap)`, also wrapped in
+//!   Flink's `TABLE(…)` → `FROM t` with the window key (a session's PARTITION BY keys must
+//!   be the block's other GROUP BY keys);
 //! - `GROUP BY tumble(ts, size), k` (and `hop`, `session`) as written.
 
 mod blocks;
@@ -71,7 +73,7 @@ pub fn rewrite_with(
     let emit = take_emit(&mut tokens)?;
     let expire_after = rewrite_over_clauses(&mut tokens)?;
     rewrite_window_clauses(&mut tokens, event_time_of)?;
-    unwrap_window_tables(&mut tokens);
+    unwrap_window_tables(&mut tokens)?;
     let rewritten = text(&tokens) != sql;
     let as_written = |window| StreamingSql {
         statement: None,
@@ -257,6 +259,75 @@ mod tests {
                 .contains("GROUP BY hop(ts, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)"),
             "{}",
             out.sql
+        );
+    }
+
+    #[test]
+    fn flink_table_wrappers_and_session_table_functions() {
+        let rewritten = |sql: &str| squash(&rewrite(sql, &no_event_time).unwrap().sql);
+        let sql = rewritten(
+            "SELECT window_start, COUNT(*) FROM TABLE(\n  HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
+        );
+        assert!(
+            sql.contains("FROM t GROUP BY hop(ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)"),
+            "{sql}"
+        );
+        let out = rewrite(
+            "SELECT k, window_start, window_end, SUM(v) FROM TABLE(SESSION(TABLE s.t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '5' MINUTE)) GROUP BY k, window_start, window_end",
+            &no_event_time,
+        )
+        .unwrap();
+        assert_eq!(out.window, Some(WindowKind::Session));
+        let sql = squash(&out.sql);
+        assert!(
+            sql.contains("FROM s.t GROUP BY k, session(ts, INTERVAL '5' MINUTE)"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("session_end(max(ts), INTERVAL '5' MINUTE) AS window_end"),
+            "{sql}"
+        );
+        let sql = rewritten(
+            "SELECT window_start, COUNT(*) FROM SESSION(TABLE t PARTITION BY a, b, DESCRIPTOR(ts), INTERVAL '1' SECOND) GROUP BY window_start, B, a",
+        );
+        assert!(
+            sql.contains("FROM t GROUP BY session(ts, INTERVAL '1' SECOND), B, a"),
+            "{sql}"
+        );
+        let sql = rewritten(
+            "SELECT window_start, COUNT(*) FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+        );
+        assert!(
+            sql.contains("FROM t GROUP BY session(ts, INTERVAL '1' SECOND)"),
+            "{sql}"
+        );
+        // A session per PARTITION BY key; Freshet's are per GROUP BY key.
+        let refused = |sql: &str| rewrite(sql, &no_event_time).unwrap_err().to_string();
+        let error = refused(
+            "SELECT COUNT(*) FROM SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1' SECOND) GROUP BY window_start, k, j",
+        );
+        assert!(
+            error.contains("line 1, column 22")
+                && error.contains("(PARTITION BY k; GROUP BY j, k)"),
+            "{error}"
+        );
+        let error = refused(
+            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, k",
+        );
+        assert!(
+            error.contains("(PARTITION BY nothing; GROUP BY k)"),
+            "{error}"
+        );
+        let error = refused(
+            "SELECT COUNT(*) FROM SESSION(TABLE t PARTITION BY DESCRIPTOR(ts), INTERVAL '1' SECOND) GROUP BY window_start",
+        );
+        assert!(error.contains("PARTITION BY names no key"), "{error}");
+        let error = refused(
+            "SELECT window_start, COUNT(*) FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY window_start, window_end",
+        );
+        assert!(
+            error.contains("CUMULATE windows are not supported"),
+            "{error}"
         );
     }
 
