@@ -18,6 +18,7 @@ mod execution_errors;
 mod functions;
 mod install;
 mod interval_rule;
+mod java_format;
 mod join_broadcast;
 mod join_parts;
 mod join_rule;

@@ -13,6 +13,11 @@
 //! time zone on the timestamp (days start at other instants in it), dates, times,
 //! durations, a format per row, a batch with more than one granule in four rows — goes to
 //! DataFusion's function as it is.
+//!
+//! A constant format without `%` names no chrono field (DataFusion would print it on every
+//! row): it is read as a Java pattern, as Flink's and Spark's `DATE_FORMAT(ts,
+//! 'yyyy-MM-dd')` take it, and planned as its chrono format, or refused
+//! ([`crate::java_format`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,9 +28,13 @@ use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions::datetime::to_char::ToCharFunc;
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    ColumnarValue, Documentation, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
+
+use crate::java_format::chrono_format_of_java_pattern;
 
 /// The function, for registration in a session in place of DataFusion's.
 pub fn to_char_function() -> Arc<ScalarUDF> {
@@ -62,7 +71,29 @@ impl ScalarUDFImpl for ToChar {
         self.datafusion.documentation()
     }
 
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+    /// A constant Java pattern becomes its chrono format (see the module documentation).
+    fn simplify(&self, mut args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let Some(Expr::Literal(ScalarValue::Utf8(Some(format)), metadata)) = args.get(1) else {
+            return Ok(ExprSimplifyResult::Original(args));
+        };
+        if format.contains('%') {
+            return Ok(ExprSimplifyResult::Original(args));
+        }
+        let chrono = chrono_format_of_java_pattern(format)?;
+        args[1] = Expr::Literal(ScalarValue::Utf8(Some(chrono)), metadata.clone());
+        Ok(ExprSimplifyResult::Simplified(Expr::ScalarFunction(
+            ScalarFunction::new_udf(to_char_function(), args),
+        )))
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        // A constant format the simplifier did not see (folded from an expression).
+        if let Some(ColumnarValue::Scalar(ScalarValue::Utf8(Some(format)))) = args.args.get(1)
+            && !format.contains('%')
+        {
+            let chrono = chrono_format_of_java_pattern(format)?;
+            args.args[1] = ColumnarValue::Scalar(ScalarValue::Utf8(Some(chrono)));
+        }
         if let [
             ColumnarValue::Array(times),
             ColumnarValue::Scalar(ScalarValue::Utf8(Some(format))),
@@ -213,7 +244,7 @@ mod tests {
         Arc::new(TimestampMillisecondArray::from_iter(values))
     }
 
-    const FORMATS: [&str; 12] = [
+    const FORMATS: [&str; 11] = [
         "%Y-%m-%d",
         "%H:%M",
         "%Y-%m-%d %H:%M:%S",
@@ -225,7 +256,6 @@ mod tests {
         "%Y-%m-%d %H:%M:%S%.3f",
         "%s%.f",
         "%_H|%0M|%-S",
-        "plain text",
     ];
 
     #[test]
@@ -245,6 +275,24 @@ mod tests {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// A format without `%` is a Java pattern, formatted as its chrono format, or refused.
+    #[test]
+    fn java_patterns_answer_as_their_chrono_formats() -> Result<()> {
+        let times = times(59_999, 2_000);
+        for (java, chrono) in [
+            ("yyyy-MM-dd", "%Y-%m-%d"),
+            ("HH:mm", "%H:%M"),
+            ("d MMM yyyy HH:mm:ss.SSS", "%-d %b %Y %H:%M:%S.%3f"),
+        ] {
+            let theirs = call(&ToCharFunc::new(), &times, chrono)?;
+            let ours = call(&ToChar::default(), &times, java)?;
+            assert_eq!(ours.as_string::<i32>(), theirs.as_string::<i32>(), "{java}");
+        }
+        let error = call(&ToChar::default(), &times, "plain text").unwrap_err();
+        assert!(error.to_string().contains("'plain text'"), "{error}");
         Ok(())
     }
 
