@@ -376,6 +376,36 @@ fn bound(expr: &Expr) -> Option<bool> {
     }
 }
 
+/// Whether `expr` is Flink's group window auxiliary function for a window of `kind`:
+/// `Some(false)` for `TUMBLE_START(ts, size)` (`HOP_START`, `SESSION_START`), `Some(true)`
+/// for `TUMBLE_END` (`HOP_END`, `SESSION_END`), called on the window's time column.
+/// Freshet's own `session_end(max(ts), gap)`, an aggregate, is not one.
+fn auxiliary_bound(expr: &Expr, kind: WindowKind) -> Option<bool> {
+    let Expr::Function(function) = expr else {
+        return None;
+    };
+    let name = single_name(&function.name)?.to_ascii_lowercase();
+    let (prefix, is_end) = match name.rsplit_once('_')? {
+        (prefix, "start") => (prefix, false),
+        (prefix, "end") => (prefix, true),
+        _ => return None,
+    };
+    let named = match prefix {
+        "tumble" => WindowKind::Tumble,
+        "hop" => WindowKind::Hop,
+        "session" => WindowKind::Session,
+        _ => return None,
+    };
+    let FunctionArguments::List(list) = &function.args else {
+        return None;
+    };
+    let on_a_column = matches!(
+        list.args.first().and_then(unnamed),
+        Some(Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+    );
+    (named == kind && on_a_column).then_some(is_end)
+}
+
 /// Replaces the window bounds in `node` (not in nested queries, which have their own);
 /// returns whether any was replaced.
 fn replace_bounds<T: VisitMut>(node: &mut T, window: &Window) -> bool {
@@ -410,7 +440,7 @@ impl VisitorMut for BoundReplacer<'_> {
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         if self.nested == 0
-            && let Some(is_end) = bound(expr)
+            && let Some(is_end) = bound(expr).or_else(|| auxiliary_bound(expr, self.window.kind))
         {
             *expr = if is_end {
                 self.window.end.clone()

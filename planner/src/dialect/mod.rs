@@ -332,6 +332,33 @@ mod tests {
     }
 
     #[test]
+    fn flink_group_window_auxiliary_functions_are_the_bounds() {
+        let rewritten = |sql: &str| squash(&rewrite(sql, &no_event_time).unwrap().sql);
+        let sql = rewritten(
+            "SELECT b.k, count(*), SESSION_START(b.ts, INTERVAL '10' SECOND) AS s, SESSION_END(b.ts, INTERVAL '10' SECOND) AS e FROM t b GROUP BY b.k, SESSION(b.ts, INTERVAL '10' SECOND)",
+        );
+        assert!(
+            sql.contains("SESSION(b.ts, INTERVAL '10' SECOND) AS s, session_end(max(b.ts), INTERVAL '10' SECOND) AS e"),
+            "{sql}"
+        );
+        let sql = rewritten(
+            "SELECT TUMBLE_START(ts, INTERVAL '1' MINUTE) AS s, tumble_end(ts, INTERVAL '1' MINUTE) AS e FROM t GROUP BY TUMBLE(ts, INTERVAL '1' MINUTE)",
+        );
+        assert!(
+            sql.contains("SELECT TUMBLE(ts, INTERVAL '1' MINUTE) AS s, (TUMBLE(ts, INTERVAL '1' MINUTE) + INTERVAL '1' MINUTE) AS e"),
+            "{sql}"
+        );
+        // Another kind's auxiliary function is not this window's bound.
+        let sql = rewritten(
+            "SELECT HOP_END(ts, INTERVAL '1' MINUTE) AS e FROM t GROUP BY TUMBLE(ts, INTERVAL '1' MINUTE)",
+        );
+        assert!(
+            sql.contains("HOP_END(ts, INTERVAL '1' MINUTE) AS e"),
+            "{sql}"
+        );
+    }
+
+    #[test]
     fn arroyo_style_keys_are_recognized() {
         let out = rewrite(
             "SELECT window_end, COUNT(*) FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE), k",
