@@ -21,12 +21,15 @@ use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use freshet_engine::window::{WindowSpec, duration_in_unit, time_unit_type, window_starts_array};
 
 /// Freshet's other scalar functions, which plain batch SQL over the same tables may call as
-/// well: `count_char` and `regexp_extract`.
+/// well: `count_char`, `regexp_extract` and Flink's spellings (`mod`, `hour`, `split_index`,
+/// …).
 pub fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
-    vec![
+    let mut functions = vec![
         crate::count_char::count_char_function(),
         crate::regexp_extract::regexp_extract_function(),
-    ]
+    ];
+    functions.extend(crate::flink_functions::flink_functions());
+    functions
 }
 
 /// DataFusion's functions that Freshet computes faster with the same answers, registered

@@ -15,6 +15,7 @@ mod count_char;
 mod dialect;
 mod distribution_repair;
 mod execution_errors;
+mod flink_functions;
 mod functions;
 mod install;
 mod interval_rule;

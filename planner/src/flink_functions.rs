@@ -1,0 +1,263 @@
+//! Flink's spellings of functions DataFusion has under other forms, so that Flink SQL (the
+//! Nexmark queries as nexmark/nexmark writes them) runs as written:
+//!
+//! - `MOD(a, b)`: `a % b` (the remainder has the dividend's sign, as in Flink);
+//! - `HOUR(ts)`, `MINUTE(ts)`, `SECOND(ts)`, `YEAR(ts)`, `MONTH(ts)`, `DAYOFMONTH(ts)`:
+//!   `date_part('hour', ts)` … as a BIGINT, Flink's type;
+//! - `SPLIT_INDEX(text, separator, index)`: the `index`-th piece of `text` split at every
+//!   `separator`, counted from 0; NULL when the index is negative or past the last piece, or
+//!   an argument is NULL.
+//!
+//! The first two are rewritten by the simplifier into the DataFusion expressions they
+//! stand for (EXPLAIN shows those); `split_index` runs itself.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::kernels::numeric::rem;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
+use datafusion::logical_expr::{
+    BinaryExpr, Cast, ColumnarValue, Expr, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, TypeSignature, Volatility, lit,
+};
+
+/// The functions, for registration in a session.
+pub fn flink_functions() -> Vec<Arc<ScalarUDF>> {
+    let parts = [
+        ("hour", "hour"),
+        ("minute", "minute"),
+        ("second", "second"),
+        ("year", "year"),
+        ("month", "month"),
+        ("dayofmonth", "day"),
+    ];
+    let mut functions = vec![
+        Arc::new(ScalarUDF::new_from_impl(Mod::new())),
+        Arc::new(ScalarUDF::new_from_impl(SplitIndex::new())),
+    ];
+    functions.extend(
+        parts
+            .into_iter()
+            .map(|(name, part)| Arc::new(ScalarUDF::new_from_impl(TimePart::new(name, part)))),
+    );
+    functions
+}
+
+/// `MOD(a, b)`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Mod {
+    signature: Signature,
+}
+
+impl Mod {
+    fn new() -> Self {
+        Self {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Mod {
+    fn name(&self) -> &str {
+        "mod"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        BinaryTypeCoercer::new(&arg_types[0], &Operator::Modulo, &arg_types[1]).get_result_type()
+    }
+
+    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let [a, b] = <[Expr; 2]>::try_from(args).map_err(|_| {
+            datafusion::common::DataFusionError::Plan("MOD(a, b) takes two arguments".into())
+        })?;
+        Ok(ExprSimplifyResult::Simplified(Expr::BinaryExpr(
+            BinaryExpr::new(Box::new(a), Operator::Modulo, Box::new(b)),
+        )))
+    }
+
+    /// Where the simplifier did not run: the same remainder, of the arguments in their
+    /// common type.
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let (a, b) = (args.args[0].to_array(rows)?, args.args[1].to_array(rows)?);
+        let (a_type, b_type) =
+            BinaryTypeCoercer::new(a.data_type(), &Operator::Modulo, b.data_type())
+                .get_input_types()?;
+        let remainder = rem(&cast(&a, &a_type)?, &cast(&b, &b_type)?)?;
+        Ok(ColumnarValue::Array(remainder))
+    }
+}
+
+/// `HOUR(ts)` and the other parts of a time, as BIGINT.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TimePart {
+    name: &'static str,
+    /// The part as `date_part` names it.
+    part: &'static str,
+    signature: Signature,
+}
+
+impl TimePart {
+    fn new(name: &'static str, part: &'static str) -> Self {
+        Self {
+            name,
+            part,
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for TimePart {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        match &arg_types[0] {
+            DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 | DataType::Null => {
+                Ok(DataType::Int64)
+            }
+            DataType::Time32(_) | DataType::Time64(_)
+                if matches!(self.part, "hour" | "minute" | "second") =>
+            {
+                Ok(DataType::Int64)
+            }
+            other => plan_err!("{}(t) takes a timestamp or a date, not {other}", self.name),
+        }
+    }
+
+    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let part =
+            datafusion::functions::datetime::expr_fn::date_part(lit(self.part), args[0].clone());
+        Ok(ExprSimplifyResult::Simplified(Expr::Cast(Cast::new(
+            Box::new(part),
+            DataType::Int64,
+        ))))
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        exec_err!(
+            "{}(t) runs as date_part('{}', t): the simplifier did not rewrite it",
+            self.name,
+            self.part
+        )
+    }
+}
+
+/// `SPLIT_INDEX(text, separator, index)`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SplitIndex {
+    signature: Signature,
+}
+
+impl SplitIndex {
+    fn new() -> Self {
+        let exact = [DataType::Utf8, DataType::LargeUtf8, DataType::Utf8View]
+            .into_iter()
+            .map(|text| TypeSignature::Exact(vec![text, DataType::Utf8, DataType::Int64]))
+            .collect();
+        Self {
+            signature: Signature::one_of(exact, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SplitIndex {
+    fn name(&self) -> &str {
+        "split_index"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let (ColumnarValue::Scalar(separator), ColumnarValue::Scalar(index)) =
+            (&args.args[1], &args.args[2])
+        else {
+            return plan_err!(
+                "split_index(text, separator, index): separator and index must be constants"
+            );
+        };
+        let (ScalarValue::Utf8(Some(separator)), ScalarValue::Int64(Some(index))) =
+            (separator, index)
+        else {
+            let texts = args.args[0].to_array(rows)?;
+            return Ok(ColumnarValue::Array(
+                datafusion::arrow::array::new_null_array(&DataType::Utf8, texts.len()),
+            ));
+        };
+        if separator.is_empty() {
+            return exec_err!("split_index(text, separator, index): the separator is empty");
+        }
+        let texts: ArrayRef = cast(&args.args[0].to_array(rows)?, &DataType::Utf8)?;
+        let texts = texts.as_string::<i32>();
+        let mut pieces = StringBuilder::with_capacity(texts.len(), texts.value_data().len());
+        let index = usize::try_from(*index).ok();
+        for text in texts.iter() {
+            let piece = text
+                .zip(index)
+                .and_then(|(text, index)| text.split(separator.as_str()).nth(index));
+            pieces.append_option(piece);
+        }
+        Ok(ColumnarValue::Array(Arc::new(pieces.finish())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn rows(sql: &str) -> Vec<String> {
+        let ctx = SessionContext::new();
+        for function in flink_functions() {
+            ctx.register_udf(function.as_ref().clone());
+        }
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string()
+            .lines()
+            .skip(3)
+            .filter(|line| !line.starts_with('+'))
+            .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn flink_functions_answer_as_flink() {
+        assert_eq!(
+            rows(
+                "SELECT MOD(17, 5), MOD(-7, 3), MOD(CAST(7 AS INT), CAST(2 AS BIGINT)), MOD(7.5, 2)"
+            )
+            .await,
+            ["| 2 | -1 | 1 | 1.5 |"]
+        );
+        assert_eq!(
+            rows("SELECT HOUR(TIMESTAMP '2015-07-15 13:04:05'), MINUTE(TIMESTAMP '2015-07-15 13:04:05'), SECOND(TIMESTAMP '2015-07-15 13:04:05.9'), YEAR(DATE '2015-07-15'), MONTH(DATE '2015-07-15'), DAYOFMONTH(DATE '2015-07-15')").await,
+            ["| 13 | 4 | 5 | 2015 | 7 | 15 |"]
+        );
+        assert_eq!(
+            rows("SELECT SPLIT_INDEX('https://www.nexmark.com/abc/def/item.htm', '/', 3), COALESCE(SPLIT_INDEX('a//b', '/', 1), 'null'), COALESCE(SPLIT_INDEX('a/b', '/', 2), 'null'), COALESCE(SPLIT_INDEX('a/b', '/', -1), 'null'), COALESCE(SPLIT_INDEX(NULL, '/', 0), 'null')").await,
+            ["| abc | | null | null | null |"]
+        );
+    }
+}
