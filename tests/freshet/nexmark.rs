@@ -65,8 +65,15 @@ async fn every_query_equals_batch_sql_at_1_2_and_4_streams() {
 
 /// The queries as nexmark/nexmark's Flink SQL spells them (columns in snake case and in the
 /// order of Freshet's files): window table functions wrapped in `TABLE(…)`, the tables after
-/// `TABLE`.
-const FLINK_SPELLINGS: [(&str, &str); 3] = [
+/// `TABLE`; group windows with their auxiliary functions; `MOD`, `HOUR`, `DATE_FORMAT` with a
+/// Java pattern, `SPLIT_INDEX`.
+const FLINK_SPELLINGS: [(&str, &str); 8] = [
+    ("q2", "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+    (
+        "q10",
+        "SELECT auction, bidder, price, date_time, extra, DATE_FORMAT(date_time, 'yyyy-MM-dd'),
+            DATE_FORMAT(date_time, 'HH:mm') FROM bid",
+    ),
     (
         "q5",
         "SELECT AuctionBids.auction, AuctionBids.num FROM (
@@ -112,10 +119,36 @@ const FLINK_SPELLINGS: [(&str, &str); 3] = [
         ) A
         ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime",
     ),
+    (
+        "q11",
+        "SELECT B.bidder, count(*) as bid_count,
+            SESSION_START(B.date_time, INTERVAL '10' SECOND) as starttime,
+            SESSION_END(B.date_time, INTERVAL '10' SECOND) as endtime
+        FROM bid B
+        GROUP BY B.bidder, SESSION(B.date_time, INTERVAL '10' SECOND)",
+    ),
+    (
+        "q14",
+        "SELECT auction, bidder, 0.908 * price as price,
+            CASE
+                WHEN HOUR(date_time) >= 8 AND HOUR(date_time) <= 18 THEN 'dayTime'
+                WHEN HOUR(date_time) <= 6 OR HOUR(date_time) >= 20 THEN 'nightTime'
+                ELSE 'otherTime'
+            END AS bidTimeType,
+            date_time, extra, count_char(extra, 'c') AS c_counts
+        FROM bid
+        WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+    ),
+    (
+        "q22",
+        "SELECT auction, bidder, price, channel,
+            SPLIT_INDEX(url, '/', 3) as dir1, SPLIT_INDEX(url, '/', 4) as dir2,
+            SPLIT_INDEX(url, '/', 5) as dir3 FROM bid",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_flink_spellings_of_the_windowed_queries_give_the_batch_answers() {
+async fn the_flink_spellings_of_the_queries_give_the_batch_answers() {
     for (name, sql) in FLINK_SPELLINGS {
         let query = NEXMARK_QUERIES
             .iter()
