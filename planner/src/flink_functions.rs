@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringViewArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::numeric::rem;
 use datafusion::arrow::datatypes::DataType;
@@ -183,12 +183,17 @@ impl ScalarUDFImpl for SplitIndex {
         &self.signature
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
+    /// A view for a view, as DataFusion's `split_part` gives.
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(match arg_types[0] {
+            DataType::Utf8View => DataType::Utf8View,
+            _ => DataType::Utf8,
+        })
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
+        let output = self.return_type(&[args.args[0].data_type()])?;
         let (ColumnarValue::Scalar(separator), ColumnarValue::Scalar(index)) =
             (&args.args[1], &args.args[2])
         else {
@@ -209,15 +214,16 @@ impl ScalarUDFImpl for SplitIndex {
         }
         let texts: ArrayRef = cast(&args.args[0].to_array(rows)?, &DataType::Utf8)?;
         let texts = texts.as_string::<i32>();
-        let mut pieces = StringBuilder::with_capacity(texts.len(), texts.value_data().len());
         let index = usize::try_from(*index).ok();
-        for text in texts.iter() {
-            let piece = text
-                .zip(index)
-                .and_then(|(text, index)| text.split(separator.as_str()).nth(index));
-            pieces.append_option(piece);
-        }
-        Ok(ColumnarValue::Array(Arc::new(pieces.finish())))
+        let pieces = texts.iter().map(|text| {
+            text.zip(index)
+                .and_then(|(text, index)| text.split(separator.as_str()).nth(index))
+        });
+        let pieces: ArrayRef = match output {
+            DataType::Utf8View => Arc::new(pieces.collect::<StringViewArray>()),
+            _ => Arc::new(pieces.collect::<StringArray>()),
+        };
+        Ok(ColumnarValue::Array(pieces))
     }
 }
 
