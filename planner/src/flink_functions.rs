@@ -17,7 +17,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringView
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::numeric::rem;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_datafusion_err, plan_err};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::{
@@ -75,9 +75,8 @@ impl ScalarUDFImpl for Mod {
     }
 
     fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        let [a, b] = <[Expr; 2]>::try_from(args).map_err(|_| {
-            datafusion::common::DataFusionError::Plan("MOD(a, b) takes two arguments".into())
-        })?;
+        let [a, b] = <[Expr; 2]>::try_from(args)
+            .map_err(|_| plan_datafusion_err!("MOD(a, b) takes two arguments"))?;
         Ok(ExprSimplifyResult::Simplified(Expr::BinaryExpr(
             BinaryExpr::new(Box::new(a), Operator::Modulo, Box::new(b)),
         )))
@@ -206,7 +205,7 @@ impl ScalarUDFImpl for SplitIndex {
         else {
             let texts = args.args[0].to_array(rows)?;
             return Ok(ColumnarValue::Array(
-                datafusion::arrow::array::new_null_array(&DataType::Utf8, texts.len()),
+                datafusion::arrow::array::new_null_array(&output, texts.len()),
             ));
         };
         if separator.is_empty() {
@@ -264,6 +263,11 @@ mod tests {
         assert_eq!(
             rows("SELECT SPLIT_INDEX('https://www.nexmark.com/abc/def/item.htm', '/', 3), COALESCE(SPLIT_INDEX('a//b', '/', 1), 'null'), COALESCE(SPLIT_INDEX('a/b', '/', 2), 'null'), COALESCE(SPLIT_INDEX('a/b', '/', -1), 'null'), COALESCE(SPLIT_INDEX(NULL, '/', 0), 'null')").await,
             ["| abc | | null | null | null |"]
+        );
+        // A view in, a view out, NULL arguments included.
+        assert_eq!(
+            rows("SELECT arrow_typeof(n), n IS NULL, s FROM (SELECT SPLIT_INDEX(v, '/', CAST(NULL AS BIGINT)) AS n, SPLIT_INDEX(v, '/', 1) AS s FROM (VALUES (arrow_cast('a/b', 'Utf8View'))) AS t(v))").await,
+            ["| Utf8View | true | b |"]
         );
     }
 }
