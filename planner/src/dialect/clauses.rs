@@ -3,7 +3,8 @@
 //! `EMIT FINAL` are taken out; `WINDOW TUMBLING|SLIDING|HOPPING|SESSION (…)` after a GROUP BY
 //! becomes a window key in that GROUP BY; `TABLE t` inside `FROM TUMBLE(…)` / `HOP(…)` /
 //! `SESSION(…)` (also wrapped in Flink's `TABLE(…)`) becomes `t`, so that the call parses as
-//! a table function (the query block stage turns it into a window key). Tokens Freshet writes carry the span of the clause they replace.
+//! a table function (the query block stage turns it into a window key). Tokens Freshet
+//! writes carry the span of the clause they replace.
 
 use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
