@@ -326,6 +326,25 @@ fn interval_literal(duration: &str) -> String {
     format!("INTERVAL '{number} {unit}'")
 }
 
+/// Refuses Flink's temporal join, `JOIN t FOR SYSTEM_TIME AS OF p.proc_time`, which
+/// sqlparser cannot parse (its error would name other keywords): Freshet has no processing
+/// time, and a bounded table joined as written is looked up already.
+pub(super) fn refuse_temporal_joins(tokens: &[TokenWithSpan]) -> Result<()> {
+    let temporal = (0..tokens.len()).find(|&f| {
+        is_word(&tokens[f].token, "FOR")
+            && next_solid(tokens, f + 1).is_some_and(|s| is_word(&tokens[s].token, "SYSTEM_TIME"))
+    });
+    match temporal {
+        Some(at) => plan_err!(
+            "FOR SYSTEM_TIME AS OF at {} is not supported: Freshet has no processing time; \
+             join the table without it (a bounded table is looked up as the stream's records \
+             arrive)",
+            position(&tokens[at])
+        ),
+        None => Ok(()),
+    }
+}
+
 /// The window table functions Flink writes in FROM.
 const WINDOW_TABLE_FUNCTIONS: [&str; 4] = ["TUMBLE", "HOP", "SESSION", "CUMULATE"];
 

@@ -33,7 +33,9 @@ use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 
 use blocks::bind_windows;
-use clauses::{rewrite_window_clauses, take_emit, take_options, unwrap_window_tables};
+use clauses::{
+    refuse_temporal_joins, rewrite_window_clauses, take_emit, take_options, unwrap_window_tables,
+};
 use over::rewrite_over_clauses;
 use tokens::{text, tokenize};
 pub use vocabulary::{EmitMode, WindowKind};
@@ -74,6 +76,7 @@ pub fn rewrite_with(
     let expire_after = rewrite_over_clauses(&mut tokens)?;
     rewrite_window_clauses(&mut tokens, event_time_of)?;
     unwrap_window_tables(&mut tokens)?;
+    refuse_temporal_joins(&tokens)?;
     let rewritten = text(&tokens) != sql;
     let as_written = |window| StreamingSql {
         statement: None,
