@@ -283,13 +283,8 @@ struct TableWindow {
 /// records without one), and Freshet a session per GROUP BY key: the GROUP BY keys beside
 /// the window bounds must be the PARTITION BY keys.
 fn check_session_keys(partition_keys: &[Expr], group_keys: &[Expr], at: Span) -> Result<()> {
-    let names = |keys: &mut dyn Iterator<Item = &Expr>| {
-        let mut names: Vec<String> = keys.map(key_name).collect();
-        names.sort();
-        names
-    };
-    let partitioned = names(&mut partition_keys.iter());
-    let grouped = names(&mut group_keys.iter().filter(|key| bound(key).is_none()));
+    let partitioned = sorted_names(partition_keys.iter());
+    let grouped = sorted_names(group_keys.iter().filter(|key| bound(key).is_none()));
     if partitioned == grouped {
         return Ok(());
     }
@@ -301,6 +296,12 @@ fn check_session_keys(partition_keys: &[Expr], group_keys: &[Expr], at: Span) ->
         listed(&partitioned),
         listed(&grouped)
     )
+}
+
+fn sorted_names<'a>(keys: impl Iterator<Item = &'a Expr>) -> Vec<String> {
+    let mut names: Vec<String> = keys.map(key_name).collect();
+    names.sort();
+    names
 }
 
 /// A key as the session check compares it: a column by its name, lowercased unless quoted.
