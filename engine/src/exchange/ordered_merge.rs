@@ -92,7 +92,7 @@ pub enum RowKeys {
 }
 
 impl RowKeys {
-    fn at(&self, row: usize) -> i64 {
+    pub(super) fn at(&self, row: usize) -> i64 {
         match self {
             Self::PerRow(keys) => keys[row],
             Self::All(key) => *key,

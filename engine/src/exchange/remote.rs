@@ -45,7 +45,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::input_task::{InputTask, Progress};
 use super::ordered_merge::{MergeKeys, OrderedMerge, Routed, RoutedMessage};
-use super::wire::{WireItem, decode, encode, wire_schema};
+use super::wire::{Outgoing, WireItem, decode, encode, wire_schema};
 use super::{MERGED_CHANNEL_ITEMS, StreamExchangeExec};
 use crate::watermark::{StreamMessage, WatermarkTracker};
 
@@ -261,13 +261,32 @@ impl StreamExchangeExec {
     }
 }
 
-/// `receiver`'s items as a stream.
-fn receiver_stream(
+/// `receiver`'s items as wire items: rows followed by their `Passed` item, when it is
+/// already there, folded into one (see [`Outgoing::fold`]).
+fn wire_items(
     receiver: mpsc::Receiver<RoutedMessage>,
-) -> impl futures::Stream<Item = RoutedMessage> + Send + 'static {
-    futures::stream::unfold(receiver, |mut receiver| async move {
-        let item = receiver.recv().await?;
-        Some((item, receiver))
+) -> impl futures::Stream<Item = Result<Outgoing>> + Send + 'static {
+    futures::stream::unfold((receiver, None), |(mut receiver, next)| async move {
+        let item = match next {
+            Some(item) => item,
+            None => receiver.recv().await?,
+        };
+        let rows = match item {
+            Ok(rows @ Routed::Rows(..)) => rows,
+            other => {
+                let item = other.map(|item| WireItem::Routed(item).into());
+                return Some((item, (receiver, None)));
+            }
+        };
+        let (item, next) = match receiver.try_recv() {
+            Ok(Ok(passed @ Routed::Passed { .. })) => match Outgoing::fold(rows, passed) {
+                Ok(folded) => (folded, None),
+                Err((rows, passed)) => (WireItem::Routed(rows).into(), Some(Ok(passed))),
+            },
+            Ok(next) => (WireItem::Routed(rows).into(), Some(next)),
+            Err(_) => (WireItem::Routed(rows).into(), None),
+        };
+        Some((Ok(item), (receiver, next)))
     })
     .boxed()
 }
@@ -285,13 +304,13 @@ fn sent_wire_batches(
         receivers
             .into_iter()
             .enumerate()
-            .map(|(output, receiver)| receiver_stream(receiver).map(move |item| (output, item))),
+            .map(|(output, receiver)| wire_items(receiver).map(move |item| (output, item))),
     );
     let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let items = {
         let (wire, routes, failed) = (Arc::clone(&wire), Arc::clone(&routes), Arc::clone(&failed));
         outputs.map(move |(output, item)| match item {
-            Ok(item) => encode(&wire, routes[output], input, WireItem::Routed(item)),
+            Ok(item) => encode(&wire, routes[output], input, item),
             Err(error) => {
                 failed.store(true, std::sync::atomic::Ordering::Relaxed);
                 Err(error)

@@ -9,6 +9,12 @@
 //! keys; every other item is one row whose data columns are null. Each row describes itself,
 //! so the network may split batches or join batches of several inputs into one: decoding
 //! splits a batch into runs of one input and one kind, in order.
+//!
+//! Merging by replay position, an input follows each batch's rows for an output with a
+//! `Passed` item at the rows' own key. The pair travels as one wire batch: its last data
+//! row has the kind "rows, then passed" and carries the input's largest event time, and
+//! decoding gives back both items. Half the wire batches of such an exchange would
+//! otherwise be one-row `Passed` items, each paying the network's cost per batch.
 
 use std::sync::Arc;
 
@@ -37,12 +43,51 @@ const PROGRESS: i8 = 1;
 const WATERMARK: i8 = 2;
 const PASSED: i8 = 3;
 const END: i8 = 4;
+/// The last row of a run of rows, after which the input passed that row's merge key.
+const ROWS_THEN_PASSED: i8 = 5;
 
 /// What one wire item tells the receiving side about one input.
 pub enum WireItem {
     Routed(Routed),
     /// The input has sent everything: an input that stops without it did not end normally.
     End,
+}
+
+/// What an input sends as one wire batch: an item, or rows and the `Passed` item after
+/// them (see the module documentation), which decode as two items.
+pub enum Outgoing {
+    Item(WireItem),
+    /// Rows whose last merge key the input has then passed, with its largest event time.
+    RowsThenPassed {
+        batch: RecordBatch,
+        keys: RowKeys,
+        newest: Option<i64>,
+    },
+}
+
+impl From<WireItem> for Outgoing {
+    fn from(item: WireItem) -> Self {
+        Self::Item(item)
+    }
+}
+
+impl Outgoing {
+    /// `rows` and the `passed` item that follows it as one item, when `passed` is at the
+    /// key of the last row; otherwise both, unchanged.
+    pub fn fold(rows: Routed, passed: Routed) -> std::result::Result<Self, (Routed, Routed)> {
+        match (rows, passed) {
+            (Routed::Rows(batch, Some(keys)), Routed::Passed { key, newest })
+                if batch.num_rows() > 0 && keys.at(batch.num_rows() - 1) == key =>
+            {
+                Ok(Self::RowsThenPassed {
+                    batch,
+                    keys,
+                    newest,
+                })
+            }
+            (rows, passed) => Err((rows, passed)),
+        }
+    }
 }
 
 /// The schema of the wire batches that carry batches of `data`.
@@ -61,16 +106,35 @@ pub fn wire_schema(data: &Schema) -> SchemaRef {
 }
 
 /// `item` of input `input` as a wire batch of schema `wire` whose rows all carry `route`.
-pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Result<RecordBatch> {
+pub fn encode(
+    wire: &SchemaRef,
+    route: i64,
+    input: usize,
+    item: impl Into<Outgoing>,
+) -> Result<RecordBatch> {
     let input = u32::try_from(input).unwrap_or(u32::MAX);
+    let item = match item.into() {
+        Outgoing::Item(item) => item,
+        Outgoing::RowsThenPassed {
+            batch,
+            keys,
+            newest,
+        } => {
+            let keys = key_values(Some(keys), batch.num_rows());
+            return encode_columns(
+                wire,
+                route,
+                input,
+                Some(batch),
+                ROWS_THEN_PASSED,
+                keys,
+                newest,
+            );
+        }
+    };
     let (data, kind, keys, time): (Option<RecordBatch>, i8, Vec<i64>, Option<i64>) = match item {
         WireItem::Routed(Routed::Rows(batch, keys)) => {
-            let rows = batch.num_rows();
-            let keys = match keys {
-                Some(RowKeys::PerRow(keys)) => keys,
-                Some(RowKeys::All(key)) => vec![key; rows],
-                None => vec![0; rows],
-            };
+            let keys = key_values(keys, batch.num_rows());
             (Some(batch), ROWS, keys, None)
         }
         // Rows for an output that does not merge its inputs: the input column says whose.
@@ -88,6 +152,30 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
             return internal_err!("this exchange item does not cross a network boundary");
         }
     };
+    encode_columns(wire, route, input, data, kind, keys, time)
+}
+
+/// One merge key per row.
+fn key_values(keys: Option<RowKeys>, rows: usize) -> Vec<i64> {
+    match keys {
+        Some(RowKeys::PerRow(keys)) => keys,
+        Some(RowKeys::All(key)) => vec![key; rows],
+        None => vec![0; rows],
+    }
+}
+
+/// A wire batch of `data` (or one row of nulls without it) whose rows are of kind `kind`
+/// with merge keys `keys` and time `time` — except a run of rows then passed, whose rows
+/// before the last are plain rows without a time.
+fn encode_columns(
+    wire: &SchemaRef,
+    route: i64,
+    input: u32,
+    data: Option<RecordBatch>,
+    kind: i8,
+    keys: Vec<i64>,
+    time: Option<i64>,
+) -> Result<RecordBatch> {
     let rows = keys.len();
     let data_columns = wire.fields().len() - ADDED_COLUMNS;
     let mut columns: Vec<ArrayRef> = match data {
@@ -100,9 +188,30 @@ pub fn encode(wire: &SchemaRef, route: i64, input: usize, item: WireItem) -> Res
     };
     columns.push(Arc::new(Int64Array::from_value(route, rows)));
     columns.push(Arc::new(UInt32Array::from_value(input, rows)));
-    columns.push(Arc::new(Int8Array::from_value(kind, rows)));
+    let (kinds, times) = match kind {
+        ROWS_THEN_PASSED => {
+            let mut kinds = vec![ROWS; rows];
+            let mut times = vec![None; rows];
+            if let (Some(kind), Some(time_of_last)) = (kinds.last_mut(), times.last_mut()) {
+                *kind = ROWS_THEN_PASSED;
+                *time_of_last = time;
+            }
+            (Int8Array::from(kinds), Int64Array::from(times))
+        }
+        _ => match time {
+            Some(time) => (
+                Int8Array::from_value(kind, rows),
+                Int64Array::from_value(time, rows),
+            ),
+            None => (
+                Int8Array::from_value(kind, rows),
+                Int64Array::new_null(rows),
+            ),
+        },
+    };
+    columns.push(Arc::new(kinds));
     columns.push(Arc::new(Int64Array::from(keys)));
-    columns.push(Arc::new(Int64Array::from(vec![time; rows])));
+    columns.push(Arc::new(times));
     Ok(RecordBatch::try_new(Arc::clone(wire), columns)?)
 }
 
@@ -126,11 +235,13 @@ pub fn decode(batch: &RecordBatch, data: &SchemaRef) -> Result<Vec<(usize, WireI
     while row < batch.num_rows() {
         let (input, kind) = (inputs.value(row), kinds.value(row));
         let item = match kind {
-            ROWS => {
+            ROWS | ROWS_THEN_PASSED => {
+                // A run of one input's rows, to its end or its first row then passed.
                 let mut end = row + 1;
-                while end < batch.num_rows()
+                while kinds.value(end - 1) == ROWS
+                    && end < batch.num_rows()
                     && inputs.value(end) == input
-                    && kinds.value(end) == ROWS
+                    && matches!(kinds.value(end), ROWS | ROWS_THEN_PASSED)
                 {
                     end += 1;
                 }
@@ -144,7 +255,16 @@ pub fn decode(batch: &RecordBatch, data: &SchemaRef) -> Result<Vec<(usize, WireI
                     RowKeys::PerRow(piece_keys.to_vec())
                 };
                 row = end - 1;
-                WireItem::Routed(Routed::Rows(piece, Some(piece_keys)))
+                if kinds.value(row) == ROWS_THEN_PASSED {
+                    let rows = WireItem::Routed(Routed::Rows(piece, Some(piece_keys)));
+                    items.push((input as usize, rows));
+                    WireItem::Routed(Routed::Passed {
+                        key: keys.value(row),
+                        newest: time(row),
+                    })
+                } else {
+                    WireItem::Routed(Routed::Rows(piece, Some(piece_keys)))
+                }
             }
             PROGRESS => WireItem::Routed(Routed::Progress(keys.value(row))),
             WATERMARK => match time(row) {
@@ -274,5 +394,56 @@ mod tests {
             unreachable!()
         };
         assert_eq!(first, &rows(&["a", "b"], &[1, 2]));
+    }
+
+    #[test]
+    fn rows_then_passed_travel_as_one_batch_and_decode_as_both_items() {
+        let data = data_schema();
+        let wire = wire_schema(&data);
+        let folded = |times: &[i64], key: i64, newest: i64| {
+            let keys = Some(RowKeys::All(key));
+            let rows = Routed::Rows(rows(&vec!["a"; times.len()], times), keys);
+            let passed = Routed::Passed {
+                key,
+                newest: Some(newest),
+            };
+            let Ok(folded) = Outgoing::fold(rows, passed) else {
+                panic!("rows and the passed item at their key fold");
+            };
+            encode(&wire, 7, 2, folded).unwrap()
+        };
+        let first = folded(&[1, 2, 3], 10, 3);
+        assert_eq!(first.num_rows(), 3, "no row of its own for the passed item");
+        // Two of one input joined by the network: the first run ends at its passed row.
+        let joined = concat_batches(&wire, &[first, folded(&[4], 11, 4)]).unwrap();
+        let described: Vec<String> = decode(&joined, &data)
+            .unwrap()
+            .iter()
+            .map(|(input, item)| match item {
+                WireItem::Routed(Routed::Rows(batch, keys)) => {
+                    format!("{input}: {} rows {keys:?}", batch.num_rows())
+                }
+                WireItem::Routed(Routed::Passed { key, newest }) => {
+                    format!("{input}: passed {key} {newest:?}")
+                }
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "2: 3 rows Some(All(10))",
+                "2: passed 10 Some(3)",
+                "2: 1 rows Some(All(11))",
+                "2: passed 11 Some(4)",
+            ]
+        );
+        // A passed item at another key than the rows' last stays an item of its own.
+        let rows = Routed::Rows(rows(&["a"], &[1]), Some(RowKeys::All(10)));
+        let passed = Routed::Passed {
+            key: 12,
+            newest: None,
+        };
+        assert!(Outgoing::fold(rows, passed).is_err());
     }
 }
