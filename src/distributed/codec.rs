@@ -209,4 +209,106 @@ mod tests {
                 .is_err()
         );
     }
+
+    /// A worker plans the query once more from the bytes of the node it receives: each
+    /// operator a query across workers can hold comes back as the coordinator planned it,
+    /// with its settings and every kind of source (generators, files, CSV).
+    #[tokio::test]
+    async fn every_operator_is_planned_again_from_the_codec_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = dir.path().join("side.csv");
+        std::fs::write(&side, "key,value\n1000,1\n1001,2\n").unwrap();
+        let tables = vec![
+            "bid=generator:nexmark,events=20000".to_string(),
+            "auction=generator:nexmark,events=20000".to_string(),
+            format!("side_input={}", side.display()),
+        ];
+        let windowed = "SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction WINDOW";
+        let cases: [(&str, &str, &[&str]); 11] = [
+            (
+                "WindowAggregateExec",
+                &format!("{windowed} TUMBLING (date_time, INTERVAL '10' SECOND)"),
+                &[],
+            ),
+            (
+                "window=Hop",
+                &format!(
+                    "{windowed} HOPPING (date_time, INTERVAL '10' SECOND, INTERVAL '2' SECOND)"
+                ),
+                &[],
+            ),
+            (
+                "window=Session",
+                &format!("{windowed} SESSION (date_time, INTERVAL '10' SECOND)"),
+                &[],
+            ),
+            (
+                "emit=changes",
+                &format!("{windowed} TUMBLING (date_time, INTERVAL '10' SECOND)"),
+                &["emit=changes"],
+            ),
+            (
+                "WindowAggregateExec",
+                "SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction",
+                &[],
+            ),
+            (
+                "OverWindowExec",
+                "SELECT auction, SUM(price) OVER (PARTITION BY auction ORDER BY date_time \
+                 ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s FROM bid",
+                &[],
+            ),
+            (
+                "TopNExec",
+                "SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY \
+                 auction ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 3",
+                &[],
+            ),
+            (
+                "IntervalJoinExec",
+                "SELECT a.id, b.price FROM auction a JOIN bid b ON a.id = b.auction \
+                 AND b.date_time BETWEEN a.date_time AND a.expires",
+                &[],
+            ),
+            (
+                "LookupJoinExec",
+                "SELECT b.auction, s.value FROM bid b JOIN side_input s ON b.auction = s.key",
+                &[],
+            ),
+            (
+                "StreamFilterExec",
+                "SELECT auction, price FROM bid WHERE price > 1000",
+                &[],
+            ),
+            ("StreamExchangeExec", "SELECT COUNT(*) FROM bid", &[]),
+        ];
+        for (operator, sql, settings) in cases {
+            let spec = QuerySpec {
+                script: sql.to_string(),
+                settings: settings.iter().map(|s| s.to_string()).collect(),
+                tables: tables.clone(),
+                event_time: None,
+                watermark: Some("4s".into()),
+                strategy: None,
+                streams: None,
+                partitions: 4,
+                workers: 2,
+            };
+            let planned = spec.plan().await.unwrap();
+            let schema = planned.plan().schema();
+            let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+            let node = FragmentExec::new(Arc::new(spec), schema, vec![Arc::clone(&input)]);
+            let decoded = round_trip(Arc::new(node), &[input]);
+            let on_worker = decoded
+                .downcast_ref::<FragmentExec>()
+                .unwrap()
+                .spec()
+                .plan_on_worker()
+                .await
+                .unwrap();
+            let (here, there) = (planned.explain(), on_worker.explain());
+            assert!(here.contains(operator), "{operator} not in {here}");
+            assert_eq!(there, here, "{sql}");
+        }
+    }
 }
