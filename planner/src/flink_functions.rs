@@ -9,20 +9,21 @@
 //!   an argument is NULL.
 //!
 //! The first two are rewritten by the simplifier into the DataFusion expressions they
-//! stand for (EXPLAIN shows those); `split_index` runs itself.
+//! stand for (EXPLAIN shows those), and run as those where no simplifier ran; `split_index`
+//! runs itself.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray, StringViewArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::numeric::rem;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::{Result, ScalarValue, exec_err, plan_datafusion_err, plan_err};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::{
-    BinaryExpr, Cast, ColumnarValue, Expr, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, Volatility, lit,
+    BinaryExpr, Cast, ColumnarValue, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility, lit,
 };
 
 /// The functions, for registration in a session.
@@ -146,12 +147,24 @@ impl ScalarUDFImpl for TimePart {
         ))))
     }
 
-    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        exec_err!(
-            "{}(t) runs as date_part('{}', t): the simplifier did not rewrite it",
-            self.name,
-            self.part
-        )
+    /// Where the simplifier did not run: `date_part` itself, cast to BIGINT.
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let date_part = datafusion::functions::datetime::date_part();
+        let part = ScalarValue::Utf8(Some(self.part.to_string()));
+        let part_field = Arc::new(Field::new("part", DataType::Utf8, false));
+        let arg_fields = vec![part_field, Arc::clone(&args.arg_fields[0])];
+        let return_field = date_part.return_field_from_args(ReturnFieldArgs {
+            arg_fields: &arg_fields,
+            scalar_arguments: &[Some(&part), None],
+        })?;
+        let value = date_part.invoke_with_args(ScalarFunctionArgs {
+            args: vec![ColumnarValue::Scalar(part), args.args[0].clone()],
+            arg_fields,
+            number_rows: args.number_rows,
+            return_field,
+            config_options: args.config_options,
+        })?;
+        value.cast_to(&DataType::Int64, None)
     }
 }
 
@@ -269,5 +282,42 @@ mod tests {
             rows("SELECT arrow_typeof(n), n IS NULL, s FROM (SELECT SPLIT_INDEX(v, '/', CAST(NULL AS BIGINT)) AS n, SPLIT_INDEX(v, '/', 1) AS s FROM (VALUES (arrow_cast('a/b', 'Utf8View'))) AS t(v))").await,
             ["| Utf8View | true | b |"]
         );
+    }
+
+    /// Called without the simplifier's rewrite (as a plan built by hand would call it), a
+    /// part of a time is still `date_part`'s, as a BIGINT.
+    #[test]
+    fn a_time_part_not_rewritten_runs_as_date_part() {
+        use datafusion::arrow::array::{Int64Array, TimestampMillisecondArray};
+        use datafusion::arrow::datatypes::TimeUnit;
+        let times = TimestampMillisecondArray::from(vec![Some(1_436_965_445_900), None]);
+        let field = Arc::new(Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        ));
+        for (function, expected) in [("hour", 13), ("minute", 4), ("second", 5), ("year", 2015)] {
+            let udf = flink_functions()
+                .into_iter()
+                .find(|udf| udf.name() == function)
+                .unwrap();
+            let value = udf
+                .invoke_with_args(ScalarFunctionArgs {
+                    args: vec![ColumnarValue::Array(Arc::new(times.clone()))],
+                    arg_fields: vec![Arc::clone(&field)],
+                    number_rows: 2,
+                    return_field: Arc::new(Field::new(function, DataType::Int64, true)),
+                    config_options: Arc::default(),
+                })
+                .unwrap();
+            let ColumnarValue::Array(array) = value else {
+                panic!("{function}: a scalar for an array");
+            };
+            assert_eq!(
+                array.as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
+                &Int64Array::from(vec![Some(expected), None]),
+                "{function}"
+            );
+        }
     }
 }
