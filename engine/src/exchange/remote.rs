@@ -279,10 +279,12 @@ fn wire_items(
             }
         };
         let (item, next) = match receiver.try_recv() {
-            Ok(Ok(passed @ Routed::Passed { .. })) => match Outgoing::fold(rows, passed) {
-                Ok(folded) => (folded, None),
-                Err((rows, passed)) => (WireItem::Routed(rows).into(), Some(Ok(passed))),
-            },
+            Ok(Ok(passed)) if Outgoing::folds(&rows, &passed) => {
+                match Outgoing::fold(rows, passed) {
+                    Ok(folded) => (folded, None),
+                    Err(error) => return Some((Err(error), (receiver, None))),
+                }
+            }
             Ok(next) => (WireItem::Routed(rows).into(), Some(next)),
             Err(_) => (WireItem::Routed(rows).into(), None),
         };

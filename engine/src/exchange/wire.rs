@@ -72,20 +72,30 @@ impl From<WireItem> for Outgoing {
 }
 
 impl Outgoing {
-    /// `rows` and the `passed` item that follows it as one item, when `passed` is at the
-    /// key of the last row; otherwise both, unchanged.
-    pub fn fold(rows: Routed, passed: Routed) -> std::result::Result<Self, (Routed, Routed)> {
+    /// Whether `passed` can travel folded into `rows`: it is at the key of their last row.
+    pub fn folds(rows: &Routed, passed: &Routed) -> bool {
         match (rows, passed) {
-            (Routed::Rows(batch, Some(keys)), Routed::Passed { key, newest })
-                if batch.num_rows() > 0 && keys.at(batch.num_rows() - 1) == key =>
-            {
+            (Routed::Rows(batch, Some(keys)), Routed::Passed { key, .. }) => {
+                batch.num_rows() > 0 && keys.at(batch.num_rows() - 1) == *key
+            }
+            _ => false,
+        }
+    }
+
+    /// `rows` and the `passed` item that follows them as one item (see [`Self::folds`]).
+    pub fn fold(rows: Routed, passed: Routed) -> Result<Self> {
+        if !Self::folds(&rows, &passed) {
+            return internal_err!("a Passed item folded into rows it does not follow");
+        }
+        match (rows, passed) {
+            (Routed::Rows(batch, Some(keys)), Routed::Passed { newest, .. }) => {
                 Ok(Self::RowsThenPassed {
                     batch,
                     keys,
                     newest,
                 })
             }
-            (rows, passed) => Err((rows, passed)),
+            _ => internal_err!("a Passed item folded into rows it does not follow"),
         }
     }
 }
@@ -407,10 +417,8 @@ mod tests {
                 key,
                 newest: Some(newest),
             };
-            let Ok(folded) = Outgoing::fold(rows, passed) else {
-                panic!("rows and the passed item at their key fold");
-            };
-            encode(&wire, 7, 2, folded).unwrap()
+            assert!(Outgoing::folds(&rows, &passed));
+            encode(&wire, 7, 2, Outgoing::fold(rows, passed).unwrap()).unwrap()
         };
         let first = folded(&[1, 2, 3], 10, 3);
         assert_eq!(first.num_rows(), 3, "no row of its own for the passed item");
@@ -444,6 +452,7 @@ mod tests {
             key: 12,
             newest: None,
         };
+        assert!(!Outgoing::folds(&rows, &passed));
         assert!(Outgoing::fold(rows, passed).is_err());
     }
 }
