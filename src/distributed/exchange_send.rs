@@ -239,21 +239,20 @@ impl ExecutionPlan for ExchangeSendExec {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        let running: Vec<Arc<Sending>> = self
+        let running: Vec<(usize, Arc<Sending>)> = self
             .running
             .lock()
-            .values()
-            .filter_map(|cell| cell.get().cloned())
-            .collect();
-        let inputs: Vec<Arc<dyn ExecutionPlan>> = running
             .iter()
-            .map(|sending| Arc::clone(&sending.input))
+            .filter_map(|(task, cell)| Some((*task, cell.get()?.clone())))
             .collect();
         let wire_bytes = running
             .iter()
-            .map(|sending| sending.wire_bytes.load(Ordering::Relaxed))
+            .map(|(_, sending)| sending.wire_bytes.load(Ordering::Relaxed))
             .sum();
-        Some(metrics_of(inputs.iter(), wire_bytes))
+        let inputs = running
+            .iter()
+            .map(|(task, sending)| (*task, &sending.input));
+        Some(metrics_of(inputs, wire_bytes))
     }
 
     fn execute(

@@ -125,13 +125,16 @@ impl ExecutionPlan for FragmentExec {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        let planned: Vec<Arc<dyn ExecutionPlan>> = self
+        let planned: Vec<(usize, Arc<dyn ExecutionPlan>)> = self
             .planned
             .lock()
-            .values()
-            .filter_map(|cell| cell.get().cloned())
+            .iter()
+            .filter_map(|(task, cell)| Some((*task, cell.get()?.clone())))
             .collect();
-        Some(metrics_of(planned.iter(), 0))
+        Some(metrics_of(
+            planned.iter().map(|(task, plan)| (*task, plan)),
+            0,
+        ))
     }
 
     fn execute(

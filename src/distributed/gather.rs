@@ -109,7 +109,7 @@ impl ExecutionPlan for GatherExec {
     /// What the operators here dropped (late records of the aggregation above the
     /// exchange).
     fn metrics(&self) -> Option<MetricsSet> {
-        Some(metrics_of(std::iter::once(&self.received), 0))
+        Some(metrics_of(std::iter::once((0, &self.received)), 0))
     }
 
     fn execute(

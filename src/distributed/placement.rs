@@ -14,6 +14,9 @@
 //! coordinator, which merges them (with the plan's own single-partition head, such as an
 //! ORDER BY's merge, if it has one).
 //!
+//! A lookup join's table is not cut: each worker that runs some of the join's streams reads
+//! the whole table and loads it once for them, as one process does for all of its streams.
+//!
 //! An exchange into one stream (a fan-in, under an aggregation without keys) becomes a
 //! `NetworkCoalesceExec` into one partition instead: at the top of the plan it is read by a
 //! [`GatherExec`] on the coordinator, which runs the rest of the plan; below operators
@@ -45,6 +48,7 @@ use datafusion::physical_plan::{
 use datafusion_distributed::{NetworkCoalesceExec, NetworkShuffleExec};
 use freshet_engine::StreamExchangeExec;
 use freshet_engine::exchange::wire::ROUTE_COLUMN;
+use freshet_engine::join::LookupJoinExec;
 
 use super::exchange_send::ExchangeSendExec;
 use super::fragment::FragmentExec;
@@ -270,9 +274,34 @@ fn check_partitionwise(
              cannot run across workers yet"
         );
     }
+    // A lookup join's table is loaded whole by each worker that runs a stream of the join.
+    if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
+        check_read_whole(lookup.table())?;
+        return check_partitionwise(lookup.stream(), expected, streams);
+    }
     node.children()
         .into_iter()
         .try_for_each(|child| check_partitionwise(child, expected, streams))
+}
+
+/// Checks that `table`, a lookup join's table, can be read whole by every worker: bounded,
+/// and without an exchange (which would spread it over the workers).
+fn check_read_whole(table: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    if table.boundedness().is_unbounded() {
+        return plan_err!("a lookup join's table must be bounded");
+    }
+    let mut shuffled = false;
+    table.apply(|node| {
+        shuffled |= crossing_exchange(node).is_some();
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match shuffled {
+        true => plan_err!(
+            "a lookup join whose table is shuffled between streams cannot run across workers \
+             yet"
+        ),
+        false => Ok(()),
+    }
 }
 
 /// The plan with network boundaries that runs `plan` (planned from `spec`) across

@@ -435,7 +435,7 @@ async fn nexmark_queries_across_workers_equal_one_process() {
     for table in ["bid", "auction", "person"] {
         in_small_row_groups(&out.join(format!("{table}.parquet")));
     }
-    let tables: Vec<String> = ["bid", "auction", "person"]
+    let mut tables: Vec<String> = ["bid", "auction", "person"]
         .iter()
         .map(|table| {
             format!(
@@ -444,6 +444,7 @@ async fn nexmark_queries_across_workers_equal_one_process() {
             )
         })
         .collect();
+    tables.push(format!("side_input={}/side_input.csv", out.display()));
     let query = |n: u32| {
         std::fs::read_to_string(format!(
             "{}/bench/nexmark/q{n}.sql",
@@ -452,10 +453,18 @@ async fn nexmark_queries_across_workers_equal_one_process() {
         .unwrap()
     };
     // q7 gathers every stream into one (a window without keys) below a join that runs on
-    // every stream again: one worker runs the window, between two shuffles.
-    for n in [1, 2, 5, 7, 8, 11, 12, 14] {
+    // every stream again: one worker runs the window, between two shuffles. q13 looks each
+    // bid up in a table every worker loads whole.
+    for n in [1, 2, 5, 7, 8, 11, 12, 13, 14] {
         equal_at_2_and_3_workers(&query(n), &tables).await;
     }
+    // A lookup join below an aggregation's shuffle, keeping the bids without a match.
+    equal_at_2_and_3_workers(
+        "SELECT s.value, COUNT(*) AS n, SUM(b.price) AS total FROM bid b \
+         LEFT JOIN side_input s ON b.auction % 20000 = s.key GROUP BY s.value",
+        &tables,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
