@@ -207,16 +207,24 @@ impl Binder {
         let at = name_span(name);
         let malformed = || {
             let expected = match kind {
-                WindowKind::Tumble => "TUMBLE(TABLE t, DESCRIPTOR(ts), size)",
-                WindowKind::Hop => "HOP(TABLE t, DESCRIPTOR(ts), slide, size)",
-                WindowKind::Session => "SESSION(TABLE t [PARTITION BY k, …], DESCRIPTOR(ts), gap)",
+                WindowKind::Tumble => {
+                    "TUMBLE(TABLE t, DESCRIPTOR(ts), size) or TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SIZE => size)"
+                }
+                WindowKind::Hop => {
+                    "HOP(TABLE t, DESCRIPTOR(ts), slide, size) or HOP(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SLIDE => slide, SIZE => size)"
+                }
+                WindowKind::Session => {
+                    "SESSION(TABLE t [PARTITION BY k, …], DESCRIPTOR(ts), gap) or SESSION(DATA => TABLE t [PARTITION BY k, …], TIMECOL => DESCRIPTOR(ts), GAP => gap)"
+                }
             };
             plan_err!(
                 "malformed window table function at {}: expected {expected}",
                 position(at)
             )
         };
-        let arguments: Vec<&Expr> = arguments.iter().filter_map(unnamed).collect();
+        let Some(arguments) = positional(kind, arguments, at)? else {
+            return malformed();
+        };
         if !expected.contains(&arguments.len()) {
             return malformed();
         }
@@ -452,6 +460,63 @@ impl VisitorMut for BoundReplacer<'_> {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// The arguments of a window table function in their positional order: as written, or by
+/// Flink's names (`DATA`, `TIMECOL`, then `SIZE`; `SLIDE`, `SIZE`; or `GAP`) after the
+/// positional ones; a session's keys, moved to a last unnamed `DESCRIPTOR`, stay last.
+/// `None` when an argument is missing, repeated or unknown.
+fn positional<'a>(
+    kind: WindowKind,
+    arguments: &'a [FunctionArg],
+    at: Span,
+) -> Result<Option<Vec<&'a Expr>>> {
+    let names: &[&str] = match kind {
+        WindowKind::Tumble => &["data", "timecol", "size"],
+        WindowKind::Hop => &["data", "timecol", "slide", "size"],
+        WindowKind::Session => &["data", "timecol", "gap"],
+    };
+    let mut slots: Vec<Option<&Expr>> = vec![None; names.len()];
+    let (mut filled, mut named, mut trailing) = (0, false, Vec::new());
+    for argument in arguments {
+        match argument {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) if !named => {
+                match slots.get_mut(filled) {
+                    Some(slot) => *slot = Some(expr),
+                    None => trailing.push(expr),
+                }
+                filled += 1;
+            }
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) => trailing.push(expr),
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(expr),
+                ..
+            } => {
+                named = true;
+                let wanted = name.value.to_ascii_lowercase();
+                if wanted == "offset" {
+                    return plan_err!(
+                        "the OFFSET of a window table function is not supported (at {})",
+                        position(at)
+                    );
+                }
+                match names.iter().position(|n| *n == wanted) {
+                    Some(slot) if slots[slot].is_none() => slots[slot] = Some(expr),
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        }
+    }
+    if !named {
+        return Ok(Some(slots.into_iter().flatten().chain(trailing).collect()));
+    }
+    let Some(mut ordered) = slots.into_iter().collect::<Option<Vec<&Expr>>>() else {
+        return Ok(None);
+    };
+    ordered.extend(trailing);
+    Ok(Some(ordered))
 }
 
 /// The expression of an unnamed argument.

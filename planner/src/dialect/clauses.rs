@@ -389,28 +389,42 @@ pub(super) fn unwrap_window_tables(tokens: &mut Vec<TokenWithSpan>) -> Result<bo
             continue;
         }
         let open = next_solid(tokens, function + 1).unwrap_or(function);
-        if let Some(table) =
-            next_solid(tokens, open + 1).filter(|&t| is_word(&tokens[t].token, "TABLE"))
-        {
+        // The table argument: the first, or the one named `DATA => TABLE t`, anywhere.
+        let mut first = next_solid(tokens, open + 1);
+        if let Some(arrow) = named_argument(tokens, open, "DATA")? {
+            first = next_solid(tokens, arrow + 1);
+        }
+        if let Some(table) = first.filter(|&t| is_word(&tokens[t].token, "TABLE")) {
             tokens.remove(table);
             changed = true;
         }
-        if is_word(&tokens[function].token, "SESSION") {
-            changed |= move_partition_keys(tokens, open)?;
+        // The table's name, where `TABLE` was.
+        let name = first.and_then(|at| next_solid(tokens, at));
+        if let Some(name) = name.filter(|_| is_word(&tokens[function].token, "SESSION")) {
+            changed |= move_partition_keys(tokens, open, name)?;
         }
         i += 1;
     }
     Ok(changed)
 }
 
-/// In `SESSION(t PARTITION BY k, …, DESCRIPTOR(ts), gap)` opening at `open`, the keys
+/// The `=>` of the argument named `name` of the call opening at `open`, if it has one.
+fn named_argument(tokens: &[TokenWithSpan], open: usize, name: &str) -> Result<Option<usize>> {
+    let close = matching_paren(tokens, open)?;
+    let depth = depths(tokens);
+    Ok((open + 1..close)
+        .filter(|&n| depth[n] == depth[open] + 1 && is_word(&tokens[n].token, name))
+        .filter_map(|n| next_solid(tokens, n + 1))
+        .find(|&arrow| tokens[arrow].token == Token::RArrow))
+}
+
+/// In `SESSION(t PARTITION BY k, …, DESCRIPTOR(ts), gap)` opening at `open`, the table's
+/// name at `table` (or its named form, `DATA => t PARTITION BY k, TIMECOL => …`), the keys
 /// become a last argument `DESCRIPTOR(k, …)`. Returns whether the call had them.
-fn move_partition_keys(tokens: &mut Vec<TokenWithSpan>, open: usize) -> Result<bool> {
+fn move_partition_keys(tokens: &mut Vec<TokenWithSpan>, open: usize, table: usize) -> Result<bool> {
     let close = matching_paren(tokens, open)?;
     // The table's name: words joined by dots.
-    let Some(mut after_name) = next_solid(tokens, open + 1) else {
-        return Ok(false);
-    };
+    let mut after_name = table;
     while let Some(dot) =
         next_solid(tokens, after_name + 1).filter(|&d| tokens[d].token == Token::Period)
     {
@@ -422,21 +436,30 @@ fn move_partition_keys(tokens: &mut Vec<TokenWithSpan>, open: usize) -> Result<b
         return Ok(false);
     };
     let by = next_solid(tokens, partition + 1).filter(|&b| is_word(&tokens[b].token, "BY"));
-    // The keys run up to the comma before `DESCRIPTOR(ts)`, at the call's own depth.
+    // The keys run up to the comma before `DESCRIPTOR(ts)` (or before the next named
+    // argument), at the call's own depth.
     let depth = depths(tokens);
-    let descriptor = by.and_then(|by| {
-        (by + 1..close)
-            .find(|&d| depth[d] == depth[open] + 1 && is_word(&tokens[d].token, "DESCRIPTOR"))
-    });
-    let (Some(by), Some(descriptor)) = (by, descriptor) else {
+    let next_argument = |d: usize| {
+        is_word(&tokens[d].token, "DESCRIPTOR")
+            || (matches!(tokens[d].token, Token::Word(_))
+                && next_solid(tokens, d + 1).is_some_and(|a| tokens[a].token == Token::RArrow))
+    };
+    let Some(by) = by else {
         return plan_err!(
             "malformed SESSION window table function at {}: expected SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), gap)",
             position(&tokens[partition])
         );
     };
-    let Some(comma) =
-        previous_solid(tokens, descriptor).filter(|&c| c > by && tokens[c].token == Token::Comma)
-    else {
+    // A named table may be the last argument: its keys then run to the call's end.
+    let end = match (by + 1..close).find(|&d| depth[d] == depth[open] + 1 && next_argument(d)) {
+        Some(argument) => {
+            previous_solid(tokens, argument).filter(|&c| c > by && tokens[c].token == Token::Comma)
+        }
+        None => previous_solid(tokens, close)
+            .filter(|&k| k > by)
+            .map(|k| k + 1),
+    };
+    let Some(comma) = end else {
         return plan_err!(
             "malformed SESSION window table function at {}: PARTITION BY names no key",
             position(&tokens[partition])

@@ -335,6 +335,59 @@ mod tests {
     }
 
     #[test]
+    fn window_table_functions_take_flinks_named_arguments_in_any_order() {
+        let rewritten = |sql: &str| squash(&rewrite(sql, &no_event_time).unwrap().sql);
+        let sql = rewritten(
+            "SELECT window_start, COUNT(*) FROM TABLE(HOP(SLIDE => INTERVAL '2' SECOND, DATA => TABLE t, SIZE => INTERVAL '10' SECOND, TIMECOL => DESCRIPTOR(ts))) GROUP BY window_start, window_end",
+        );
+        assert!(
+            sql.contains("FROM t GROUP BY hop(ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)"),
+            "{sql}"
+        );
+        let sql = rewritten(
+            "SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), SIZE => INTERVAL '1' MINUTE)) GROUP BY window_start, window_end",
+        );
+        assert!(
+            sql.contains("FROM t GROUP BY tumble(ts, INTERVAL '1' MINUTE)"),
+            "{sql}"
+        );
+        // The keys of a named table, first or last.
+        for sql in [
+            "SELECT k, window_start, COUNT(*) FROM TABLE(SESSION(DATA => TABLE t PARTITION BY k, TIMECOL => DESCRIPTOR(ts), GAP => INTERVAL '5' SECOND)) GROUP BY k, window_start, window_end",
+            "SELECT k, window_start, COUNT(*) FROM TABLE(SESSION(GAP => INTERVAL '5' SECOND, TIMECOL => DESCRIPTOR(ts), DATA => TABLE t PARTITION BY k)) GROUP BY k, window_start, window_end",
+        ] {
+            let sql = rewritten(sql);
+            assert!(
+                sql.contains("FROM t GROUP BY k, session(ts, INTERVAL '5' SECOND)"),
+                "{sql}"
+            );
+        }
+        let refused = |sql: &str| rewrite(sql, &no_event_time).unwrap_err().to_string();
+        let error = refused(
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SIZE => INTERVAL '1' MINUTE, OFFSET => INTERVAL '1' SECOND)) GROUP BY window_start",
+        );
+        assert!(
+            error.contains("the OFFSET of a window table function is not supported"),
+            "{error}"
+        );
+        for sql in [
+            // Missing, repeated, unknown.
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts))) GROUP BY window_start",
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), TIMECOL => DESCRIPTOR(ts), SIZE => INTERVAL '1' MINUTE)) GROUP BY window_start",
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), WIDTH => INTERVAL '1' MINUTE)) GROUP BY window_start",
+        ] {
+            let error = refused(sql);
+            assert!(
+                error.contains("malformed window table function")
+                    && error.contains(
+                        "TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SIZE => size)"
+                    ),
+                "{sql}: {error}"
+            );
+        }
+    }
+
+    #[test]
     fn flink_group_window_auxiliary_functions_are_the_bounds() {
         let rewritten = |sql: &str| squash(&rewrite(sql, &no_event_time).unwrap().sql);
         let sql = rewritten(
