@@ -466,11 +466,7 @@ impl VisitorMut for BoundReplacer<'_> {
 /// Flink's names (`DATA`, `TIMECOL`, then `SIZE`; `SLIDE`, `SIZE`; or `GAP`) after the
 /// positional ones; a session's keys, moved to a last unnamed `DESCRIPTOR`, stay last.
 /// `None` when an argument is missing, repeated or unknown.
-fn positional<'a>(
-    kind: WindowKind,
-    arguments: &'a [FunctionArg],
-    at: Span,
-) -> Result<Option<Vec<&'a Expr>>> {
+fn positional(kind: WindowKind, arguments: &[FunctionArg], at: Span) -> Result<Option<Vec<&Expr>>> {
     let names: &[&str] = match kind {
         WindowKind::Tumble => &["data", "timecol", "size"],
         WindowKind::Hop => &["data", "timecol", "slide", "size"],
