@@ -321,6 +321,23 @@ mod tests {
         .unwrap()
     }
 
+    fn describe((input, item): &(usize, WireItem)) -> String {
+        match item {
+            WireItem::Routed(Routed::Rows(batch, keys)) => {
+                format!("{input}: {} rows {keys:?}", batch.num_rows())
+            }
+            WireItem::Routed(Routed::Passed { key, newest }) => {
+                format!("{input}: passed {key} {newest:?}")
+            }
+            WireItem::Routed(Routed::Progress(key)) => format!("{input}: progress {key}"),
+            WireItem::Routed(Routed::Watermark { watermark, key }) => {
+                format!("{input}: watermark {watermark} at {key}")
+            }
+            WireItem::End => format!("{input}: end"),
+            WireItem::Routed(_) => unreachable!(),
+        }
+    }
+
     #[test]
     fn items_of_several_inputs_in_one_batch_come_back_in_order() {
         let data = data_schema();
@@ -372,23 +389,7 @@ mod tests {
         // The network may join batches: one batch decodes as the six.
         let joined = concat_batches(&wire, &batches).unwrap();
         let items = decode(&joined, &data).unwrap();
-        let described: Vec<String> = items
-            .iter()
-            .map(|(input, item)| match item {
-                WireItem::Routed(Routed::Rows(batch, keys)) => {
-                    format!("{input}: {} rows {keys:?}", batch.num_rows())
-                }
-                WireItem::Routed(Routed::Passed { key, newest }) => {
-                    format!("{input}: passed {key} {newest:?}")
-                }
-                WireItem::Routed(Routed::Progress(key)) => format!("{input}: progress {key}"),
-                WireItem::Routed(Routed::Watermark { watermark, key }) => {
-                    format!("{input}: watermark {watermark} at {key}")
-                }
-                WireItem::End => format!("{input}: end"),
-                WireItem::Routed(_) => unreachable!(),
-            })
-            .collect();
+        let described: Vec<String> = items.iter().map(describe).collect();
         assert_eq!(
             described,
             [
@@ -427,15 +428,7 @@ mod tests {
         let described: Vec<String> = decode(&joined, &data)
             .unwrap()
             .iter()
-            .map(|(input, item)| match item {
-                WireItem::Routed(Routed::Rows(batch, keys)) => {
-                    format!("{input}: {} rows {keys:?}", batch.num_rows())
-                }
-                WireItem::Routed(Routed::Passed { key, newest }) => {
-                    format!("{input}: passed {key} {newest:?}")
-                }
-                _ => unreachable!(),
-            })
+            .map(describe)
             .collect();
         assert_eq!(
             described,
