@@ -85,15 +85,21 @@ impl FuzzCase {
                 Ok(batches) => batches,
                 Err(e) => return Outcome::Error(format!("at {streams} streams: {e}")),
             };
-            // A changelog per batch (asked for, or a changelog counted by another
-            // aggregation) holds a row per group and batch, and batches are cut where they
-            // arrive: its final state is what must be the same.
+            // A changelog per batch (asked for, a changelog counted by another aggregation,
+            // or aggregates without per-record kernels, as the plan's first line says) holds
+            // a row per group and batch, and batches are cut where they arrive: its final
+            // state is what must be the same.
             let per_batch = self.query.wrap == Wrap::Counted
                 || self
                     .query
                     .settings
                     .iter()
-                    .any(|(key, value)| key == "freshet.changes_per" && value == "batch");
+                    .any(|(key, value)| key == "freshet.changes_per" && value == "batch")
+                || local
+                    .explain()
+                    .lines()
+                    .next()
+                    .is_some_and(|header| header.contains("and input batch"));
             let (expected, actual) = match per_batch {
                 true => match (
                     last_rows(&self.query, &expected),
