@@ -1,12 +1,16 @@
-//! The terminal sink: rows as pretty tables, printed as they arrive, up to a row budget;
+//! The terminal sink: rows as a pretty table, printed as they arrive, up to a row budget;
 //! the rest is counted and reported at the end, so an endless stream never floods a terminal
 //! and never holds rows back.
+//!
+//! Rows arrive a batch at a time and are printed at once, so the columns' widths cannot wait
+//! for the last row. Each column is as wide as its name and every value shown so far; a
+//! batch with a wider value widens its column and prints the header again at the new widths
+//! before its rows, so that every row lines up with the header above it.
 
 use std::io::Write;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::common::{DataFusionError, Result};
 
 use super::batch_writer::BatchWriter;
@@ -17,10 +21,10 @@ pub struct TableWriter {
     max_rows: usize,
     shown: usize,
     hidden: u64,
-    header_printed: bool,
-    /// The table's bottom line, printed once at the end: chunks printed as they come join
-    /// into one table.
-    bottom: Option<String>,
+    /// The column names, once the first rows have been printed under them.
+    header: Vec<String>,
+    /// Each column's width: its name's and every shown value's.
+    widths: Vec<usize>,
 }
 
 impl TableWriter {
@@ -30,9 +34,23 @@ impl TableWriter {
             max_rows,
             shown: 0,
             hidden: 0,
-            header_printed: false,
-            bottom: None,
+            header: Vec::new(),
+            widths: Vec::new(),
         }
+    }
+
+    fn rule(&self) -> String {
+        let dashes: Vec<String> = self.widths.iter().map(|w| "-".repeat(w + 2)).collect();
+        format!("+{}+", dashes.join("+"))
+    }
+
+    fn line(&self, cells: &[String]) -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&self.widths)
+            .map(|(cell, &width)| format!("{cell}{}", " ".repeat(width - display_width(cell))))
+            .collect();
+        format!("| {} |", padded.join(" | "))
     }
 }
 
@@ -43,30 +61,50 @@ impl BatchWriter for TableWriter {
         if take == 0 {
             return Ok(());
         }
-        let shown = batch.slice(0, take);
-        check_displayable(&shown)?;
-        let table = pretty_format_batches(&[shown])?.to_string();
-        // Later chunks repeat no header: skip the table's first three lines.
-        let mut lines: Vec<&str> = table.lines().collect();
-        self.bottom = lines.pop().map(str::to_string);
-        let body = if self.header_printed {
-            &lines[3.min(lines.len())..]
-        } else {
-            &lines[..]
-        };
-        for line in body {
-            writeln!(self.out, "{line}")?;
+        let rows = cells(&batch.slice(0, take))?;
+        let first = self.header.is_empty();
+        if first {
+            self.header = batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            self.widths = self.header.iter().map(|name| display_width(name)).collect();
         }
+        let mut widened = false;
+        for row in &rows {
+            for (width, cell) in self.widths.iter_mut().zip(row) {
+                if display_width(cell) > *width {
+                    *width = display_width(cell);
+                    widened = true;
+                }
+            }
+        }
+        let mut text = String::new();
+        if first || widened {
+            let rule = self.rule();
+            for line in [&rule, &self.line(&self.header), &rule] {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        for row in &rows {
+            text.push_str(&self.line(row));
+            text.push('\n');
+        }
+        self.out.write_all(text.as_bytes())?;
         self.out.flush()?;
-        self.header_printed = true;
         self.shown += take;
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {
-        match &self.bottom {
-            Some(bottom) => writeln!(self.out, "{bottom}")?,
-            None => writeln!(self.out, "(no rows)")?,
+        if self.header.is_empty() {
+            writeln!(self.out, "(no rows)")?;
+        } else {
+            let rule = self.rule();
+            writeln!(self.out, "{rule}")?;
         }
         if self.hidden > 0 {
             writeln!(
@@ -81,20 +119,143 @@ impl BatchWriter for TableWriter {
     }
 }
 
-/// Fails on a value that cannot be shown (a timestamp out of range), naming its column, as
-/// the file sinks fail, rather than letting the table print an `ERROR` cell.
-fn check_displayable(batch: &RecordBatch) -> Result<()> {
+/// The characters a cell takes on a terminal (one per character: wide characters of some
+/// scripts take two, which a table of them will not line up for).
+fn display_width(cell: &str) -> usize {
+    cell.chars().count()
+}
+
+/// Each row's values as text (a line break shown as `\n`, keeping a row on one line). Fails on
+/// a value that cannot be shown (a timestamp out of range), naming its column, as the file
+/// sinks fail, rather than printing an `ERROR` cell.
+fn cells(batch: &RecordBatch) -> Result<Vec<Vec<String>>> {
     let options = FormatOptions::default().with_display_error(false);
+    let mut rows = vec![Vec::with_capacity(batch.num_columns()); batch.num_rows()];
     for (column, field) in batch.columns().iter().zip(batch.schema().fields()) {
         let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
-        for row in 0..batch.num_rows() {
-            if let Err(error) = formatter.value(row).try_to_string() {
-                return Err(DataFusionError::Execution(format!(
+        for (row, cells) in rows.iter_mut().enumerate() {
+            let cell = formatter.value(row).try_to_string().map_err(|error| {
+                DataFusionError::Execution(format!(
                     "column '{}' cannot be shown: {error}",
                     field.name()
-                )));
-            }
+                ))
+            })?;
+            cells.push(cell.replace('\n', "\\n"));
         }
     }
-    Ok(())
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+
+    use super::*;
+
+    /// A writer whose text the test reads back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn batch(names: &[Option<&str>], counts: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(names.to_vec())),
+                Arc::new(Int64Array::from(counts.to_vec())),
+            ],
+        )
+        .expect("a batch")
+    }
+
+    fn printed(batches: &[RecordBatch], max_rows: usize) -> String {
+        let out = Shared::default();
+        let mut writer = Box::new(TableWriter::new(Box::new(out.clone()), max_rows));
+        for batch in batches {
+            writer.write(batch).expect("printed");
+        }
+        writer.finish().expect("finished");
+        let bytes = out.0.lock().expect("not poisoned").clone();
+        String::from_utf8(bytes).expect("text")
+    }
+
+    #[test]
+    fn one_batch_prints_as_arrow_prints_it() {
+        let rows = batch(&[Some("bob"), None, Some("alice")], &[4, 10, 123]);
+        let expected = pretty_format_batches(std::slice::from_ref(&rows))
+            .expect("formatted")
+            .to_string();
+        assert_eq!(printed(&[rows], 40), format!("{expected}\n"));
+    }
+
+    #[test]
+    fn a_wider_value_later_prints_the_header_again_at_the_new_widths() {
+        let text = printed(
+            &[
+                batch(&[Some("bob")], &[4]),
+                batch(&[Some("al")], &[5]),
+                batch(&[Some("alice")], &[12345]),
+            ],
+            40,
+        );
+        let expected = "\
++------+---+
+| name | n |
++------+---+
+| bob  | 4 |
+| al   | 5 |
++-------+-------+
+| name  | n     |
++-------+-------+
+| alice | 12345 |
++-------+-------+
+";
+        assert_eq!(text, expected);
+        // Every row lines up with the rule above it.
+        let mut rule_length = 0;
+        for line in text.lines() {
+            if line.starts_with('+') {
+                rule_length = line.chars().count();
+            }
+            assert_eq!(line.chars().count(), rule_length, "{line}");
+        }
+    }
+
+    #[test]
+    fn rows_beyond_the_budget_are_counted_not_printed() {
+        let text = printed(
+            &[
+                batch(&[Some("a"), Some("b")], &[1, 2]),
+                batch(&[Some("c")], &[3]),
+            ],
+            2,
+        );
+        assert!(!text.contains("| c "), "{text}");
+        assert!(
+            text.ends_with("… 1 more rows not shown (3 rows in all)\n"),
+            "{text}"
+        );
+        assert_eq!(printed(&[], 40), "(no rows)\n");
+    }
 }
