@@ -44,13 +44,27 @@ impl TableWriter {
         format!("+{}+", dashes.join("+"))
     }
 
-    fn line(&self, cells: &[String]) -> String {
-        let padded: Vec<String> = cells
+    /// A row's lines: as many as its cell of the most lines has (an EXPLAIN plan, a value
+    /// with line breaks), each cell's lines padded to its column's width.
+    fn lines(&self, cells: &[String]) -> String {
+        let cell_lines: Vec<Vec<&str>> = cells
             .iter()
-            .zip(&self.widths)
-            .map(|(cell, &width)| format!("{cell}{}", " ".repeat(width - display_width(cell))))
+            .map(|cell| cell.split('\n').collect())
             .collect();
-        format!("| {} |", padded.join(" | "))
+        let height = cell_lines.iter().map(Vec::len).max().unwrap_or(1);
+        let mut text = String::new();
+        for index in 0..height {
+            let padded: Vec<String> = cell_lines
+                .iter()
+                .zip(&self.widths)
+                .map(|(lines, &width)| {
+                    let line = lines.get(index).copied().unwrap_or("");
+                    format!("{line}{}", " ".repeat(width - display_width(line)))
+                })
+                .collect();
+            text.push_str(&format!("| {} |\n", padded.join(" | ")));
+        }
+        text
     }
 }
 
@@ -84,14 +98,10 @@ impl BatchWriter for TableWriter {
         let mut text = String::new();
         if first || widened {
             let rule = self.rule();
-            for line in [&rule, &self.line(&self.header), &rule] {
-                text.push_str(line);
-                text.push('\n');
-            }
+            text.push_str(&format!("{rule}\n{}{rule}\n", self.lines(&self.header)));
         }
         for row in &rows {
-            text.push_str(&self.line(row));
-            text.push('\n');
+            text.push_str(&self.lines(row));
         }
         self.out.write_all(text.as_bytes())?;
         self.out.flush()?;
@@ -119,13 +129,16 @@ impl BatchWriter for TableWriter {
     }
 }
 
-/// The characters a cell takes on a terminal (one per character: wide characters of some
-/// scripts take two, which a table of them will not line up for).
+/// The characters a cell takes on a terminal: those of its longest line (one per character:
+/// wide characters of some scripts take two, which a table of them will not line up for).
 fn display_width(cell: &str) -> usize {
-    cell.chars().count()
+    cell.split('\n')
+        .map(|line| line.chars().count())
+        .max()
+        .unwrap_or(0)
 }
 
-/// Each row's values as text (a line break shown as `\n`, keeping a row on one line). Fails on
+/// Each row's values as text (a value with line breaks spans as many lines). Fails on
 /// a value that cannot be shown (a timestamp out of range), naming its column, as the file
 /// sinks fail, rather than printing an `ERROR` cell.
 fn cells(batch: &RecordBatch) -> Result<Vec<Vec<String>>> {
@@ -140,7 +153,7 @@ fn cells(batch: &RecordBatch) -> Result<Vec<Vec<String>>> {
                     field.name()
                 ))
             })?;
-            cells.push(cell.replace('\n', "\\n"));
+            cells.push(cell);
         }
     }
     Ok(rows)
@@ -207,6 +220,21 @@ mod tests {
             .expect("formatted")
             .to_string();
         assert_eq!(printed(&[rows], 40), format!("{expected}\n"));
+    }
+
+    #[test]
+    fn a_value_with_line_breaks_spans_lines_as_arrow_prints_it() {
+        // An EXPLAIN plan is one such value per row.
+        let rows = batch(
+            &[Some("Projection\n  Filter\n    Scan"), Some("x")],
+            &[4, 10],
+        );
+        let expected = pretty_format_batches(std::slice::from_ref(&rows))
+            .expect("formatted")
+            .to_string();
+        let text = printed(&[rows], 40);
+        assert_eq!(text, format!("{expected}\n"));
+        assert!(text.contains("\n|   Filter   |    |\n"), "{text}");
     }
 
     #[test]
