@@ -331,6 +331,47 @@ fn kernels(c: &mut Criterion) {
             },
         );
     }
+    // q4's keys as its join emits them over a long run: the keys of a batch are the ~700
+    // auctions in flight, each met about a dozen times and rarely again, so each batch's
+    // slots are cold in a table of 600 000 keys. Batches over 64 ranges spread across the
+    // table, interned in turn.
+    let spread_batches: Vec<Vec<ArrayRef>> = (0..64i64)
+        .map(|batch| {
+            let id = |i: i64| 1000 + batch * 9000 + (i * 7919) % 700;
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..ROWS as i64).map(id))) as ArrayRef,
+                Arc::new(Int64Array::from_iter_values(
+                    (0..ROWS as i64).map(|i| 10 + (id(i) - 1000) % 5),
+                )),
+            ]
+        })
+        .collect();
+    for (interner, mut values) in [
+        (
+            "packed",
+            new_group_values(Arc::clone(&key_schema)).expect("interner"),
+        ), // ok: bench setup
+        (
+            "datafusion",
+            datafusion_group_values(Arc::clone(&key_schema), &GroupOrdering::None)
+                .expect("interner"), // ok: bench setup
+        ),
+    ] {
+        let mut ids = Vec::with_capacity(held as usize);
+        values.intern(&held_keys, &mut ids).expect("intern"); // ok: bench setup
+        let mut next = 0;
+        group.bench_function(
+            format!("intern_two_int64_keys_cold_of_many_{interner}"),
+            |b| {
+                b.iter(|| {
+                    next = (next + 1) % spread_batches.len();
+                    values
+                        .intern(&spread_batches[next], &mut ids)
+                        .expect("intern") // ok: bench
+                })
+            },
+        );
+    }
     // Emitting keys as S3a's window close gathers them: a third of a batch's rows, from a
     // column that holds each of the 20 trader ids once.
     let every_third = UInt32Array::from_iter_values((0..ROWS as u32 / 3).map(|i| i % 20));

@@ -15,6 +15,7 @@ mod fused_member;
 mod groups;
 mod packed_encoding;
 mod packed_keys;
+mod prefetch;
 mod prehashed;
 mod running;
 mod shared;

@@ -51,6 +51,7 @@ use super::packed_encoding::{
     PACKED_BYTES, Packed, build_fixed, build_string, fixed_bytes, has_bitwise_equality,
     longest_string, pack_fixed, pack_string, string_value,
 };
+use super::prefetch::prefetch;
 use super::short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
 use crate::checkpoint::OperatorState;
 
@@ -59,6 +60,10 @@ const EMPTY: u32 = u32::MAX;
 
 /// Rows packed and probed at a time: the packed keys stay in the first-level cache.
 const CHUNK: usize = 256;
+
+/// Tables of more slots than this outgrow the core's caches: a chunk's slots are
+/// prefetched before its lookups.
+const PREFETCHED_SLOTS: usize = 1 << 15;
 
 /// Rows an empty short-key index interns one by one before its read-only pass.
 const LEARNING_ROWS: usize = 256;
@@ -155,8 +160,10 @@ pub struct PackedGroupValues {
     /// Keys that did not fit, by their long encoding, and the reverse for emission.
     long_groups: HashMap<Vec<u8>, usize>,
     long_keys: HashMap<usize, Vec<u8>>,
-    /// Per-chunk scratch: packed keys and whether each row's key did not fit.
+    /// Per-chunk scratch: packed keys, the table slot each starts its probe at, and whether
+    /// each row's key did not fit.
     scratch: Vec<Packed>,
+    slots: Vec<u32>,
     long_rows: Vec<bool>,
     /// The group ids of keys of one or two short Utf8 strings, looked up first.
     short: ShortKeyIndex,
@@ -187,6 +194,7 @@ impl PackedGroupValues {
             long_groups: HashMap::new(),
             long_keys: HashMap::new(),
             scratch: Vec::new(),
+            slots: Vec::new(),
             long_rows: Vec::new(),
             short: ShortKeyIndex::default(),
         })
@@ -245,9 +253,12 @@ impl PackedGroupValues {
         groups.resize(rows, 0);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut long_rows = std::mem::take(&mut self.long_rows);
+        let mut slots = std::mem::take(&mut self.slots);
         for first in (0..rows).step_by(CHUNK) {
             let chunk = CHUNK.min(rows - first);
             self.pack(cols, first, chunk, &mut scratch, &mut long_rows)?;
+            let mut table_len = self.table.len();
+            start_slots(&self.table, &scratch, &mut slots);
             let mut row = 0;
             while row < chunk {
                 // Rows whose keys are known, with the table borrowed once.
@@ -255,6 +266,7 @@ impl PackedGroupValues {
                     &self.table,
                     &self.keys,
                     &scratch[row..],
+                    &slots[row..],
                     &long_rows[row..],
                     &mut groups[first + row..first + chunk],
                 );
@@ -265,9 +277,15 @@ impl PackedGroupValues {
                         self.intern_packed(&scratch[row])
                     };
                     row += 1;
+                    if self.table.len() != table_len {
+                        // The table grew: the rest of the chunk's keys start elsewhere.
+                        table_len = self.table.len();
+                        start_slots(&self.table, &scratch, &mut slots);
+                    }
                 }
             }
         }
+        self.slots = slots;
         self.scratch = scratch;
         self.long_rows = long_rows;
         Ok(())
@@ -790,21 +808,42 @@ fn same_values<const WIDTH: usize>(values: &[u8]) -> bool {
     values.iter().all(|v| v == &values[0])
 }
 
-/// Writes to `groups` the groups of the leading `keys` that are in `table`; returns how
+/// Sets `slots` to the slot of `table` at which each of `keys` starts its probe. In a table
+/// larger than the caches, each slot is also prefetched, so that the lookups of
+/// [`find_known`] wait for memory together rather than in turn (a new key's slot is a miss
+/// wherever the table is).
+fn start_slots(table: &[u32], keys: &[Packed], slots: &mut Vec<u32>) {
+    let bits = (table.len() - 1).count_ones();
+    slots.clear();
+    if table.len() > PREFETCHED_SLOTS {
+        slots.extend(keys.iter().map(|key| {
+            let slot = key.slot(bits);
+            prefetch(&table[slot]);
+            slot as u32
+        }));
+    } else {
+        slots.extend(keys.iter().map(|key| key.slot(bits) as u32));
+    }
+}
+
+/// Writes to `groups` the groups of the leading `keys` that are in `table`, each probed from
+/// its start slot in `slots`; returns how
 /// many, stopping at the first new or long key.
 fn find_known(
     table: &[u32],
     known: &[Packed],
     keys: &[Packed],
+    slots: &[u32],
     long_rows: &[bool],
     groups: &mut [usize],
 ) -> usize {
     let mask = table.len() - 1;
-    for (row, ((key, long), group)) in keys.iter().zip(long_rows).zip(groups).enumerate() {
+    let rows = keys.iter().zip(slots).zip(long_rows).zip(groups);
+    for (row, (((key, &slot), long), group)) in rows.enumerate() {
         if *long {
             return row;
         }
-        let mut slot = key.slot(mask.count_ones());
+        let mut slot = slot as usize;
         loop {
             let entry = table[slot];
             if entry == EMPTY {
@@ -1155,6 +1194,37 @@ mod tests {
     #[test]
     fn matches_datafusion_on_utf8_view_keys() {
         assert_same_as_datafusion(DataType::Utf8View);
+    }
+
+    /// A table past the prefetched size, growing in the middle of a chunk, still gives every
+    /// row DataFusion's group id: a key probed from the slot it had before the table grew
+    /// is found again.
+    #[test]
+    fn a_table_that_outgrows_the_caches_matches_datafusion() {
+        let columns = |first: i64, rows: i64| -> Vec<ArrayRef> {
+            let id = |i: i64| first + (i * 7919) % (rows / 2);
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..rows).map(id))),
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| id(i) % 5))),
+            ]
+        };
+        let schema = schema(&columns(0, 2));
+        let mut packed = PackedGroupValues::try_new(&schema).unwrap();
+        let mut expected = reference(&schema);
+        let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+        // Each batch repeats half of its keys and meets some of the batch before's again.
+        for (b, first) in [0, 30_000, 50_000, 90_000, 100_000].into_iter().enumerate() {
+            let columns = columns(first, 60_000);
+            packed.intern(&columns, &mut got_ids).unwrap();
+            expected.intern(&columns, &mut want_ids).unwrap();
+            assert_eq!(got_ids, want_ids, "group ids of batch {b}");
+        }
+        assert!(
+            packed.table.len() > 4 * PREFETCHED_SLOTS,
+            "{}",
+            packed.table.len()
+        );
+        assert_eq!(packed.len(), expected.len());
     }
 
     #[test]
