@@ -311,26 +311,6 @@ fn kernels(c: &mut Criterion) {
         Field::new("k0", DataType::Int64, true),
         Field::new("k1", DataType::Int64, true),
     ]));
-    for (interner, mut values) in [
-        (
-            "packed",
-            new_group_values(Arc::clone(&key_schema)).expect("interner"),
-        ), // ok: bench setup
-        (
-            "datafusion",
-            datafusion_group_values(Arc::clone(&key_schema), &GroupOrdering::None)
-                .expect("interner"), // ok: bench setup
-        ),
-    ] {
-        let mut ids = Vec::with_capacity(held as usize);
-        values.intern(&held_keys, &mut ids).expect("intern"); // ok: bench setup
-        group.bench_function(
-            format!("intern_two_int64_keys_recent_of_many_{interner}"),
-            |b| {
-                b.iter(|| values.intern(&recent_keys, &mut ids).expect("intern")) // ok: bench
-            },
-        );
-    }
     // q4's keys as its join emits them over a long run: the keys of a batch are the ~700
     // auctions in flight, each met about a dozen times and rarely again, so each batch's
     // slots are cold in a table of 600 000 keys. Batches over 64 ranges spread across the
@@ -346,31 +326,33 @@ fn kernels(c: &mut Criterion) {
             ]
         })
         .collect();
-    for (interner, mut values) in [
-        (
-            "packed",
-            new_group_values(Arc::clone(&key_schema)).expect("interner"),
-        ), // ok: bench setup
-        (
-            "datafusion",
-            datafusion_group_values(Arc::clone(&key_schema), &GroupOrdering::None)
-                .expect("interner"), // ok: bench setup
-        ),
-    ] {
-        let mut ids = Vec::with_capacity(held as usize);
-        values.intern(&held_keys, &mut ids).expect("intern"); // ok: bench setup
-        let mut next = 0;
-        group.bench_function(
-            format!("intern_two_int64_keys_cold_of_many_{interner}"),
-            |b| {
-                b.iter(|| {
-                    next = (next + 1) % spread_batches.len();
-                    values
-                        .intern(&spread_batches[next], &mut ids)
-                        .expect("intern") // ok: bench
-                })
-            },
-        );
+    // Each pattern's batches, interned in turn into a table that holds the 600 000 keys.
+    let recent_batches = vec![recent_keys];
+    for (pattern, batches) in [("recent", &recent_batches), ("cold", &spread_batches)] {
+        for (interner, mut values) in [
+            (
+                "packed",
+                new_group_values(Arc::clone(&key_schema)).expect("interner"),
+            ), // ok: bench setup
+            (
+                "datafusion",
+                datafusion_group_values(Arc::clone(&key_schema), &GroupOrdering::None)
+                    .expect("interner"), // ok: bench setup
+            ),
+        ] {
+            let mut ids = Vec::with_capacity(held as usize);
+            values.intern(&held_keys, &mut ids).expect("intern"); // ok: bench setup
+            let mut next = 0;
+            group.bench_function(
+                format!("intern_two_int64_keys_{pattern}_of_many_{interner}"),
+                |b| {
+                    b.iter(|| {
+                        next = (next + 1) % batches.len();
+                        values.intern(&batches[next], &mut ids).expect("intern") // ok: bench
+                    })
+                },
+            );
+        }
     }
     // Emitting keys as S3a's window close gathers them: a third of a batch's rows, from a
     // column that holds each of the 20 trader ids once.
