@@ -12,6 +12,7 @@ use std::io::Write;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::{DataFusionError, Result};
+use unicode_width::UnicodeWidthStr;
 
 use super::batch_writer::BatchWriter;
 
@@ -129,11 +130,11 @@ impl BatchWriter for TableWriter {
     }
 }
 
-/// The characters a cell takes on a terminal: those of its longest line (one per character:
-/// wide characters of some scripts take two, which a table of them will not line up for).
+/// The columns a cell takes on a terminal: those of its longest line, a wide character (of
+/// Chinese, Japanese or Korean, an emoji) counting two, as arrow's own table measures it.
 fn display_width(cell: &str) -> usize {
     cell.split('\n')
-        .map(|line| line.chars().count())
+        .map(UnicodeWidthStr::width)
         .max()
         .unwrap_or(0)
 }
@@ -235,6 +236,17 @@ mod tests {
         let text = printed(&[rows], 40);
         assert_eq!(text, format!("{expected}\n"));
         assert!(text.contains("\n|   Filter   |    |\n"), "{text}");
+    }
+
+    #[test]
+    fn wide_characters_line_up_as_arrow_prints_them() {
+        let rows = batch(&[Some("東京"), Some("abc"), Some("😀x")], &[1, 22, 333]);
+        let expected = pretty_format_batches(std::slice::from_ref(&rows))
+            .expect("formatted")
+            .to_string();
+        let text = printed(&[rows], 40);
+        assert_eq!(text, format!("{expected}\n"));
+        assert!(text.contains("| 東京 | 1   |"), "{text}");
     }
 
     #[test]
