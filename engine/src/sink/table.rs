@@ -214,38 +214,37 @@ mod tests {
         String::from_utf8(bytes).expect("text")
     }
 
-    #[test]
-    fn one_batch_prints_as_arrow_prints_it() {
-        let rows = batch(&[Some("bob"), None, Some("alice")], &[4, 10, 123]);
+    /// Prints `rows` as one batch, checks the text against arrow's table of it, and returns it.
+    fn printed_as_arrow_prints(rows: RecordBatch) -> String {
         let expected = pretty_format_batches(std::slice::from_ref(&rows))
             .expect("formatted")
             .to_string();
-        assert_eq!(printed(&[rows], 40), format!("{expected}\n"));
+        let text = printed(&[rows], 40);
+        assert_eq!(text, format!("{expected}\n"));
+        text
+    }
+
+    #[test]
+    fn one_batch_prints_as_arrow_prints_it() {
+        printed_as_arrow_prints(batch(&[Some("bob"), None, Some("alice")], &[4, 10, 123]));
     }
 
     #[test]
     fn a_value_with_line_breaks_spans_lines_as_arrow_prints_it() {
         // An EXPLAIN plan is one such value per row.
-        let rows = batch(
+        let text = printed_as_arrow_prints(batch(
             &[Some("Projection\n  Filter\n    Scan"), Some("x")],
             &[4, 10],
-        );
-        let expected = pretty_format_batches(std::slice::from_ref(&rows))
-            .expect("formatted")
-            .to_string();
-        let text = printed(&[rows], 40);
-        assert_eq!(text, format!("{expected}\n"));
+        ));
         assert!(text.contains("\n|   Filter   |    |\n"), "{text}");
     }
 
     #[test]
     fn wide_characters_line_up_as_arrow_prints_them() {
-        let rows = batch(&[Some("東京"), Some("abc"), Some("😀x")], &[1, 22, 333]);
-        let expected = pretty_format_batches(std::slice::from_ref(&rows))
-            .expect("formatted")
-            .to_string();
-        let text = printed(&[rows], 40);
-        assert_eq!(text, format!("{expected}\n"));
+        let text = printed_as_arrow_prints(batch(
+            &[Some("東京"), Some("abc"), Some("😀x")],
+            &[1, 22, 333],
+        ));
         assert!(text.contains("| 東京 | 1   |"), "{text}");
     }
 
