@@ -827,8 +827,7 @@ fn start_slots(table: &[u32], keys: &[Packed], slots: &mut Vec<u32>) {
 }
 
 /// Writes to `groups` the groups of the leading `keys` that are in `table`, each probed from
-/// its start slot in `slots`; returns how
-/// many, stopping at the first new or long key.
+/// its start slot in `slots`; returns how many, stopping at the first new or long key.
 fn find_known(
     table: &[u32],
     known: &[Packed],
