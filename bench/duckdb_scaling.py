@@ -10,8 +10,10 @@ For each scenario, each round runs `freshet query` (a new process, start-up incl
 `null`) at one and two streams and DuckDB (in this process, `SET threads`) at one and two
 threads over the same file, in turns. Reported per scenario, as medians over the rounds:
 wall-clock seconds, CPU seconds (user + system: Freshet's from `getrusage` of the finished
-child, DuckDB's from this process's own), the speed-up of two over one, and the CPU at two
-over the CPU at one. DuckDB's queries compute the same rows as Freshet's and sum every output column (so that no
+child, DuckDB's from this process's own), the speed-up of two over one, the CPU at two
+over the CPU at one, the cores one stream or thread keeps busy (its CPU over its wall
+time), and the most that the machine's cores could give over that (cores over busy cores),
+which no second stream or thread can exceed. DuckDB's queries compute the same rows as Freshet's and sum every output column (so that no
 column is optimized away): S3a's windows are
 `time_bucket` groups; S3b's changelog is a window COUNT and AVG per (trader, symbol, minute)
 in file order (`file_row_number` breaks ties), materialized and counted. Not part of the build or the
@@ -65,8 +67,10 @@ def main():
     path, rounds = sys.argv[1], int(sys.argv[2])
     scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else list(DUCKDB_SQL)
     con = duckdb.connect()
-    print("| scenario | engine | wall s at 1 / 2 | speed-up of 2 over 1 | CPU s at 1 / 2 | CPU at 2 over 1 |")
-    print("|---|---|---:|---:|---:|---:|")
+    cores = os.cpu_count() or 1
+    print("| scenario | engine | wall s at 1 / 2 | speed-up of 2 over 1 | CPU s at 1 / 2 | CPU at 2 over 1 "
+          f"| cores busy at 1 | most {cores} cores give |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for scenario in scenarios:
         runs = {key: [] for key in [("Freshet", 1), ("Freshet", 2), ("DuckDB", 1), ("DuckDB", 2)]}
         duck_sql = DUCKDB_SQL[scenario].format(path=path)
@@ -78,8 +82,10 @@ def main():
         for engine in ("Freshet", "DuckDB"):
             wall = [statistics.median(w for w, _ in runs[(engine, n)]) for n in (1, 2)]
             cpu = [statistics.median(c for _, c in runs[(engine, n)]) for n in (1, 2)]
+            busy = cpu[0] / wall[0]
             print(f"| {scenario} | {engine} | {wall[0]:.2f} / {wall[1]:.2f} | {wall[0] / wall[1]:.2f}x | "
-                  f"{cpu[0]:.2f} / {cpu[1]:.2f} | {cpu[1] / cpu[0]:.2f}x |", flush=True)
+                  f"{cpu[0]:.2f} / {cpu[1]:.2f} | {cpu[1] / cpu[0]:.2f}x | {busy:.2f} | {cores / busy:.2f}x |",
+                  flush=True)
 
 
 if __name__ == "__main__":
