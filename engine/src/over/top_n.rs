@@ -2,7 +2,9 @@
 //! (`… ROW_NUMBER() OVER (PARTITION BY k ORDER BY s) AS rn … WHERE rn <= N`), with keep-last
 //! de-duplication (`ORDER BY ts DESC`, `rn = 1`) as its N = 1 case.
 //!
-//! Each key holds a list of at most N rows sorted by the ORDER BY; rows of equal ORDER BY
+//! Each key holds a list of at most N rows sorted by the ORDER BY. The PARTITION BY keys are
+//! interned a batch at a time ([`new_group_values`]): a key's group id is its list's index.
+//! Rows of equal ORDER BY
 //! values are in the order they arrived, the earlier one ranked first, except in keep-last
 //! de-duplication (one row per key, ordered by the stream's event time descending), where the
 //! later arrival replaces the row of an equal time, as Flink's de-duplication does. A row is
@@ -33,7 +35,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
 use datafusion::arrow::compute::{interleave_record_batch, take_record_batch};
-use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, UInt64Type};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::hash_utils::RandomState;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -41,6 +43,7 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::aggregates::group_values::GroupValues;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -51,7 +54,7 @@ use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
-use crate::kernels::compact_views;
+use crate::kernels::{compact_views, new_group_values};
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 
@@ -307,15 +310,18 @@ struct TopNState {
     schema: SchemaRef,
     input_schema: SchemaRef,
     with_op: bool,
-    keys: RowConverter,
+    /// The PARTITION BY keys' types, and their interner: a key's group id is the index of
+    /// its list (none without PARTITION BY: every row is in list 0).
+    key_schema: SchemaRef,
+    key_groups: Option<Box<dyn GroupValues>>,
+    /// Each row's group id, for the batch being placed.
+    group_ids: Vec<usize>,
     order: RowConverter,
     /// The kept rows' columns (see the module documentation).
     chunks: Vec<RecordBatch>,
     /// Rows in `chunks`, and how many of them are still kept.
     chunk_rows: usize,
     kept_rows: usize,
-    /// Key (encoded) to its index in `lists` (ahash: a lookup per input row).
-    key_index: HashMap<Box<[u8]>, usize, RandomState>,
     lists: Vec<Vec<Ranked>>,
     /// Per key changed by the current batch: its list's length before the batch and the
     /// first rank that changed.
@@ -335,8 +341,16 @@ impl TopNState {
         let key_fields = spec
             .partition_by
             .iter()
-            .map(|k| Ok(SortField::new(k.data_type(input)?)))
+            .enumerate()
+            .map(|(i, k)| {
+                Ok(Field::new(
+                    format!("k{i}"),
+                    k.data_type(input)?,
+                    k.nullable(input)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
+        let key_schema = Arc::new(Schema::new(key_fields));
         let order_fields = spec
             .order_by
             .iter()
@@ -355,18 +369,46 @@ impl TopNState {
             },
             with_op,
             input_schema: Arc::clone(input),
-            keys: RowConverter::new(key_fields)?,
+            key_groups: Self::key_groups(&key_schema)?,
+            key_schema,
+            group_ids: Vec::new(),
             order: RowConverter::new(order_fields)?,
             chunks: Vec::new(),
             chunk_rows: 0,
             kept_rows: 0,
-            key_index: HashMap::default(),
             lists: Vec::new(),
             changed: HashMap::default(),
             batch_size: 8192,
             flushing_from: None,
             finished: false,
         })
+    }
+
+    /// An empty interner of keys of `key_schema` (none for no keys).
+    fn key_groups(key_schema: &SchemaRef) -> Result<Option<Box<dyn GroupValues>>> {
+        match key_schema.fields().is_empty() {
+            true => Ok(None),
+            false => new_group_values(Arc::clone(key_schema)).map(Some),
+        }
+    }
+
+    /// Each row's list index into `self.group_ids`, with a list for every new key.
+    fn intern_keys(&mut self, key_columns: &[ArrayRef], rows: usize) -> Result<()> {
+        let lists = match &mut self.key_groups {
+            Some(groups) => {
+                groups.intern(key_columns, &mut self.group_ids)?;
+                groups.len()
+            }
+            None => {
+                self.group_ids.clear();
+                self.group_ids.resize(rows, 0);
+                1
+            }
+        };
+        if self.lists.len() < lists {
+            self.lists.resize_with(lists, Vec::new);
+        }
+        Ok(())
     }
 
     /// Places the rows of `batch`; in `Changes` mode, the changelog rows they give.
@@ -379,29 +421,14 @@ impl TopNState {
                 .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
                 .collect::<Result<Vec<ArrayRef>>>()
         };
-        // Without PARTITION BY every row has the one, empty key (a converter of no columns
-        // makes no rows).
-        let keys = match self.spec.partition_by.is_empty() {
-            true => None,
-            false => Some(
-                self.keys
-                    .convert_columns(&evaluate(&mut self.spec.partition_by.iter())?)?,
-            ),
-        };
+        let key_columns = evaluate(&mut self.spec.partition_by.iter())?;
+        self.intern_keys(&key_columns, batch.num_rows())?;
         let order = self
             .order
             .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
         let limit = self.spec.limit;
         for i in 0..batch.num_rows() {
-            let key = keys.as_ref().map_or(&[][..], |keys| keys.row(i).data());
-            let list = match self.key_index.get(key) {
-                Some(&list) => list,
-                None => {
-                    self.key_index.insert(key.into(), self.lists.len());
-                    self.lists.push(Vec::new());
-                    self.lists.len() - 1
-                }
-            };
+            let list = self.group_ids[i];
             let ranked = &mut self.lists[list];
             let value = order.row(i);
             let position = match self.spec.ties {
@@ -584,7 +611,6 @@ impl TopNState {
         let kept = self.kept_positions();
         let rows = self.gather(kept.iter().copied())?;
         let mut state = OperatorState::default();
-        state.put_value("lists", self.lists.len() as i64);
         state.put_array(
             "list",
             Arc::new(UInt64Array::from_iter_values(
@@ -602,9 +628,8 @@ impl TopNState {
         let columns = state.arrays_with_prefix("column_");
         let kept = RecordBatch::try_new(Arc::clone(&self.input_schema), columns)?;
         let list_of = state.array("list")?.as_primitive::<UInt64Type>().clone();
-        let lists = state.value("lists")? as usize;
-        self.lists = (0..lists).map(|_| Vec::new()).collect();
-        self.key_index.clear();
+        self.lists.clear();
+        self.key_groups = Self::key_groups(&self.key_schema)?;
         self.chunks.clear();
         (self.chunk_rows, self.kept_rows) = (0, 0);
         let evaluate = |exprs: &mut dyn Iterator<Item = &Arc<dyn PhysicalExpr>>| {
@@ -612,21 +637,20 @@ impl TopNState {
                 .map(|e| e.evaluate(&kept)?.into_array(kept.num_rows()))
                 .collect::<Result<Vec<ArrayRef>>>()
         };
-        let keys = self
-            .keys
-            .convert_columns(&evaluate(&mut self.spec.partition_by.iter())?)?;
+        let key_columns = evaluate(&mut self.spec.partition_by.iter())?;
+        self.intern_keys(&key_columns, kept.num_rows())?;
         let order = self
             .order
             .convert_columns(&evaluate(&mut self.spec.order_by.iter().map(|s| &s.expr))?)?;
         let rows = kept.num_rows();
         self.add_chunk(kept)?;
         for row in 0..rows {
-            let list = list_of.value(row) as usize;
-            let key = match self.spec.partition_by.is_empty() {
-                true => &[][..],
-                false => keys.row(row).data(),
-            };
-            self.key_index.entry(key.into()).or_insert(list);
+            // The rows come list by list, in the lists' order, so that a key's new group
+            // id is its list's index before the checkpoint.
+            let list = self.group_ids[row];
+            if list != list_of.value(row) as usize {
+                return internal_err!("TopNExec: a checkpoint's rows are not in key order");
+            }
             self.lists[list].push(Ranked {
                 order: order.row(row).data().into(),
                 row: Stored::Kept {
@@ -874,5 +898,99 @@ mod tests {
         restored.restore_state(&snapshot).unwrap();
         assert_eq!(final_rows(&mut state), expected);
         assert_eq!(final_rows(&mut restored), expected);
+    }
+
+    /// Keys of a nullable string and an integer: NULL is one key of its own, each key's
+    /// rows go to its own list before and after a checkpoint, and keys leave in the order
+    /// they first came.
+    #[test]
+    fn keys_of_several_columns_with_nulls_keep_their_lists_across_a_checkpoint() {
+        use datafusion::arrow::array::{Array, StringArray};
+
+        let input = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("rn", DataType::UInt64, false));
+        let spec = TopNSpec {
+            partition_by: vec![Arc::new(Column::new("s", 0)), Arc::new(Column::new("k", 1))],
+            order_by: vec![PhysicalSortExpr::new(
+                Arc::new(Column::new("v", 2)),
+                SortOptions::new(true, true),
+            )],
+            limit: 1,
+            ties: TieOrder::EarlierFirst,
+            emit: TopNEmit::Final,
+            schema: Arc::new(Schema::new(fields)),
+        };
+        let strings = [Some("a"), None, Some("bb"), Some("a long string value")];
+        let rows: Vec<(Option<&str>, i64, i64)> = (0..400u64)
+            .map(|i| {
+                let s = strings[(crate::splitmix64(i) % 4) as usize];
+                (
+                    s,
+                    (crate::splitmix64(i + 1000) % 3) as i64,
+                    i as i64 * 7 % 101,
+                )
+            })
+            .collect();
+        let batch = |piece: &[(Option<&str>, i64, i64)]| {
+            RecordBatch::try_new(
+                Arc::clone(&input),
+                vec![
+                    Arc::new(StringArray::from_iter(piece.iter().map(|r| r.0))),
+                    Arc::new(Int64Array::from_iter_values(piece.iter().map(|r| r.1))),
+                    Arc::new(Int64Array::from_iter_values(piece.iter().map(|r| r.2))),
+                ],
+            )
+            .unwrap()
+        };
+        let mut state = TopNState::try_new(&spec, &input, false).unwrap();
+        for piece in rows[..200].chunks(16) {
+            state.push(&batch(piece)).unwrap();
+        }
+        let mut restored = TopNState::try_new(&spec, &input, false).unwrap();
+        restored
+            .restore_state(&state.snapshot_state().unwrap())
+            .unwrap();
+        for piece in rows[200..].chunks(16) {
+            state.push(&batch(piece)).unwrap();
+            restored.push(&batch(piece)).unwrap();
+        }
+        // Each key's largest value (the earlier of equal ones), keys in order of arrival.
+        let mut expected: Vec<((Option<&str>, i64), i64)> = Vec::new();
+        for &(s, k, v) in &rows {
+            match expected.iter_mut().find(|(key, _)| *key == (s, k)) {
+                Some((_, best)) => *best = (*best).max(v),
+                None => expected.push(((s, k), v)),
+            }
+        }
+        assert_eq!(expected.len(), 12);
+        for state in [&mut state, &mut restored] {
+            let mut out: Vec<RecordBatch> =
+                state.on_watermark(i64::MAX).unwrap().into_iter().collect();
+            while let Some(batch) = state.queued_output().unwrap() {
+                out.push(batch);
+            }
+            let got: Vec<((Option<String>, i64), i64)> = out
+                .iter()
+                .flat_map(|b| {
+                    let s = b.column(0).as_string::<i32>().clone();
+                    let k = b.column(1).as_primitive::<Int64Type>().clone();
+                    let v = b.column(2).as_primitive::<Int64Type>().clone();
+                    (0..b.num_rows()).map(move |i| {
+                        let key = (s.is_valid(i).then(|| s.value(i).to_string()), k.value(i));
+                        (key, v.value(i))
+                    })
+                })
+                .collect();
+            let expected: Vec<((Option<String>, i64), i64)> = expected
+                .iter()
+                .map(|((s, k), v)| ((s.map(str::to_string), *k), *v))
+                .collect();
+            assert_eq!(got, expected);
+        }
     }
 }
