@@ -924,10 +924,7 @@ mod tests {
         );
         state.batch_size = 2;
         // The final answer comes at the end of the input, a batch at a time.
-        let mut out: Vec<RecordBatch> = state.on_watermark(i64::MAX).unwrap().into_iter().collect();
-        while let Some(batch) = state.queued_output().unwrap() {
-            out.push(batch);
-        }
+        let out = final_batches(&mut state);
         assert_eq!(out.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), [2, 1]);
         let v: Vec<i64> = out
             .iter()
@@ -936,12 +933,25 @@ mod tests {
         assert_eq!(v, [8, 6, 9]);
     }
 
-    /// (k, v, seq, rank) of every final batch, until the state has no more.
-    fn final_rows(state: &mut TopNState) -> Vec<(i64, i64, i64, u64)> {
+    /// Every batch of the final answer, until the state has no more.
+    fn final_batches(state: &mut TopNState) -> Vec<RecordBatch> {
         let mut out: Vec<RecordBatch> = state.on_watermark(i64::MAX).unwrap().into_iter().collect();
         while let Some(batch) = state.queued_output().unwrap() {
             out.push(batch);
         }
+        out
+    }
+
+    /// A top-N's output schema over `input`: its columns and the rank.
+    fn with_rank(input: &Schema) -> SchemaRef {
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("rn", DataType::UInt64, false));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// (k, v, seq, rank) of every final batch, until the state has no more.
+    fn final_rows(state: &mut TopNState) -> Vec<(i64, i64, i64, u64)> {
+        let out = final_batches(state);
         out.iter()
             .flat_map(|b| {
                 let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
@@ -1004,8 +1014,6 @@ mod tests {
             Field::new("k", DataType::Int64, false),
             Field::new("v", DataType::Int64, false),
         ]));
-        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("rn", DataType::UInt64, false));
         let spec = TopNSpec {
             partition_by: vec![Arc::new(Column::new("s", 0)), Arc::new(Column::new("k", 1))],
             order_by: vec![PhysicalSortExpr::new(
@@ -1015,7 +1023,7 @@ mod tests {
             limit: 1,
             ties: TieOrder::EarlierFirst,
             emit: TopNEmit::Final,
-            schema: Arc::new(Schema::new(fields)),
+            schema: with_rank(&input),
         };
         let strings = [Some("a"), None, Some("bb"), Some("a long string value")];
         let rows: Vec<(Option<&str>, i64, i64)> = (0..400u64)
@@ -1061,11 +1069,7 @@ mod tests {
         }
         assert_eq!(expected.len(), 12);
         for state in [&mut state, &mut restored] {
-            let mut out: Vec<RecordBatch> =
-                state.on_watermark(i64::MAX).unwrap().into_iter().collect();
-            while let Some(batch) = state.queued_output().unwrap() {
-                out.push(batch);
-            }
+            let out = final_batches(state);
             let got: Vec<((Option<String>, i64), i64)> = out
                 .iter()
                 .flat_map(|b| {
@@ -1144,9 +1148,6 @@ mod tests {
             ),
         ];
         for (order_by, inline) in orders {
-            let mut fields: Vec<Field> =
-                input.fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields.push(Field::new("rn", DataType::UInt64, false));
             let by_string = !inline;
             let spec = TopNSpec {
                 partition_by: vec![column("k", 0)],
@@ -1154,18 +1155,14 @@ mod tests {
                 limit: 3,
                 ties: TieOrder::EarlierFirst,
                 emit: TopNEmit::Final,
-                schema: Arc::new(Schema::new(fields)),
+                schema: with_rank(&input),
             };
             let mut state = TopNState::try_new(&spec, &input, false).unwrap();
             assert_eq!(state.inline_order, inline);
             for piece in rows.chunks(64) {
                 state.push(&batch(piece)).unwrap();
             }
-            let mut out: Vec<RecordBatch> =
-                state.on_watermark(i64::MAX).unwrap().into_iter().collect();
-            while let Some(batch) = state.queued_output().unwrap() {
-                out.push(batch);
-            }
+            let out = final_batches(&mut state);
             let got: Vec<(i64, i64)> = out
                 .iter()
                 .flat_map(|b| {
