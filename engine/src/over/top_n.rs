@@ -296,7 +296,7 @@ const INLINE_ORDER_BYTES: usize = 24;
 /// compare as the bytes do, without a call to `memcmp` or an allocation per kept row (both
 /// a few percent of Nexmark q19). Other rows are kept as bare bytes (an `OwnedRow` would
 /// also hold its converter's configuration, a reference count touched per row).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum OrderKey {
     Words([u64; INLINE_ORDER_BYTES / 8]),
     Bytes(Box<[u8]>),
@@ -323,8 +323,8 @@ impl<'a> OrderProbe<'a> {
         let mut padded = [0u8; INLINE_ORDER_BYTES];
         padded[..row.len()].copy_from_slice(row);
         let mut words = [0u64; INLINE_ORDER_BYTES / 8];
-        for (word, bytes) in words.iter_mut().zip(padded.chunks_exact(8)) {
-            *word = u64::from_be_bytes(bytes.try_into().expect("8 bytes"));
+        for (word, bytes) in words.iter_mut().zip(padded.as_chunks::<8>().0) {
+            *word = u64::from_be_bytes(*bytes);
         }
         Ok(Self::Words(words))
     }
