@@ -2,7 +2,7 @@
 //! window form, emit mode and stream count) equal DataFusion batch SQL. A longer run on fresh
 //! seeds is `freshet fuzz --cases N --seed S`.
 
-use freshet::testing::fuzz::{FuzzCase, Outcome, fuzz};
+use freshet::testing::fuzz::{Form, FuzzCase, Outcome, fuzz};
 
 /// Cases in the test suite's run; `FRESHET_FUZZ_CASES` raises it.
 fn budget() -> usize {
@@ -133,4 +133,34 @@ async fn changelogs_keep_their_order_and_refuse_joins() {
     // its rows follow its input's batches, so only its final state is the same at 1, 2 and
     // 4 streams.
     all_match(&[11_270_289, 11_270_946, 11_271_636]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_top_n_queries_equal_batch_sql() {
+    // Top-Ns and keep-last de-duplications, final and as changelogs, over every storage: the
+    // batch query ranks ties by `id`, the arrival order Freshet ranks them by.
+    let wanted = budget() / 8;
+    let (mut drawn, mut answered, mut changelogs) = (0, 0, 0);
+    let mut seed = 41_000_000;
+    while drawn < wanted {
+        let case = FuzzCase::generate(seed);
+        seed += 1;
+        let Form::TopN { changes, .. } = case.query.form else {
+            continue;
+        };
+        drawn += 1;
+        let reproduction = case.reproduction();
+        match case.run().await {
+            Outcome::Match => answered += 1,
+            Outcome::Refused(_) => {}
+            outcome => panic!("{reproduction}: {outcome:?}"),
+        }
+        changelogs += usize::from(changes);
+    }
+    eprintln!("{drawn} top-N cases, {answered} answered, {changelogs} changelogs");
+    assert!(answered * 10 >= drawn * 9, "{answered} of {drawn} answered");
+    assert!(
+        changelogs > 0 && changelogs < drawn,
+        "{changelogs} of {drawn}"
+    );
 }

@@ -173,6 +173,16 @@ impl FuzzData {
         data
     }
 
+    /// Gives some rows the event time of the row stored before them: ties, none of them late
+    /// (the earlier row was not, and the watermark only follows times already seen).
+    pub fn repeat_times(&mut self, rng: &mut TestRng) {
+        for row in 1..self.rows.len() {
+            if rng.chance(0.3) {
+                self.rows[row].ts = self.rows[row - 1].ts;
+            }
+        }
+    }
+
     /// Moves equal event times apart (by a millisecond at a time, in stored order).
     pub fn separate_ties(&mut self) {
         let mut seen = std::collections::HashSet::new();

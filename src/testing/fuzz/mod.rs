@@ -72,6 +72,7 @@ pub const DOCUMENTED_REFUSALS: &[&str] = &[
 const LIMIT_SEED: u64 = 0x4c49_4d49_5400_0001;
 const HAVING_SEED: u64 = 0x4841_5649_4e47_0001;
 const LATE_SEED: u64 = 0x4c41_5445_0000_0001;
+const TOP_N_SEED: u64 = 0x544f_504e_0000_0001;
 
 const STREAMING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
@@ -140,12 +141,22 @@ impl FuzzCase {
         let ties = !over || source_partitions == Some(1);
         let mut data = FuzzData::random(&mut rng, ties);
         let query = if over {
-            let mut rng2 = rng.clone();
-            let mut query = FuzzQuery::random(&mut rng2, &data);
-            while query.form != Form::Over {
-                query = FuzzQuery::random(&mut rng2, &data);
+            // Some become top-Ns, drawn apart so that the other cases stay the ones they were.
+            let mut top_n_rng = TestRng::new(seed ^ TOP_N_SEED);
+            if top_n_rng.chance(0.4) {
+                // Equal event times, ranked by arrival, where arrival is stored order.
+                if data.ties && top_n_rng.chance(0.7) {
+                    data.repeat_times(&mut top_n_rng);
+                }
+                FuzzQuery::top_n(&mut top_n_rng, &data)
+            } else {
+                let mut rng2 = rng.clone();
+                let mut query = FuzzQuery::random(&mut rng2, &data);
+                while query.form != Form::Over {
+                    query = FuzzQuery::random(&mut rng2, &data);
+                }
+                query
             }
-            query
         } else {
             let mut query = FuzzQuery::random(&mut rng, &data);
             while query.form == Form::Over {
@@ -206,7 +217,8 @@ impl FuzzCase {
         // HAVING under EMIT CHANGES, drawn apart likewise: the changelog, applied, must end
         // in the batch result with the HAVING (an upsert that fails it deletes its key).
         let mut having_rng = TestRng::new(seed ^ HAVING_SEED);
-        if query.is_changelog() && query.having.is_none() && having_rng.chance(0.3) {
+        let aggregation = matches!(query.form, Form::Aggregate { .. });
+        if aggregation && query.is_changelog() && query.having.is_none() && having_rng.chance(0.3) {
             let having = [
                 "COUNT(*) > 1",
                 "COUNT(*) < 3",
@@ -218,7 +230,7 @@ impl FuzzCase {
         // A changelog read by another aggregation, which applies it. (Over a changelog
         // without keys DataFusion folds the count of its one row away.)
         let keyed = query.items.iter().any(|item| item.changelog_key);
-        if query.is_changelog() && keyed && having_rng.chance(0.05) {
+        if aggregation && query.is_changelog() && keyed && having_rng.chance(0.05) {
             query.wrap = Wrap::Counted;
         }
         // Or joined to itself on a GROUP BY key: refused.
@@ -229,6 +241,7 @@ impl FuzzCase {
                 .map(|(_, choice)| *choice)
         });
         if let Some(alias) = key_alias
+            && aggregation
             && query.is_changelog()
             && query.wrap == Wrap::None
             && having_rng.chance(0.05)

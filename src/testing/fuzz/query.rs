@@ -6,7 +6,8 @@
 //! end of input, or a changelog); a windowed aggregation (tumbling, hopping or session, in
 //! each accepted syntax, EMIT FINAL or EMIT CHANGES per record or per batch, window bounds in
 //! expressions, HAVING, DISTINCT and FILTER); window functions (OVER) with ROWS frames and
-//! RANGE frames reaching a fixed time back; a
+//! RANGE frames reaching a fixed time back; a top-N or keep-last de-duplication (`rn <= N` over
+//! a ROW_NUMBER, final or as a changelog); a
 //! self-join of `t` (INNER, LEFT, RIGHT or FULL) on no key, `k`, `g` or both and a bound on
 //! the two sides' event times in each accepted spelling, with or without another ON
 //! condition and a WHERE.
@@ -17,9 +18,10 @@
 //! per-record rows are the batch's running aggregates (`OVER (… ORDER BY id ROWS UNBOUNDED
 //! PRECEDING)`: stored order is arrival order from one source partition). Window functions
 //! order ties by `id`, the stored order, which is the arrival order Freshet promises for ties.
-//! A join is the same SQL on both sides.
+//! A top-N ranks ties by arrival, the batch query by `id` (descending for keep-last
+//! de-duplication, where the later arrival wins). A join is the same SQL on both sides.
 
-use super::data::{FuzzData, TimeType};
+use super::data::{FuzzData, Storage, TimeType};
 use crate::testing::TestRng;
 
 /// A window of an aggregation.
@@ -59,6 +61,18 @@ pub enum Form {
         emit: Emit,
     },
     Over,
+    /// `ROW_NUMBER() OVER (PARTITION BY <the key> ORDER BY <order>) AS rn` over `t`'s rows (after
+    /// the WHERE), its first `n` rows per key kept (`rn <= n`, with the HAVING condition ANDed
+    /// over them): a top-N, or with `n = 1` and `ts DESC` a keep-last de-duplication.
+    TopN {
+        n: usize,
+        /// The ORDER BY of Freshet's query.
+        order: &'static str,
+        /// The batch query's: ties ranked by arrival, which is `id` order.
+        batch_order: &'static str,
+        /// `SET freshet.emit = 'changes'`: the changelog keyed by the key and `rn`.
+        changes: bool,
+    },
     /// A join of `t` (as `a`) with itself or with `u` (as `b`) on keys and an event-time
     /// bound.
     Join {
@@ -683,6 +697,91 @@ impl FuzzQuery {
             1 => Above::Over { time, key },
             _ => Above::Rows,
         }
+    }
+
+    /// A top-N or keep-last de-duplication of `t`'s rows per key (or of all rows), ranked by
+    /// a random ORDER BY: on the event time (ties ranked by arrival, which the batch query
+    /// reads as `id` order) or on other columns with `id` last (a total order, whatever the
+    /// arrival order of ties).
+    pub fn top_n(rng: &mut TestRng, data: &FuzzData) -> Self {
+        let n = *rng.pick(&[1, 1, 2, 3, 10]);
+        let mut query = Self::base(
+            Form::TopN {
+                n,
+                order: "ts",
+                batch_order: "ts, id",
+                changes: rng.chance(0.4),
+            },
+            data,
+        );
+        // Where arrival is stored order (one source partition, not split by key), ties of
+        // other columns are ranked by arrival too.
+        let arrival_is_stored =
+            data.ties && !matches!(data.storage, Storage::KeyedPartitions(n) if n > 1);
+        let keep_last = n == 1 && rng.chance(0.4);
+        let (order, batch_order) = match rng.below(9) {
+            // Keep-last de-duplication: the later arrival of equal times wins.
+            _ if keep_last => ("ts DESC", "ts DESC, id DESC"),
+            0 | 1 if n == 1 => ("ts DESC", "ts DESC, id DESC"),
+            0 | 1 => ("ts DESC", "ts DESC, id"),
+            2 => ("ts", "ts, id"),
+            3 => ("i DESC, id", "i DESC, id"),
+            4 => ("v, id", "v, id"),
+            5 => ("k DESC, ts", "k DESC, ts, id"),
+            6 if arrival_is_stored => ("i DESC", "i DESC, id"),
+            7 if arrival_is_stored => ("g, v", "g, v, id"),
+            _ => ("i, v DESC, id", "i, v DESC, id"),
+        };
+        if let Form::TopN {
+            order: o,
+            batch_order: b,
+            changes,
+            ..
+        } = &mut query.form
+        {
+            (*o, *b) = (order, batch_order);
+            if *changes {
+                query
+                    .settings
+                    .push(("freshet.emit".into(), "changes".into()));
+            }
+        }
+        if rng.chance(0.75) {
+            let (expression, alias) = *rng.pick(KEY_CHOICES);
+            query.keys.push((expression.to_string(), alias.to_string()));
+            let text = match expression == alias {
+                true => expression.to_string(),
+                false => format!("{expression} AS {alias}"),
+            };
+            query.items.push(Item {
+                changelog_key: true,
+                ..plain_item(&text)
+            });
+        }
+        query.items.push(Item {
+            changelog_key: true,
+            ..plain_item("rn")
+        });
+        query.items.push(plain_item("id"));
+        for column in ["i", "v", "ts", "k"] {
+            let selected = query.items.iter().any(|item| item.streaming == column);
+            if !selected && rng.chance(0.4) {
+                query.items.push(plain_item(column));
+            }
+        }
+        if rng.chance(0.4) {
+            query.filter = Some(predicate(rng, data));
+        }
+        // A condition over the kept rows, ANDed to the rank's.
+        if rng.chance(0.25) {
+            query.having = Some(predicate(rng, data));
+        }
+        query.wrap = match rng.below(10) {
+            0 => Wrap::Subquery,
+            1 => Wrap::Cte,
+            _ => Wrap::None,
+        };
+        query
     }
 
     fn over(rng: &mut TestRng, data: &FuzzData) -> Self {

@@ -20,6 +20,7 @@ impl FuzzQuery {
     pub fn emit(&self) -> Emit {
         match self.form {
             Form::Aggregate { emit, .. } => emit,
+            Form::TopN { changes: true, .. } => Emit::ChangesPerBatch,
             _ => Emit::Final,
         }
     }
@@ -276,9 +277,41 @@ impl FuzzQuery {
         ))
     }
 
+    /// A top-N of `t`, as Freshet SQL or batch SQL.
+    fn top_n_block(&self, batch: bool) -> Option<String> {
+        let Form::TopN {
+            n,
+            order,
+            batch_order,
+            ..
+        } = self.form
+        else {
+            return None;
+        };
+        let select = self.select_list(|item| item.streaming.clone());
+        let partition = match self.keys.first() {
+            Some((key, _)) => format!("PARTITION BY {key} "),
+            None => String::new(),
+        };
+        let order = if batch { batch_order } else { order };
+        let kept = self
+            .having
+            .as_ref()
+            .map(|condition| format!(" AND ({condition})"))
+            .unwrap_or_default();
+        Some(format!(
+            "SELECT {select} FROM (SELECT *, ROW_NUMBER() OVER ({partition}ORDER BY {order}) AS rn \
+             FROM t{}) AS r WHERE rn <= {n}{kept}",
+            self.where_clause()
+        ))
+    }
+
     fn streaming_block(&self) -> String {
         if let Some(join) = self.join_block(false) {
             return join;
+        }
+        if let Some(top_n) = self.top_n_block(false) {
+            return top_n;
         }
         let select = self.select_list(|item| item.streaming.clone());
         let filter = self.where_clause();
@@ -443,6 +476,9 @@ impl FuzzQuery {
         if let Some(join) = self.join_block(true) {
             return join;
         }
+        if let Some(top_n) = self.top_n_block(true) {
+            return top_n;
+        }
         let select = self.select_list(|item| item.batch.clone());
         let keys: Vec<&str> = self.keys.iter().map(|(e, _)| e.as_str()).collect();
         let having = self
@@ -451,7 +487,7 @@ impl FuzzQuery {
             .map(|h| format!(" HAVING {h}"))
             .unwrap_or_default();
         match self.form {
-            Form::Stateless | Form::Over | Form::Join { .. } => {
+            Form::Stateless | Form::Over | Form::TopN { .. } | Form::Join { .. } => {
                 format!("SELECT {select} FROM t{}", self.where_clause())
             }
             Form::Aggregate { window: None, .. } => {
