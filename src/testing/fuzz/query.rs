@@ -72,6 +72,8 @@ pub enum Form {
         batch_order: &'static str,
         /// `SET freshet.emit = 'changes'`: the changelog keyed by the key and `rn`.
         changes: bool,
+        /// How the rank's limit is written: `rn <= n`, `rn < n + 1`, `n >= rn` or `rn = 1`.
+        spelling: u8,
     },
     /// A join of `t` (as `a`) with itself or with `u` (as `b`) on keys and an event-time
     /// bound.
@@ -711,6 +713,7 @@ impl FuzzQuery {
                 order: "ts",
                 batch_order: "ts, id",
                 changes: rng.chance(0.4),
+                spelling: rng.below(4) as u8,
             },
             data,
         );

@@ -283,10 +283,18 @@ impl FuzzQuery {
             n,
             order,
             batch_order,
+            spelling,
             ..
         } = self.form
         else {
             return None;
+        };
+        let limit = match spelling {
+            _ if batch => format!("rn <= {n}"),
+            1 => format!("rn < {}", n + 1),
+            2 => format!("{n} >= rn"),
+            3 if n == 1 => "rn = 1".to_string(),
+            _ => format!("rn <= {n}"),
         };
         let select = self.select_list(|item| item.streaming.clone());
         let partition = match self.keys.first() {
@@ -301,7 +309,7 @@ impl FuzzQuery {
             .unwrap_or_default();
         Some(format!(
             "SELECT {select} FROM (SELECT *, ROW_NUMBER() OVER ({partition}ORDER BY {order}) AS rn \
-             FROM t{}) AS r WHERE rn <= {n}{kept}",
+             FROM t{}) AS r WHERE {limit}{kept}",
             self.where_clause()
         ))
     }
