@@ -139,7 +139,7 @@ async fn changelogs_keep_their_order_and_refuse_joins() {
 async fn random_top_n_queries_equal_batch_sql() {
     // Top-Ns and keep-last de-duplications, final and as changelogs, over every storage: the
     // batch query ranks ties by `id`, the arrival order Freshet ranks them by.
-    let wanted = budget() / 8;
+    let wanted = budget() / 4;
     let (mut drawn, mut answered, mut changelogs) = (0, 0, 0);
     let mut seed = 41_000_000;
     while drawn < wanted {
