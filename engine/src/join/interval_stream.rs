@@ -467,7 +467,8 @@ impl JoinStream {
             let row_index = row as usize;
             let (from, to) = reach(row_index);
             candidates.clear();
-            other.state.probe(
+            // The first `same_value` candidates are rows of this key's integer value.
+            let same_value = other.state.probe(
                 hashes[row_index],
                 key_value(row_index),
                 from,
@@ -475,7 +476,7 @@ impl JoinStream {
                 &mut candidates,
             );
             let limit = other_has_until.then(|| time_limit(row_index));
-            for &position in &candidates {
+            for (at, &position) in candidates.iter().enumerate() {
                 if let Some(limit) = limit
                     && other
                         .state
@@ -485,7 +486,7 @@ impl JoinStream {
                 {
                     continue;
                 }
-                let same_key = keys.is_empty() || {
+                let same_key = keys.is_empty() || at < same_value || {
                     let slot = (position.chunk - first_chunk) as usize;
                     if same_keys.len() <= slot {
                         same_keys.resize_with(slot + 1, || None);

@@ -274,14 +274,16 @@ impl DenseSlots {
 }
 
 impl KeyIndex {
-    /// The entries of the key hashing to `hash` whose value (for a dense index) is `value`.
-    fn get_mut(&mut self, hash: u64, value: Option<i64>) -> Option<&mut KeyEntries> {
+    /// The entries of the key hashing to `hash` whose value (for a dense index) is `value`,
+    /// and whether they are that value's own (found by value, not by a hash that another key
+    /// may share).
+    fn get_mut(&mut self, hash: u64, value: Option<i64>) -> Option<(&mut KeyEntries, bool)> {
         if let (Some(dense), Some(value)) = (&mut self.dense, value)
             && let Some(slot) = dense.slot(value)
         {
-            return Some(&mut dense.slots[slot]);
+            return Some((&mut dense.slots[slot], true));
         }
-        self.by_hash.get_mut(&hash)
+        self.by_hash.get_mut(&hash).map(|entries| (entries, false))
     }
 
     /// As [`Self::get_mut`], creating the key's entries if new.
@@ -464,7 +466,8 @@ impl SideState {
     /// with an event time in `[from, to]`: the indexed ones in time order (first cutting the
     /// freed rows' entries from the front of the key's), then those of the unindexed chunks
     /// in arrival order. `value` is the key's integer value where [`Self::wants_key_values`]
-    /// (`None` for a null key).
+    /// (`None` for a null key). Returns how many of the rows appended first are rows of that
+    /// very value (found in the dense index), whose keys need no comparison.
     pub fn probe(
         &mut self,
         hash: u64,
@@ -472,8 +475,10 @@ impl SideState {
         from: i64,
         to: i64,
         out: &mut Vec<Position>,
-    ) {
-        if let Some(key) = self.index.get_mut(hash, value) {
+    ) -> usize {
+        let mut exact = 0;
+        let before = out.len();
+        if let Some((key, by_value)) = self.index.get_mut(hash, value) {
             self.entries -= key.free_through(self.freed_through);
             let start = key.seek(from);
             out.extend(
@@ -482,6 +487,9 @@ impl SideState {
                     .take_while(|e| e.time <= to)
                     .map(|e| e.position),
             );
+            if by_value {
+                exact = out.len() - before;
+            }
         }
         let from = from.max(self.freed_through.saturating_add(1));
         for chunk in &self.unindexed {
@@ -505,6 +513,7 @@ impl SideState {
                 }
             }
         }
+        exact
     }
 
     /// Whether a live row may have a time in `[from, to]`: what [`Self::probe`] can find is
@@ -735,14 +744,17 @@ mod tests {
         let probe = |state: &mut SideState, key: i32| {
             let mut out = Vec::new();
             let hash = (key as u64) / 2;
-            state.probe(hash, Some(i64::from(key)), i64::MIN, i64::MAX, &mut out);
-            // The hashed index also finds the keys sharing a hash.
-            out.retain(|p| {
+            let exact = state.probe(hash, Some(i64::from(key)), i64::MIN, i64::MAX, &mut out);
+            let holds_key = |p: &Position| {
                 let keys = state.chunk(p.chunk).unwrap().keys[0]
                     .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
                     .clone();
                 keys.is_valid(p.row as usize) && keys.value(p.row as usize) == key
-            });
+            };
+            // The rows found by value are the key's own; the hashed index also finds the keys
+            // sharing a hash.
+            assert!(out[..exact].iter().all(holds_key), "key {key}");
+            out.retain(holds_key);
             out
         };
         let mut found = 0;
