@@ -20,6 +20,7 @@
 //! range widens upward while it stays dense (at most [`DENSE_SLOTS_PER_KEY`] slots a key
 //! held, or [`DENSE_MIN_SLOTS`]), and narrows from below as freed keys empty its first
 //! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
+//! The rows a probe finds in its value's slot hold its key: they need no key comparison.
 //!
 //! A chunk enters the index only once probing rows have reached its time range often enough
 //! to pay for it (with every chunk that came before it, so that the index grows in arrival
