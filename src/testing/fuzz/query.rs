@@ -707,16 +707,8 @@ impl FuzzQuery {
     /// arrival order of ties).
     pub fn top_n(rng: &mut TestRng, data: &FuzzData) -> Self {
         let n = *rng.pick(&[1, 1, 2, 3, 10]);
-        let mut query = Self::base(
-            Form::TopN {
-                n,
-                order: "ts",
-                batch_order: "ts, id",
-                changes: rng.chance(0.4),
-                spelling: rng.below(4) as u8,
-            },
-            data,
-        );
+        let changes = rng.chance(0.4);
+        let spelling = rng.below(4) as u8;
         // Where arrival is stored order (one source partition, not split by key), ties of
         // other columns are ranked by arrival too.
         let arrival_is_stored =
@@ -735,19 +727,18 @@ impl FuzzQuery {
             7 if arrival_is_stored => ("g, v", "g, v, id"),
             _ => ("i, v DESC, id", "i, v DESC, id"),
         };
-        if let Form::TopN {
-            order: o,
-            batch_order: b,
+        let form = Form::TopN {
+            n,
+            order,
+            batch_order,
             changes,
-            ..
-        } = &mut query.form
-        {
-            (*o, *b) = (order, batch_order);
-            if *changes {
-                query
-                    .settings
-                    .push(("freshet.emit".into(), "changes".into()));
-            }
+            spelling,
+        };
+        let mut query = Self::base(form, data);
+        if changes {
+            query
+                .settings
+                .push(("freshet.emit".into(), "changes".into()));
         }
         if rng.chance(0.75) {
             let (expression, alias) = *rng.pick(KEY_CHOICES);
