@@ -270,9 +270,10 @@ fn kernels(c: &mut Criterion) {
                 .collect::<Vec<_>>(),
         ));
         let freshet = new_group_values(Arc::clone(&key_schema)).expect("interner"); // ok: bench setup
-        let label = match name.contains("dictionary") {
-            true => "dictionary",
-            false => "packed",
+        let label = match name {
+            _ if name.contains("dictionary") => "dictionary",
+            "one_int64_key" => "dense",
+            _ => "packed",
         };
         let mut interners: Vec<(&str, Box<dyn GroupValues>)> = vec![(label, freshet)];
         if name.starts_with("window_") {
@@ -353,6 +354,45 @@ fn kernels(c: &mut Criterion) {
                 },
             );
         }
+    }
+    // Nexmark's bidders as q12 and q19 key their state by them: a table that holds 200 000
+    // people's ids, batches naming a hot one half the time and else one of the last 10 000
+    // (a window further on each batch), interned in turn.
+    let people = 200_000i64;
+    let held_people: Vec<ArrayRef> =
+        vec![Arc::new(Int64Array::from_iter_values(1000..1000 + people))];
+    let bidder_batches: Vec<Vec<ArrayRef>> = (0..64i64)
+        .map(|batch| {
+            let id = |i: i64| match i % 2 {
+                0 => 1000 + (i * 7919) % 100,
+                _ => 1000 + people - 20_000 + batch * 100 + (i * 7919) % 10_000,
+            };
+            vec![Arc::new(Int64Array::from_iter_values((0..ROWS as i64).map(id))) as ArrayRef]
+        })
+        .collect();
+    let id_schema = Arc::new(Schema::new(vec![Field::new("k0", DataType::Int64, true)]));
+    for (interner, mut values) in [
+        (
+            "dense",
+            new_group_values(Arc::clone(&id_schema)).expect("interner"), // ok: bench setup
+        ),
+        (
+            "datafusion",
+            datafusion_group_values(Arc::clone(&id_schema), &GroupOrdering::None)
+                .expect("interner"), // ok: bench setup
+        ),
+    ] {
+        let mut ids = Vec::with_capacity(people as usize);
+        values.intern(&held_people, &mut ids).expect("intern"); // ok: bench setup
+        let mut next = 0;
+        group.bench_function(format!("intern_recent_int64_ids_{interner}"), |b| {
+            b.iter(|| {
+                next = (next + 1) % bidder_batches.len();
+                values
+                    .intern(&bidder_batches[next], &mut ids)
+                    .expect("intern") // ok: bench
+            })
+        });
     }
     // Emitting keys as S3a's window close gathers them: a third of a batch's rows, from a
     // column that holds each of the 20 trader ids once.

@@ -7,6 +7,7 @@
 //! else uses DataFusion's own (`GroupValues`, `GroupsAccumulator`, arrow's kernels).
 
 mod builtin;
+mod dense_keys;
 mod dictionary_keys;
 mod distinct_counts;
 mod fused;

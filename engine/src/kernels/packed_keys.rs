@@ -46,6 +46,7 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
+use super::dense_keys::DenseInt64GroupValues;
 use super::dictionary_keys::DictionaryGroupValues;
 use super::packed_encoding::{
     PACKED_BYTES, Packed, build_fixed, build_string, fixed_bytes, has_bitwise_equality,
@@ -75,13 +76,17 @@ const MISSING_GROUP: usize = usize::MAX;
 const STRING_SLOTS: [usize; 2] = [8, 16];
 
 /// The interner for keys of `schema`: [`DictionaryGroupValues`] when a key column is a
-/// dictionary, DataFusion's for a single primitive key (its
-/// `GroupValuesPrimitive` interns an Int64 key 1.4x as fast as a packed key:
-/// `intern_one_int64_key_*` in `bench/benches/kernels.rs`), else [`PackedGroupValues`] when
-/// every key column has a bitwise equality and the columns fit, else DataFusion's.
+/// dictionary, [`DenseInt64GroupValues`] for a single Int64 key (an id), DataFusion's for
+/// another single primitive key (its `GroupValuesPrimitive` interns an Int64 key 1.4x as
+/// fast as a packed key: `intern_one_int64_key_*` in `bench/benches/kernels.rs`), else
+/// [`PackedGroupValues`] when every key column has a bitwise equality and the columns fit,
+/// else DataFusion's.
 pub fn new_group_values(schema: SchemaRef) -> Result<Box<dyn GroupValues>> {
     if let Some(dictionary) = DictionaryGroupValues::try_new(&schema)? {
         return Ok(Box::new(dictionary));
+    }
+    if let Some(dense) = DenseInt64GroupValues::try_new(&schema) {
+        return Ok(Box::new(dense));
     }
     if let [field] = schema.fields().as_ref()
         && field.data_type().is_primitive()
