@@ -94,6 +94,9 @@ pub struct FuzzData {
 /// The first event time of every table: a whole minute, so windows start with the data.
 pub const START_MS: i64 = 1_700_000_040_000;
 
+/// How far apart the group numbers of a sparse table are, an even number.
+const SPARSE_GROUP_STRIDE: i64 = 2_000_000_000_000;
+
 impl FuzzData {
     /// A random table; `ties` allows equal event times.
     pub fn random(rng: &mut TestRng, ties: bool) -> Self {
@@ -167,6 +170,13 @@ impl FuzzData {
         // file none.)
         data.dictionary_keys = !matches!(storage, Storage::Csv | Storage::Arrow)
             && (data.split_seed >> 17).is_multiple_of(4);
+        // Likewise a table whose group numbers lie far apart, as ids of a sparse range do
+        // (`g` and `g % 2` unchanged for 0 and 1): an integer key no dense array holds.
+        if (data.split_seed >> 23).is_multiple_of(4) {
+            for row in &mut data.rows {
+                row.g = row.g.map(|g| g + g / 2 * SPARSE_GROUP_STRIDE);
+            }
+        }
         if !ties {
             data.separate_ties();
         }
