@@ -31,6 +31,6 @@ pub use packed_keys::{PackedGroupValues, new_group_values};
 pub(crate) use prehashed::{PrehashedMap, PrehashedSet};
 pub use running::RunningAggregates;
 pub(crate) use short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
-pub(crate) use take_rows::compact_views;
 pub use take_rows::{PaddedStrings, take_rows};
+pub(crate) use take_rows::{compact_sparse_views, compact_views};
 pub use windowed_keys::WindowedGroupValues;

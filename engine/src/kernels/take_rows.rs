@@ -121,6 +121,34 @@ fn take_padded(strings: &[PaddedString], rows: &UInt32Array) -> Result<ArrayRef>
     }))
 }
 
+/// As [`compact_views`], but only when the buffers `column`'s views point into hold more
+/// than twice the bytes its rows use: state that keeps most rows of a batch keeps the
+/// batch's buffers rather than a copy of nearly all of them.
+pub(crate) fn compact_sparse_views(column: &ArrayRef) -> ArrayRef {
+    let (views, buffers) = match column.data_type() {
+        DataType::Utf8View => {
+            let strings = column.as_string_view();
+            (strings.views(), strings.data_buffers())
+        }
+        DataType::BinaryView => {
+            let binaries = column.as_binary_view();
+            (binaries.views(), binaries.data_buffers())
+        }
+        _ => return Arc::clone(column),
+    };
+    let held: usize = buffers.iter().map(|buffer| buffer.len()).sum();
+    // A view of at most 12 bytes holds them itself; a longer one's length is its low word.
+    let used: usize = views
+        .iter()
+        .map(|view| *view as u32 as usize)
+        .filter(|length| *length > 12)
+        .sum();
+    match held > 2 * used {
+        true => compact_views(column),
+        false => Arc::clone(column),
+    }
+}
+
 /// `column` with its string or binary views' bytes copied out of the buffers they share
 /// with the batch they were gathered or sliced from (which a view array keeps whole).
 pub(crate) fn compact_views(column: &ArrayRef) -> ArrayRef {
@@ -133,7 +161,7 @@ pub(crate) fn compact_views(column: &ArrayRef) -> ArrayRef {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::array::{Int64Array, StringViewArray};
 
     use super::*;
 
@@ -164,6 +192,33 @@ mod tests {
             &[2, 1, 0],
         );
         check(&Int64Array::from(vec![1, 2, 3]), &[2, 2, 0]);
+    }
+
+    #[test]
+    fn views_that_use_most_of_their_buffers_keep_them_and_others_are_copied() {
+        let strings: Vec<String> = (0..100)
+            .map(|i| format!("a string longer than twelve {i}"))
+            .collect();
+        let views: ArrayRef = Arc::new(StringViewArray::from_iter_values(&strings));
+        let held = |column: &ArrayRef| -> usize {
+            column
+                .as_string_view()
+                .data_buffers()
+                .iter()
+                .map(|b| b.len())
+                .sum()
+        };
+        let most = take(&views, &UInt32Array::from_iter_values(0..60), None).unwrap();
+        let kept = compact_sparse_views(&most);
+        assert_eq!(held(&kept), held(&views), "60 of 100 rows keep the buffers");
+        assert_eq!(kept.as_ref(), most.as_ref());
+        let few = take(&views, &UInt32Array::from_iter_values(0..40), None).unwrap();
+        let copied = compact_sparse_views(&few);
+        assert!(
+            held(&copied) < held(&views) / 2,
+            "40 of 100 rows are copied out"
+        );
+        assert_eq!(copied.as_ref(), few.as_ref());
     }
 
     #[test]

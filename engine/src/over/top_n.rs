@@ -55,7 +55,7 @@ use futures::StreamExt;
 
 use crate::changelog::{ChangeOp, op_array, with_op_column};
 use crate::checkpoint::{OperatorState, PassedBarriers};
-use crate::kernels::{compact_views, new_group_values};
+use crate::kernels::{compact_sparse_views, new_group_values};
 use crate::message_loop::{MessageHandler, OperatorCheckpoint, drive_checkpointed, input_messages};
 use crate::plan_util::{single_child, stateful_properties, visit_expressions};
 
@@ -586,10 +586,11 @@ impl TopNState {
         Ok(())
     }
 
-    /// Adds `rows`, all kept, as a chunk, with its views' bytes in buffers of its own (a
-    /// view array gathered from a batch shares that batch's buffers whole).
+    /// Adds `rows`, all kept, as a chunk. A view array gathered from a batch shares that
+    /// batch's buffers whole: the chunk's views get buffers of their own unless they use
+    /// half of those bytes (the top-N of keys that meet few rows keeps nearly every row).
     fn add_chunk(&mut self, rows: RecordBatch) -> Result<()> {
-        let columns = rows.columns().iter().map(compact_views).collect();
+        let columns = rows.columns().iter().map(compact_sparse_views).collect();
         let rows = RecordBatch::try_new(rows.schema(), columns)?;
         self.chunk_rows += rows.num_rows();
         self.kept_rows += rows.num_rows();
