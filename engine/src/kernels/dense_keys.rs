@@ -29,6 +29,8 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
+use crate::watermark::time_range;
+
 /// No group yet for this value.
 const EMPTY: u32 = u32::MAX;
 
@@ -220,13 +222,8 @@ impl GroupValues for DenseInt64GroupValues {
         };
         groups.clear();
         if let Interner::Dense(dense) = &mut self.interner {
-            let range = keys
-                .iter()
-                .flatten()
-                .fold(None, |range, value| match range {
-                    None => Some((value, value)),
-                    Some((low, high)) => Some((value.min(low), value.max(high))),
-                });
+            // The lowest and highest value, in the pass the event times' range takes.
+            let range = time_range(keys);
             let fits = dense.values.len() + keys.len() < EMPTY as usize
                 && range.is_none_or(|(low, high)| dense.cover(low, high, keys.len()));
             if fits {
