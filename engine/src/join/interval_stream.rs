@@ -21,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
-use super::side_state::{Chunk, Position, SideState};
+use super::side_state::{Chunk, Position, ProbingRows, SideState};
 use super::{KeyEquality, integer_values, is_integer_key, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
@@ -424,16 +424,33 @@ impl JoinStream {
         // The other side's until values a row can match.
         let bound = common.bound;
         let reach = |row: usize| bound.probe_range(which, times.value(row), untils.value(row));
+        // The batch's key values, for a join on one integer key indexed by value.
+        let key_values = match keys.as_slice() {
+            [key] if other.state.wants_key_values() => integer_values(key)?,
+            _ => None,
+        };
         // Whether the other side holds rows the batch can reach: a side whose rows come
         // after the other side's (q7's maxima, a window's end after its rows) probes nothing.
+        let probing = ProbingRows {
+            rows: &matchable,
+            hashes: &hashes,
+            values: key_values.as_ref(),
+        };
         let reachable = match (time_range, until_range) {
             (Some((first, _)), Some((_, last))) => {
                 let (from, to) = bound.probe_range(which, first, last);
-                other.state.prepare_probes(from, to, matchable.len());
+                other.state.prepare_probes(from, to, &probing);
                 other.state.holds_rows_within(from, to)
             }
             _ => false,
         };
+        // The kept rows not in the other side's index that the batch's rows reach, by
+        // probing row.
+        let mut scanned = Vec::new();
+        if reachable {
+            other.state.scan_unindexed(&probing, reach, &mut scanned);
+        }
+        let mut scanned = scanned.into_iter().peekable();
         // Probe the other side's rows.
         // Most rows find one match or none.
         let mut pairs = Pairs {
@@ -454,10 +471,6 @@ impl JoinStream {
             JoinSide::Left => untils.value(row).saturating_add(bound.upper),
             _ => untils.value(row).saturating_sub(bound.lower),
         };
-        let key_values = match keys.as_slice() {
-            [key] if reachable && other.state.wants_key_values() => integer_values(key)?,
-            _ => None,
-        };
         let key_value = |row: usize| {
             key_values
                 .as_ref()
@@ -475,6 +488,9 @@ impl JoinStream {
                 to,
                 &mut candidates,
             );
+            while let Some((_, position)) = scanned.next_if(|(probing, _)| *probing == row) {
+                candidates.push(position);
+            }
             let limit = other_has_until.then(|| time_limit(row_index));
             for (at, &position) in candidates.iter().enumerate() {
                 if let Some(limit) = limit

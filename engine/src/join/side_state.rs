@@ -22,31 +22,47 @@
 //! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
 //! The rows a probe finds in its value's slot hold its key: they need no key comparison.
 //!
-//! A chunk enters the index only once probing rows have reached its time range often enough
-//! to pay for it (with every chunk that came before it, so that the index grows in arrival
-//! order); until then a probe scans the chunk's key hashes and times. Indexing costs a hash
-//! table insert per kept row once; scanning a comparison per kept row and probing row. A
-//! chunk is indexed once more than [`SCANS_BEFORE_INDEX`] probing rows have reached it: an
-//! ordinary batch of probes indexes what it reaches at once, while a side probed by a few
-//! rows at a time (Nexmark q7: one maximum per window against every bid of the window) never
-//! pays for an index of rows that meet one probe. The two sides of a join usually take turns,
-//! each a batch ahead of the other side's watermark: the rows of the side that comes second
-//! are kept for later probes, but those probes come from later times, and the rows are freed
-//! by the next watermark without ever being indexed.
+//! A chunk enters the index only once probing rows have reached it often enough to pay for
+//! it; until then the probes scan it. Indexing costs a hash table insert per kept row once;
+//! a scan by one probing row a comparison per kept row, and a scan by a whole batch one
+//! lookup per kept row in a table of the batch's key hashes (as dear as about
+//! [`BATCH_SCAN_ROWS`] single-row scans). A chunk is indexed once its scans have cost more
+//! than [`SCANS_BEFORE_INDEX`] single-row scans: a side probed by a few rows at a time
+//! (Nexmark q7: one maximum per window against every bid of the window) never pays for an
+//! index of rows that meet one probe, and a side that batch after batch reaches is indexed
+//! after a few. A probing batch reaches a chunk whose time range meets the batch's, and for
+//! one integer key whose key range (the smallest and largest value) holds some of the
+//! batch's values: a join on an id whose rows name recent ids (the bids of the auctions in
+//! flight) reaches only the recent chunks of the other side, and the chunks no probe reaches
+//! are never indexed. The two sides of a join usually take turns, each a batch ahead of the
+//! other side's watermark: the rows of the side that comes second are kept for later probes,
+//! but those probes come from later times (or later ids), and the rows are freed by the next
+//! watermark (or stay to the end) without ever being indexed.
 
 use std::collections::VecDeque;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array};
+use datafusion::arrow::compute::{max, min};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::integer_values;
 use crate::kernels::PrehashedMap;
 
-/// Probing rows that scan a kept chunk before it enters the index. A scan costs about a
+/// Single-row scans of a kept chunk before it enters the index. A scan costs about a
 /// nanosecond a kept row, an index entry about a hundred (its share of q7's time when every
 /// bid was indexed), so a chunk is scanned by at most about as many rows as pay for its
 /// index.
 const SCANS_BEFORE_INDEX: usize = 64;
+
+/// Probing rows from which a batch scans a chunk once, looking each kept row's hash up in a
+/// table of the batch's, instead of row by row; what such a scan counts toward
+/// [`SCANS_BEFORE_INDEX`] (a lookup costs a few single-row comparisons).
+const BATCH_SCAN_ROWS: usize = 8;
+
+/// Probing rows whose values [`SideState::prepare_probes`] may read per chunk it counts them
+/// for, in proportion to the batch: beyond, a chunk whose key range holds part of the
+/// batch's counts every row.
+const KEY_COUNTS_PER_BATCH: usize = 4;
 
 /// Slots a dense index may span whatever its entries.
 const DENSE_MIN_SLOTS: usize = 1 << 16;
@@ -347,8 +363,10 @@ pub(super) struct SideState {
     first: u64,
     /// Per key, the entries in event-time order.
     index: KeyIndex,
-    /// The chunks not in the index yet, oldest first: every chunk before them is.
+    /// The chunks not in the index yet, oldest first.
     unindexed: VecDeque<Unindexed>,
+    /// The rows of the batch being probed by hash, where it scans chunks as a whole.
+    probe_table: Option<ProbeTable>,
     /// Rows at or before this event time are freed.
     freed_through: i64,
     /// Index entries, live or not; rows held by live chunks.
@@ -364,6 +382,7 @@ impl Default for SideState {
             first: 0,
             index: KeyIndex::default(),
             unindexed: VecDeque::new(),
+            probe_table: None,
             freed_through: i64::MIN,
             entries: 0,
             live_rows: 0,
@@ -394,40 +413,159 @@ impl SideState {
     /// probing rows reach its times ([`Self::prepare_probes`]).
     pub fn insert(&mut self, chunk: Chunk, hashes: Vec<u64>) {
         let sequence = self.first + self.chunks.len() as u64;
+        let key_range = match (&self.index.dense, chunk.keys.as_slice()) {
+            (Some(_), [key]) => integer_values(key)
+                .ok()
+                .flatten()
+                .map(|values| value_range(&values).unwrap_or(EMPTY_RANGE)),
+            _ => None,
+        };
         self.unindexed.push_back(Unindexed {
             sequence,
             min_time: chunk.min_time,
             max_time: chunk.max_time,
+            key_range,
             hashes,
-            probing_rows: 0,
+            scan_cost: 0,
+            reaching: 0,
         });
         self.live_rows += chunk.batch.num_rows();
         self.bytes += chunk.batch.get_array_memory_size() + keys_size(&chunk.keys);
         self.chunks.push_back(Some(chunk));
     }
 
-    /// Readies the state for `probe_rows` probes of times in `[from, to]`: counts them
-    /// against the unindexed chunks they reach, and indexes (with every chunk before it) the
-    /// last reached chunk that more than [`SCANS_BEFORE_INDEX`] probing rows have reached.
-    /// The chunks left unindexed are scanned by [`Self::probe`].
-    pub fn prepare_probes(&mut self, from: i64, to: i64, probe_rows: usize) {
-        let reaches = |chunk: &Unindexed| chunk.max_time >= from && chunk.min_time <= to;
-        let mut index_through = None;
-        for (at, chunk) in self.unindexed.iter_mut().enumerate() {
-            if reaches(chunk) {
-                chunk.probing_rows += probe_rows;
-                if chunk.probing_rows > SCANS_BEFORE_INDEX {
-                    index_through = Some(at);
+    /// Readies the state for a batch of probes of times in `[from, to]`: finds the unindexed
+    /// chunks the batch reaches and how many of its rows reach each, and indexes those whose
+    /// scans would have cost more than [`SCANS_BEFORE_INDEX`] single-row scans.
+    /// [`Self::scan_unindexed`] scans the others for the same batch.
+    pub fn prepare_probes(&mut self, from: i64, to: i64, probing: &ProbingRows) {
+        let probe_rows = probing.rows.len();
+        let values = probing.values;
+        let probe_range = values.map(|values| value_range(values).unwrap_or(EMPTY_RANGE));
+        let mut counts_left = values.map_or(0, |v| v.len() * KEY_COUNTS_PER_BATCH);
+        for chunk in self.unindexed.iter_mut() {
+            chunk.reaching = 0;
+            if chunk.max_time < from || chunk.min_time > to {
+                continue;
+            }
+            chunk.reaching = match (chunk.key_range, probe_range, values) {
+                (Some((low, high)), Some((first, last)), Some(values)) => {
+                    if high < first || low > last {
+                        0
+                    } else if low <= first && last <= high {
+                        probe_rows
+                    } else if counts_left >= values.len() {
+                        counts_left -= values.len();
+                        let within = |v: &i64| (low..=high).contains(v);
+                        values.iter().flatten().filter(within).count()
+                    } else {
+                        probe_rows
+                    }
                 }
+                _ => probe_rows,
+            };
+        }
+        // A batch scan looks each kept row up among the batch's hashes; where the batch's
+        // rows share few hashes (ten symbols), each lookup finds many rows to check, and the
+        // batch costs as many single-row scans as it has rows.
+        self.probe_table = None;
+        if self.unindexed.iter().any(|c| c.reaching > BATCH_SCAN_ROWS) {
+            let table = ProbeTable::new(probing);
+            if table.heads.len() * 2 >= probe_rows {
+                self.probe_table = Some(table);
             }
         }
-        let Some(last) = index_through else {
+        let batch_scans = self.probe_table.is_some();
+        let mut to_index = false;
+        for chunk in self.unindexed.iter_mut().filter(|c| c.reaching > 0) {
+            chunk.scan_cost += match batch_scans {
+                true => chunk.reaching.min(BATCH_SCAN_ROWS),
+                false => chunk.reaching,
+            };
+            to_index |= chunk.scan_cost > SCANS_BEFORE_INDEX;
+        }
+        if !to_index {
             return;
-        };
-        let reached: Vec<Unindexed> = self.unindexed.drain(..=last).collect();
+        }
+        let (reached, kept): (Vec<Unindexed>, Vec<Unindexed>) = self
+            .unindexed
+            .drain(..)
+            .partition(|chunk| chunk.reaching > 0 && chunk.scan_cost > SCANS_BEFORE_INDEX);
+        self.unindexed = kept.into();
         for chunk in reached {
             self.index_chunk(chunk);
         }
+    }
+
+    /// Appends to `out` the rows of the unindexed chunks the last [`Self::prepare_probes`]
+    /// (for the same `probing` rows) found reached whose key hashes to the hash of a probing
+    /// row and whose time lies within that row's `reach`, as `(probing row, kept row)` in the
+    /// order of the probing rows, and for each in arrival order. A few probing rows scan a
+    /// chunk row by row, more once, with a table of their hashes.
+    pub fn scan_unindexed(
+        &self,
+        probing: &ProbingRows,
+        reach: impl Fn(usize) -> (i64, i64),
+        out: &mut Vec<(u32, Position)>,
+    ) {
+        let freed_through = self.freed_through;
+        let appended_from = out.len();
+        let ProbingRows {
+            rows,
+            hashes,
+            values,
+        } = *probing;
+        for chunk in self.unindexed.iter().filter(|chunk| chunk.reaching > 0) {
+            let Some(kept) = self.chunk(chunk.sequence) else {
+                continue;
+            };
+            let times = kept.times.values();
+            let table = match &self.probe_table {
+                Some(table) if chunk.reaching > BATCH_SCAN_ROWS => table,
+                _ => {
+                    for &row in rows {
+                        let row_index = row as usize;
+                        if let (Some((low, high)), Some(values)) = (chunk.key_range, values)
+                            && (values.is_null(row_index)
+                                || !(low..=high).contains(&values.value(row_index)))
+                        {
+                            continue;
+                        }
+                        let (from, to) = reach(row_index);
+                        let from = from.max(freed_through.saturating_add(1));
+                        if chunk.max_time < from || chunk.min_time > to {
+                            continue;
+                        }
+                        let hash = hashes[row_index];
+                        let kept_rows = chunk.hashes.iter().zip(times).enumerate();
+                        for (at, (&kept_hash, &time)) in kept_rows {
+                            if kept_hash == hash && time >= from && time <= to {
+                                out.push((row, position(chunk.sequence, at)));
+                            }
+                        }
+                    }
+                    continue;
+                }
+            };
+            for (at, (&kept_hash, &time)) in chunk.hashes.iter().zip(times).enumerate() {
+                if time <= freed_through {
+                    continue;
+                }
+                let Some(&head) = table.heads.get(&kept_hash) else {
+                    continue;
+                };
+                let mut probing = head;
+                while probing != u32::MAX {
+                    let row = rows[probing as usize];
+                    let (from, to) = reach(row as usize);
+                    if time >= from && time <= to {
+                        out.push((row, position(chunk.sequence, at)));
+                    }
+                    probing = table.next[probing as usize];
+                }
+            }
+        }
+        order_by_probing_row(&mut out[appended_from..]);
     }
 
     fn index_chunk(&mut self, chunk: Unindexed) {
@@ -463,12 +601,13 @@ impl SideState {
         self.entries += chunk.hashes.len();
     }
 
-    /// Appends to `out` the kept rows whose key hashes to `hash` (possibly another key's)
-    /// with an event time in `[from, to]`: the indexed ones in time order (first cutting the
-    /// freed rows' entries from the front of the key's), then those of the unindexed chunks
-    /// in arrival order. `value` is the key's integer value where [`Self::wants_key_values`]
-    /// (`None` for a null key). Returns how many of the rows appended first are rows of that
-    /// very value (found in the dense index), whose keys need no comparison.
+    /// Appends to `out` the indexed rows whose key hashes to `hash` (possibly another key's)
+    /// with an event time in `[from, to]`, in time order (first cutting the freed rows'
+    /// entries from the front of the key's); the unindexed ones are found by
+    /// [`Self::scan_unindexed`]. `value` is the key's integer value where
+    /// [`Self::wants_key_values`] (`None` for a null key). Returns how many of the rows
+    /// appended are rows of that very value (found in the dense index), whose keys need no
+    /// comparison.
     pub fn probe(
         &mut self,
         hash: u64,
@@ -477,44 +616,22 @@ impl SideState {
         to: i64,
         out: &mut Vec<Position>,
     ) -> usize {
-        let mut exact = 0;
+        let Some((key, by_value)) = self.index.get_mut(hash, value) else {
+            return 0;
+        };
         let before = out.len();
-        if let Some((key, by_value)) = self.index.get_mut(hash, value) {
-            self.entries -= key.free_through(self.freed_through);
-            let start = key.seek(from);
-            out.extend(
-                key.entries[start..]
-                    .iter()
-                    .take_while(|e| e.time <= to)
-                    .map(|e| e.position),
-            );
-            if by_value {
-                exact = out.len() - before;
-            }
+        self.entries -= key.free_through(self.freed_through);
+        let start = key.seek(from);
+        out.extend(
+            key.entries[start..]
+                .iter()
+                .take_while(|e| e.time <= to)
+                .map(|e| e.position),
+        );
+        match by_value {
+            true => out.len() - before,
+            false => 0,
         }
-        let from = from.max(self.freed_through.saturating_add(1));
-        for chunk in &self.unindexed {
-            if chunk.max_time < from || chunk.min_time > to {
-                continue;
-            }
-            let Some(Some(kept)) = chunk
-                .sequence
-                .checked_sub(self.first)
-                .and_then(|slot| self.chunks.get(slot as usize))
-            else {
-                continue;
-            };
-            let times = kept.times.values();
-            for (row, (&row_hash, &time)) in chunk.hashes.iter().zip(times.iter()).enumerate() {
-                if row_hash == hash && time >= from && time <= to {
-                    out.push(Position {
-                        chunk: chunk.sequence,
-                        row: row as u32,
-                    });
-                }
-            }
-        }
-        exact
     }
 
     /// Whether a live row may have a time in `[from, to]`: what [`Self::probe`] can find is
@@ -624,14 +741,92 @@ impl SideState {
     }
 }
 
-/// A kept chunk not in the index yet: its rows' key hashes and its time range.
+/// A batch's probing rows: their row numbers, every row's key hash and, where the state
+/// [`SideState::wants_key_values`], every row's integer key value.
+#[derive(Clone, Copy)]
+pub(super) struct ProbingRows<'a> {
+    pub rows: &'a [u32],
+    pub hashes: &'a [u64],
+    pub values: Option<&'a Int64Array>,
+}
+
+/// A batch's probing rows by key hash: the first of each hash's, and after each the next
+/// (as positions in [`ProbingRows::rows`], `u32::MAX` after the last).
+struct ProbeTable {
+    heads: PrehashedMap<u32>,
+    next: Vec<u32>,
+}
+
+impl ProbeTable {
+    fn new(probing: &ProbingRows) -> Self {
+        let mut heads = PrehashedMap::default();
+        let mut next = vec![u32::MAX; probing.rows.len()];
+        // Chained backwards so that each hash's rows are read in their order.
+        for (at, &row) in probing.rows.iter().enumerate().rev() {
+            if let Some(head) = heads.insert(probing.hashes[row as usize], at as u32) {
+                next[at] = head;
+            }
+        }
+        Self { heads, next }
+    }
+}
+
+/// A kept chunk not in the index yet: its rows' key hashes, its time range and for one
+/// integer key its key range.
 struct Unindexed {
     sequence: u64,
     min_time: i64,
     max_time: i64,
+    /// The smallest and largest key value ([`EMPTY_RANGE`] for keys all null).
+    key_range: Option<(i64, i64)>,
     hashes: Vec<u64>,
-    /// Probing rows that have reached the chunk's times so far.
-    probing_rows: usize,
+    /// What the scans of the chunk have cost so far, in single-row scans.
+    scan_cost: usize,
+    /// Probing rows of the batch being probed that reach the chunk.
+    reaching: usize,
+}
+
+/// Orders `pairs` by probing row, each row's pairs kept in their order: a counting sort over
+/// the batch's rows.
+fn order_by_probing_row(pairs: &mut [(u32, Position)]) {
+    if pairs.is_sorted_by_key(|(row, _)| *row) {
+        return;
+    }
+    let rows = pairs
+        .iter()
+        .map(|(row, _)| *row as usize)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut starts = vec![0; rows + 1];
+    for (row, _) in pairs.iter() {
+        starts[*row as usize + 1] += 1;
+    }
+    for row in 1..=rows {
+        starts[row] += starts[row - 1];
+    }
+    let mut ordered = pairs.to_vec();
+    for &pair in pairs.iter() {
+        let at = &mut starts[pair.0 as usize];
+        ordered[*at] = pair;
+        *at += 1;
+    }
+    pairs.copy_from_slice(&ordered);
+}
+
+/// A key range that holds no value.
+const EMPTY_RANGE: (i64, i64) = (i64::MAX, i64::MIN);
+
+/// The smallest and largest valid value; `None` when there is none.
+fn value_range(values: &Int64Array) -> Option<(i64, i64)> {
+    Some((min(values)?, max(values)?))
+}
+
+fn position(chunk: u64, row: usize) -> Position {
+    Position {
+        chunk,
+        row: row as u32,
+    }
 }
 
 /// Bytes held by key columns.
@@ -685,10 +880,57 @@ mod tests {
         (chunk, hashes)
     }
 
+    /// What one probing row of hash 7 finds in `[from, to]`, indexed or not, in position
+    /// order.
     fn probed(state: &mut SideState, from: i64, to: i64) -> Vec<(u64, u32)> {
+        found(state, 7, None, from, to)
+    }
+
+    /// What one probing row of `hash` (and `value`) finds in `[from, to]`: the state readied
+    /// for it, its index probed and its unindexed chunks scanned, in position order.
+    fn found(
+        state: &mut SideState,
+        hash: u64,
+        value: Option<i64>,
+        from: i64,
+        to: i64,
+    ) -> Vec<(u64, u32)> {
+        let values = value.map(|value| Int64Array::from(vec![value]));
+        let probing = ProbingRows {
+            rows: &[0],
+            hashes: &[hash],
+            values: values.as_ref(),
+        };
+        state.prepare_probes(from, to, &probing);
         let mut out = Vec::new();
-        state.probe(7, None, from, to, &mut out);
-        out.iter().map(|p| (p.chunk, p.row)).collect()
+        state.probe(hash, value, from, to, &mut out);
+        let mut scanned = Vec::new();
+        state.scan_unindexed(&probing, |_| (from, to), &mut scanned);
+        out.extend(scanned.into_iter().map(|(_, position)| position));
+        let mut found: Vec<(u64, u32)> = out.iter().map(|p| (p.chunk, p.row)).collect();
+        found.sort_unstable();
+        found
+    }
+
+    /// Readies `state` for `rows` probing rows of distinct hashes (none of them 7) in
+    /// `[from, to]`.
+    fn prepare(state: &mut SideState, from: i64, to: i64, rows: usize) {
+        prepare_hashed(
+            state,
+            from,
+            to,
+            (0..rows as u64).map(|row| 100 + row).collect(),
+        );
+    }
+
+    fn prepare_hashed(state: &mut SideState, from: i64, to: i64, hashes: Vec<u64>) {
+        let rows: Vec<u32> = (0..hashes.len() as u32).collect();
+        let probing = ProbingRows {
+            rows: &rows,
+            hashes: &hashes,
+            values: None,
+        };
+        state.prepare_probes(from, to, &probing);
     }
 
     fn indexed_rows(state: &SideState) -> usize {
@@ -734,7 +976,10 @@ mod tests {
             for state in [&mut hashed, &mut dense] {
                 let (chunk, hashes) = keyed_chunk(time, keys.clone());
                 state.insert(chunk, hashes);
-                state.prepare_probes(time, time + 500, SCANS_BEFORE_INDEX + 1);
+                // Batch scans enough to index what they reach.
+                for _ in 0..=SCANS_BEFORE_INDEX / BATCH_SCAN_ROWS {
+                    prepare(state, time, time + 500, SCANS_BEFORE_INDEX + 1);
+                }
                 if batch == 38 {
                     state.free_through(600);
                 }
@@ -743,20 +988,28 @@ mod tests {
         assert!(indexed_rows(&dense) > 0);
         assert!(dense.index.dense.as_ref().is_some_and(|d| d.frozen));
         let probe = |state: &mut SideState, key: i32| {
-            let mut out = Vec::new();
             let hash = (key as u64) / 2;
-            let exact = state.probe(hash, Some(i64::from(key)), i64::MIN, i64::MAX, &mut out);
-            let holds_key = |p: &Position| {
-                let keys = state.chunk(p.chunk).unwrap().keys[0]
+            let value = state.wants_key_values().then_some(i64::from(key));
+            let mut out = Vec::new();
+            let exact = state.probe(hash, value, i64::MIN, i64::MAX, &mut out);
+            let mut rows = found(state, hash, value, i64::MIN, i64::MAX);
+            let holds_key = |&(chunk, row): &(u64, u32)| {
+                let keys = state.chunk(chunk).unwrap().keys[0]
                     .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
                     .clone();
-                keys.is_valid(p.row as usize) && keys.value(p.row as usize) == key
+                keys.is_valid(row as usize) && keys.value(row as usize) == key
             };
             // The rows found by value are the key's own; the hashed index also finds the keys
             // sharing a hash.
-            assert!(out[..exact].iter().all(holds_key), "key {key}");
-            out.retain(holds_key);
-            out
+            assert!(
+                out[..exact]
+                    .iter()
+                    .map(|p| (p.chunk, p.row))
+                    .all(|p| holds_key(&p)),
+                "key {key}"
+            );
+            rows.retain(holds_key);
+            rows
         };
         let mut found = 0;
         let keys = (-120..12_400)
@@ -772,7 +1025,7 @@ mod tests {
     }
 
     #[test]
-    fn chunks_enter_the_index_in_arrival_order_once_enough_probing_rows_reach_them() {
+    fn chunks_enter_the_index_once_their_scans_cost_more_than_the_index() {
         let mut state = SideState::default();
         for times in [0..3, 100..103, 200..203] {
             let (chunk, hashes) = chunk(times);
@@ -782,11 +1035,16 @@ mod tests {
         assert_eq!(probed(&mut state, 0, 300).len(), 9);
         assert_eq!(probed(&mut state, 101, 102), vec![(1, 1), (1, 2)]);
         // A few probing rows leave the chunks they reach unindexed.
-        state.prepare_probes(101, 150, 3);
+        prepare(&mut state, 101, 150, 3);
         assert_eq!(indexed_rows(&state), 0);
-        // Enough of them index the chunk they reach and the first as well, not the third.
-        state.prepare_probes(101, 150, SCANS_BEFORE_INDEX);
-        assert_eq!(indexed_rows(&state), 6);
+        // A whole batch scans a chunk once, for the price of a few single-row scans: only
+        // enough such batches index the chunk they reach, not the others.
+        for _ in 0..SCANS_BEFORE_INDEX / BATCH_SCAN_ROWS - 1 {
+            prepare(&mut state, 101, 150, SCANS_BEFORE_INDEX);
+        }
+        assert_eq!(indexed_rows(&state), 0);
+        prepare(&mut state, 101, 150, SCANS_BEFORE_INDEX);
+        assert_eq!(indexed_rows(&state), 3);
         assert_eq!(probed(&mut state, 0, 300).len(), 9);
         assert_eq!(probed(&mut state, 101, 102), vec![(1, 1), (1, 2)]);
         assert_eq!(
@@ -798,13 +1056,93 @@ mod tests {
         assert_eq!(probed(&mut state, 0, 300), vec![(2, 2)]);
         // Freed before enough probes reached it, the third chunk never enters the index.
         state.free_through(250);
-        state.prepare_probes(200, 300, 1000);
+        prepare(&mut state, 200, 300, 1000);
         assert!(probed(&mut state, 0, 300).is_empty());
-        let (chunk, hashes) = chunk(300..303);
-        state.insert(chunk, hashes);
-        state.prepare_probes(302, 302, 1000);
+        let (kept, hashes) = chunk(300..303);
+        state.insert(kept, hashes);
+        for _ in 0..=SCANS_BEFORE_INDEX / BATCH_SCAN_ROWS {
+            prepare(&mut state, 302, 302, 1000);
+        }
         assert_eq!(probed(&mut state, 0, 400), vec![(3, 0), (3, 1), (3, 2)]);
         assert_eq!(state.size(), state.bytes + 3 * std::mem::size_of::<Entry>());
+        // A batch whose rows share few hashes would find many rows per lookup: it costs
+        // as many single-row scans as it has rows, and indexes what it reaches at once.
+        let (kept, hashes) = chunk(400..403);
+        state.insert(kept, hashes);
+        prepare_hashed(&mut state, 401, 401, vec![5; SCANS_BEFORE_INDEX + 1]);
+        assert_eq!(indexed_rows(&state), 6);
+    }
+
+    #[test]
+    fn batches_whose_keys_miss_a_chunks_key_range_leave_it_unindexed() {
+        // Chunks of ids 0..100, 100..200, …, as the bids of auctions in flight name.
+        let mut state = SideState::with_integer_key();
+        for first in 0..10 {
+            let keys = (first * 100..first * 100 + 100).map(Some).collect();
+            let (chunk, hashes) = keyed_chunk(i64::from(first), keys);
+            state.insert(chunk, hashes);
+        }
+        // Batch after batch of ids 950..1050: only the last chunk's range holds any of them.
+        let batch = Int64Array::from_iter_values(950..1050);
+        let hashes: Vec<u64> = batch.values().iter().map(|&v| (v as u64) / 2).collect();
+        let rows: Vec<u32> = (0..batch.len() as u32).collect();
+        let probing = ProbingRows {
+            rows: &rows,
+            hashes: &hashes,
+            values: Some(&batch),
+        };
+        for _ in 0..SCANS_BEFORE_INDEX {
+            state.prepare_probes(i64::MIN, i64::MAX, &probing);
+        }
+        let indexed: Vec<u64> = state
+            .index
+            .keys()
+            .flat_map(|key| key.live())
+            .map(|e| e.position.chunk)
+            .collect();
+        assert_eq!(indexed.len(), 100);
+        assert!(indexed.iter().all(|&chunk| chunk == 9));
+        // A few ids of a chunk's range scan it, unindexed, row by row or as a batch.
+        for rows in [2, BATCH_SCAN_ROWS + 5] {
+            let values = Int64Array::from_iter_values((0..rows as i64).map(|row| 10 + row * 3));
+            let hashes: Vec<u64> = values.values().iter().map(|&v| (v as u64) / 2).collect();
+            let rows: Vec<u32> = (0..rows as u32).collect();
+            let probing = ProbingRows {
+                rows: &rows,
+                hashes: &hashes,
+                values: Some(&values),
+            };
+            state.prepare_probes(i64::MIN, i64::MAX, &probing);
+            let mut scanned = Vec::new();
+            state.scan_unindexed(&probing, |_| (i64::MIN, i64::MAX), &mut scanned);
+            // Every probing row finds its own id and the one sharing its hash, in order.
+            let want: Vec<(u32, Position)> = rows
+                .iter()
+                .flat_map(|&row| {
+                    let id = 10 + row as usize * 3;
+                    let pair = id - id % 2;
+                    [(row, position(0, pair)), (row, position(0, pair + 1))]
+                })
+                .collect();
+            assert_eq!(scanned, want, "{} probing rows", rows.len());
+        }
+        assert_eq!(state.unindexed.len(), 9);
+    }
+
+    #[test]
+    fn pairs_are_ordered_by_probing_row_as_a_stable_sort_orders_them() {
+        for seed in 0..20u64 {
+            let mut pairs: Vec<(u32, Position)> = (0..(seed * 37 % 300))
+                .map(|i| {
+                    let draw = crate::splitmix64(seed * 1000 + i);
+                    ((draw % 50) as u32, position(draw >> 40, i as usize))
+                })
+                .collect();
+            let mut want = pairs.clone();
+            want.sort_by_key(|(row, _)| *row);
+            order_by_probing_row(&mut pairs);
+            assert_eq!(pairs, want, "seed {seed}");
+        }
     }
 
     #[test]
