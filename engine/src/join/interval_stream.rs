@@ -429,13 +429,13 @@ impl JoinStream {
             [key] if other.state.wants_key_values() => integer_values(key)?,
             _ => None,
         };
-        // Whether the other side holds rows the batch can reach: a side whose rows come
-        // after the other side's (q7's maxima, a window's end after its rows) probes nothing.
         let probing = ProbingRows {
             rows: &matchable,
             hashes: &hashes,
             values: key_values.as_ref(),
         };
+        // Whether the other side holds rows the batch can reach: a side whose rows come
+        // after the other side's (q7's maxima, a window's end after its rows) probes nothing.
         let reachable = match (time_range, until_range) {
             (Some((first, _)), Some((_, last))) => {
                 let (from, to) = bound.probe_range(which, first, last);
