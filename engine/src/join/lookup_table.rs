@@ -33,7 +33,7 @@ use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::{integer_values, key_comparator};
+use super::{integer_values, key_comparator, rows_by_group};
 use crate::kernels::{
     PaddedStrings, ShortColumns, ShortKeyIndex, StringColumn, longest_string, max_length_i32,
 };
@@ -200,26 +200,6 @@ impl LookupTable {
         }
         Ok(())
     }
-}
-
-/// The group rows in CSR form: each group's rows together, in row order.
-fn rows_by_group(row_groups: &[u32], groups: usize) -> (Vec<u32>, Vec<u32>) {
-    let mut starts = vec![0u32; groups + 1];
-    for &group in row_groups.iter().filter(|g| **g != NO_MATCH) {
-        starts[group as usize + 1] += 1;
-    }
-    for g in 0..groups {
-        starts[g + 1] += starts[g];
-    }
-    let mut filled = starts.clone();
-    let mut rows = vec![0u32; starts[groups] as usize];
-    for (row, &group) in row_groups.iter().enumerate() {
-        if group != NO_MATCH {
-            rows[filled[group as usize] as usize] = row as u32;
-            filled[group as usize] += 1;
-        }
-    }
-    (starts, rows)
 }
 
 /// A table's key columns that the short-key index takes.

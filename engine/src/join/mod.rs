@@ -135,6 +135,28 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// The rows of each group in CSR form (a counting sort): group `g`'s rows are
+/// `rows[starts[g]..starts[g + 1]]`, in row order; a row of group `u32::MAX` is in none.
+/// Returns `(starts, rows)`.
+pub(super) fn rows_by_group(row_groups: &[u32], groups: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut starts = vec![0u32; groups + 1];
+    for &group in row_groups.iter().filter(|g| **g != u32::MAX) {
+        starts[group as usize + 1] += 1;
+    }
+    for g in 0..groups {
+        starts[g + 1] += starts[g];
+    }
+    let mut filled = starts.clone();
+    let mut rows = vec![0u32; starts[groups] as usize];
+    for (row, &group) in row_groups.iter().enumerate() {
+        if group != u32::MAX {
+            rows[filled[group as usize] as usize] = row as u32;
+            filled[group as usize] += 1;
+        }
+    }
+    (starts, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

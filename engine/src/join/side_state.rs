@@ -45,7 +45,7 @@ use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array
 use datafusion::arrow::compute::{max, min};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::integer_values;
+use super::{integer_values, rows_by_group};
 use crate::kernels::PrehashedMap;
 
 /// Single-row scans of a kept chunk before it enters the index. A scan costs about a
@@ -786,31 +786,15 @@ struct Unindexed {
     reaching: usize,
 }
 
-/// Orders `pairs` by probing row, each row's pairs kept in their order: a counting sort over
-/// the batch's rows.
+/// Orders `pairs` by probing row, each row's pairs kept in their order.
 fn order_by_probing_row(pairs: &mut [(u32, Position)]) {
     if pairs.is_sorted_by_key(|(row, _)| *row) {
         return;
     }
-    let rows = pairs
-        .iter()
-        .map(|(row, _)| *row as usize)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let mut starts = vec![0; rows + 1];
-    for (row, _) in pairs.iter() {
-        starts[*row as usize + 1] += 1;
-    }
-    for row in 1..=rows {
-        starts[row] += starts[row - 1];
-    }
-    let mut ordered = pairs.to_vec();
-    for &pair in pairs.iter() {
-        let at = &mut starts[pair.0 as usize];
-        ordered[*at] = pair;
-        *at += 1;
-    }
+    let rows: Vec<u32> = pairs.iter().map(|(row, _)| *row).collect();
+    let groups = rows.iter().max().map_or(0, |&last| last as usize + 1);
+    let (_, order) = rows_by_group(&rows, groups);
+    let ordered: Vec<(u32, Position)> = order.iter().map(|&at| pairs[at as usize]).collect();
     pairs.copy_from_slice(&ordered);
 }
 
