@@ -21,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
-use super::side_state::{Chunk, Position, ProbingRows, SideState};
+use super::side_state::{Chunk, Found, Position, ProbingRows, SideState};
 use super::{KeyEquality, integer_values, is_integer_key, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
@@ -444,65 +444,46 @@ impl JoinStream {
             }
             _ => false,
         };
-        // The kept rows not in the other side's index that the batch's rows reach, by
-        // probing row.
-        let mut scanned = Vec::new();
+        // The kept rows each of the batch's rows reaches.
+        let mut found = Found::default();
         if reachable {
-            other.state.scan_unindexed(&probing, reach, &mut scanned);
+            other.state.probe_batch(&probing, reach, &mut found);
         }
-        let mut scanned = scanned.into_iter().peekable();
-        // Probe the other side's rows.
-        // Most rows find one match or none.
-        let mut pairs = Pairs {
-            probe: Vec::with_capacity(matchable.len()),
-            kept: Vec::with_capacity(matchable.len()),
-        };
-        let mut candidates = Vec::new();
-        // Per kept chunk met, the comparison of its keys with the batch's (a hash may be
-        // another key's). Without equality keys every pair within the bound is a candidate.
-        // Indexed by the chunk's sequence number from the oldest kept one.
-        let first_chunk = other.state.first_sequence();
-        let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
         // A kept row of a side with an until column spans [its time, its until]: the probe
         // reads the bound's end on the until values, and the other end is checked here, the
         // kept row's own time at most this limit.
         let other_has_until = bound.until(which.negate()).is_some();
-        let time_limit = |row: usize| match which {
-            JoinSide::Left => untils.value(row).saturating_add(bound.upper),
-            _ => untils.value(row).saturating_sub(bound.lower),
-        };
-        let key_value = |row: usize| {
-            key_values
-                .as_ref()
-                .and_then(|values| values.is_valid(row).then(|| values.value(row)))
-        };
-        for &row in matchable.iter().filter(|_| reachable) {
-            let row_index = row as usize;
-            let (from, to) = reach(row_index);
-            candidates.clear();
-            // The first `same_value` candidates are rows of this key's integer value.
-            let same_value = other.state.probe(
-                hashes[row_index],
-                key_value(row_index),
-                from,
-                to,
-                &mut candidates,
-            );
-            while let Some((_, position)) = scanned.next_if(|(probing, _)| *probing == row) {
-                candidates.push(position);
+        // Rows found by value hold the probing row's key; a hash may be another key's.
+        let pairs = if !other_has_until && (found.unsure.is_empty() || keys.is_empty()) {
+            Pairs {
+                probe: found.probe,
+                kept: found.kept,
             }
-            let limit = other_has_until.then(|| time_limit(row_index));
-            for (at, &position) in candidates.iter().enumerate() {
-                if let Some(limit) = limit
+        } else {
+            let time_limit = |row: usize| match which {
+                JoinSide::Left => untils.value(row).saturating_add(bound.upper),
+                _ => untils.value(row).saturating_sub(bound.lower),
+            };
+            // Per kept chunk met, the comparison of its keys with the batch's, indexed by
+            // the chunk's sequence number from the oldest kept one.
+            let first_chunk = other.state.first_sequence();
+            let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
+            let mut unsure = found.unsure.iter().peekable();
+            let mut pairs = Pairs::default();
+            for (at, (&row, &position)) in found.probe.iter().zip(&found.kept).enumerate() {
+                let check_key = unsure.next_if_eq(&&(at as u32)).is_some();
+                if other_has_until
                     && other
                         .state
                         .chunk(position.chunk)
                         .and_then(|chunk| chunk.event_times.as_ref())
-                        .is_some_and(|times| times.value(position.row as usize) > limit)
+                        .is_some_and(|times| {
+                            times.value(position.row as usize) > time_limit(row as usize)
+                        })
                 {
                     continue;
                 }
-                let same_key = keys.is_empty() || at < same_value || {
+                let same_key = !check_key || keys.is_empty() || {
                     let slot = (position.chunk - first_chunk) as usize;
                     if same_keys.len() <= slot {
                         same_keys.resize_with(slot + 1, || None);
@@ -516,14 +497,15 @@ impl JoinStream {
                             empty.insert(key_comparator(&chunk.keys, &keys)?)
                         }
                     };
-                    compare.is_equal(position.row as usize, row_index)
+                    compare.is_equal(position.row as usize, row as usize)
                 };
                 if same_key {
                     pairs.probe.push(row);
                     pairs.kept.push(position);
                 }
             }
-        }
+            pairs
+        };
         let pairs = match &common.filter {
             Some(filter) if !pairs.probe.is_empty() => {
                 apply_filter(filter, which, batch, &other.state, pairs)?
