@@ -156,8 +156,8 @@ impl Side {
         let mut hashes = vec![0; batch.num_rows()];
         create_hashes(&keys, random_state, &mut hashes)?;
         let (min_time, max_time) = batch_time_range(&untils).unwrap_or((i64::MAX, i64::MIN));
-        let earliest_event_time =
-            batch_time_range(&times).map_or(i64::MAX, |(earliest, _)| earliest);
+        let (earliest_event_time, latest_event_time) =
+            batch_time_range(&times).unwrap_or((i64::MAX, i64::MIN));
         let event_times = self.until_column.map(|_| times);
         let chunk = Chunk {
             batch,
@@ -167,6 +167,7 @@ impl Side {
             max_time,
             min_time,
             earliest_event_time,
+            latest_event_time,
             event_times,
         };
         Ok((chunk, hashes))
@@ -460,10 +461,13 @@ impl JoinStream {
                 kept: found.kept,
             }
         } else {
-            let time_limit = |row: usize| match which {
-                JoinSide::Left => untils.value(row).saturating_add(bound.upper),
-                _ => untils.value(row).saturating_sub(bound.lower),
+            let limit_of = |until: i64| match which {
+                JoinSide::Left => until.saturating_add(bound.upper),
+                _ => until.saturating_sub(bound.lower),
             };
+            // A chunk whose rows all start by the batch's smallest limit needs no check of
+            // its rows' own times (the auctions of q4 created before the bids probing them).
+            let smallest_limit = until_range.map_or(i64::MIN, |(first, _)| limit_of(first));
             // Per kept chunk met, the comparison of its keys with the batch's, indexed by
             // the chunk's sequence number from the oldest kept one.
             let first_chunk = other.state.first_sequence();
@@ -472,30 +476,25 @@ impl JoinStream {
             let mut pairs = Pairs::default();
             for (at, (&row, &position)) in found.probe.iter().zip(&found.kept).enumerate() {
                 let check_key = unsure.next_if_eq(&&(at as u32)).is_some();
+                let slot = (position.chunk - first_chunk) as usize;
+                let Some(chunk) = other.state.chunk(position.chunk) else {
+                    continue;
+                };
                 if other_has_until
-                    && other
-                        .state
-                        .chunk(position.chunk)
-                        .and_then(|chunk| chunk.event_times.as_ref())
-                        .is_some_and(|times| {
-                            times.value(position.row as usize) > time_limit(row as usize)
-                        })
+                    && chunk.latest_event_time > smallest_limit
+                    && chunk.event_times.as_ref().is_some_and(|times| {
+                        times.value(position.row as usize) > limit_of(untils.value(row as usize))
+                    })
                 {
                     continue;
                 }
                 let same_key = !check_key || keys.is_empty() || {
-                    let slot = (position.chunk - first_chunk) as usize;
                     if same_keys.len() <= slot {
                         same_keys.resize_with(slot + 1, || None);
                     }
                     let compare = match &mut same_keys[slot] {
                         Some(compare) => compare,
-                        empty => {
-                            let Some(chunk) = other.state.chunk(position.chunk) else {
-                                continue;
-                            };
-                            empty.insert(key_comparator(&chunk.keys, &keys)?)
-                        }
+                        empty => empty.insert(key_comparator(&chunk.keys, &keys)?),
                     };
                     compare.is_equal(position.row as usize, row as usize)
                 };
@@ -605,10 +604,10 @@ impl JoinStream {
                 Some(range) if kept_all => range,
                 _ => batch_time_range(&chunk_untils).unwrap_or((i64::MAX, i64::MIN)),
             };
-            let earliest_event_time = match (side.until_column, time_range) {
-                (None, _) => min_time,
-                (Some(_), Some((earliest, _))) if kept_all => earliest,
-                (Some(_), _) => batch_time_range(&chunk_times).map_or(i64::MAX, |(e, _)| e),
+            let (earliest_event_time, latest_event_time) = match (side.until_column, time_range) {
+                (None, _) => (min_time, max_time),
+                (Some(_), Some(range)) if kept_all => range,
+                (Some(_), _) => batch_time_range(&chunk_times).unwrap_or((i64::MAX, i64::MIN)),
             };
             let chunk = Chunk {
                 batch: chunk_batch,
@@ -618,6 +617,7 @@ impl JoinStream {
                 max_time,
                 min_time,
                 earliest_event_time,
+                latest_event_time,
                 event_times: side.until_column.map(|_| chunk_times),
             };
             side.state.insert(chunk, chunk_hashes);

@@ -87,6 +87,9 @@ pub(super) struct Chunk {
     pub min_time: i64,
     /// The smallest event time of the chunk's rows (its `min_time` without an until column).
     pub earliest_event_time: i64,
+    /// The largest event time of the chunk's rows: a kept row's own time, checked against
+    /// a probing row's limit, is within it for every row of a chunk whose latest is.
+    pub latest_event_time: i64,
     /// Each row's event time, for a side with an until column (where `times` are the until
     /// values): a probe checks the other end of the bound against them.
     pub event_times: Option<Int64Array>,
@@ -902,6 +905,7 @@ mod tests {
             keys: Vec::new(),
             matched: None,
             earliest_event_time: i64::MIN,
+            latest_event_time: i64::MAX,
             event_times: None,
         };
         (chunk, hashes)
