@@ -11,7 +11,8 @@
 //! its time bound: a search for the first (stepping on from where the key's last probe began,
 //! as probes come nearly in time order), then a scan to the last. Keys with few
 //! distinct values and many rows per key (ten symbols of a market feed) would otherwise
-//! compare every kept row of the key. Freed rows' entries are cut from the front of a key's
+//! compare every kept row of the key; a key of one live row or none (most keys of a join on
+//! an id) is read without the cursor. Freed rows' entries are cut from the front of a key's
 //! entries when the key is probed, and from every key when they outnumber the live rows.
 //!
 //! A join on one integer key (an id) indexes its rows by value in an array over the key
