@@ -4,7 +4,8 @@
 //! seconds apart to a second (every value its own granule, where DataFusion formats);
 //! `regexp_extract` of Nexmark q21's channel id from bid urls by its literal search for a
 //! query parameter, against the same extraction by the regex engine (the same pattern
-//! spelled `{0,}` for `*`, which the literal search does not take).
+//! spelled `{0,}` for `*`, which the literal search does not take); `split_part` of Nexmark
+//! q22's three directories of the same urls.
 //! Run with `cargo bench -p freshet-bench --bench functions`.
 
 use std::sync::Arc;
@@ -15,8 +16,9 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::config::ConfigOptions;
 use datafusion::functions::datetime::to_char;
+use datafusion::functions::string::split_part;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
-use freshet_planner::{regexp_extract_function, to_char_function};
+use freshet_planner::{regexp_extract_function, split_part_function, to_char_function};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -118,6 +120,30 @@ fn functions(c: &mut Criterion) {
     group.bench_function("q21 channel id: regex", |b| b.iter(|| extract_with(regex)));
     group.bench_function("q21 channel id: literal search", |b| {
         b.iter(|| extract_with(literal))
+    });
+    group.finish();
+
+    let (datafusion, freshet) = (split_part(), split_part_function());
+    let directories = |function: &ScalarUDF| {
+        [4, 5, 6].map(|position| {
+            call_with(
+                function,
+                &urls,
+                vec![
+                    ScalarValue::Utf8(Some("/".to_string())),
+                    ScalarValue::Int64(Some(position)),
+                ],
+            )
+        })
+    };
+    assert_eq!(directories(&freshet), directories(&datafusion));
+    let mut group = c.benchmark_group("split_part");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    group.bench_function("q22 three directories: DataFusion", |b| {
+        b.iter(|| directories(&datafusion))
+    });
+    group.bench_function("q22 three directories: Freshet", |b| {
+        b.iter(|| directories(&freshet))
     });
     group.finish();
 }

@@ -33,10 +33,14 @@ pub fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
 }
 
 /// DataFusion's functions that Freshet computes faster with the same answers, registered
-/// in a streaming session in place of DataFusion's: `to_char`. (Batch references, such as
-/// the test oracle, keep DataFusion's own, so that every comparison checks them.)
+/// in a streaming session in place of DataFusion's: `to_char` and `split_part`. (Batch
+/// references, such as the test oracle, keep DataFusion's own, so that every comparison
+/// checks them.)
 pub fn faster_builtin_functions() -> Vec<Arc<ScalarUDF>> {
-    vec![crate::to_char::to_char_function()]
+    vec![
+        crate::to_char::to_char_function(),
+        crate::split_part::split_part_function(),
+    ]
 }
 
 /// The window functions, for registration in a session.
