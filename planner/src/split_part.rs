@@ -241,7 +241,7 @@ mod tests {
     fn the_pieces_are_found_at_every_place_in_a_word() {
         // Delimiters at each byte of the first and second words, and one at the last byte.
         for at in 0..17 {
-            let mut text = vec![b'a'; 17];
+            let mut text = [b'a'; 17];
             text[at] = b'/';
             let text = &text[..];
             assert_eq!(nth_piece(text, b'/', 0), Some((0, at)), "at {at}");
@@ -280,7 +280,9 @@ mod tests {
                         ColumnarValue::Scalar(zero[0].clone()),
                         ColumnarValue::Scalar(zero[1].clone()),
                     ],
-                    arg_fields: vec![Arc::new(Field::new("a", DataType::Utf8View, true)); 3],
+                    arg_fields: (0..3)
+                        .map(|_| Arc::new(Field::new("a", DataType::Utf8View, true)))
+                        .collect(),
                     number_rows: texts.len(),
                     return_field: Arc::new(Field::new("f", DataType::Utf8View, true)),
                     config_options: Arc::new(ConfigOptions::default()),
