@@ -15,9 +15,10 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::array::builder::make_view;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, ByteView, StringViewArray};
-use datafusion::arrow::buffer::ScalarBuffer;
+use datafusion::arrow::buffer::{NullBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions::string::split_part::SplitPartFunc;
@@ -69,7 +70,10 @@ impl ScalarUDFImpl for SplitPart {
                 .and_then(|position| position.checked_sub(1))
         {
             return Ok(ColumnarValue::Array(pieces_of_views(
-                texts, delimiter, index,
+                texts,
+                delimiter,
+                index,
+                MissingPiece::Empty,
             )));
         }
         self.datafusion.invoke_with_args(args)
@@ -89,18 +93,43 @@ fn one_byte(delimiter: &ScalarValue) -> Option<u8> {
     }
 }
 
+/// What a text with too few pieces gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingPiece {
+    /// An empty string, as DataFusion's `split_part`.
+    Empty,
+    /// NULL, as Flink's `SPLIT_INDEX`.
+    Null,
+}
+
 /// Piece `index` (from 0) of every text, as views into the texts' buffers.
-fn pieces_of_views(texts: &StringViewArray, delimiter: u8, index: usize) -> ArrayRef {
+pub(crate) fn pieces_of_views(
+    texts: &StringViewArray,
+    delimiter: u8,
+    index: usize,
+    missing: MissingPiece,
+) -> ArrayRef {
     let views = texts.views();
     let empty = make_view(b"", 0, 0);
+    let mut valid = match missing {
+        MissingPiece::Null => Some(BooleanBufferBuilder::new(texts.len())),
+        MissingPiece::Empty => None,
+    };
     let pieces: Vec<u128> = (0..texts.len())
         .map(|row| {
             if texts.is_null(row) {
+                if let Some(valid) = valid.as_mut() {
+                    valid.append(false);
+                }
                 return 0;
             }
             // SAFETY: `row` is within the array.
             let text = unsafe { texts.value_unchecked(row) }.as_bytes();
-            match nth_piece(text, delimiter, index) {
+            let piece = nth_piece(text, delimiter, index);
+            if let Some(valid) = valid.as_mut() {
+                valid.append(piece.is_some());
+            }
+            match piece {
                 Some((start, end)) if end - start > 12 => {
                     let view = ByteView::from(views[row]);
                     make_view(
@@ -121,7 +150,10 @@ fn pieces_of_views(texts: &StringViewArray, delimiter: u8, index: usize) -> Arra
         StringViewArray::new_unchecked(
             ScalarBuffer::from(pieces),
             texts.data_buffers().to_vec(),
-            texts.nulls().cloned(),
+            match valid {
+                Some(mut valid) => Some(NullBuffer::new(valid.finish())),
+                None => texts.nulls().cloned(),
+            },
         )
     })
 }
