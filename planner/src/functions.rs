@@ -43,6 +43,37 @@ pub fn faster_builtin_functions() -> Vec<Arc<ScalarUDF>> {
     ]
 }
 
+/// The description of a function of [`faster_builtin_functions`] — name, aliases,
+/// signature, return type, documentation — taken from DataFusion's function it stands in
+/// for (held in `self.datafusion`), so that planning cannot tell the two apart.
+macro_rules! described_as_datafusion_s {
+    () => {
+        fn name(&self) -> &str {
+            self.datafusion.name()
+        }
+
+        fn aliases(&self) -> &[String] {
+            self.datafusion.aliases()
+        }
+
+        fn signature(&self) -> &datafusion::logical_expr::Signature {
+            self.datafusion.signature()
+        }
+
+        fn return_type(
+            &self,
+            arg_types: &[datafusion::arrow::datatypes::DataType],
+        ) -> datafusion::common::Result<datafusion::arrow::datatypes::DataType> {
+            self.datafusion.return_type(arg_types)
+        }
+
+        fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+            self.datafusion.documentation()
+        }
+    };
+}
+pub(crate) use described_as_datafusion_s;
+
 /// The window functions, for registration in a session.
 pub fn window_functions() -> Vec<Arc<ScalarUDF>> {
     [

@@ -19,12 +19,11 @@ use datafusion::arrow::array::BooleanBufferBuilder;
 use datafusion::arrow::array::builder::make_view;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, ByteView, StringViewArray};
 use datafusion::arrow::buffer::{NullBuffer, ScalarBuffer};
-use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions::string::split_part::SplitPartFunc;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl};
+
+use crate::functions::described_as_datafusion_s;
 
 /// The function, for registration in a session in place of DataFusion's.
 pub fn split_part_function() -> Arc<ScalarUDF> {
@@ -37,25 +36,7 @@ struct SplitPart {
 }
 
 impl ScalarUDFImpl for SplitPart {
-    fn name(&self) -> &str {
-        self.datafusion.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.datafusion.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.datafusion.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.datafusion.return_type(arg_types)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.datafusion.documentation()
-    }
+    described_as_datafusion_s!();
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         if let [
@@ -202,7 +183,7 @@ pub(crate) fn nth_piece(text: &[u8], delimiter: u8, index: usize) -> Option<(usi
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::datatypes::Field;
+    use datafusion::arrow::datatypes::{DataType, Field};
     use datafusion::config::ConfigOptions;
 
     use super::*;

@@ -30,10 +30,9 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::functions::datetime::to_char::ToCharFunc;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl};
 
+use crate::functions::described_as_datafusion_s;
 use crate::java_format::chrono_format_of_java_pattern;
 
 /// The function, for registration in a session in place of DataFusion's.
@@ -51,25 +50,7 @@ struct ToChar {
 }
 
 impl ScalarUDFImpl for ToChar {
-    fn name(&self) -> &str {
-        self.datafusion.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.datafusion.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.datafusion.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.datafusion.return_type(arg_types)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.datafusion.documentation()
-    }
+    described_as_datafusion_s!();
 
     /// A constant Java pattern becomes its chrono format (see the module documentation).
     fn simplify(&self, mut args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
