@@ -259,31 +259,17 @@ impl ScalarUDFImpl for SplitIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::invoke;
     use datafusion::prelude::SessionContext;
 
     /// `split_index` of `texts` at `separator`, piece `index`, as Utf8.
     fn split_index(texts: ArrayRef, separator: &str, index: i64) -> ArrayRef {
-        use datafusion::config::ConfigOptions;
-        let rows = texts.len();
-        let args = vec![
-            ColumnarValue::Array(Arc::clone(&texts)),
-            ColumnarValue::Scalar(ScalarValue::Utf8(Some(separator.to_string()))),
-            ColumnarValue::Scalar(ScalarValue::Int64(Some(index))),
+        let constants = [
+            ScalarValue::Utf8(Some(separator.to_string())),
+            ScalarValue::Int64(Some(index)),
         ];
-        let arg_fields = args
-            .iter()
-            .map(|arg| Arc::new(Field::new("a", arg.data_type(), true)))
-            .collect();
-        let output = SplitIndex::new()
-            .invoke_with_args(ScalarFunctionArgs {
-                args,
-                arg_fields,
-                number_rows: rows,
-                return_field: Arc::new(Field::new("f", texts.data_type().clone(), true)),
-                config_options: Arc::new(ConfigOptions::default()),
-            })
-            .and_then(|result| result.into_array(rows))
-            .unwrap();
+        let returns = texts.data_type().clone();
+        let output = invoke(&SplitIndex::new(), &texts, &constants, returns).unwrap();
         cast(&output, &DataType::Utf8).unwrap()
     }
 

@@ -183,29 +183,13 @@ pub(crate) fn nth_piece(text: &[u8], delimiter: u8, index: usize) -> Option<(usi
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::datatypes::{DataType, Field};
-    use datafusion::config::ConfigOptions;
+    use datafusion::arrow::datatypes::DataType;
 
     use super::*;
+    use crate::test_support::invoke;
 
     fn call(function: &dyn ScalarUDFImpl, texts: &ArrayRef, args: &[ScalarValue]) -> ArrayRef {
-        let args: Vec<ColumnarValue> = std::iter::once(ColumnarValue::Array(Arc::clone(texts)))
-            .chain(args.iter().cloned().map(ColumnarValue::Scalar))
-            .collect();
-        let arg_fields = args
-            .iter()
-            .map(|arg| Arc::new(Field::new("a", arg.data_type(), true)))
-            .collect();
-        function
-            .invoke_with_args(ScalarFunctionArgs {
-                args,
-                arg_fields,
-                number_rows: texts.len(),
-                return_field: Arc::new(Field::new("f", texts.data_type().clone(), true)),
-                config_options: Arc::new(ConfigOptions::default()),
-            })
-            .and_then(|result| result.into_array(texts.len()))
-            .unwrap()
+        invoke(function, texts, args, texts.data_type().clone()).unwrap()
     }
 
     /// Texts of every length up to 40 over an alphabet of the delimiter, letters and a
@@ -286,20 +270,7 @@ mod tests {
             ScalarValue::Int64(Some(0)),
         ];
         let error = |function: &dyn ScalarUDFImpl| {
-            function
-                .invoke_with_args(ScalarFunctionArgs {
-                    args: vec![
-                        ColumnarValue::Array(Arc::clone(&texts)),
-                        ColumnarValue::Scalar(zero[0].clone()),
-                        ColumnarValue::Scalar(zero[1].clone()),
-                    ],
-                    arg_fields: (0..3)
-                        .map(|_| Arc::new(Field::new("a", DataType::Utf8View, true)))
-                        .collect(),
-                    number_rows: texts.len(),
-                    return_field: Arc::new(Field::new("f", DataType::Utf8View, true)),
-                    config_options: Arc::new(ConfigOptions::default()),
-                })
+            invoke(function, &texts, &zero, DataType::Utf8View)
                 .unwrap_err()
                 .to_string()
         };

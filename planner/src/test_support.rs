@@ -1,5 +1,13 @@
-//! Planning SQL over a small market-data stream, for the rules' unit tests.
+//! Planning SQL over a small market-data stream, for the rules' unit tests, and calling a
+//! scalar function as a plan calls it, for the functions' tests.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::config::ConfigOptions;
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl};
 use freshet_engine::{GeneratorKind, GeneratorSpec, StreamOptions};
 
 use crate::StreamingContext;
@@ -39,4 +47,30 @@ pub fn operators(plan: &str) -> Vec<&str> {
         .filter_map(|line| line.trim_start().split(':').next())
         .filter(|name| name.ends_with("Exec"))
         .collect()
+}
+
+/// `function` called as a plan calls it, on `column` and the `constants` after it: its
+/// result as an array of the column's length, for a return field of type `returns`.
+pub fn invoke(
+    function: &dyn ScalarUDFImpl,
+    column: &ArrayRef,
+    constants: &[ScalarValue],
+    returns: DataType,
+) -> Result<ArrayRef> {
+    let args: Vec<ColumnarValue> = std::iter::once(ColumnarValue::Array(Arc::clone(column)))
+        .chain(constants.iter().cloned().map(ColumnarValue::Scalar))
+        .collect();
+    let arg_fields = args
+        .iter()
+        .map(|arg| Arc::new(Field::new("a", arg.data_type(), true)))
+        .collect();
+    function
+        .invoke_with_args(ScalarFunctionArgs {
+            args,
+            arg_fields,
+            number_rows: column.len(),
+            return_field: Arc::new(Field::new("f", returns, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        })?
+        .into_array(column.len())
 }

@@ -188,27 +188,12 @@ fn format_granule(format: &str) -> Option<i64> {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{StringArray, TimestampMillisecondArray};
-    use datafusion::arrow::datatypes::Field;
-    use datafusion::config::ConfigOptions;
+
+    use crate::test_support::invoke;
 
     fn call(function: &dyn ScalarUDFImpl, times: &ArrayRef, format: &str) -> Result<ArrayRef> {
-        let args = vec![
-            ColumnarValue::Array(Arc::clone(times)),
-            ColumnarValue::Scalar(ScalarValue::Utf8(Some(format.to_string()))),
-        ];
-        let arg_fields = args
-            .iter()
-            .map(|arg| Arc::new(Field::new("a", arg.data_type(), true)))
-            .collect();
-        function
-            .invoke_with_args(ScalarFunctionArgs {
-                args,
-                arg_fields,
-                number_rows: times.len(),
-                return_field: Arc::new(Field::new("f", DataType::Utf8, true)),
-                config_options: Arc::new(ConfigOptions::default()),
-            })?
-            .into_array(times.len())
+        let format = ScalarValue::Utf8(Some(format.to_string()));
+        invoke(function, times, &[format], DataType::Utf8)
     }
 
     /// Times a few seconds, minutes, hours and days apart, before and after 1970, in runs
