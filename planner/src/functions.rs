@@ -33,13 +33,15 @@ pub fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
 }
 
 /// DataFusion's functions that Freshet computes faster with the same answers, registered
-/// in a streaming session in place of DataFusion's: `to_char` and `split_part`. (Batch
+/// in a streaming session in place of DataFusion's: `to_char`, `split_part` and
+/// `date_part`. (Batch
 /// references, such as the test oracle, keep DataFusion's own, so that every comparison
 /// checks them.)
 pub fn faster_builtin_functions() -> Vec<Arc<ScalarUDF>> {
     vec![
         crate::to_char::to_char_function(),
         crate::split_part::split_part_function(),
+        crate::date_part::date_part_function(),
     ]
 }
 

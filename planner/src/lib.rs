@@ -12,6 +12,7 @@ mod changelog_rule;
 mod checkpointed;
 mod context;
 mod count_char;
+mod date_part;
 mod dialect;
 mod distribution_repair;
 mod execution_errors;
