@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, StringArrayType};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::{
@@ -72,6 +72,17 @@ impl ScalarUDFImpl for CountChar {
             return exec_err!("count_char(text, c): c must be one character, not '{c}'");
         };
         let texts = args.args[0].to_array(args.number_rows)?;
+        if let Ok(byte) = u8::try_from(c)
+            && byte.is_ascii()
+        {
+            let counts = match texts.data_type() {
+                DataType::Utf8 => count_byte(texts.as_string::<i32>(), byte),
+                DataType::LargeUtf8 => count_byte(texts.as_string::<i64>(), byte),
+                DataType::Utf8View => count_byte(texts.as_string_view(), byte),
+                other => return exec_err!("count_char(text, c): text is {other}, not a string"),
+            };
+            return Ok(ColumnarValue::Array(Arc::new(counts)));
+        }
         let counts: Int64Array = match texts.data_type() {
             DataType::Utf8 => count_in(texts.as_string::<i32>().iter(), c),
             DataType::LargeUtf8 => count_in(texts.as_string::<i64>().iter(), c),
@@ -80,6 +91,22 @@ impl ScalarUDFImpl for CountChar {
         };
         Ok(ColumnarValue::Array(Arc::new(counts)))
     }
+}
+
+/// The count of an ASCII `byte` in each text (an ASCII byte is never part of another
+/// character): a count a row into one buffer, the texts' NULLs kept.
+fn count_byte<'a, T>(texts: T, byte: u8) -> Int64Array
+where
+    T: StringArrayType<'a> + Array,
+{
+    let counts: Vec<i64> = (0..texts.len())
+        .map(|row| {
+            // A NULL's slot holds a valid (empty or unused) text; its count is masked.
+            let text = texts.value(row).as_bytes();
+            text.iter().map(|b| u64::from(*b == byte)).sum::<u64>() as i64
+        })
+        .collect();
+    Int64Array::new(counts.into(), texts.nulls().cloned())
 }
 
 fn count_in<'a>(texts: impl Iterator<Item = Option<&'a str>>, c: char) -> Int64Array {
