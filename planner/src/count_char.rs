@@ -109,16 +109,10 @@ where
     Int64Array::new(counts.into(), texts.nulls().cloned())
 }
 
+/// The count of a character of several bytes in each text.
 fn count_in<'a>(texts: impl Iterator<Item = Option<&'a str>>, c: char) -> Int64Array {
-    let mut encoded = [0u8; 4];
-    let needle = c.encode_utf8(&mut encoded).as_bytes();
     texts
-        .map(|text| {
-            text.map(|text| match needle {
-                [byte] => text.bytes().filter(|b| b == byte).count() as i64,
-                _ => text.matches(c).count() as i64,
-            })
-        })
+        .map(|text| text.map(|text| text.matches(c).count() as i64))
         .collect()
 }
 
