@@ -168,7 +168,10 @@ pub(super) fn pack_string(
     let nulls = array.logical_nulls();
     match (array.data_type(), slot) {
         (DataType::Utf8, 8) => pack_utf8::<8>(array, header, offset, keys, long_rows),
+        (DataType::Utf8, 12) => pack_utf8::<12>(array, header, offset, keys, long_rows),
         (DataType::Utf8, 16) => pack_utf8::<16>(array, header, offset, keys, long_rows),
+        (DataType::Utf8View, 8) => pack_inline_views::<8>(array, header, offset, keys, long_rows),
+        (DataType::Utf8View, 12) => pack_inline_views::<12>(array, header, offset, keys, long_rows),
         _ => {
             for (row, key) in keys.iter_mut().enumerate() {
                 if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
@@ -188,8 +191,9 @@ pub(super) fn pack_string(
     Ok(())
 }
 
-/// Utf8 into slots of `SLOT` (8 or 16) bytes: each string is read as whole words masked to
-/// its length, where the values buffer has the words from the string's start.
+/// Utf8 into slots of `SLOT` (8, 12 or 16) bytes: each string is read as whole words masked
+/// to its length (the last one cut to the slot), where the values buffer has the slot's
+/// bytes from the string's start.
 pub(super) fn pack_utf8<const SLOT: usize>(
     array: &dyn Array,
     header: usize,
@@ -224,13 +228,14 @@ pub(super) fn pack_utf8<const SLOT: usize>(
         key.0[header] = length as u8 + 1;
         match values.get(from..from + SLOT) {
             Some(bytes) => {
-                for (word, chunk) in bytes.chunks_exact(WORD).enumerate() {
+                for (word, chunk) in bytes.chunks(WORD).enumerate() {
                     let mut buffer = [0u8; WORD];
-                    buffer.copy_from_slice(chunk);
+                    buffer[..chunk.len()].copy_from_slice(chunk);
                     let kept = length.saturating_sub(word * WORD).min(WORD);
                     let value = u64::from_le_bytes(buffer) & BYTE_MASKS[kept];
                     let at = offset + word * WORD;
-                    key.0[at..at + WORD].copy_from_slice(&value.to_le_bytes());
+                    key.0[at..at + chunk.len()]
+                        .copy_from_slice(&value.to_le_bytes()[..chunk.len()]);
                 }
             }
             None => {
@@ -238,6 +243,44 @@ pub(super) fn pack_utf8<const SLOT: usize>(
                 key.0[offset..offset + bytes.len()].copy_from_slice(bytes);
             }
         }
+    }
+}
+
+/// Utf8View into slots of `SLOT` (at most 12) bytes: a string that fits is the inline part
+/// of its view (a view holds a string of up to 12 bytes after its length), masked to its
+/// length, so the data buffers are never read.
+pub(super) fn pack_inline_views<const SLOT: usize>(
+    array: &dyn Array,
+    header: usize,
+    offset: usize,
+    keys: &mut [Packed],
+    long_rows: &mut [bool],
+) {
+    const INLINE: usize = 12;
+    let views = array.as_string_view().views();
+    let nulls = array.logical_nulls();
+    if SLOT > INLINE || offset + SLOT > PACKED_BYTES || header >= PACKED_BYTES {
+        long_rows.fill(true);
+        return;
+    }
+    for (row, ((key, long), &view)) in keys
+        .iter_mut()
+        .zip(long_rows.iter_mut())
+        .zip(views.iter())
+        .enumerate()
+    {
+        if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let length = view as u32 as usize;
+        if length > SLOT {
+            *long = true;
+            continue;
+        }
+        key.0[header] = length as u8 + 1;
+        // Bytes past the string are padding, zero by the format but masked all the same.
+        let inline = (view >> 32) & ((1u128 << (8 * length)) - 1);
+        key.0[offset..offset + SLOT].copy_from_slice(&inline.to_le_bytes()[..SLOT]);
     }
 }
 

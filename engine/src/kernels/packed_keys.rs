@@ -28,7 +28,6 @@
 //! `bench/benches/kernels.rs` (`intern_*`) measures this against DataFusion's interner on the
 //! scenario keys.
 
-use std::collections::HashMap;
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -41,7 +40,8 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Int64Type, SchemaRef, UInt8Type, UInt32Type, UInt64Type,
 };
-use datafusion::common::{Result, internal_err};
+use datafusion::common::hash_utils::RandomState;
+use datafusion::common::{HashMap, Result, internal_err};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
@@ -73,7 +73,7 @@ const LEARNING_ROWS: usize = 256;
 const MISSING_GROUP: usize = usize::MAX;
 
 /// The slot widths a string column can have.
-const STRING_SLOTS: [usize; 2] = [8, 16];
+const STRING_SLOTS: [usize; 3] = [8, 12, 16];
 
 /// The interner for keys of `schema`: [`DictionaryGroupValues`] when a key column is a
 /// dictionary, [`DenseInt64GroupValues`] for a single Int64 key (an id), DataFusion's for
@@ -163,8 +163,8 @@ pub struct PackedGroupValues {
     /// Open addressing with linear probing: group ids of packed keys, `EMPTY` where free.
     table: Vec<u32>,
     /// Keys that did not fit, by their long encoding, and the reverse for emission.
-    long_groups: HashMap<Vec<u8>, usize>,
-    long_keys: HashMap<usize, Vec<u8>>,
+    long_groups: HashMap<Vec<u8>, usize, RandomState>,
+    long_keys: HashMap<usize, Vec<u8>, RandomState>,
     /// Per-chunk scratch: packed keys, the table slot each starts its probe at, and whether
     /// each row's key did not fit.
     scratch: Vec<Packed>,
@@ -196,8 +196,8 @@ impl PackedGroupValues {
             columns,
             keys: Vec::new(),
             table: vec![EMPTY; 64],
-            long_groups: HashMap::new(),
-            long_keys: HashMap::new(),
+            long_groups: HashMap::default(),
+            long_keys: HashMap::default(),
             scratch: Vec::new(),
             slots: Vec::new(),
             long_rows: Vec::new(),
@@ -206,26 +206,11 @@ impl PackedGroupValues {
     }
 
     /// Widens the slots of string columns whose longest value in a batch (`longest`) outgrows
-    /// them, where the key still fits; the stored keys are re-encoded in the new layout with
-    /// their ids.
+    /// them, as far as the key still fits: to the slot that holds the longest string, or
+    /// where the key would not fit so, to the widest slot that does (the longer strings then
+    /// take the long encoding). The stored keys are re-encoded in the new layout with their
+    /// ids.
     fn widen_for(&mut self, longest: &[usize]) -> Result<()> {
-        let mut wanted: Vec<usize> = Vec::with_capacity(self.columns.len());
-        let mut widen = false;
-        for (column, longest) in self.columns.iter().zip(longest) {
-            match *column {
-                KeyColumn::String { slot, .. } => {
-                    let longest = *longest;
-                    let fitting = STRING_SLOTS.iter().copied().find(|s| *s >= longest);
-                    let width = fitting.unwrap_or(slot).max(slot);
-                    widen |= width > slot;
-                    wanted.push(width);
-                }
-                KeyColumn::Fixed { .. } => wanted.push(0),
-            }
-        }
-        if !widen {
-            return Ok(());
-        }
         let kinds: Vec<Option<usize>> = self
             .columns
             .iter()
@@ -234,8 +219,28 @@ impl PackedGroupValues {
                 KeyColumn::String { .. } => None,
             })
             .collect();
-        let Some(columns) = layout(&kinds, &wanted) else {
-            // Too wide: those rows take the long encoding.
+        let widest = |cap: usize| -> Vec<usize> {
+            self.columns
+                .iter()
+                .zip(longest)
+                .map(|(column, longest)| match *column {
+                    KeyColumn::String { slot, .. } => {
+                        let fitting = STRING_SLOTS.iter().copied().find(|s| s >= longest);
+                        fitting.unwrap_or(cap).min(cap).max(slot)
+                    }
+                    KeyColumn::Fixed { .. } => 0,
+                })
+                .collect()
+        };
+        let current = widest(0);
+        let wider = STRING_SLOTS.iter().rev().find_map(|&cap| {
+            let wanted = widest(cap);
+            (wanted != current)
+                .then(|| layout(&kinds, &wanted))
+                .flatten()
+        });
+        let Some(columns) = wider else {
+            // No wider layout fits: the longer strings take the long encoding.
             return Ok(());
         };
         let stored = self.decode(self.keys.len())?;
@@ -1198,6 +1203,72 @@ mod tests {
     #[test]
     fn matches_datafusion_on_utf8_view_keys() {
         assert_same_as_datafusion(DataType::Utf8View);
+    }
+
+    /// Strings of 9 to 12 bytes take 12-byte slots, so that two such columns fit a packed
+    /// key beside their headers (16-byte slots would not); a Utf8View column is read from
+    /// its views, a Utf8 column a word at a time up to its buffer's end. Longer strings take
+    /// the long encoding. Group ids and emitted keys are DataFusion's.
+    #[test]
+    fn strings_of_up_to_twelve_bytes_are_packed_as_datafusion_interns_them() {
+        let texts = |seed: u64, rows: usize, salt: u64| -> ArrayRef {
+            let draw = |i: usize| splitmix64(seed ^ (i as u64) ^ salt);
+            Arc::new(StringArray::from_iter((0..rows).map(|i| {
+                let d = draw(i);
+                match d % 10 {
+                    0 => None,
+                    1 => Some(String::new()),
+                    2 => Some(format!("longer-than-12-{}", d % 3)),
+                    3 => Some("Facebook".to_string()),
+                    n => Some(format!("channel-{}", d % 10u64.pow(n as u32 % 4 + 1))),
+                }
+            })))
+        };
+        let columns = |seed: u64, rows: usize| -> Vec<ArrayRef> {
+            vec![
+                cast(&texts(seed, rows, 11), &DataType::Utf8View).unwrap(),
+                texts(seed, rows, 12),
+            ]
+        };
+        let as_utf8 = |columns: &[ArrayRef]| -> Vec<ArrayRef> {
+            columns
+                .iter()
+                .map(|c| cast(c, &DataType::Utf8).unwrap())
+                .collect()
+        };
+        let mut packed = PackedGroupValues::try_new(&schema(&columns(0, 2))).unwrap();
+        let mut expected = reference(&schema(&as_utf8(&columns(0, 2))));
+        let (mut got_ids, mut want_ids) = (Vec::new(), Vec::new());
+        for b in 0..4u64 {
+            let batch = columns(b, 700);
+            packed.intern(&batch, &mut got_ids).unwrap();
+            expected.intern(&as_utf8(&batch), &mut want_ids).unwrap();
+            assert_eq!(got_ids, want_ids, "group ids of batch {b}");
+            assert!(
+                matches!(
+                    packed.columns[..],
+                    [
+                        KeyColumn::String { slot: 12, .. },
+                        KeyColumn::String { slot: 12, .. }
+                    ]
+                ),
+                "{:?}",
+                packed.columns
+            );
+            // Only keys with a string of over 12 bytes take the long encoding.
+            let long = packed.long_keys.len();
+            assert!(
+                long > 0 && long * 4 < packed.len(),
+                "{long} of {}",
+                packed.len()
+            );
+        }
+        let got = packed.emit(EmitTo::All).unwrap();
+        let want = expected.emit(EmitTo::All).unwrap();
+        assert_eq!(got[0].data_type(), &DataType::Utf8View);
+        for (g, w) in as_utf8(&got).iter().zip(&want) {
+            assert_eq!(g.as_ref(), w.as_ref());
+        }
     }
 
     /// A table past the prefetched size, growing in the middle of a chunk, still gives every
