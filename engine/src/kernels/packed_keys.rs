@@ -162,9 +162,8 @@ pub struct PackedGroupValues {
     keys: Vec<Packed>,
     /// Open addressing with linear probing: group ids of packed keys, `EMPTY` where free.
     table: Vec<u32>,
-    /// Keys that did not fit, by their long encoding, and the reverse for emission.
-    long_groups: HashMap<Vec<u8>, usize, RandomState>,
-    long_keys: HashMap<usize, Vec<u8>, RandomState>,
+    /// Keys that did not fit, in their long encoding.
+    long: LongKeys,
     /// Per-chunk scratch: packed keys, the table slot each starts its probe at, and whether
     /// each row's key did not fit.
     scratch: Vec<Packed>,
@@ -196,8 +195,7 @@ impl PackedGroupValues {
             columns,
             keys: Vec::new(),
             table: vec![EMPTY; 64],
-            long_groups: HashMap::default(),
-            long_keys: HashMap::default(),
+            long: LongKeys::default(),
             scratch: Vec::new(),
             slots: Vec::new(),
             long_rows: Vec::new(),
@@ -246,8 +244,7 @@ impl PackedGroupValues {
         let stored = self.decode(self.keys.len())?;
         self.columns = columns;
         self.keys.clear();
-        self.long_groups.clear();
-        self.long_keys.clear();
+        self.long.clear();
         self.rebuild_table(64);
         if !stored.is_empty() {
             let mut ids = Vec::new();
@@ -507,13 +504,12 @@ impl PackedGroupValues {
     /// The group of a row whose key did not fit, creating it if new.
     fn intern_long(&mut self, cols: &[ArrayRef], row: usize) -> Result<usize> {
         let key = self.encode_long(cols, row)?;
-        if let Some(group) = self.long_groups.get(&key) {
-            return Ok(*group);
+        if let Some(group) = self.long.group_of(&key) {
+            return Ok(group);
         }
         let group = self.keys.len();
         self.keys.push(Packed::ZERO);
-        self.long_keys.insert(group, key.clone());
-        self.long_groups.insert(key, group);
+        self.long.insert(group, key);
         Ok(group)
     }
 
@@ -572,7 +568,8 @@ impl PackedGroupValues {
             Arc::new(UInt32Array::from(self.table.clone())),
         );
         let (groups, long): (Vec<u64>, Vec<&[u8]>) = self
-            .long_keys
+            .long
+            .by_group
             .iter()
             .map(|(group, key)| (*group as u64, key.as_slice()))
             .unzip();
@@ -627,12 +624,10 @@ impl PackedGroupValues {
             .array("packed_long_groups")?
             .as_primitive::<UInt64Type>();
         let long = state.array("packed_long_keys")?.as_binary::<i32>();
-        self.long_groups.clear();
-        self.long_keys.clear();
+        self.long.clear();
         for (group, key) in groups.values().iter().zip(long.iter()) {
-            let key = key.unwrap_or_default().to_vec();
-            self.long_groups.insert(key.clone(), *group as usize);
-            self.long_keys.insert(*group as usize, key);
+            self.long
+                .insert(*group as usize, key.unwrap_or_default().to_vec());
         }
         self.short.clear();
         if !self.table.len().is_power_of_two() {
@@ -649,7 +644,7 @@ impl PackedGroupValues {
         self.table.resize(slots, EMPTY);
         let mask = slots - 1;
         for (group, key) in self.keys.iter().enumerate() {
-            if self.long_keys.contains_key(&group) {
+            if self.long.by_group.contains_key(&group) {
                 continue;
             }
             let mut slot = key.slot(mask.count_ones());
@@ -662,12 +657,12 @@ impl PackedGroupValues {
 
     /// The key columns of groups `0..n`.
     fn decode(&self, n: usize) -> Result<Vec<ArrayRef>> {
-        if self.long_keys.keys().all(|group| *group >= n) {
+        if self.long.by_group.keys().all(|group| *group >= n) {
             return self.decode_packed(&self.keys[..n]);
         }
         let mut fields: Vec<Vec<Option<&[u8]>>> = vec![Vec::with_capacity(n); self.columns.len()];
         for group in 0..n {
-            match self.long_keys.get(&group) {
+            match self.long.by_group.get(&group) {
                 Some(long) => self.split_long(long, &mut fields)?,
                 None => self.split_packed(&self.keys[group], &mut fields)?,
             }
@@ -784,6 +779,50 @@ impl PackedGroupValues {
             }
         }
         Ok(())
+    }
+}
+
+/// The keys of a [`PackedGroupValues`] that do not fit a packed key, in their long
+/// encoding: by key to find a row's group, by group to emit them.
+#[derive(Debug, Default)]
+struct LongKeys {
+    by_key: HashMap<Vec<u8>, usize, RandomState>,
+    by_group: HashMap<usize, Vec<u8>, RandomState>,
+    /// The bytes both maps hold, kept as keys come and go: summing them at every `size`
+    /// call (once a batch) made a table of many long keys quadratic.
+    bytes: usize,
+}
+
+impl LongKeys {
+    /// Bytes an entry of both maps costs besides its key's two copies.
+    const ENTRY_BYTES: usize = 48;
+
+    fn group_of(&self, key: &[u8]) -> Option<usize> {
+        self.by_key.get(key).copied()
+    }
+
+    fn insert(&mut self, group: usize, key: Vec<u8>) {
+        self.bytes += 2 * key.capacity() + Self::ENTRY_BYTES;
+        self.by_key.insert(key.clone(), group);
+        self.by_group.insert(group, key);
+    }
+
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Drops the keys of groups `0..n` and numbers the others' groups from 0.
+    fn drop_first_groups(&mut self, n: usize) {
+        if self.by_group.is_empty() {
+            return;
+        }
+        let kept = std::mem::take(&mut self.by_group);
+        self.clear();
+        for (group, key) in kept {
+            if group >= n {
+                self.insert(group - n, key);
+            }
+        }
     }
 }
 
@@ -922,14 +961,13 @@ impl GroupValues for PackedGroupValues {
     }
 
     fn size(&self) -> usize {
-        let long: usize = self.long_keys.values().map(|k| 2 * k.capacity() + 48).sum();
         size_of::<Self>()
             + self.keys.capacity() * size_of::<Packed>()
             + self.table.capacity() * size_of::<u32>()
             + self.scratch.capacity() * size_of::<Packed>()
             + self.long_rows.capacity()
             + self.short.size()
-            + long
+            + self.long.bytes
     }
 
     fn is_empty(&self) -> bool {
@@ -948,16 +986,7 @@ impl GroupValues for PackedGroupValues {
         let arrays = self.decode(n)?;
         self.keys.drain(..n);
         self.short.clear();
-        if !self.long_keys.is_empty() {
-            let long_keys = std::mem::take(&mut self.long_keys);
-            self.long_groups.clear();
-            for (group, key) in long_keys {
-                if group >= n {
-                    self.long_groups.insert(key.clone(), group - n);
-                    self.long_keys.insert(group - n, key);
-                }
-            }
-        }
+        self.long.drop_first_groups(n);
         let slots = (self.keys.len() * 2).next_power_of_two().max(64);
         self.rebuild_table(slots);
         Ok(arrays)
@@ -967,8 +996,7 @@ impl GroupValues for PackedGroupValues {
         self.short.clear();
         self.keys.clear();
         self.keys.shrink_to(num_rows);
-        self.long_groups.clear();
-        self.long_keys.clear();
+        self.long.clear();
         self.rebuild_table(64);
         self.table.shrink_to_fit();
     }
@@ -1256,7 +1284,7 @@ mod tests {
                 packed.columns
             );
             // Only keys with a string of over 12 bytes take the long encoding.
-            let long = packed.long_keys.len();
+            let long = packed.long.by_group.len();
             assert!(
                 long > 0 && long * 4 < packed.len(),
                 "{long} of {}",
@@ -1269,6 +1297,29 @@ mod tests {
         for (g, w) in as_utf8(&got).iter().zip(&want) {
             assert_eq!(g.as_ref(), w.as_ref());
         }
+    }
+
+    /// The size counts the long keys held, as they are added and as emitted groups leave.
+    #[test]
+    fn the_size_follows_the_long_keys_held() {
+        let texts = |first: usize| -> Vec<ArrayRef> {
+            vec![Arc::new(StringArray::from_iter_values(
+                (first..first + 100).map(|i| format!("a key of more than sixteen bytes {i:04}")),
+            ))]
+        };
+        let mut packed = PackedGroupValues::try_new(&schema(&texts(0))).unwrap();
+        let mut ids = Vec::new();
+        let empty = packed.size();
+        packed.intern(&texts(0), &mut ids).unwrap();
+        let hundred = packed.long.bytes;
+        assert!(hundred >= 100 * 2 * 37, "{hundred}");
+        assert!(packed.size() >= empty + hundred);
+        packed.intern(&texts(100), &mut ids).unwrap();
+        assert_eq!(packed.long.bytes, 2 * hundred);
+        packed.emit(EmitTo::First(150)).unwrap();
+        assert_eq!(packed.long.bytes * 2, hundred, "50 of 200 long keys left");
+        packed.emit(EmitTo::All).unwrap();
+        assert_eq!(packed.long.bytes, 0);
     }
 
     /// A table past the prefetched size, growing in the middle of a chunk, still gives every
