@@ -484,17 +484,16 @@ impl OpenSessions {
             .collect();
     }
 
-    /// Bytes held.
+    /// Bytes held. The open sessions are counted, not their keys' vectors measured: this is
+    /// asked after every batch, and a pass over every key made a stream of many keys
+    /// quadratic.
     pub fn size(&self) -> usize {
         self.keys.as_ref().map_or(0, |k| k.size())
             + self.key_values.as_ref().map_or(0, KeyValues::size)
             + self.deadlines.capacity() * std::mem::size_of::<(i64, usize, usize)>()
             + self.key_ids.capacity() * std::mem::size_of::<usize>()
-            + self
-                .sessions
-                .iter()
-                .map(|s| s.capacity() * std::mem::size_of::<Session>())
-                .sum::<usize>()
+            + self.sessions.capacity() * std::mem::size_of::<Vec<Session>>()
+            + self.open_sessions * std::mem::size_of::<Session>()
     }
 }
 
@@ -570,6 +569,21 @@ mod tests {
             [(0, 0)]
         );
         assert_eq!(open.open(), 0);
+    }
+
+    #[test]
+    fn the_size_counts_the_open_sessions() {
+        let mut open = sessions(false);
+        let empty = open.size();
+        for key in 0..100 {
+            open.place(key, key as i64 * 5_000, 1);
+            open.place(key, key as i64 * 5_000 + 2_000, 1);
+        }
+        let session = std::mem::size_of::<Session>();
+        let two_hundred = open.size();
+        assert!(two_hundred >= empty + 200 * session, "{two_hundred}");
+        assert_eq!(open.close(|last| last < 250_000).len(), 100);
+        assert_eq!(open.size(), two_hundred - 100 * session);
     }
 
     #[test]
