@@ -25,7 +25,7 @@
 //! on the outer keys when they are all columns of the changelog's key (a key's group never
 //! changes), and otherwise feeds one stream.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{OwnedRow, RowConverter, Rows};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result, ScalarValue, internal_err, plan_err};
+use datafusion::common::{HashMap, Result, ScalarValue, internal_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Accumulator;
@@ -351,8 +351,8 @@ impl ChangelogGroups {
             key_rows: rows_of(key_types)?,
             group_rows: rows_of(group_types)?,
             argument_rows: rows_of(argument_types)?,
-            counted: HashMap::new(),
-            group_index: HashMap::new(),
+            counted: HashMap::default(),
+            group_index: HashMap::default(),
             groups: Vec::new(),
             schema: Arc::clone(&exec.schema),
             op,
@@ -399,7 +399,7 @@ impl ChangelogGroups {
         // Per group touched, in the order first touched: the batch's rows it adds, and the
         // arguments of the rows it retracts.
         let mut touched: Vec<usize> = Vec::new();
-        let mut changes: HashMap<usize, (Vec<u32>, Vec<OwnedRow>)> = HashMap::new();
+        let mut changes: HashMap<usize, (Vec<u32>, Vec<OwnedRow>)> = HashMap::default();
         for (row, op) in ops.into_iter().enumerate() {
             let Some(op) = op else {
                 return plan_err!("a changelog row's op is not +I, +U or -D");
@@ -622,7 +622,7 @@ impl ChangelogGroups {
             .clone();
         let counted_arguments = state.array("counted_arguments")?.as_binary::<i32>().clone();
         let argument_parser = self.argument_rows.parser();
-        let mut per_group: HashMap<usize, Vec<OwnedRow>> = HashMap::new();
+        let mut per_group: HashMap<usize, Vec<OwnedRow>> = HashMap::default();
         for row in 0..counted_keys.len() {
             let group = counted_groups.value(row) as usize;
             let arguments = argument_parser.parse(counted_arguments.value(row)).owned();

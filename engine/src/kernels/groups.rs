@@ -68,6 +68,7 @@ pub struct GroupTable {
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     group_ids: Vec<usize>,
+    changed: ChangedGroups,
 }
 
 impl GroupTable {
@@ -110,6 +111,7 @@ impl GroupTable {
             accumulators,
             aggregates: aggregates.to_vec(),
             group_ids: Vec::new(),
+            changed: ChangedGroups::default(),
         })
     }
 
@@ -459,20 +461,24 @@ impl GroupTable {
             .collect()
     }
 
+    /// After an update or interning of `rows` rows: the last row of each group they
+    /// touched, in row order.
+    pub fn changed_rows(&mut self, rows: usize) -> UInt32Array {
+        let ids = &self.group_ids[..rows.min(self.group_ids.len())];
+        self.changed.last_rows(ids)
+    }
+
     /// For per-batch changes after an update of `rows` rows: the last row of each group the
     /// update touched (to take its keys from), and those groups' current aggregates.
     pub fn snapshot_changed(&mut self, rows: usize) -> Result<(UInt32Array, Vec<ArrayRef>)> {
-        let mut last_row = vec![None; self.len()];
-        for (row, group) in self.last_group_ids(rows).iter().enumerate() {
-            last_row[*group] = Some(row as u32);
-        }
-        let (groups, rows): (Vec<u32>, Vec<u32>) = last_row
+        let last_rows = self.changed_rows(rows);
+        let groups: UInt32Array = last_rows
+            .values()
             .iter()
-            .enumerate()
-            .filter_map(|(g, row)| row.map(|r| (g as u32, r)))
-            .unzip();
-        let values = self.current_values(&UInt32Array::from(groups))?;
-        Ok((UInt32Array::from(rows), values))
+            .map(|&row| self.group_ids[row as usize] as u32)
+            .collect();
+        let values = self.current_values(&groups)?;
+        Ok((last_rows, values))
     }
 
     /// Bytes held.
@@ -481,6 +487,37 @@ impl GroupTable {
             + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
             + self.shared.iter().map(|k| k.size()).sum::<usize>()
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
+    }
+}
+
+/// Finds the groups a batch changed in time proportional to its rows, not to the table's
+/// groups (a pass over every group after each batch made per-batch changes quadratic in
+/// the groups): each group is marked with the last batch that touched it.
+#[derive(Debug, Default)]
+struct ChangedGroups {
+    marks: Vec<u64>,
+    batch: u64,
+}
+
+impl ChangedGroups {
+    /// The last row of each group among `ids` (each row's group), in row order.
+    fn last_rows(&mut self, ids: &[usize]) -> UInt32Array {
+        self.batch += 1;
+        if let Some(&largest) = ids.iter().max()
+            && largest >= self.marks.len()
+        {
+            self.marks.resize(largest + 1, 0);
+        }
+        // Marks left by groups since renumbered are of earlier batches, so never this one's.
+        let mut rows: Vec<u32> = Vec::new();
+        for (row, &group) in ids.iter().enumerate().rev() {
+            if self.marks[group] != self.batch {
+                self.marks[group] = self.batch;
+                rows.push(row as u32);
+            }
+        }
+        rows.reverse();
+        UInt32Array::from(rows)
     }
 }
 
@@ -511,5 +548,23 @@ fn create_accumulator(
         Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
             aggregate.create_accumulator()
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each group's last row, in row order; a group of an earlier batch (or one renumbered
+    /// since, whose id another group now has) counts again in the next.
+    #[test]
+    fn changed_groups_are_each_group_s_last_row_in_row_order() {
+        let mut changed = ChangedGroups::default();
+        let rows = |array: UInt32Array| array.values().to_vec();
+        assert_eq!(rows(changed.last_rows(&[3, 1, 3, 0, 1])), [2, 3, 4]);
+        assert_eq!(rows(changed.last_rows(&[0, 0, 9])), [1, 2]);
+        // Groups 0..2 left and the others moved down: id 0 is another group now.
+        assert_eq!(rows(changed.last_rows(&[0, 7, 1, 7])), [0, 2, 3]);
+        assert_eq!(rows(changed.last_rows(&[])), Vec::<u32>::new());
     }
 }

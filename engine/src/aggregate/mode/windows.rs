@@ -19,7 +19,10 @@
 //!   first), one output row with its group's aggregates including that row
 //!   ([`RunningAggregates`]); closed windows' groups leave without output.
 //! - EMIT CHANGES per batch: one row per group a batch changed, with its current aggregates
-//!   (any aggregate function).
+//!   (any aggregate function): where the running kernels have the aggregates, those of the
+//!   group's last row in the batch; else the table's, which DataFusion's accumulators give
+//!   only for every group at once. The changed groups are found in time proportional to
+//!   the batch.
 //! - A changelog's HAVING is applied here ([`GroupHaving`]), by group id: a group's rows go
 //!   out while they pass, and it is deleted once when they stop.
 
@@ -45,7 +48,8 @@ use crate::window::WindowSpec;
 pub(crate) struct WindowGroups {
     inputs: AggregateInputs,
     table: GroupTable,
-    /// EMIT CHANGES per record: the running aggregates of every group, by group id.
+    /// EMIT CHANGES: the running aggregates of every group, by group id, where the kernels
+    /// have the aggregates.
     running: Option<RunningAggregates>,
     emit: AggregateEmit,
     /// The window start of each group, by group id (unless the table knows them).
@@ -67,8 +71,10 @@ impl WindowGroups {
         context: ModeContext,
     ) -> Result<Self> {
         let running = match spec.emit {
-            AggregateEmit::ChangesPerRecord => spec.running_kernels(input_schema),
-            _ => None,
+            AggregateEmit::ChangesPerRecord | AggregateEmit::ChangesPerBatch => {
+                spec.running_kernels(input_schema)
+            }
+            AggregateEmit::Final => None,
         };
         let table_schema = Arc::new(Schema::new(spec.table_fields()));
         let table = match spec.window.as_ref().map(|w| w.spec) {
@@ -177,9 +183,26 @@ impl WindowGroups {
                     None => Some(batch),
                 }
             }
-            (AggregateEmit::ChangesPerBatch, _) => {
-                self.table.update(&table_keys, arguments, filters, rows)?;
-                let (last_rows, values) = self.table.snapshot_changed(rows)?;
+            (AggregateEmit::ChangesPerBatch, running) => {
+                let (last_rows, values) = match running {
+                    Some(running) => {
+                        // Each changed group's row is its last row's running aggregates.
+                        self.table.intern(&table_keys, rows)?;
+                        let groups = self.table.len();
+                        let values =
+                            running.update(self.table.last_group_ids(rows), groups, arguments)?;
+                        let last_rows = self.table.changed_rows(rows);
+                        let values = values
+                            .iter()
+                            .map(|v| take_rows(v.as_ref(), &last_rows))
+                            .collect::<Result<Vec<_>>>()?;
+                        (last_rows, values)
+                    }
+                    None => {
+                        self.table.update(&table_keys, arguments, filters, rows)?;
+                        self.table.snapshot_changed(rows)?
+                    }
+                };
                 let ids = self.table.last_group_ids(rows);
                 let ops: Vec<ChangeOp> = last_rows
                     .values()
@@ -441,6 +464,7 @@ fn first_rows_insert(ids: &[usize], known: usize, groups: usize) -> Vec<ChangeOp
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{TUMBLE_1S, batch, context, mode, rows, spec, watermark};
+    use crate::aggregate::mode::AggregateMode;
     use crate::aggregate::spec::AggregateEmit;
     use crate::window::WindowSpec;
 
@@ -504,6 +528,44 @@ mod tests {
         changed.sort();
         assert_eq!(changed, ["0,a,2,4,+I", "0,b,1,2,+I"]);
         assert_eq!(batch(&mut mode, &rows(&[("b", 400, 1)])), ["0,b,2,3,+U"]);
+    }
+
+    /// Per-batch changes from the running kernels (the spec's SUM and COUNT have them) are
+    /// the rows the table's accumulators give, batch after batch, across window closes.
+    #[test]
+    fn changes_per_batch_from_running_kernels_equal_the_table_s() {
+        let changes = spec(Some(TUMBLE_1S), AggregateEmit::ChangesPerBatch);
+        let mut running = mode(&changes, None);
+        let mut table = mode(&changes, None);
+        let (AggregateMode::Windows(with), AggregateMode::Windows(without)) =
+            (&running, &mut table)
+        else {
+            panic!("a tumbling window's changes are WindowGroups'");
+        };
+        assert!(with.running.is_some(), "SUM and COUNT have running kernels");
+        without.running = None;
+        let keys = ["a", "b", "c", "d", "e"];
+        for round in 0..20i64 {
+            let input: Vec<(&str, i64, i64)> = (0..30)
+                .map(|i| {
+                    let n = round * 30 + i;
+                    (keys[(n * 7 % 5) as usize], round * 400 + i * 10, n % 11 - 3)
+                })
+                .collect();
+            let (mut got, mut want) = (
+                batch(&mut running, &rows(&input)),
+                batch(&mut table, &rows(&input)),
+            );
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "round {round}");
+            assert!(!got.is_empty());
+            let closing = round * 400 - 500;
+            assert_eq!(
+                watermark(&mut running, closing),
+                watermark(&mut table, closing)
+            );
+        }
     }
 
     #[test]
