@@ -162,8 +162,9 @@ pub struct PackedGroupValues {
     keys: Vec<Packed>,
     /// Open addressing with linear probing: group ids of packed keys, `EMPTY` where free.
     table: Vec<u32>,
-    /// Keys that did not fit, in their long encoding.
+    /// Keys that did not fit, in their long encoding, and a row's key being encoded.
     long: LongKeys,
+    long_scratch: Vec<u8>,
     /// Per-chunk scratch: packed keys, the table slot each starts its probe at, and whether
     /// each row's key did not fit.
     scratch: Vec<Packed>,
@@ -196,6 +197,7 @@ impl PackedGroupValues {
             keys: Vec::new(),
             table: vec![EMPTY; 64],
             long: LongKeys::default(),
+            long_scratch: Vec::new(),
             scratch: Vec::new(),
             slots: Vec::new(),
             long_rows: Vec::new(),
@@ -261,6 +263,7 @@ impl PackedGroupValues {
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut long_rows = std::mem::take(&mut self.long_rows);
         let mut slots = std::mem::take(&mut self.slots);
+        let mut long_columns: Option<LongColumns<'_>> = None;
         for first in (0..rows).step_by(CHUNK) {
             let chunk = CHUNK.min(rows - first);
             self.pack(cols, first, chunk, &mut scratch, &mut long_rows)?;
@@ -279,7 +282,11 @@ impl PackedGroupValues {
                 );
                 if row < chunk {
                     groups[first + row] = if long_rows[row] {
-                        self.intern_long(cols, first + row)?
+                        let columns = match long_columns {
+                            Some(ref columns) => columns,
+                            None => long_columns.insert(LongColumns::new(&self.columns, cols)?),
+                        };
+                        self.intern_long(columns, first + row)?
                     } else {
                         self.intern_packed(&scratch[row])
                     };
@@ -435,7 +442,8 @@ impl PackedGroupValues {
         let mut long_rows = std::mem::take(&mut self.long_rows);
         let packed = self.pack(cols, row, 1, &mut scratch, &mut long_rows);
         let group = match packed {
-            Ok(()) if long_rows[0] => self.intern_long(cols, row),
+            Ok(()) if long_rows[0] => LongColumns::new(&self.columns, cols)
+                .and_then(|columns| self.intern_long(&columns, row)),
             Ok(()) => Ok(self.intern_packed(&scratch[0])),
             Err(error) => Err(error),
         };
@@ -502,43 +510,22 @@ impl PackedGroupValues {
     }
 
     /// The group of a row whose key did not fit, creating it if new.
-    fn intern_long(&mut self, cols: &[ArrayRef], row: usize) -> Result<usize> {
-        let key = self.encode_long(cols, row)?;
-        if let Some(group) = self.long.group_of(&key) {
-            return Ok(group);
-        }
-        let group = self.keys.len();
-        self.keys.push(Packed::ZERO);
-        self.long.insert(group, key);
-        Ok(group)
-    }
-
-    /// The unlimited encoding, column by column: a validity byte and the value for a
-    /// fixed-width column, a 4-byte `length + 1` (0 for null) and the bytes for a string.
-    fn encode_long(&self, cols: &[ArrayRef], row: usize) -> Result<Vec<u8>> {
-        let mut key = Vec::new();
-        for (column, array) in self.columns.iter().zip(cols) {
-            match *column {
-                KeyColumn::Fixed { width, .. } => {
-                    let values = fixed_bytes(array.as_ref(), width)?;
-                    if array.is_valid(row) {
-                        key.push(1);
-                        key.extend_from_slice(&values[row * width..(row + 1) * width]);
-                    } else {
-                        key.push(0);
-                        key.resize(key.len() + width, 0);
-                    }
-                }
-                KeyColumn::String { .. } => match string_value(array.as_ref(), row)? {
-                    Some(bytes) => {
-                        key.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
-                        key.extend_from_slice(bytes);
-                    }
-                    None => key.extend_from_slice(&0u32.to_le_bytes()),
-                },
+    fn intern_long(&mut self, columns: &LongColumns<'_>, row: usize) -> Result<usize> {
+        // Encoded into a buffer kept between rows: most rows find their key.
+        let mut key = std::mem::take(&mut self.long_scratch);
+        key.clear();
+        let encoded = columns.encode(row, &mut key);
+        let group = encoded.map(|()| match self.long.group_of(&key) {
+            Some(group) => group,
+            None => {
+                let group = self.keys.len();
+                self.keys.push(Packed::ZERO);
+                self.long.insert(group, key.clone());
+                group
             }
-        }
-        Ok(key)
+        });
+        self.long_scratch = key;
+        group
     }
 
     /// Puts the table into a checkpoint's `state` as it is held — the layout, each group's
@@ -776,6 +763,57 @@ impl PackedGroupValues {
                     values.push(Some(bytes));
                     position += length - 1;
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch's key columns as the long encoding reads them, each fixed-width column's value
+/// bytes fetched once (fetching them is a copy of the array's description).
+struct LongColumns<'a> {
+    cols: &'a [ArrayRef],
+    /// Per column, its value bytes and width where fixed-width.
+    fixed: Vec<Option<(Buffer, usize)>>,
+}
+
+impl<'a> LongColumns<'a> {
+    fn new(columns: &[KeyColumn], cols: &'a [ArrayRef]) -> Result<Self> {
+        let fixed = columns
+            .iter()
+            .zip(cols)
+            .map(|(column, array)| match *column {
+                KeyColumn::Fixed { width, .. } => {
+                    Ok(Some((fixed_bytes(array.as_ref(), width)?, width)))
+                }
+                KeyColumn::String { .. } => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { cols, fixed })
+    }
+
+    /// The unlimited encoding of row `row`, column by column: a validity byte and the value
+    /// for a fixed-width column, a 4-byte `length + 1` (0 for null) and the bytes for a
+    /// string.
+    fn encode(&self, row: usize, key: &mut Vec<u8>) -> Result<()> {
+        for (array, fixed) in self.cols.iter().zip(&self.fixed) {
+            match fixed {
+                Some((values, width)) => {
+                    if array.is_valid(row) {
+                        key.push(1);
+                        key.extend_from_slice(&values[row * width..(row + 1) * width]);
+                    } else {
+                        key.push(0);
+                        key.resize(key.len() + width, 0);
+                    }
+                }
+                None => match string_value(array.as_ref(), row)? {
+                    Some(bytes) => {
+                        key.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
+                        key.extend_from_slice(bytes);
+                    }
+                    None => key.extend_from_slice(&0u32.to_le_bytes()),
+                },
             }
         }
         Ok(())
