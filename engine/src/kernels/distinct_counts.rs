@@ -23,7 +23,6 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, UInt32Array,
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
-use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type};
 use datafusion::common::hash_utils::RandomState;
 use datafusion::common::{HashMap, Result, internal_err};
@@ -69,10 +68,12 @@ struct DistinctColumn {
 }
 
 impl DistinctCounts {
-    /// The aggregates of `aggregates` to count here, or `None` where no column has two
-    /// (one aggregate gains nothing from sharing, and DataFusion's accumulator is the
-    /// reference).
-    pub fn plan(aggregates: &[Arc<AggregateFunctionExpr>]) -> Option<Self> {
+    /// The aggregates of `aggregates` to count here, or `None` where no column has
+    /// `fewest` (a table whose values are only read at the end counts a lone aggregate in
+    /// DataFusion's accumulator, the reference, as sharing gains it nothing; one read after
+    /// every batch counts it here, as DataFusion's gives values only by handing out its
+    /// whole state).
+    pub fn plan(aggregates: &[Arc<AggregateFunctionExpr>], fewest: usize) -> Option<Self> {
         let mut columns: Vec<Vec<usize>> = Vec::new();
         for (index, aggregate) in aggregates.iter().enumerate() {
             if !counts_distinct_int64(aggregate) {
@@ -88,7 +89,7 @@ impl DistinctCounts {
                 None => columns.push(vec![index]),
             }
         }
-        columns.retain(|members| members.len() > 1);
+        columns.retain(|members| members.len() >= fewest.max(1));
         if columns.is_empty() {
             return None;
         }
@@ -158,8 +159,18 @@ impl SharedAggregates for DistinctCounts {
         let (column, member) = self.placement.of(index)?;
         let counts = &mut self.columns[column].counts[member];
         counts.resize(counts.len().max(total), 0);
-        let counts = Int64Array::from(counts[..total].to_vec());
-        Ok(take(&counts, groups, None)?)
+        let counts = &counts[..total];
+        // Read where the groups are, in time proportional to them: this is asked after
+        // every batch.
+        let values = groups
+            .values()
+            .iter()
+            .map(|&group| counts.get(group as usize).copied())
+            .collect::<Option<Vec<i64>>>();
+        match values {
+            Some(values) => Ok(Arc::new(Int64Array::from(values))),
+            None => internal_err!("COUNT(DISTINCT) of a group past the {total} held"),
+        }
     }
 
     fn size(&self) -> usize {
@@ -400,7 +411,7 @@ mod tests {
             .into_iter()
             .map(count_distinct)
             .collect();
-        let mut ours = DistinctCounts::plan(&aggregates).expect("four counts of x");
+        let mut ours = DistinctCounts::plan(&aggregates, 2).expect("four counts of x");
         assert!((0..4).all(|i| ours.holds(i)));
         assert!(!ours.holds(4), "one count of y is DataFusion's");
         let mut theirs: Vec<Box<dyn GroupsAccumulator>> = aggregates[..4]
@@ -460,7 +471,7 @@ mod tests {
     #[test]
     fn partial_states_merge_into_datafusion_s_accumulator() -> Result<()> {
         let aggregates: Vec<_> = ["x", "x"].into_iter().map(count_distinct).collect();
-        let mut ours = DistinctCounts::plan(&aggregates).expect("two counts of x");
+        let mut ours = DistinctCounts::plan(&aggregates, 2).expect("two counts of x");
         let (group_ids, values, filters) = batch(99, 300, 5);
         let arguments = vec![vec![values]; 2];
         let filters = vec![None, Some(filters[0].clone())];

@@ -107,12 +107,21 @@ impl GroupTable {
         Ok(Self {
             keys,
             groups: 0,
-            shared: shared_kernels(aggregates),
+            shared: shared_kernels(aggregates, 2),
             accumulators,
             aggregates: aggregates.to_vec(),
             group_ids: Vec::new(),
             changed: ChangedGroups::default(),
         })
+    }
+
+    /// This table, made for its current values to be read after every batch (EMIT CHANGES
+    /// per batch, [`Self::current_values`]): each `COUNT(DISTINCT)` of an Int64 column is
+    /// counted by Freshet's kernel, which reads a group's count where it is kept, even where
+    /// it is its column's only one. Call before the first update.
+    pub fn read_while_updating(mut self) -> Self {
+        self.shared = shared_kernels(&self.aggregates, 1);
+        self
     }
 
     /// Number of groups.
@@ -522,10 +531,15 @@ impl ChangedGroups {
 }
 
 /// The kernels that hold aggregates of `aggregates` together.
-fn shared_kernels(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Box<dyn SharedAggregates>> {
+/// `fewest_distinct`: the fewest COUNT(DISTINCT)s of a column counted together (see
+/// [`DistinctCounts::plan`]).
+fn shared_kernels(
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    fewest_distinct: usize,
+) -> Vec<Box<dyn SharedAggregates>> {
     let fused = FusedAggregates::plan(aggregates).map(|k| Box::new(k) as Box<dyn SharedAggregates>);
-    let distinct =
-        DistinctCounts::plan(aggregates).map(|k| Box::new(k) as Box<dyn SharedAggregates>);
+    let distinct = DistinctCounts::plan(aggregates, fewest_distinct)
+        .map(|k| Box::new(k) as Box<dyn SharedAggregates>);
     fused.into_iter().chain(distinct).collect()
 }
 
@@ -553,7 +567,52 @@ fn create_accumulator(
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
     use super::*;
+
+    /// A table read after every batch counts a lone COUNT(DISTINCT x) in Freshet's kernel,
+    /// and its current values of the changed groups are those DataFusion's accumulator
+    /// gives, batch after batch.
+    #[test]
+    fn a_table_read_while_updating_counts_a_lone_distinct_as_datafusion() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        let count_distinct = Arc::new(
+            AggregateExprBuilder::new(count_udaf(), vec![col("x", &schema).unwrap()])
+                .schema(Arc::clone(&schema))
+                .alias("count(DISTINCT x)")
+                .distinct()
+                .build()
+                .unwrap(),
+        );
+        let keys = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let aggregates = [count_distinct];
+        let mut ours = GroupTable::try_new(&keys, &aggregates)
+            .unwrap()
+            .read_while_updating();
+        let mut theirs = GroupTable::try_new(&keys, &aggregates).unwrap();
+        assert_eq!((ours.shared.len(), theirs.shared.len()), (1, 0));
+        for round in 0..8i64 {
+            let key: ArrayRef = Arc::new(Int64Array::from_iter_values(
+                (0..200).map(|i| (i * 7 + round * 13) % (20 + round * 10)),
+            ));
+            let x: ArrayRef = Arc::new(Int64Array::from_iter(
+                (0..200).map(|i| (i % 9 != 0).then_some((i * round) % 37)),
+            ));
+            let arguments = [vec![x]];
+            ours.update(&[Arc::clone(&key)], &arguments, &[None], 200)
+                .unwrap();
+            theirs.update(&[key], &arguments, &[None], 200).unwrap();
+            let (rows, got) = ours.snapshot_changed(200).unwrap();
+            let (same_rows, want) = theirs.snapshot_changed(200).unwrap();
+            assert_eq!(rows, same_rows);
+            assert_eq!(got[0].as_ref(), want[0].as_ref(), "round {round}");
+        }
+    }
 
     /// Each group's last row, in row order; a group of an earlier batch (or one renumbered
     /// since, whose id another group now has) counts again in the next.

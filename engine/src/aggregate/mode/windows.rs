@@ -83,6 +83,10 @@ impl WindowGroups {
             }
             _ => GroupTable::try_new(&table_schema, &spec.aggregates)?,
         };
+        let table = match spec.emit {
+            AggregateEmit::ChangesPerBatch => table.read_while_updating(),
+            _ => table,
+        };
         Ok(Self {
             inputs: AggregateInputs::new(spec.key_exprs(), &spec.aggregates, &spec.filters),
             table,
