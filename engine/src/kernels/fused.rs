@@ -23,7 +23,6 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt32Array};
-use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{
     DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type, UInt64Type,
 };
@@ -159,8 +158,7 @@ impl SharedAggregates for FusedAggregates {
     fn results_of(&mut self, index: usize, total: usize, groups: &UInt32Array) -> Result<ArrayRef> {
         let (column, member) = self.placement.of(index)?;
         self.columns[column].cover(total);
-        let results = self.columns[column].peek(member, total)?;
-        Ok(take(results.as_ref(), groups, None)?)
+        self.columns[column].peek(member, groups)
     }
 
     fn size(&self) -> usize {
@@ -520,7 +518,7 @@ mod tests {
         let all = table.emit(EmitTo::All).unwrap().1;
         let expected: Vec<ArrayRef> = all
             .iter()
-            .map(|a| take(a.as_ref(), &groups, None).unwrap())
+            .map(|a| datafusion::arrow::compute::take(a.as_ref(), &groups, None).unwrap())
             .collect();
         assert_eq!(shown(&peeked), shown(&expected));
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::Debug;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray};
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::datatypes::ArrowNativeTypeOp;
 use datafusion::common::{Result, internal_err};
@@ -136,8 +136,8 @@ pub(super) trait FusedColumn: Debug + Send {
     fn emit(&mut self, member: usize, n: usize) -> Result<ArrayRef>;
     /// Member `member`'s partial states of the first `n` groups, which leave it.
     fn emit_states(&mut self, member: usize, n: usize) -> Result<Vec<ArrayRef>>;
-    /// Member `member`'s results of the first `n` groups, which stay.
-    fn peek(&self, member: usize, n: usize) -> Result<ArrayRef>;
+    /// Member `member`'s results of `groups`, which stay.
+    fn peek(&self, member: usize, groups: &UInt32Array) -> Result<ArrayRef>;
     fn cover(&mut self, groups: usize);
     fn size(&self) -> usize;
 }
@@ -294,9 +294,9 @@ impl<T: Numeric> FusedColumn for Column<T> {
         member.states(taken)
     }
 
-    fn peek(&self, member: usize, n: usize) -> Result<ArrayRef> {
+    fn peek(&self, member: usize, groups: &UInt32Array) -> Result<ArrayRef> {
         let member = &self.members[member];
-        member.results(member.copy(n))
+        member.results(member.gather(groups.values()))
     }
 
     fn cover(&mut self, groups: usize) {

@@ -241,15 +241,18 @@ impl<T: Numeric> Member<T> {
         }
     }
 
-    /// A copy of the state of the first `n` groups.
-    pub(super) fn copy(&self, n: usize) -> Taken<T> {
+    /// A copy of the state of `groups` (each covered by the state).
+    pub(super) fn gather(&self, groups: &[u32]) -> Taken<T> {
+        fn pick<V: Copy>(state: &[V], groups: &[u32]) -> Vec<V> {
+            match state.is_empty() {
+                true => Vec::new(),
+                false => groups.iter().map(|&g| state[g as usize]).collect(),
+            }
+        }
         Taken {
-            counts: self.counts[..n.min(self.counts.len())].to_vec(),
-            values: self.values[..n.min(self.values.len())].to_vec(),
-            seen: self
-                .seen
-                .as_ref()
-                .map(|seen| seen[..n.min(seen.len())].to_vec()),
+            counts: pick(&self.counts, groups),
+            values: pick(&self.values, groups),
+            seen: self.seen.as_ref().map(|seen| pick(seen, groups)),
         }
     }
 

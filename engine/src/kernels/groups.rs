@@ -2,6 +2,7 @@
 //! `GroupsAccumulator` per aggregate, updated a batch at a time; groups are emitted whole or as
 //! a prefix of the table (`EmitTo::First`).
 
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt32Array};
@@ -9,13 +10,13 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
-use datafusion::physical_expr::GroupsAccumulatorAdapter;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 use super::distinct_counts::DistinctCounts;
 use super::fused::FusedAggregates;
 use super::packed_keys::{PackedGroupValues, new_group_values};
+use super::row_accumulators::RowAccumulators;
 use super::shared::SharedAggregates;
 use super::windowed_keys::WindowedGroupValues;
 use crate::checkpoint::OperatorState;
@@ -65,7 +66,7 @@ pub struct GroupTable {
     /// table of the pairs seen. The other aggregates are in `accumulators` (which has one
     /// per aggregate: a shared aggregate's is left empty and only turns rows into states).
     shared: Vec<Box<dyn SharedAggregates>>,
-    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    accumulators: Vec<TableAccumulator>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     group_ids: Vec<usize>,
     changed: ChangedGroups,
@@ -119,8 +120,15 @@ impl GroupTable {
     /// per batch, [`Self::current_values`]): each `COUNT(DISTINCT)` of an Int64 column is
     /// counted by Freshet's kernel, which reads a group's count where it is kept, even where
     /// it is its column's only one. Call before the first update.
+    /// The other aggregates are held one row accumulator per group ([`RowAccumulators`]),
+    /// whose changed groups are evaluated alone.
     pub fn read_while_updating(mut self) -> Self {
         self.shared = shared_kernels(&self.aggregates, 1);
+        for (accumulator, aggregate) in self.accumulators.iter_mut().zip(&self.aggregates) {
+            if let TableAccumulator::Groups(_) = accumulator {
+                *accumulator = TableAccumulator::Rows(RowAccumulators::new(Arc::clone(aggregate)));
+            }
+        }
         self
     }
 
@@ -446,9 +454,10 @@ impl GroupTable {
         &self.group_ids[..rows.min(self.group_ids.len())]
     }
 
-    /// The current aggregates of `groups`, leaving the state as it is. Accumulators only
-    /// evaluate by consuming, so their state is taken out, merged back, and merged into fresh
-    /// accumulators that are evaluated: O(groups), for per-batch changes of any aggregate.
+    /// The current aggregates of `groups`, leaving the state as it is. Kernels and row
+    /// accumulators read the groups asked; a group accumulator only evaluates by consuming,
+    /// so its state is taken out, merged back, and merged into a fresh accumulator that is
+    /// evaluated: O(groups) (a table made by [`Self::read_while_updating`] has none).
     pub fn current_values(&mut self, groups: &UInt32Array) -> Result<Vec<ArrayRef>> {
         let all: Vec<usize> = (0..self.groups).collect();
         let total = self.groups;
@@ -459,6 +468,9 @@ impl GroupTable {
             .map(|(index, (accumulator, aggregate))| {
                 if let Some(shared) = shared_at(&mut self.shared, index) {
                     return shared.results_of(index, total, groups);
+                }
+                if let TableAccumulator::Rows(rows) = accumulator {
+                    return rows.values_of(groups);
                 }
                 let state = accumulator.state(EmitTo::All)?;
                 accumulator.merge_batch(&state, &all, self.groups)?;
@@ -551,25 +563,49 @@ fn shared_at(
     shared.iter_mut().find(|kernel| kernel.holds(index))
 }
 
-/// A `GroupsAccumulator` for `aggregate`, or DataFusion's adapter over its row accumulator.
-fn create_accumulator(
-    aggregate: &Arc<AggregateFunctionExpr>,
-) -> Result<Box<dyn GroupsAccumulator>> {
-    if aggregate.groups_accumulator_supported() {
-        aggregate.create_groups_accumulator()
-    } else {
-        let aggregate = Arc::clone(aggregate);
-        Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
-            aggregate.create_accumulator()
-        })))
+/// One aggregate's state in a table: DataFusion's group accumulator, or a row accumulator
+/// per group (aggregates without a group accumulator, and tables read after every batch).
+enum TableAccumulator {
+    Groups(Box<dyn GroupsAccumulator>),
+    Rows(RowAccumulators),
+}
+
+impl Deref for TableAccumulator {
+    type Target = dyn GroupsAccumulator;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            TableAccumulator::Groups(groups) => groups.as_ref(),
+            TableAccumulator::Rows(rows) => rows,
+        }
     }
+}
+
+impl DerefMut for TableAccumulator {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            TableAccumulator::Groups(groups) => groups.as_mut(),
+            TableAccumulator::Rows(rows) => rows,
+        }
+    }
+}
+
+/// DataFusion's group accumulator for `aggregate`, or row accumulators where it has none
+/// (DataFusion's own adapter walks every group of the table per batch).
+fn create_accumulator(aggregate: &Arc<AggregateFunctionExpr>) -> Result<TableAccumulator> {
+    Ok(if aggregate.groups_accumulator_supported() {
+        TableAccumulator::Groups(aggregate.create_groups_accumulator()?)
+    } else {
+        TableAccumulator::Rows(RowAccumulators::new(Arc::clone(aggregate)))
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::functions_aggregate::min_max::max_udaf;
     use datafusion::physical_expr::aggregate::AggregateExprBuilder;
     use datafusion::physical_expr::expressions::col;
 
@@ -612,6 +648,74 @@ mod tests {
             assert_eq!(rows, same_rows);
             assert_eq!(got[0].as_ref(), want[0].as_ref(), "round {round}");
         }
+    }
+
+    /// A table read after every batch holds an aggregate only DataFusion has (MAX of a
+    /// string, under a FILTER) one row accumulator per group: the changed groups' values,
+    /// batch after batch, and its partial states taken out and merged into another table,
+    /// equal those of DataFusion's group accumulator.
+    #[test]
+    fn a_table_read_while_updating_reads_row_accumulators_as_datafusion() {
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+        let max = Arc::new(
+            AggregateExprBuilder::new(max_udaf(), vec![col("s", &schema).unwrap()])
+                .schema(Arc::clone(&schema))
+                .alias("max(s)")
+                .build()
+                .unwrap(),
+        );
+        let count = Arc::new(
+            AggregateExprBuilder::new(count_udaf(), vec![col("s", &schema).unwrap()])
+                .schema(Arc::clone(&schema))
+                .alias("count(s)")
+                .build()
+                .unwrap(),
+        );
+        let keys = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let aggregates = [max, count];
+        let mut ours = GroupTable::try_new(&keys, &aggregates)
+            .unwrap()
+            .read_while_updating();
+        let mut theirs = GroupTable::try_new(&keys, &aggregates).unwrap();
+        assert!(matches!(ours.accumulators[0], TableAccumulator::Rows(_)));
+        assert!(matches!(
+            theirs.accumulators[0],
+            TableAccumulator::Groups(_)
+        ));
+        for round in 0..8i64 {
+            let key: ArrayRef = Arc::new(Int64Array::from_iter_values(
+                (0..200).map(|i| (i * 7 + round * 13) % (20 + round * 10)),
+            ));
+            let s: ArrayRef =
+                Arc::new(StringArray::from_iter((0..200).map(|i| {
+                    (i % 11 != 0).then(|| format!("v{}", (i * 31 + round * 17) % 97))
+                })));
+            let filter = BooleanArray::from_iter((0..200).map(|i| match i % 5 {
+                0 => None,
+                1 => Some(false),
+                _ => Some(true),
+            }));
+            let arguments = [vec![Arc::clone(&s)], vec![s]];
+            let filters = [Some(filter), None];
+            ours.update(&[Arc::clone(&key)], &arguments, &filters, 200)
+                .unwrap();
+            theirs.update(&[key], &arguments, &filters, 200).unwrap();
+            let (rows, got) = ours.snapshot_changed(200).unwrap();
+            let (same_rows, want) = theirs.snapshot_changed(200).unwrap();
+            assert_eq!(rows, same_rows);
+            assert_eq!(got, want, "round {round}");
+        }
+        let (keys_out, states) = ours.emit_states(EmitTo::All).unwrap();
+        let mut restored = GroupTable::try_new(&keys, &aggregates)
+            .unwrap()
+            .read_while_updating();
+        restored
+            .merge(&keys_out, &states, keys_out[0].len())
+            .unwrap();
+        let got = restored.emit(EmitTo::All).unwrap();
+        let want = theirs.emit(EmitTo::All).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(ours.size() > 0, restored.size() > 0);
     }
 
     /// Each group's last row, in row order; a group of an earlier batch (or one renumbered

@@ -18,6 +18,7 @@ mod packed_encoding;
 mod packed_keys;
 mod prefetch;
 mod prehashed;
+mod row_accumulators;
 mod running;
 mod shared;
 mod short_keys;
