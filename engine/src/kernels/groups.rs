@@ -292,7 +292,7 @@ impl GroupTable {
     /// which the caller keeps by [`Self::emit_states`] and [`Self::merge`].
     pub fn snapshot_in_place(&mut self, state: &mut OperatorState) -> Result<bool> {
         match &self.keys {
-            Some(Keys::Packed(packed)) => packed.export(state),
+            Some(Keys::Packed(packed)) if packed.is_packed() => packed.export(state),
             None => {}
             Some(_) => return Ok(false),
         }

@@ -14,7 +14,11 @@
 //! keeping their ids); a row that still does not fit is encoded without the size limit and
 //! interned in an ordinary hash map. Which encoding a key gets depends only on the key and
 //! the layout, so the two never hold the same key. Group ids are handed out in order of
-//! first appearance.
+//! first appearance. Once an eighth of the rows (and at least [`LONG_ROWS_BEFORE_FALLBACK`])
+//! have taken the long encoding, the keys are wider than this interner serves well: every
+//! key held is handed, in group order, to DataFusion's interner, which then interns the rest
+//! of the input (its `GroupValuesColumn` compares such keys column by column several times
+//! as fast as the long encoding's allocated keys), the ids staying the same.
 //!
 //! Keys of one or two Utf8 columns whose strings are at most 8 bytes long (a symbol, a trader
 //! and a symbol) are first looked up in a [`ShortKeyIndex`], which is cheaper still; only
@@ -38,7 +42,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::buffer::{Buffer, MutableBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
-    DataType, Int64Type, SchemaRef, UInt8Type, UInt32Type, UInt64Type,
+    DataType, Field, Int64Type, Schema, SchemaRef, UInt8Type, UInt32Type, UInt64Type,
 };
 use datafusion::common::hash_utils::RandomState;
 use datafusion::common::{HashMap, Result, internal_err};
@@ -71,6 +75,80 @@ const LEARNING_ROWS: usize = 256;
 
 /// A row whose key the short-key index does not know yet.
 const MISSING_GROUP: usize = usize::MAX;
+
+/// Rows of the long encoding before the keys may move to DataFusion's interner.
+const LONG_ROWS_BEFORE_FALLBACK: usize = 1024;
+
+/// DataFusion's interner, holding keys too wide to pack. A prefix of the groups leaves by
+/// taking every key out and interning the rest again in order: DataFusion 55's multi-column
+/// interner can panic on the rows interned after an `EmitTo::First` (its lists of groups
+/// sharing a hash are rewritten in place while still being read), and the rest is what the
+/// open windows hold.
+struct FallbackKeys {
+    schema: SchemaRef,
+    values: Box<dyn GroupValues>,
+}
+
+impl FallbackKeys {
+    fn try_new(schema: SchemaRef) -> Result<Self> {
+        let values = group_values::new_group_values(Arc::clone(&schema), &GroupOrdering::None)?;
+        Ok(Self { schema, values })
+    }
+
+    fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        self.values.intern(&to_fallback_types(cols)?, groups)
+    }
+
+    /// Interns distinct keys, which must take the next ids in order.
+    fn intern_in_order(&mut self, keys: &[ArrayRef]) -> Result<()> {
+        let first = self.values.len();
+        let mut ids = Vec::new();
+        self.intern(keys, &mut ids)?;
+        if ids.iter().enumerate().any(|(i, &id)| id != first + i) {
+            return internal_err!("keys handed to DataFusion's interner took other ids");
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let all = self.values.emit(EmitTo::All)?;
+        self.values =
+            group_values::new_group_values(Arc::clone(&self.schema), &GroupOrdering::None)?;
+        let EmitTo::First(n) = emit_to else {
+            return Ok(all);
+        };
+        let held = all.first().map_or(0, |c| c.len());
+        let n = n.min(held);
+        if n < held {
+            let rest: Vec<ArrayRef> = all.iter().map(|c| c.slice(n, held - n)).collect();
+            self.intern_in_order(&rest)?;
+        }
+        Ok(all.iter().map(|c| c.slice(0, n)).collect())
+    }
+}
+
+/// A key column's type in DataFusion's interner: Utf8View columns as Utf8, whose multi-column
+/// interner DataFusion's own tests exercise more.
+fn fallback_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Utf8View => DataType::Utf8,
+        other => other.clone(),
+    }
+}
+
+/// `columns` in [`fallback_type`]s.
+fn to_fallback_types(columns: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
+    columns
+        .iter()
+        .map(|column| {
+            let wanted = fallback_type(column.data_type());
+            Ok(match column.data_type() == &wanted {
+                true => Arc::clone(column),
+                false => cast(column, &wanted)?,
+            })
+        })
+        .collect()
+}
 
 /// The slot widths a string column can have.
 const STRING_SLOTS: [usize; 3] = [8, 12, 16];
@@ -172,6 +250,11 @@ pub struct PackedGroupValues {
     long_rows: Vec<bool>,
     /// The group ids of keys of one or two short Utf8 strings, looked up first.
     short: ShortKeyIndex,
+    /// Rows interned, and those of them that took the long encoding.
+    rows_interned: usize,
+    long_rows_interned: usize,
+    /// DataFusion's interner, holding every key once too many took the long encoding.
+    fallback: Option<FallbackKeys>,
 }
 
 impl PackedGroupValues {
@@ -202,7 +285,38 @@ impl PackedGroupValues {
             slots: Vec::new(),
             long_rows: Vec::new(),
             short: ShortKeyIndex::default(),
+            rows_interned: 0,
+            long_rows_interned: 0,
+            fallback: None,
         })
+    }
+
+    /// Whether the keys are held packed (not yet handed to DataFusion's interner).
+    pub fn is_packed(&self) -> bool {
+        self.fallback.is_none()
+    }
+
+    /// Hands every key held to DataFusion's interner once too many rows took the long
+    /// encoding; the ids stay the same (DataFusion's interner numbers new keys in order).
+    fn fall_back_if_long(&mut self) -> Result<()> {
+        let long = self.long_rows_interned;
+        if long < LONG_ROWS_BEFORE_FALLBACK || long * 8 < self.rows_interned {
+            return Ok(());
+        }
+        let fields: Vec<Field> = self
+            .data_types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Field::new(format!("k{i}"), fallback_type(t), true))
+            .collect();
+        let mut fallback = FallbackKeys::try_new(Arc::new(Schema::new(fields)))?;
+        let held = self.keys.len();
+        if held > 0 {
+            fallback.intern_in_order(&self.decode(held)?)?;
+        }
+        self.clear_shrink(0);
+        self.fallback = Some(fallback);
+        Ok(())
     }
 
     /// Widens the slots of string columns whose longest value in a batch (`longest`) outgrows
@@ -511,6 +625,7 @@ impl PackedGroupValues {
 
     /// The group of a row whose key did not fit, creating it if new.
     fn intern_long(&mut self, columns: &LongColumns<'_>, row: usize) -> Result<usize> {
+        self.long_rows_interned += 1;
         // Encoded into a buffer kept between rows: most rows find their key.
         let mut key = std::mem::take(&mut self.long_scratch);
         key.clear();
@@ -973,6 +1088,9 @@ fn layout(kinds: &[Option<usize>], string_slots: &[usize]) -> Option<Vec<KeyColu
 
 impl GroupValues for PackedGroupValues {
     fn intern(&mut self, cols: &[ArrayRef], groups: &mut Vec<usize>) -> Result<()> {
+        if let Some(fallback) = &mut self.fallback {
+            return fallback.intern(cols, groups);
+        }
         if cols.len() != self.columns.len() {
             return internal_err!(
                 "expected {} key columns, got {}",
@@ -993,12 +1111,17 @@ impl GroupValues for PackedGroupValues {
             Some(interned) => interned,
             None => {
                 self.widen_for_batch(cols)?;
-                self.intern_rows(cols, groups)
+                self.intern_rows(cols, groups)?;
+                self.rows_interned += groups.len();
+                self.fall_back_if_long()
             }
         }
     }
 
     fn size(&self) -> usize {
+        if let Some(fallback) = &self.fallback {
+            return size_of::<Self>() + fallback.values.size();
+        }
         size_of::<Self>()
             + self.keys.capacity() * size_of::<Packed>()
             + self.table.capacity() * size_of::<u32>()
@@ -1009,14 +1132,28 @@ impl GroupValues for PackedGroupValues {
     }
 
     fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.len() == 0
     }
 
     fn len(&self) -> usize {
-        self.keys.len()
+        match &self.fallback {
+            Some(fallback) => fallback.values.len(),
+            None => self.keys.len(),
+        }
     }
 
     fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        if let Some(fallback) = &mut self.fallback {
+            let keys = fallback.emit(emit_to)?;
+            return keys
+                .iter()
+                .zip(&self.data_types)
+                .map(|(key, data_type)| match key.data_type() == data_type {
+                    true => Ok(Arc::clone(key)),
+                    false => Ok(cast(key, data_type)?),
+                })
+                .collect();
+        }
         let n = match emit_to {
             EmitTo::All => self.keys.len(),
             EmitTo::First(n) => n.min(self.keys.len()),
@@ -1031,6 +1168,9 @@ impl GroupValues for PackedGroupValues {
     }
 
     fn clear_shrink(&mut self, num_rows: usize) {
+        if let Some(fallback) = &mut self.fallback {
+            return fallback.values.clear_shrink(num_rows);
+        }
         self.short.clear();
         self.keys.clear();
         self.keys.shrink_to(num_rows);
@@ -1137,6 +1277,72 @@ mod tests {
             assert_eq!(packed.len(), expected.len());
         }
         assert!(packed.is_empty());
+    }
+
+    /// Keys most of whose rows take the long encoding move to DataFusion's interner after
+    /// the first batches, and every row keeps the group id of first appearance, before the
+    /// move and after, through emits of a prefix and of everything (checked against a map
+    /// of the keys' values, as DataFusion's interner panics after a prefix was emitted).
+    #[test]
+    fn keys_too_wide_to_pack_move_to_datafusion_with_their_ids() {
+        type Key = (Option<String>, String, i64);
+        for string_type in [DataType::Utf8View, DataType::Utf8] {
+            let batch = |b: u64| -> Vec<Key> {
+                let draw = |i: usize, salt: u64| splitmix64((b << 32) ^ (i as u64) ^ salt);
+                (0..2000)
+                    .map(|i| {
+                        let channel =
+                            (draw(i, 1) % 50 != 0).then(|| format!("channel-{}", draw(i, 2) % 300));
+                        let day = format!("2015-07-{:02}", draw(i, 3) % 3);
+                        (channel, day, (draw(i, 4) % 40) as i64)
+                    })
+                    .collect()
+            };
+            let columns = |keys: &[Key]| -> Vec<ArrayRef> {
+                let channel: ArrayRef =
+                    Arc::new(StringArray::from_iter(keys.iter().map(|k| k.0.clone())));
+                let day: ArrayRef =
+                    Arc::new(StringArray::from_iter_values(keys.iter().map(|k| &k.1)));
+                vec![
+                    cast(&channel, &string_type).unwrap(),
+                    cast(&day, &string_type).unwrap(),
+                    Arc::new(Int64Array::from_iter_values(keys.iter().map(|k| k.2))),
+                ]
+            };
+            let mut packed = PackedGroupValues::try_new(&schema(&columns(&batch(0)))).unwrap();
+            let mut held: Vec<Key> = Vec::new();
+            let mut got_ids = Vec::new();
+            for b in 0..6 {
+                let keys = batch(b);
+                packed.intern(&columns(&keys), &mut got_ids).unwrap();
+                let want_ids: Vec<usize> = keys
+                    .iter()
+                    .map(|key| match held.iter().position(|k| k == key) {
+                        Some(id) => id,
+                        None => {
+                            held.push(key.clone());
+                            held.len() - 1
+                        }
+                    })
+                    .collect();
+                assert_eq!(got_ids, want_ids, "group ids of batch {b} ({string_type})");
+                assert_eq!(packed.len(), held.len());
+                let n = match b {
+                    2 => 100,
+                    4 => held.len(),
+                    _ => continue,
+                };
+                let emit = if n == held.len() {
+                    EmitTo::All
+                } else {
+                    EmitTo::First(n)
+                };
+                let got = packed.emit(emit).unwrap();
+                let want: Vec<Key> = held.drain(..n).collect();
+                assert_eq!(got, columns(&want), "keys emitted after batch {b}");
+            }
+            assert!(!packed.is_packed(), "{string_type}");
+        }
     }
 
     /// One or two Utf8 columns of short strings take the short-key index; a batch with a
