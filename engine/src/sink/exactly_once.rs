@@ -464,7 +464,9 @@ impl CheckpointedRun {
         let mut passed = vec![restored; partitions];
         let mut ended = vec![false; partitions];
         let mut summary = CheckpointedSummary::default();
-        let mut last_barrier = (records_read(), Instant::now());
+        // The sources may have read already (an exchange starts its inputs as it is
+        // executed): the first interval counts from the run's first record.
+        let mut last_barrier = (0, Instant::now());
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         // A stop asked for before the run began is seen too.
         let mut stopping = *stop.borrow();
