@@ -446,7 +446,7 @@ impl JoinStream {
             _ => false,
         };
         // The kept rows each of the batch's rows reaches.
-        let mut found = Found::default();
+        let mut found = Found::with_capacity(if reachable { matchable.len() } else { 0 });
         if reachable {
             other.state.probe_batch(&probing, reach, &mut found);
         }
@@ -473,8 +473,15 @@ impl JoinStream {
             let first_chunk = other.state.first_sequence();
             let mut same_keys: Vec<Option<KeyEquality>> = Vec::new();
             let mut unsure = found.unsure.iter().peekable();
-            let mut pairs = Pairs::default();
-            for (at, (&row, &position)) in found.probe.iter().zip(&found.kept).enumerate() {
+            // The pairs that hold are moved to the front, in place.
+            let Found {
+                probe: mut pair_probe,
+                kept: mut pair_kept,
+                ..
+            } = found;
+            let mut held = 0;
+            for at in 0..pair_probe.len() {
+                let (row, position) = (pair_probe[at], pair_kept[at]);
                 let check_key = unsure.next_if_eq(&&(at as u32)).is_some();
                 let slot = (position.chunk - first_chunk) as usize;
                 let Some(chunk) = other.state.chunk(position.chunk) else {
@@ -499,11 +506,17 @@ impl JoinStream {
                     compare.is_equal(position.row as usize, row as usize)
                 };
                 if same_key {
-                    pairs.probe.push(row);
-                    pairs.kept.push(position);
+                    pair_probe[held] = row;
+                    pair_kept[held] = position;
+                    held += 1;
                 }
             }
-            pairs
+            pair_probe.truncate(held);
+            pair_kept.truncate(held);
+            Pairs {
+                probe: pair_probe,
+                kept: pair_kept,
+            }
         };
         let pairs = match &common.filter {
             Some(filter) if !pairs.probe.is_empty() => {

@@ -788,6 +788,15 @@ pub(super) struct Found {
 }
 
 impl Found {
+    /// Room for `rows` pairs: a join on an id finds about one kept row per probing row.
+    pub fn with_capacity(rows: usize) -> Self {
+        Self {
+            probe: Vec::with_capacity(rows),
+            kept: Vec::with_capacity(rows),
+            unsure: Vec::new(),
+        }
+    }
+
     fn push(&mut self, row: u32, position: Position, unsure: bool) {
         if unsure {
             self.unsure.push(self.kept.len() as u32);
