@@ -14,6 +14,7 @@ mod aligned_inputs;
 mod interval_join;
 mod interval_stream;
 mod join_output;
+mod key_index;
 mod lookup_join;
 mod lookup_table;
 mod side_state;

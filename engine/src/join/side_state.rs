@@ -16,12 +16,8 @@
 //! entries when the key is probed, and from every key when they outnumber the live rows.
 //!
 //! A join on one integer key (an id) indexes its rows by value in an array over the key
-//! range, `slots[value - smallest]`, instead of by hash: no hash table to grow, and ids
-//! drawn from a recent range (the bids of auctions in flight) stay in nearby slots. The
-//! range widens upward while it stays dense (at most [`DENSE_SLOTS_PER_KEY`] slots a key
-//! held, or [`DENSE_MIN_SLOTS`]), and narrows from below as freed keys empty its first
-//! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
-//! The rows a probe finds in its value's slot hold its key: they need no key comparison.
+//! range instead of by hash ([`KeyIndex`]): the rows a probe finds in its value's slot hold
+//! its key and need no key comparison.
 //!
 //! A chunk enters the index only once probing rows have reached it often enough to pay for
 //! it; until then the probes scan it. Indexing costs a hash table insert per kept row once;
@@ -46,6 +42,7 @@ use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array
 use datafusion::arrow::compute::{max, min};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use super::key_index::{Entry, EntryList, KeyIndex, Probed};
 use super::{integer_values, rows_by_group};
 use crate::kernels::PrehashedMap;
 
@@ -64,13 +61,6 @@ const BATCH_SCAN_ROWS: usize = 8;
 /// for, in proportion to the batch: beyond, a chunk whose key range holds part of the
 /// batch's counts every row.
 const KEY_COUNTS_PER_BATCH: usize = 4;
-
-/// Slots a dense index may span whatever its entries.
-const DENSE_MIN_SLOTS: usize = 1 << 16;
-
-/// Slots a dense index may span per key it holds, beyond [`DENSE_MIN_SLOTS`]: keys of one
-/// value in eight (DataFusion's perfect hash join asks for 15 %).
-const DENSE_SLOTS_PER_KEY: usize = 8;
 
 /// One batch of kept rows.
 pub(super) struct Chunk {
@@ -101,269 +91,6 @@ pub(super) struct Chunk {
 pub(super) struct Position {
     pub chunk: u64,
     pub row: u32,
-}
-
-/// An index entry: a kept row and its event time.
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    time: i64,
-    position: Position,
-}
-
-/// A key's entries: most keys of a join on an id (a person, an auction) have one row, kept
-/// in the index's own slot, so that a probe reads it without following a pointer and a
-/// kept row costs no allocation.
-enum EntryList {
-    One(Entry),
-    Many(Vec<Entry>),
-}
-
-impl Default for EntryList {
-    fn default() -> Self {
-        Self::Many(Vec::new())
-    }
-}
-
-impl std::ops::Deref for EntryList {
-    type Target = [Entry];
-
-    fn deref(&self) -> &[Entry] {
-        match self {
-            Self::One(entry) => std::slice::from_ref(entry),
-            Self::Many(entries) => entries,
-        }
-    }
-}
-
-impl EntryList {
-    fn insert(&mut self, at: usize, entry: Entry) {
-        match self {
-            Self::Many(entries) if entries.is_empty() => *self = Self::One(entry),
-            Self::Many(entries) => entries.insert(at, entry),
-            Self::One(only) => {
-                // The capacity a vector's first push gives it: a key of many rows still
-                // allocates once for its first four.
-                let mut entries = Vec::with_capacity(4);
-                entries.push(*only);
-                entries.insert(at, entry);
-                *self = Self::Many(entries);
-            }
-        }
-    }
-
-    /// Drops the first `count` entries.
-    fn drain_front(&mut self, count: usize) {
-        match self {
-            _ if count == 0 => {}
-            Self::One(_) => *self = Self::default(),
-            Self::Many(entries) => {
-                entries.drain(..count);
-            }
-        }
-    }
-}
-
-/// One key's entries in time order; those before `head` are freed.
-#[derive(Default)]
-struct KeyEntries {
-    entries: EntryList,
-    head: usize,
-    /// Where the last probe's entries began: a hint only (checked before use), from which
-    /// the next probe, usually of a slightly later time, steps forward.
-    cursor: usize,
-}
-
-impl KeyEntries {
-    fn live(&self) -> &[Entry] {
-        &self.entries[self.head..]
-    }
-
-    /// The index in `entries` of the first live entry at or after `from`.
-    fn seek(&mut self, from: i64) -> usize {
-        /// Entries stepped over one by one before a binary search takes over.
-        const STEPS: usize = 8;
-        let entries = &self.entries;
-        let cursor = self.cursor.clamp(self.head, entries.len());
-        let found = if cursor > self.head && entries[cursor - 1].time >= from {
-            self.head + entries[self.head..cursor].partition_point(|e| e.time < from)
-        } else {
-            // Every entry before the cursor is earlier than `from` (time order).
-            let limit = (cursor + STEPS).min(entries.len());
-            let mut at = cursor;
-            while at < limit && entries[at].time < from {
-                at += 1;
-            }
-            if at == limit {
-                at += entries[at..].partition_point(|e| e.time < from);
-            }
-            at
-        };
-        self.cursor = found;
-        found
-    }
-
-    /// Marks the entries at or before `freed_through` freed; how many. Inlined: a probe
-    /// asks it of every key it reads, and most have nothing to free.
-    #[inline(always)]
-    fn free_through(&mut self, freed_through: i64) -> usize {
-        match self.live().first() {
-            Some(first) if first.time <= freed_through => self.free_entries(freed_through),
-            _ => 0,
-        }
-    }
-
-    #[inline(never)]
-    fn free_entries(&mut self, freed_through: i64) -> usize {
-        let freed = self.live().partition_point(|e| e.time <= freed_through);
-        self.head += freed;
-        // Moves the live entries down once the freed ones are as many.
-        if self.head * 2 >= self.entries.len() {
-            self.compact();
-        }
-        freed
-    }
-
-    fn compact(&mut self) {
-        self.entries.drain_front(self.head);
-        self.cursor = self.cursor.saturating_sub(self.head);
-        self.head = 0;
-    }
-}
-
-/// Where each key's entries are: by hash, and for one integer key by value in a dense range.
-#[derive(Default)]
-struct KeyIndex {
-    by_hash: PrehashedMap<KeyEntries>,
-    dense: Option<DenseSlots>,
-}
-
-/// Key entries by value: `slots[value - smallest]`.
-#[derive(Default)]
-struct DenseSlots {
-    smallest: i64,
-    slots: Vec<KeyEntries>,
-    /// Slots holding entries (counted as they fill, recounted when freed rows are swept).
-    used: usize,
-    /// Whether a value has been indexed (and `smallest` set by the first).
-    started: bool,
-    /// Set once a value above the range was too far to widen it to: that value's entries
-    /// went by hash, where a wider range would no longer look for them.
-    frozen: bool,
-}
-
-impl DenseSlots {
-    fn slot(&self, value: i64) -> Option<usize> {
-        let offset = usize::try_from(value.checked_sub(self.smallest)?).ok()?;
-        (offset < self.slots.len()).then_some(offset)
-    }
-
-    /// The slot `value`'s entries go to, widening the range up to it while it stays dense;
-    /// `None`: by hash.
-    fn slot_to_insert(&mut self, value: i64) -> Option<usize> {
-        if !self.started {
-            self.started = true;
-            self.smallest = value;
-        }
-        let slot = match self.slot(value) {
-            Some(slot) => slot,
-            None if self.frozen || value < self.smallest => return None,
-            None => {
-                let wanted = (value as i128 - self.smallest as i128 + 1) as u128;
-                let limit = DENSE_MIN_SLOTS.max((self.used + 1) * DENSE_SLOTS_PER_KEY);
-                if wanted > limit as u128 {
-                    self.frozen = true;
-                    return None;
-                }
-                self.slots.resize_with(wanted as usize, KeyEntries::default);
-                wanted as usize - 1
-            }
-        };
-        self.used += usize::from(self.slots[slot].entries.is_empty());
-        Some(slot)
-    }
-
-    /// Drops the leading slots without live entries: their values, should they come again,
-    /// go by hash.
-    fn trim_front(&mut self) {
-        let empty = self
-            .slots
-            .iter()
-            .take_while(|key| key.live().is_empty())
-            .count();
-        self.slots.drain(..empty);
-        self.smallest = self.smallest.saturating_add(empty as i64);
-        self.used = self
-            .slots
-            .iter()
-            .filter(|key| !key.live().is_empty())
-            .count();
-    }
-}
-
-impl KeyIndex {
-    /// The entries of the key hashing to `hash` whose value (for a dense index) is `value`,
-    /// and whether they are that value's own (found by value, not by a hash that another key
-    /// may share).
-    fn get_mut(&mut self, hash: u64, value: Option<i64>) -> Option<(&mut KeyEntries, bool)> {
-        if let (Some(dense), Some(value)) = (&mut self.dense, value)
-            && let Some(slot) = dense.slot(value)
-        {
-            return Some((&mut dense.slots[slot], true));
-        }
-        self.by_hash.get_mut(&hash).map(|entries| (entries, false))
-    }
-
-    /// As [`Self::get_mut`], creating the key's entries if new.
-    fn entry(&mut self, hash: u64, value: Option<i64>) -> &mut KeyEntries {
-        if let (Some(dense), Some(value)) = (&mut self.dense, value)
-            && let Some(slot) = dense.slot_to_insert(value)
-        {
-            return &mut dense.slots[slot];
-        }
-        self.by_hash.entry(hash).or_default()
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &KeyEntries> {
-        let dense = self.dense.iter().flat_map(|dense| dense.slots.iter());
-        self.by_hash.values().chain(dense)
-    }
-
-    fn keys_mut(&mut self) -> impl Iterator<Item = &mut KeyEntries> {
-        let dense = self
-            .dense
-            .iter_mut()
-            .flat_map(|dense| dense.slots.iter_mut());
-        self.by_hash.values_mut().chain(dense)
-    }
-
-    /// Frees and compacts every key's entries through `freed_through`, dropping keys left
-    /// without live ones; the live entries.
-    fn sweep(&mut self, freed_through: i64) -> usize {
-        for key in self.keys_mut() {
-            key.free_through(freed_through);
-            key.compact();
-        }
-        self.by_hash.retain(|_, key| !key.live().is_empty());
-        if let Some(dense) = &mut self.dense {
-            dense.trim_front();
-        }
-        self.keys().map(|key| key.live().len()).sum()
-    }
-
-    /// Drops every key: with no entries left anywhere, a dense range starts afresh.
-    fn clear(&mut self) {
-        *self = Self {
-            by_hash: PrehashedMap::default(),
-            dense: self.dense.as_ref().map(|_| DenseSlots::default()),
-        };
-    }
-
-    /// Bytes of the dense slots (the hashed keys are counted by entry).
-    fn dense_size(&self) -> usize {
-        self.dense.as_ref().map_or(0, |dense| {
-            dense.slots.capacity() * std::mem::size_of::<KeyEntries>()
-        })
-    }
 }
 
 /// See the module documentation.
@@ -406,25 +133,22 @@ impl SideState {
     /// (see the module documentation).
     pub fn with_integer_key() -> Self {
         Self {
-            index: KeyIndex {
-                dense: Some(DenseSlots::default()),
-                ..KeyIndex::default()
-            },
+            index: KeyIndex::new(true),
             ..Self::default()
         }
     }
 
     /// Whether probes should give their key's integer value ([`Self::probe`]).
     pub fn wants_key_values(&self) -> bool {
-        self.index.dense.is_some()
+        self.index.by_value()
     }
 
     /// Keeps `chunk`, whose rows have key hashes `hashes`; it enters the index once enough
     /// probing rows reach its times ([`Self::prepare_probes`]).
     pub fn insert(&mut self, chunk: Chunk, hashes: Vec<u64>) {
         let sequence = self.first + self.chunks.len() as u64;
-        let key_range = match (&self.index.dense, chunk.keys.as_slice()) {
-            (Some(_), [key]) => integer_values(key)
+        let key_range = match chunk.keys.as_slice() {
+            [key] if self.index.by_value() => integer_values(key)
                 .ok()
                 .flatten()
                 .map(|values| value_range(&values).unwrap_or(EMPTY_RANGE)),
@@ -586,8 +310,8 @@ impl SideState {
         let times = kept.times.values();
         // A dense index reads each row's value (none for a null key, which goes by hash and
         // matches nothing).
-        let values = match (&self.index.dense, kept.keys.as_slice()) {
-            (Some(_), [key]) => integer_values(key).ok().flatten(),
+        let values = match kept.keys.as_slice() {
+            [key] if self.index.by_value() => integer_values(key).ok().flatten(),
             _ => None,
         };
         let value = |row: usize| {
@@ -596,17 +320,9 @@ impl SideState {
                 .and_then(|v| v.is_valid(row).then(|| v.value(row)))
         };
         for (row, (&hash, &time)) in chunk.hashes.iter().zip(times).enumerate() {
-            let entries = &mut self.index.entry(hash, value(row)).entries;
-            let entry = Entry {
-                time,
-                position: Position {
-                    chunk: chunk.sequence,
-                    row: row as u32,
-                },
-            };
-            // Rows come nearly in time order: an entry moves back past the few later ones.
-            let at = entries.len() - entries.iter().rev().take_while(|e| e.time > time).count();
-            entries.insert(at, entry);
+            let position = position(chunk.sequence, row);
+            self.index
+                .insert(hash, value(row), Entry { time, position });
         }
         self.entries += chunk.hashes.len();
     }
@@ -636,17 +352,24 @@ impl SideState {
             let row_index = row as usize;
             let (from, to) = reach(row_index);
             let value = values.and_then(|v| v.is_valid(row_index).then(|| v.value(row_index)));
-            if let Some((key, by_value)) = self.index.get_mut(hashes[row_index], value) {
-                // Most keys of a join on an id hold one live row or none (a slot of the
-                // dense range no row took): no cursor to step.
-                match (&key.entries, key.head) {
-                    (entries, _) if entries.is_empty() => {}
-                    (EntryList::One(entry), 0) if entry.time > freed_through => {
+            if let Some((key, by_value)) = self.index.probe(hashes[row_index], value) {
+                // Most keys of a join on an id hold one live row or none: no cursor to step.
+                let one = match &key {
+                    Probed::One(entry) => Some(*entry),
+                    Probed::Many(key) => match (&key.entries, key.head) {
+                        (EntryList::One(entry), 0) => Some(*entry),
+                        _ => None,
+                    },
+                };
+                match (one, key) {
+                    (Some(entry), _) if entry.time > freed_through => {
                         if entry.time >= from && entry.time <= to {
                             found.push(row, entry.position, !by_value);
                         }
                     }
-                    _ => {
+                    (_, Probed::One(_)) => {}
+                    (_, Probed::Many(key)) if key.entries.is_empty() => {}
+                    (_, Probed::Many(key)) => {
                         self.entries -= key.free_through(freed_through);
                         let start = key.seek(from);
                         for entry in key.entries[start..].iter().take_while(|e| e.time <= to) {
@@ -708,9 +431,9 @@ impl SideState {
     /// Takes back what a checkpoint kept: the chunks [`Self::held_chunks`] listed, with their
     /// rows' key hashes, and the time rows were freed through.
     pub fn restore(&mut self, chunks: Vec<(Chunk, Vec<u64>)>, freed_through: i64) {
-        *self = match self.index.dense {
-            Some(_) => Self::with_integer_key(),
-            None => Self::default(),
+        *self = match self.index.by_value() {
+            true => Self::with_integer_key(),
+            false => Self::default(),
         };
         for (chunk, hashes) in chunks {
             self.insert(chunk, hashes);
@@ -882,26 +605,6 @@ mod tests {
 
     use super::*;
 
-    fn key_entries(times: &[i64]) -> KeyEntries {
-        KeyEntries {
-            entries: EntryList::Many(
-                times
-                    .iter()
-                    .enumerate()
-                    .map(|(row, &time)| Entry {
-                        time,
-                        position: Position {
-                            chunk: 0,
-                            row: row as u32,
-                        },
-                    })
-                    .collect(),
-            ),
-            head: 0,
-            cursor: 0,
-        }
-    }
-
     fn chunk(times: std::ops::Range<i64>) -> (Chunk, Vec<u64>) {
         let times = Int64Array::from_iter_values(times);
         let batch = RecordBatch::try_from_iter([("t", Arc::new(times.clone()) as ArrayRef)])
@@ -972,7 +675,7 @@ mod tests {
     }
 
     fn indexed_rows(state: &SideState) -> usize {
-        state.index.keys().map(|key| key.live().len()).sum()
+        state.index.entries().count()
     }
 
     /// A chunk of rows at times `first..` with integer keys `keys`, hashed so that every
@@ -1024,7 +727,7 @@ mod tests {
             }
         }
         assert!(indexed_rows(&dense) > 0);
-        assert!(dense.index.dense.as_ref().is_some_and(|d| d.frozen));
+        assert!(dense.index.dense_frozen());
         let probe = |state: &mut SideState, key: i32| {
             let hash = (key as u64) / 2;
             let value = state.wants_key_values().then_some(i64::from(key));
@@ -1139,12 +842,7 @@ mod tests {
         for _ in 0..SCANS_BEFORE_INDEX {
             state.prepare_probes(i64::MIN, i64::MAX, &probing);
         }
-        let indexed: Vec<u64> = state
-            .index
-            .keys()
-            .flat_map(|key| key.live())
-            .map(|e| e.position.chunk)
-            .collect();
+        let indexed: Vec<u64> = state.index.entries().map(|e| e.position.chunk).collect();
         assert_eq!(indexed.len(), 100);
         assert!(indexed.iter().all(|&chunk| chunk == 9));
         // A few ids of a chunk's range scan it, unindexed, row by row or as a batch.
@@ -1188,51 +886,5 @@ mod tests {
             order_by_probing_row(&mut pairs);
             assert_eq!(pairs, want, "seed {seed}");
         }
-    }
-
-    #[test]
-    fn a_key_of_one_row_keeps_it_in_place_and_more_rows_keep_their_order() {
-        let entry = |time| Entry {
-            time,
-            position: Position { chunk: 0, row: 0 },
-        };
-        let times = |list: &EntryList| list.iter().map(|e| e.time).collect::<Vec<_>>();
-        let mut list = EntryList::default();
-        list.insert(0, entry(5));
-        assert!(matches!(list, EntryList::One(_)));
-        list.insert(0, entry(3));
-        list.insert(2, entry(9));
-        list.insert(2, entry(7));
-        assert_eq!(times(&list), vec![3, 5, 7, 9]);
-        list.drain_front(3);
-        assert_eq!(times(&list), vec![9]);
-        let mut one = EntryList::default();
-        one.insert(0, entry(1));
-        one.drain_front(0);
-        assert_eq!(times(&one), vec![1]);
-        one.drain_front(1);
-        assert!(one.is_empty());
-        one.insert(0, entry(2));
-        assert_eq!(times(&one), vec![2]);
-    }
-
-    #[test]
-    fn seek_finds_the_first_entry_at_or_after_a_time_from_any_cursor() {
-        // Times with repeats and gaps; probes forward, backward, far and near.
-        let times: Vec<i64> = (0..100).map(|i| (i / 3) * 5).collect();
-        let mut key = key_entries(&times);
-        let probes = [
-            0, 1, 5, 6, 7, 60, 59, 3, 200, 140, 141, 165, 0, -4, 10, 11, 12, 100,
-        ];
-        for head in [0, 7, 40] {
-            key.head = head;
-            for &from in &probes {
-                let expected = head + times[head..].partition_point(|&t| t < from);
-                assert_eq!(key.seek(from), expected, "from {from}, head {head}");
-            }
-        }
-        // A cursor left past the end (entries compacted since) is only a hint.
-        key.cursor = 10_000;
-        assert_eq!(key.seek(6), 40);
     }
 }
