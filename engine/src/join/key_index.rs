@@ -124,6 +124,14 @@ impl KeyEntries {
         found
     }
 
+    /// The key's entry when it has one and none freed before it (read without the cursor).
+    pub fn only_entry(&self) -> Option<Entry> {
+        match (&self.entries, self.head) {
+            (EntryList::One(entry), 0) => Some(*entry),
+            _ => None,
+        }
+    }
+
     /// Adds `entry` in time order: rows come nearly in time order, so it moves back past
     /// the few later ones.
     fn insert(&mut self, entry: Entry) {

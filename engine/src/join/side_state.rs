@@ -42,7 +42,7 @@ use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array
 use datafusion::arrow::compute::{max, min};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::key_index::{Entry, EntryList, KeyIndex, Probed};
+use super::key_index::{Entry, KeyIndex, Probed};
 use super::{integer_values, rows_by_group};
 use crate::kernels::PrehashedMap;
 
@@ -356,10 +356,7 @@ impl SideState {
                 // Most keys of a join on an id hold one live row or none: no cursor to step.
                 let one = match &key {
                     Probed::One(entry) => Some(*entry),
-                    Probed::Many(key) => match (&key.entries, key.head) {
-                        (EntryList::One(entry), 0) => Some(*entry),
-                        _ => None,
-                    },
+                    Probed::Many(key) => key.only_entry(),
                 };
                 match (one, key) {
                     (Some(entry), _) if entry.time > freed_through => {
