@@ -30,7 +30,8 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::repartition::{BatchPartitioner, REPARTITION_RANDOM_STATE};
 use freshet_engine::join::LookupTable;
 use freshet_engine::kernels::{
-    GroupTable, RunningAggregates, WindowedGroupValues, new_group_values, take_rows,
+    GroupTable, PackedGroupValues, RunningAggregates, WindowedGroupValues, new_group_values,
+    take_rows,
 };
 use freshet_engine::over::{
     FrameAggregateKind, FrameStart, OverFunction, OverFunctionKind, OverKernel, RankingKind,
@@ -272,10 +273,14 @@ fn kernels(c: &mut Criterion) {
         let freshet = new_group_values(Arc::clone(&key_schema)).expect("interner"); // ok: bench setup
         let label = match name {
             _ if name.contains("dictionary") => "dictionary",
-            "one_int64_key" => "dense",
+            "one_int64_key" | "two_int64_keys" => "dense",
             _ => "packed",
         };
         let mut interners: Vec<(&str, Box<dyn GroupValues>)> = vec![(label, freshet)];
+        if name == "two_int64_keys" {
+            let packed = PackedGroupValues::try_new(&key_schema).expect("interner"); // ok: bench setup
+            interners.push(("packed", Box::new(packed)));
+        }
         if name.starts_with("window_") {
             let windowed = WindowedGroupValues::try_new(&key_schema).expect("interner"); // ok: bench setup
             interners.push(("windowed", Box::new(windowed)));
@@ -332,8 +337,13 @@ fn kernels(c: &mut Criterion) {
     for (pattern, batches) in [("recent", &recent_batches), ("cold", &spread_batches)] {
         for (interner, mut values) in [
             (
-                "packed",
+                "dense",
                 new_group_values(Arc::clone(&key_schema)).expect("interner"),
+            ), // ok: bench setup
+            (
+                "packed",
+                Box::new(PackedGroupValues::try_new(&key_schema).expect("interner"))
+                    as Box<dyn GroupValues>,
             ), // ok: bench setup
             (
                 "datafusion",

@@ -32,7 +32,7 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use crate::watermark::time_range;
 
 /// No group yet for this value.
-const EMPTY: u32 = u32::MAX;
+pub(super) const EMPTY: u32 = u32::MAX;
 
 /// Slots the range may span whatever the number of keys.
 const MIN_SLOTS: usize = 1 << 16;
@@ -47,12 +47,64 @@ enum Interner {
     Hashed(Box<dyn GroupValues>),
 }
 
-/// Group ids of the values from `base` on, and each group's value.
+/// An array of `u32` slots over the values from `base` on, kept dense: the one place where
+/// the range grows and is bounded, shared with [`super::dense_leading_keys`].
+#[derive(Default)]
+pub(super) struct DenseRange {
+    pub(super) base: i64,
+    /// `slots[value - base]`: what the value holds, or [`EMPTY`].
+    pub(super) slots: Vec<u32>,
+}
+
+impl DenseRange {
+    /// Widens the range to `lowest..=highest` if it stays dense for `keys` keys at most;
+    /// `false` if it would not.
+    pub(super) fn cover(&mut self, lowest: i64, highest: i64, keys: usize) -> bool {
+        let end = self.base as i128 + self.slots.len() as i128;
+        if !self.slots.is_empty() && self.base <= lowest && (highest as i128) < end {
+            return true;
+        }
+        let limit = MIN_SLOTS.max(keys.saturating_mul(SLOTS_PER_KEY));
+        let (low, high) = match self.slots.is_empty() {
+            true => (lowest as i128, highest as i128 + 1),
+            false => (
+                (lowest as i128).min(self.base as i128),
+                (highest as i128 + 1).max(end),
+            ),
+        };
+        let needed = high - low;
+        if needed > limit as i128 {
+            return false;
+        }
+        // Room to spare on the side that grew, as much again as the range needs, within
+        // the limit and the values an i64 holds.
+        let spare = needed.min(limit as i128 - needed);
+        let grew_down = !self.slots.is_empty() && low < self.base as i128;
+        let (low, high) = match grew_down {
+            true => ((low - spare).max(i64::MIN as i128), high),
+            false => (low, (high + spare).min(i64::MAX as i128)),
+        };
+        let mut slots = vec![EMPTY; (high - low) as usize];
+        if !self.slots.is_empty() {
+            let offset = (self.base as i128 - low) as usize;
+            slots[offset..offset + self.slots.len()].copy_from_slice(&self.slots);
+        }
+        self.slots = slots;
+        self.base = low as i64;
+        true
+    }
+
+    /// The slot of `value`, which the range covers.
+    #[inline(always)]
+    pub(super) fn slot(&self, value: i64) -> usize {
+        value.wrapping_sub(self.base) as u64 as usize
+    }
+}
+
+/// Group ids of the values in a dense range, and each group's value.
 #[derive(Default)]
 struct DenseSlots {
-    base: i64,
-    /// `slots[value - base]`: the value's group id, or [`EMPTY`].
-    slots: Vec<u32>,
+    range: DenseRange,
     /// Each group's value, by id (the null group's is 0).
     values: Vec<i64>,
     null_group: Option<usize>,
@@ -106,43 +158,6 @@ impl DenseInt64GroupValues {
 }
 
 impl DenseSlots {
-    /// Widens the range to `lowest..=highest` if it stays dense with `new_keys` more keys at
-    /// most; `false` if it would not.
-    fn cover(&mut self, lowest: i64, highest: i64, new_keys: usize) -> bool {
-        let end = self.base as i128 + self.slots.len() as i128;
-        if !self.slots.is_empty() && self.base <= lowest && (highest as i128) < end {
-            return true;
-        }
-        let limit = MIN_SLOTS.max((self.values.len() + new_keys) * SLOTS_PER_KEY);
-        let (low, high) = match self.slots.is_empty() {
-            true => (lowest as i128, highest as i128 + 1),
-            false => (
-                (lowest as i128).min(self.base as i128),
-                (highest as i128 + 1).max(end),
-            ),
-        };
-        let needed = high - low;
-        if needed > limit as i128 {
-            return false;
-        }
-        // Room to spare on the side that grew, as much again as the range needs, within
-        // the limit and the values an i64 holds.
-        let spare = needed.min(limit as i128 - needed);
-        let grew_down = !self.slots.is_empty() && low < self.base as i128;
-        let (low, high) = match grew_down {
-            true => ((low - spare).max(i64::MIN as i128), high),
-            false => (low, (high + spare).min(i64::MAX as i128)),
-        };
-        let mut slots = vec![EMPTY; (high - low) as usize];
-        if !self.slots.is_empty() {
-            let offset = (self.base as i128 - low) as usize;
-            slots[offset..offset + self.slots.len()].copy_from_slice(&self.slots);
-        }
-        self.slots = slots;
-        self.base = low as i64;
-        true
-    }
-
     /// The group id of each value, all within the range.
     fn intern_in_range(&mut self, keys: &Int64Array, groups: &mut Vec<usize>) {
         match keys.nulls().filter(|nulls| nulls.null_count() > 0) {
@@ -168,7 +183,8 @@ impl DenseSlots {
     /// The group id of `value`, within the range, given one if new.
     #[inline(always)]
     fn id_of(&mut self, value: i64) -> usize {
-        let slot = &mut self.slots[value.wrapping_sub(self.base) as u64 as usize];
+        let at = self.range.slot(value);
+        let slot = &mut self.range.slots[at];
         if *slot == EMPTY {
             *slot = self.values.len() as u32;
             self.values.push(value);
@@ -195,7 +211,7 @@ impl DenseSlots {
             None => None,
         };
         let shift = n as u32;
-        for slot in self.slots.iter_mut().filter(|slot| **slot != EMPTY) {
+        for slot in self.range.slots.iter_mut().filter(|slot| **slot != EMPTY) {
             *slot = match *slot < shift {
                 true => EMPTY,
                 false => *slot - shift,
@@ -225,7 +241,11 @@ impl GroupValues for DenseInt64GroupValues {
             // The lowest and highest value, in the pass the event times' range takes.
             let range = time_range(keys);
             let fits = dense.values.len() + keys.len() < EMPTY as usize
-                && range.is_none_or(|(low, high)| dense.cover(low, high, keys.len()));
+                && range.is_none_or(|(low, high)| {
+                    dense
+                        .range
+                        .cover(low, high, dense.values.len() + keys.len())
+                });
             if fits {
                 dense.intern_in_range(keys, groups);
                 return Ok(());
@@ -237,7 +257,7 @@ impl GroupValues for DenseInt64GroupValues {
     fn size(&self) -> usize {
         match &self.interner {
             Interner::Dense(dense) => {
-                dense.slots.capacity() * size_of::<u32>()
+                dense.range.slots.capacity() * size_of::<u32>()
                     + dense.values.capacity() * size_of::<i64>()
             }
             Interner::Hashed(hashed) => hashed.size(),
@@ -390,7 +410,10 @@ mod tests {
                 .collect();
             ours.intern(&column(&values), &mut ids).unwrap();
             if let Interner::Dense(dense) = &ours.interner {
-                assert!(dense.slots.len() <= MIN_SLOTS.max(dense.values.len() * 2 * SLOTS_PER_KEY));
+                assert!(
+                    dense.range.slots.len()
+                        <= MIN_SLOTS.max(dense.values.len() * 2 * SLOTS_PER_KEY)
+                );
             }
         }
         assert!(!ours.is_dense());

@@ -13,6 +13,7 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use super::dense_leading_keys::DenseLeadingKeyGroupValues;
 use super::distinct_counts::DistinctCounts;
 use super::fused::FusedAggregates;
 use super::packed_keys::{PackedGroupValues, new_group_values};
@@ -31,8 +32,11 @@ enum Keys {
 }
 
 impl Keys {
-    /// The interner for keys of `schema`: packed where they fit.
+    /// The interner for keys of `schema`: an id's dense chains or packed where they fit.
     fn for_schema(schema: SchemaRef) -> Result<Self> {
+        if let Some(dense) = DenseLeadingKeyGroupValues::try_new(&schema) {
+            return Ok(Keys::Other(Box::new(dense)));
+        }
         Ok(match PackedGroupValues::try_new(&schema) {
             Some(packed) => Keys::Packed(Box::new(packed)),
             None => Keys::Other(new_group_values(schema)?),

@@ -8,6 +8,7 @@
 
 mod builtin;
 mod dense_keys;
+mod dense_leading_keys;
 mod dictionary_keys;
 mod distinct_counts;
 mod fused;

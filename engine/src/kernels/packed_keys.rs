@@ -51,6 +51,7 @@ use datafusion::physical_plan::aggregates::group_values::{self, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
 use super::dense_keys::DenseInt64GroupValues;
+use super::dense_leading_keys::DenseLeadingKeyGroupValues;
 use super::dictionary_keys::DictionaryGroupValues;
 use super::packed_encoding::{
     PACKED_BYTES, Packed, build_fixed, build_string, fixed_bytes, has_bitwise_equality,
@@ -156,7 +157,8 @@ const STRING_SLOTS: [usize; 3] = [8, 12, 16];
 /// The interner for keys of `schema`: [`DictionaryGroupValues`] when a key column is a
 /// dictionary, [`DenseInt64GroupValues`] for a single Int64 key (an id), DataFusion's for
 /// another single primitive key (its `GroupValuesPrimitive` interns an Int64 key 1.4x as
-/// fast as a packed key: `intern_one_int64_key_*` in `bench/benches/kernels.rs`), else
+/// fast as a packed key: `intern_one_int64_key_*` in `bench/benches/kernels.rs`),
+/// [`DenseLeadingKeyGroupValues`] for an Int64 id followed by a few 8-byte columns, else
 /// [`PackedGroupValues`] when every key column has a bitwise equality and the columns fit,
 /// else DataFusion's.
 pub fn new_group_values(schema: SchemaRef) -> Result<Box<dyn GroupValues>> {
@@ -170,6 +172,9 @@ pub fn new_group_values(schema: SchemaRef) -> Result<Box<dyn GroupValues>> {
         && field.data_type().is_primitive()
     {
         return Ok(Box::new(PrimitiveGroupValues::try_new(schema)?));
+    }
+    if let Some(dense) = DenseLeadingKeyGroupValues::try_new(&schema) {
+        return Ok(Box::new(dense));
     }
     match PackedGroupValues::try_new(&schema) {
         Some(packed) => Ok(Box::new(packed)),
