@@ -13,7 +13,6 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::hash_utils::{RandomState, create_hashes};
 use datafusion::common::{JoinSide, JoinType, Result, plan_err};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::PhysicalExprRef;
@@ -22,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::interval_join::{IntervalJoinExec, OutputTime};
 use super::join_output::{Common, Pairs, apply_filter, gather, take_record};
 use super::side_state::{Chunk, Found, Position, ProbingRows, SideState};
-use super::{KeyEquality, integer_values, is_integer_key, key_comparator};
+use super::{KeyEquality, KeyHasher, integer_values, key_comparator};
 use crate::checkpoint::OperatorState;
 use crate::late_records::LateRecords;
 use crate::message_loop::ended_state;
@@ -99,7 +98,7 @@ impl Side {
         state: &OperatorState,
         prefix: &str,
         schema: &SchemaRef,
-        random_state: &RandomState,
+        key_hasher: &KeyHasher,
     ) -> Result<()> {
         let rows = RecordBatch::try_new(
             Arc::clone(schema),
@@ -127,7 +126,7 @@ impl Side {
                 flags.append_buffer(&matched.values().slice(offset, length));
                 flags
             });
-            chunks.push(self.kept_chunk(batch, flags, random_state)?);
+            chunks.push(self.kept_chunk(batch, flags, key_hasher)?);
             offset += length;
         }
         self.state
@@ -141,7 +140,7 @@ impl Side {
         &self,
         batch: RecordBatch,
         matched: Option<BooleanBufferBuilder>,
-        random_state: &RandomState,
+        key_hasher: &KeyHasher,
     ) -> Result<(Chunk, Vec<u64>)> {
         let times = event_times(batch.column(self.time_column))?
             .as_primitive::<Int64Type>()
@@ -153,8 +152,7 @@ impl Side {
             None => times.clone(),
         };
         let keys = self.keys_of(&batch)?;
-        let mut hashes = vec![0; batch.num_rows()];
-        create_hashes(&keys, random_state, &mut hashes)?;
+        let hashes = key_hasher.hashes(&keys, batch.num_rows())?;
         let (min_time, max_time) = batch_time_range(&untils).unwrap_or((i64::MAX, i64::MIN));
         let (earliest_event_time, latest_event_time) =
             batch_time_range(&times).unwrap_or((i64::MAX, i64::MIN));
@@ -280,7 +278,13 @@ impl JoinStream {
             .iter()
             .map(|(l, _)| l.data_type(&left_schema))
             .collect::<Result<Vec<_>>>()?;
-        let integer_key = matches!(key_types.as_slice(), [key_type] if is_integer_key(key_type));
+        let right_key_types = spec
+            .on
+            .iter()
+            .map(|(_, r)| r.data_type(&right_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let key_hasher = KeyHasher::for_key_types(&key_types, &right_key_types);
+        let integer_key = matches!(key_hasher, KeyHasher::Integer);
         let side = |which, keys: Vec<PhysicalExprRef>, time_column| Side {
             state: match integer_key {
                 true => SideState::with_integer_key(),
@@ -318,7 +322,7 @@ impl JoinStream {
                 left_schema,
                 right_schema,
                 projection: spec.projection.clone(),
-                random_state: RandomState::with_seed(0x10_1e),
+                key_hasher,
                 metrics: StatefulMetrics::new(&exec.metrics, partition),
                 name: format!("IntervalJoinExec[{partition}]"),
                 output_schema: exec.schema(),
@@ -369,8 +373,7 @@ impl JoinStream {
             side.watermark.saturating_sub(common.allowed_lateness)
         };
         let keep_through = common.freed_through(which, other.watermark);
-        let mut hashes = vec![0; rows];
-        create_hashes(&keys, &common.random_state, &mut hashes)?;
+        let hashes = common.key_hasher.hashes(&keys, rows)?;
         // Rows that can match, and the rows that are late.
         let mut late = Vec::new();
         let mut unmatchable = Vec::new();
@@ -449,6 +452,11 @@ impl JoinStream {
         let mut found = Found::with_capacity(if reachable { matchable.len() } else { 0 });
         if reachable {
             other.state.probe_batch(&probing, reach, &mut found);
+        }
+        // Probing and kept rows have keys that are not null: where the hash is the key,
+        // an equal hash is an equal key.
+        if common.key_hasher.hash_is_key() {
+            found.unsure.clear();
         }
         // A kept row of a side with an until column spans [its time, its until]: the probe
         // reads the bound's end on the until values, and the other end is checked here, the
@@ -734,11 +742,11 @@ impl JoinStream {
         if ended_state(state) {
             return self.common.metrics.restore_from(state);
         }
-        let random_state = &self.common.random_state;
+        let key_hasher = &self.common.key_hasher;
         self.left
-            .restore_from(state, "left", &self.common.left_schema, random_state)?;
+            .restore_from(state, "left", &self.common.left_schema, key_hasher)?;
         self.right
-            .restore_from(state, "right", &self.common.right_schema, random_state)?;
+            .restore_from(state, "right", &self.common.right_schema, key_hasher)?;
         self.progress.set(JoinSide::Left, self.left.watermark);
         self.progress.set(JoinSide::Right, self.right.watermark);
         self.common.metrics.restore_from(state)?;

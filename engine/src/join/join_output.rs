@@ -10,10 +10,10 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{concat_batches, interleave, interleave_record_batch, take};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::hash_utils::RandomState;
 use datafusion::common::{JoinSide, Result, internal_err};
 use datafusion::physical_plan::joins::utils::JoinFilter;
 
+use super::KeyHasher;
 use super::interval_join::TimeBound;
 use super::interval_stream::SideRole;
 use super::side_state::{Position, SideState};
@@ -28,7 +28,7 @@ pub(super) struct Common {
     pub(super) left_schema: SchemaRef,
     pub(super) right_schema: SchemaRef,
     pub(super) projection: Option<Vec<usize>>,
-    pub(super) random_state: RandomState,
+    pub(super) key_hasher: KeyHasher,
     pub(super) metrics: StatefulMetrics,
     pub(super) name: String,
     pub(super) output_schema: SchemaRef,

@@ -7,7 +7,8 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{SortOptions, cast};
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{NullEquality, Result};
+use datafusion::common::hash_utils::{RandomState, create_hashes};
+use datafusion::common::{NullEquality, Result, internal_err};
 use datafusion::physical_plan::joins::utils::JoinKeyComparator;
 
 mod aligned_inputs;
@@ -31,6 +32,61 @@ fn integer_values(key: &ArrayRef) -> Result<Option<Int64Array>> {
         true => Some(cast(key, &DataType::Int64)?.as_primitive().clone()),
         false => None,
     })
+}
+
+/// How a join hashes its rows' keys. Both sides must hash alike: a probe looks its hash up
+/// among the kept rows'.
+pub(super) enum KeyHasher {
+    /// One integer key: its `i64` value times an odd constant, a bijection (an equal hash is
+    /// an equal value) whose high bits spread consecutive ids; a fraction of the cost of
+    /// hashing the value's bytes.
+    Integer,
+    /// Any other keys: DataFusion's hashes of the columns.
+    Columns(RandomState),
+}
+
+impl KeyHasher {
+    /// The hasher for keys of types `left` on one side and `right` on the other.
+    pub(super) fn for_key_types(left: &[DataType], right: &[DataType]) -> Self {
+        match (left, right) {
+            ([left], [right]) if is_integer_key(left) && is_integer_key(right) => Self::Integer,
+            _ => Self::Columns(RandomState::with_seed(0x10_1e)),
+        }
+    }
+
+    /// Whether equal hashes of keys that are not null mean equal keys.
+    pub(super) fn hash_is_key(&self) -> bool {
+        matches!(self, Self::Integer)
+    }
+
+    /// The hash of each of the `rows` rows' keys (of a null integer key, an arbitrary one:
+    /// such rows match nothing).
+    pub(super) fn hashes(&self, keys: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+        match self {
+            Self::Integer => match keys {
+                [key] => match integer_values(key)? {
+                    Some(values) => Ok(values.values().iter().map(|&v| mix_integer(v)).collect()),
+                    None => internal_err!("a join hashed a {} key as an integer", key.data_type()),
+                },
+                _ => internal_err!("a join hashed {} keys as one integer", keys.len()),
+            },
+            Self::Columns(random_state) => {
+                let mut hashes = vec![0; rows];
+                create_hashes(keys, random_state, &mut hashes)?;
+                Ok(hashes)
+            }
+        }
+    }
+}
+
+/// [`KeyHasher::Integer`]'s hash of `value`: a product with Fibonacci hashing's odd
+/// multiplier, then its high half folded into its low half. Both steps are invertible, so no
+/// two values share a hash; the fold matters because hash tables pick a bucket by the low
+/// bits, which in the bare product depend only on the value's low bits (ids on a stride of
+/// 2^k would crowd into 1/2^k of the buckets).
+fn mix_integer(value: i64) -> u64 {
+    let product = (value as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    product ^ (product >> 32)
 }
 
 /// Whether a key of this type has an exact `i64` view ([`integer_values`]).
@@ -165,6 +221,25 @@ mod tests {
     use datafusion::arrow::array::{Int64Array, StringViewBuilder};
 
     use super::*;
+
+    #[test]
+    fn integer_key_hashes_are_distinct_and_spread_strided_ids_over_low_bits() {
+        let hasher = KeyHasher::for_key_types(&[DataType::Int64], &[DataType::Int32]);
+        assert!(matches!(hasher, KeyHasher::Integer));
+        // Ids on a stride of 4096: a table of 4096 buckets must still see most of them.
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values((0..4096).map(|i| i << 12)));
+        let hashes = hasher.hashes(&[ids], 4096).unwrap();
+        let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 4095).collect();
+        assert!(
+            buckets.len() > 2048,
+            "{} of 4096 buckets used",
+            buckets.len()
+        );
+        let distinct: std::collections::HashSet<u64> = hashes.iter().copied().collect();
+        assert_eq!(distinct.len(), 4096);
+        let mixed = KeyHasher::for_key_types(&[DataType::Int64], &[DataType::Utf8]);
+        assert!(matches!(mixed, KeyHasher::Columns(_)));
+    }
 
     /// Strings as views, the long ones in buffers of their own order (so equal strings sit
     /// at different offsets on the two sides).

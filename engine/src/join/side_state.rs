@@ -39,12 +39,12 @@
 use std::collections::VecDeque;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanBufferBuilder, Int64Array};
-use datafusion::arrow::compute::{max, min};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::key_index::{Entry, KeyIndex, Probed};
 use super::{integer_values, rows_by_group};
 use crate::kernels::PrehashedMap;
+use crate::watermark::time_range;
 
 /// Single-row scans of a kept chunk before it enters the index. A scan costs about a
 /// nanosecond a kept row, an index entry about a hundred (its share of q7's time when every
@@ -151,7 +151,7 @@ impl SideState {
             [key] if self.index.by_value() => integer_values(key)
                 .ok()
                 .flatten()
-                .map(|values| value_range(&values).unwrap_or(EMPTY_RANGE)),
+                .map(|values| time_range(&values).unwrap_or(EMPTY_RANGE)),
             _ => None,
         };
         self.unindexed.push_back(Unindexed {
@@ -175,7 +175,7 @@ impl SideState {
     pub fn prepare_probes(&mut self, from: i64, to: i64, probing: &ProbingRows) {
         let probe_rows = probing.rows.len();
         let values = probing.values;
-        let probe_range = values.map(|values| value_range(values).unwrap_or(EMPTY_RANGE));
+        let probe_range = values.map(|values| time_range(values).unwrap_or(EMPTY_RANGE));
         let mut counts_left = values.map_or(0, |v| v.len() * KEY_COUNTS_PER_BATCH);
         for chunk in self.unindexed.iter_mut() {
             chunk.reaching = 0;
@@ -576,11 +576,6 @@ fn order_by_probing_row(pairs: &mut [(u32, Position)]) {
 
 /// A key range that holds no value.
 const EMPTY_RANGE: (i64, i64) = (i64::MAX, i64::MIN);
-
-/// The smallest and largest valid value; `None` when there is none.
-fn value_range(values: &Int64Array) -> Option<(i64, i64)> {
-    Some((min(values)?, max(values)?))
-}
 
 fn position(chunk: u64, row: usize) -> Position {
     Position {
