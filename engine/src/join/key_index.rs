@@ -5,8 +5,9 @@
 //! keys of a join on an id hold one row: its entry sits in the key's own slot, with no
 //! vector to allocate or follow.
 //!
-//! A join on one integer key (an id) indexes its rows by value in an array over the key
-//! range, `slots[value - smallest]`, instead of by hash: no hash table to grow, and ids
+//! A join on one integer key (an id) indexes its rows by value in slots over the key range,
+//! `slots[value - smallest]`, kept in pages ([`PagedSlots`]: growing the range or cutting
+//! its start moves no slot), instead of by hash: no hash table to grow, and ids
 //! drawn from a recent range (the bids of auctions in flight) stay in nearby slots. A slot
 //! is 16 bytes, four to a cache line: empty, the one entry of a key of one row (its time and
 //! position packed), or the number of the key's entries in a side list of keys of many rows.
@@ -15,6 +16,7 @@
 //! slots; a value below it, or above it once it could no longer widen, is indexed by hash.
 //! The rows a probe finds in its value's slot hold its key: they need no key comparison.
 
+use super::paged_slots::PagedSlots;
 use super::side_state::Position;
 use crate::kernels::PrehashedMap;
 
@@ -210,7 +212,7 @@ impl KeyIndex {
         if let (Some(dense), Some(value)) = (&mut self.dense, value)
             && let Some(slot) = dense.slot(value)
         {
-            return match dense.slots[slot].content() {
+            return match dense.slots.get(slot).content() {
                 SlotContent::Empty => None,
                 SlotContent::One(entry) => Some((Probed::One(entry), true)),
                 SlotContent::Many(at) => Some((Probed::Many(&mut dense.many[at]), true)),
@@ -271,8 +273,7 @@ impl KeyIndex {
     /// entry).
     pub fn dense_size(&self) -> usize {
         self.dense.as_ref().map_or(0, |dense| {
-            dense.slots.capacity() * size_of::<DenseSlot>()
-                + dense.many.capacity() * size_of::<KeyEntries>()
+            dense.slots.size() + dense.many.capacity() * size_of::<KeyEntries>()
         })
     }
 
@@ -350,10 +351,9 @@ impl DenseSlot {
 }
 
 /// Key entries by value: `slots[value - smallest]`.
-#[derive(Default)]
 struct DenseSlots {
     smallest: i64,
-    slots: Vec<DenseSlot>,
+    slots: PagedSlots<DenseSlot>,
     /// The entries of the keys of more than one row (or of a position that does not pack);
     /// a place freed by a key is reused.
     many: Vec<KeyEntries>,
@@ -365,6 +365,20 @@ struct DenseSlots {
     /// Set once a value above the range was too far to widen it to: that value's entries
     /// went by hash, where a wider range would no longer look for them.
     frozen: bool,
+}
+
+impl Default for DenseSlots {
+    fn default() -> Self {
+        Self {
+            smallest: 0,
+            slots: PagedSlots::new(DenseSlot::EMPTY),
+            many: Vec::new(),
+            free_many: Vec::new(),
+            used: 0,
+            started: false,
+            frozen: false,
+        }
+    }
 }
 
 impl DenseSlots {
@@ -390,21 +404,21 @@ impl DenseSlots {
                     self.frozen = true;
                     return None;
                 }
-                self.slots.resize(wanted as usize, DenseSlot::EMPTY);
+                self.slots.grow_to(wanted as usize);
                 wanted as usize - 1
             }
         };
-        self.used += usize::from(self.slots[slot].is_empty());
+        self.used += usize::from(self.slots.get(slot).is_empty());
         Some(slot)
     }
 
     /// Adds `entry` to the slot's entries: alone in the slot if it was empty, in the side
     /// list otherwise.
     fn insert(&mut self, slot: usize, entry: Entry) {
-        let at = match self.slots[slot].content() {
+        let at = match self.slots.get(slot).content() {
             SlotContent::Empty => {
                 if let Some(one) = DenseSlot::one(entry) {
-                    self.slots[slot] = one;
+                    self.slots.set(slot, one);
                     return;
                 }
                 self.new_many()
@@ -416,7 +430,7 @@ impl DenseSlots {
             }
             SlotContent::Many(at) => at,
         };
-        self.slots[slot] = DenseSlot::many(at);
+        self.slots.set(slot, DenseSlot::many(at));
         self.many[at].insert(entry);
     }
 
@@ -453,7 +467,7 @@ impl DenseSlots {
             }
         }
         let empty = self.slots.iter().take_while(|slot| slot.is_empty()).count();
-        self.slots.drain(..empty);
+        self.slots.cut_front(empty);
         self.smallest = self.smallest.saturating_add(empty as i64);
         self.used = self.slots.iter().filter(|slot| !slot.is_empty()).count();
     }

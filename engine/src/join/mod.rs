@@ -18,6 +18,7 @@ mod join_output;
 mod key_index;
 mod lookup_join;
 mod lookup_table;
+mod paged_slots;
 mod side_state;
 
 pub use interval_join::{INTERVAL_JOIN_TYPES, IntervalJoinExec, IntervalJoinSpec, TimeBound};

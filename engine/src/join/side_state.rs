@@ -535,7 +535,10 @@ struct ProbeTable {
 
 impl ProbeTable {
     fn new(probing: &ProbingRows) -> Self {
-        let mut heads = PrehashedMap::default();
+        // Sized for every row up front: grown as it fills, the table rehashed several
+        // times a batch.
+        let mut heads =
+            PrehashedMap::with_capacity_and_hasher(probing.rows.len(), Default::default());
         let mut next = vec![u32::MAX; probing.rows.len()];
         // Chained backwards so that each hash's rows are read in their order.
         for (at, &row) in probing.rows.iter().enumerate().rev() {
