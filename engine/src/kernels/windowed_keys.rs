@@ -13,7 +13,7 @@
 //! Group ids are handed out in order of creation and `EmitTo::First(n)` emits the first `n`,
 //! as the window aggregation expects. Emitted key values come from the rows that first showed
 //! each key, kept as small arrays (`interleave` gathers them); the inner table is rebuilt from
-//! the live groups when most of its keys no longer belong to an open group, so an endless
+//! the live groups when three keys in four no longer belong to an open group, so an endless
 //! stream of new keys does not grow it without bound.
 
 use std::mem::size_of;
@@ -41,6 +41,12 @@ const MAX_SPARE_SLOTS: usize = 128 * 1024;
 
 /// Key tables smaller than this are never compacted.
 const COMPACT_MIN_KEYS: usize = 4_096;
+
+/// A key table is compacted once its live keys are at most this share of it (one in
+/// `COMPACT_LIVE_SHARE`): keys that never come back (q8's people, new in each window) are
+/// interned again at each compaction while their window is open, so a table compacted at
+/// half would intern every such key twice.
+const COMPACT_LIVE_SHARE: usize = 4;
 
 /// One open window: its start and, per key id from `base` on, the id of its group (`ABSENT`
 /// if none).
@@ -313,7 +319,7 @@ impl WindowedGroupValues {
             live_count += usize::from(!*mark);
             *mark = true;
         }
-        if live_count * 2 > keys {
+        if live_count * COMPACT_LIVE_SHARE > keys {
             return Ok(());
         }
         let live: Vec<usize> = (0..keys).filter(|key| marked[*key]).collect();
