@@ -452,10 +452,13 @@ fn a_query_that_dies_at_each_fail_point_resumes_to_the_same_output() {
         let out = format!("parquet={}", parts.display());
         let checkpoints = dir.path().join(format!("checkpoints-{name}"));
         let args = checkpointed_args(S3B, &table, "2", &out, checkpoints.to_str().unwrap());
-        assert!(
-            dies_at(&args, point),
-            "the run passed fail point {point} without dying"
-        );
+        // On a loaded machine the replay may be read whole before the checkpoint the point
+        // names is cut (see `dies_then_resumes_writing_rows`): a few fresh tries.
+        let died = (0..4).any(|_| {
+            remove_dirs(&[&checkpoints, &parts]);
+            dies_at(&args, point)
+        });
+        assert!(died, "the run passed fail point {point} without dying");
         freshet_ok(&args);
         assert_eq!(
             committed(dir.path(), &parts),

@@ -38,9 +38,8 @@ fn integer_values(key: &ArrayRef) -> Result<Option<Int64Array>> {
 /// How a join hashes its rows' keys. Both sides must hash alike: a probe looks its hash up
 /// among the kept rows'.
 pub(super) enum KeyHasher {
-    /// One integer key: its `i64` value times an odd constant, a bijection (an equal hash is
-    /// an equal value) whose high bits spread consecutive ids; a fraction of the cost of
-    /// hashing the value's bytes.
+    /// One integer key: an invertible mix of its `i64` value ([`mix_integer`]), so that an
+    /// equal hash is an equal value; a fraction of the cost of hashing the value's bytes.
     Integer,
     /// Any other keys: DataFusion's hashes of the columns.
     Columns(RandomState),
