@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Int64Array, StringViewArray, UInt32Array,
+};
 use datafusion::arrow::compute::{cast, max, min, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -364,6 +366,64 @@ fn kernels(c: &mut Criterion) {
                 },
             );
         }
+    }
+    // Nexmark q8's people as its windowed GROUP BY (id, name) interns them: each batch new
+    // ids, in order, with their names as string views; the table emptied every 64 batches,
+    // as windows close.
+    let people_schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8View, true),
+    ]));
+    let first_names = [
+        "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie",
+    ];
+    let last_names = [
+        "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith",
+    ];
+    let people_batches: Vec<Vec<ArrayRef>> = (0..64i64)
+        .map(|batch| {
+            let ids: Vec<i64> = (0..ROWS as i64)
+                .map(|i| 1000 + batch * ROWS as i64 + i)
+                .collect();
+            let names = ids.iter().map(|id| {
+                let (first, last) = (*id as usize % 8, (*id as usize / 8) % 7);
+                format!("{} {}", first_names[first], last_names[last])
+            });
+            vec![
+                Arc::new(Int64Array::from(ids)) as ArrayRef,
+                Arc::new(StringViewArray::from_iter_values(names)),
+            ]
+        })
+        .collect();
+    for (interner, mut values) in [
+        (
+            "dense",
+            new_group_values(Arc::clone(&people_schema)).expect("interner"), // ok: bench setup
+        ),
+        (
+            "packed",
+            Box::new(PackedGroupValues::try_new(&people_schema).expect("interner"))
+                as Box<dyn GroupValues>, // ok: bench setup
+        ),
+        (
+            "datafusion",
+            datafusion_group_values(Arc::clone(&people_schema), &GroupOrdering::None)
+                .expect("interner"), // ok: bench setup
+        ),
+    ] {
+        let mut ids = Vec::with_capacity(ROWS);
+        let mut next = 0;
+        group.bench_function(format!("intern_id_and_name_new_people_{interner}"), |b| {
+            b.iter(|| {
+                next = (next + 1) % people_batches.len();
+                if next == 0 {
+                    values.clear_shrink(0);
+                }
+                values
+                    .intern(&people_batches[next], &mut ids)
+                    .expect("intern") // ok: bench
+            })
+        });
     }
     // Nexmark's bidders as q12 and q19 key their state by them: a table that holds 200 000
     // people's ids, batches naming a hot one half the time and else one of the last 10 000
