@@ -385,10 +385,13 @@ fn kernels(c: &mut Criterion) {
             let ids: Vec<i64> = (0..ROWS as i64)
                 .map(|i| 1000 + batch * ROWS as i64 + i)
                 .collect();
-            let names = ids.iter().map(|id| {
-                let (first, last) = (*id as usize % 8, (*id as usize / 8) % 7);
-                format!("{} {}", first_names[first], last_names[last])
-            });
+            let names: Vec<String> = ids
+                .iter()
+                .map(|id| {
+                    let (first, last) = (*id as usize % 8, (*id as usize / 8) % 7);
+                    format!("{} {}", first_names[first], last_names[last])
+                })
+                .collect();
             vec![
                 Arc::new(Int64Array::from(ids)) as ArrayRef,
                 Arc::new(StringViewArray::from_iter_values(names)),
