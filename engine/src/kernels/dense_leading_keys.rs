@@ -669,7 +669,7 @@ mod tests {
     #[test]
     fn ids_with_their_names_stay_dense_and_agree_with_datafusion_in_every_string_type() {
         for data_type in [DataType::Utf8, DataType::LargeUtf8, DataType::Utf8View] {
-            let schema = schema(&[data_type.clone()]);
+            let schema = schema(std::slice::from_ref(&data_type));
             let batches = ids_and_names(&data_type, 40);
             assert!(agrees_with_datafusion(&schema, &batches, 0).is_dense());
             assert!(agrees_with_datafusion(&schema, &batches, 123).is_dense());
