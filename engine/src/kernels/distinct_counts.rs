@@ -6,10 +6,11 @@
 //! looks every admitted row up in it. Nexmark q15 and q16 count the distinct bidders and
 //! auctions of each day four times each — all of them, and those of each of three price
 //! ranges —, so every row is looked up in six sets, mostly missing the cache. Here the
-//! aggregates of one column share one table whose entries carry a bit per aggregate: a row
-//! is looked up once, with the bits of the aggregates whose FILTER admits it, and each bit
-//! the entry did not have yet counts the row's group for its aggregate. A pair is stored
-//! once however many aggregates saw it.
+//! aggregates of one column share one set of pairs ([`SeenPairs`]: a byte per value of each
+//! group's range while the values are dense, else a hash table) whose entries carry a bit per
+//! aggregate: a row is looked up once, with the bits of the aggregates whose FILTER admits
+//! it, and each bit the entry did not have yet counts the row's group for its aggregate. A
+//! pair is stored once however many aggregates saw it.
 //!
 //! Results and partial states are DataFusion's (a count per group; the list of a group's
 //! distinct values), so either side of a two-phase aggregation may be DataFusion's
@@ -24,26 +25,15 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type};
-use datafusion::common::hash_utils::RandomState;
-use datafusion::common::{HashMap, Result, internal_err};
+use datafusion::common::{Result, internal_err};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::builtin::BuiltinAggregate;
+use super::distinct_pairs::SeenPairs;
 use super::shared::{Placement, SharedAggregates};
 
 /// Aggregates one table's entry can carry a bit for.
 const MOST_MEMBERS: usize = 8;
-
-/// A (group, value) pair as the table keeps it: packed into 12 bytes, so that an entry with
-/// its members' bits takes 13 (24 as an aligned tuple). The table's growth writes fresh
-/// memory, which the kernel zeroes first: a third of Nexmark q16's time with 24-byte
-/// entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(C, packed)]
-struct Pair {
-    value: i64,
-    group: u32,
-}
 
 /// The shared DISTINCT counts of a group table, by argument column.
 #[derive(Debug)]
@@ -58,7 +48,7 @@ struct DistinctColumn {
     /// The aggregates counted here, in their table order; member `m` is bit `1 << m`.
     members: Vec<usize>,
     /// Each (group, value) pair seen, with the members that have counted it.
-    seen: HashMap<Pair, u8, RandomState>,
+    seen: SeenPairs,
     /// Per member, its count of each group.
     counts: Vec<Vec<i64>>,
     /// The table's group count, as last given.
@@ -99,7 +89,7 @@ impl DistinctCounts {
             .map(|members| DistinctColumn {
                 counts: vec![Vec::new(); members.len()],
                 members,
-                seen: HashMap::default(),
+                seen: SeenPairs::default(),
                 groups: 0,
                 emitted: 0,
             })
@@ -174,11 +164,10 @@ impl SharedAggregates for DistinctCounts {
     }
 
     fn size(&self) -> usize {
-        let entry = size_of::<(Pair, u8)>() + 1;
         self.columns
             .iter()
             .map(|column| {
-                column.seen.capacity() * entry
+                column.seen.size()
                     + column
                         .counts
                         .iter()
@@ -262,13 +251,8 @@ impl DistinctColumn {
 
     /// Counts `value` for `group` in each of `members` that has not counted it yet.
     fn insert(&mut self, group: usize, value: i64, members: u8) {
-        let pair = Pair {
-            value,
-            group: group as u32, // ok: `grow` bounds the groups
-        };
-        let counted = self.seen.entry(pair).or_insert(0);
-        let mut new = members & !*counted;
-        *counted |= members;
+        // `grow` bounds the groups to u32.
+        let mut new = self.seen.add(group, value, members);
         while new != 0 {
             self.counts[new.trailing_zeros() as usize][group] += 1;
             new &= new - 1;
@@ -305,13 +289,12 @@ impl DistinctColumn {
         let mut next: Vec<usize> = offsets[..n].iter().map(|&o| o as usize).collect();
         let mut values = vec![0i64; offsets[n] as usize];
         let bit = 1u8 << member;
-        for (&Pair { value, group }, &members) in &self.seen {
-            let group = group as usize;
+        self.seen.for_each(|group, value, members| {
             if group < n && members & bit != 0 {
                 values[next[group]] = value;
                 next[group] += 1;
             }
-        }
+        });
         Ok(Arc::new(ListArray::new(
             Arc::new(Field::new_list_field(DataType::Int64, true)),
             offsets,
@@ -334,18 +317,7 @@ impl DistinctColumn {
     }
 
     fn drop_first_groups(&mut self, n: usize) {
-        if n >= self.groups {
-            self.seen.clear();
-        } else {
-            self.seen = std::mem::take(&mut self.seen)
-                .into_iter()
-                .filter(|(pair, _)| pair.group as usize >= n)
-                .map(|(Pair { value, group }, members)| {
-                    let group = group - n as u32; // ok: at least n
-                    (Pair { value, group }, members)
-                })
-                .collect();
-        }
+        self.seen.drop_first_groups(n, self.groups);
         self.groups = self.groups.saturating_sub(n);
     }
 }

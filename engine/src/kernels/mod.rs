@@ -11,6 +11,7 @@ mod dense_keys;
 mod dense_leading_keys;
 mod dictionary_keys;
 mod distinct_counts;
+mod distinct_pairs;
 mod fused;
 mod fused_column;
 mod fused_member;
