@@ -2,26 +2,29 @@
 //! have seen, each with a byte of bits, one per aggregate that counted it.
 //!
 //! The values counted are mostly ids (bidders, auctions), which lie in a range that grows
-//! with the stream, and the groups few (Nexmark q15 and q16: a day, or a channel and a day).
-//! So each group keeps a byte per value of its range, `members[value - base]`: a row costs
-//! one access to an array the size of the group's range, where a hash table of the pairs
-//! costs a cache miss per row and, as it grows, writes and zeroes fresh memory several
-//! times over. A value below a group's base moves its base down, leaving room for more.
+//! with the stream, and a few groups hold most pairs (Nexmark q15: a day; q16: a hot channel
+//! and a day). So a group keeps a byte per value of its range, `members[value - base]`: a
+//! row costs one access to an array the size of the group's range, where a hash table of
+//! the pairs costs a cache miss per row and, as it grows, writes and zeroes fresh memory
+//! several times over. A value below a group's base moves its base down, leaving room for
+//! more.
 //!
-//! The bytes are worth their memory only while the ranges are dense with pairs: once the
-//! groups' ranges together hold more than [`SLOTS_PER_PAIR`] bytes per pair seen (and more
-//! than [`DENSE_MIN_SLOTS`]), as for many groups of values spread far apart, the pairs move to
-//! a hash table, which keeps them from then on (until every group has left).
+//! A range is worth its memory only while dense with pairs. Ranges grow freely while they
+//! take at most [`DENSE_MIN_SLOTS`] bytes together; past that, a group's range grows only
+//! while it holds at least a pair per [`SLOTS_PER_PAIR`] bytes. A group whose range may not
+//! grow moves its pairs to a hash table shared by such groups (q16's 10 000 rare channels,
+//! a few hundred bidders each spread over all the people), which keeps them from then on.
 
 use std::mem::size_of;
 
 use datafusion::common::HashMap;
 use datafusion::common::hash_utils::RandomState;
 
-/// Bytes the dense ranges may always take, whatever their share of pairs.
+/// Bytes the groups' ranges may take together, however sparse.
 const DENSE_MIN_SLOTS: usize = 4 << 20;
 
-/// Bytes of dense ranges allowed per pair seen: a hash table entry takes about as many.
+/// Bytes of a group's range allowed per pair past [`DENSE_MIN_SLOTS`]: a hash table entry
+/// takes about as many.
 const SLOTS_PER_PAIR: usize = 16;
 
 /// A (group, value) pair as the hash table keeps it: packed into 12 bytes, so that an entry
@@ -29,121 +32,34 @@ const SLOTS_PER_PAIR: usize = 16;
 /// when it grows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, packed)]
-pub(super) struct Pair {
+struct Pair {
     value: i64,
     group: u32,
 }
 
-/// One group's range of values: the members of `base + i` at `members[i]`.
+/// Where a group's pairs are.
 #[derive(Debug, Default)]
-struct GroupRange {
-    base: i64,
-    members: Vec<u8>,
+enum GroupPairs {
+    /// The members of `base + i` at `members[i]`, and how many are not 0.
+    #[default]
+    Empty,
+    Range {
+        base: i64,
+        members: Vec<u8>,
+        pairs: usize,
+    },
+    /// In the shared hash table.
+    Hashed,
 }
 
-/// Every group's range, and the pairs they hold.
+/// The pairs seen; see the module documentation.
 #[derive(Debug, Default)]
-pub(super) struct DensePairs {
-    groups: Vec<GroupRange>,
+pub(super) struct SeenPairs {
+    groups: Vec<GroupPairs>,
     /// The ranges' lengths together.
     slots: usize,
-    /// Pairs with at least one member bit.
-    pairs: usize,
-}
-
-/// The pairs seen, by group range or hashed; see the module documentation.
-#[derive(Debug)]
-pub(super) enum SeenPairs {
-    Dense(DensePairs),
-    Hashed(HashMap<Pair, u8, RandomState>),
-}
-
-impl Default for SeenPairs {
-    fn default() -> Self {
-        SeenPairs::Dense(DensePairs::default())
-    }
-}
-
-impl DensePairs {
-    /// Whether the ranges may hold `slots` bytes in all.
-    fn affords(&self, slots: usize) -> bool {
-        slots <= DENSE_MIN_SLOTS || slots <= self.pairs.saturating_mul(SLOTS_PER_PAIR)
-    }
-
-    /// The byte of `value` in `group`'s range, the range grown to it; `None` when that
-    /// would take more memory than the pairs are worth.
-    #[inline]
-    fn slot(&mut self, group: usize, value: i64) -> Option<&mut u8> {
-        if group >= self.groups.len() {
-            self.groups.resize_with(group + 1, GroupRange::default);
-        }
-        let range = &mut self.groups[group];
-        let offset = value.wrapping_sub(range.base) as u64;
-        if offset < range.members.len() as u64 {
-            return Some(&mut self.groups[group].members[offset as usize]);
-        }
-        self.grow(group, value)
-    }
-
-    /// Extends `group`'s range to `value` (down, with room for as many values again below
-    /// it as the range holds), or `None` when not affordable.
-    fn grow(&mut self, group: usize, value: i64) -> Option<&mut u8> {
-        let range = &self.groups[group];
-        let length = range.members.len();
-        if length == 0 {
-            let range = &mut self.groups[group];
-            range.base = value;
-            range.members.push(0);
-            self.slots += 1;
-            return range.members.first_mut();
-        }
-        let high = range.base.checked_add(length as i64 - 1)?;
-        let (base, new_length) = if value < range.base {
-            let room = i64::try_from(length / 2).ok()?;
-            let base = value.checked_sub(room).unwrap_or(value);
-            (
-                base,
-                usize::try_from(high.checked_sub(base)?)
-                    .ok()?
-                    .checked_add(1)?,
-            )
-        } else {
-            (
-                range.base,
-                usize::try_from(value.checked_sub(range.base)?)
-                    .ok()?
-                    .checked_add(1)?,
-            )
-        };
-        let slots = self.slots.checked_add(new_length - length)?;
-        if !self.affords(slots) {
-            return None;
-        }
-        self.slots = slots;
-        let range = &mut self.groups[group];
-        if base < range.base {
-            let below = (range.base - base) as usize; // ok: base is lower
-            range.members.splice(0..0, std::iter::repeat_n(0, below));
-            range.base = base;
-        } else {
-            range.members.resize(new_length, 0);
-        }
-        let offset = (value - range.base) as usize; // ok: within the grown range
-        range.members.get_mut(offset)
-    }
-
-    /// Every pair, as (group, value, members).
-    fn pairs(&self) -> impl Iterator<Item = (usize, i64, u8)> + '_ {
-        self.groups.iter().enumerate().flat_map(|(group, range)| {
-            range
-                .members
-                .iter()
-                .enumerate()
-                .filter_map(move |(offset, &members)| {
-                    (members != 0).then_some((group, range.base + offset as i64, members))
-                })
-        })
-    }
+    /// The pairs of the groups that are `Hashed`.
+    hashed: HashMap<Pair, u8, RandomState>,
 }
 
 impl SeenPairs {
@@ -153,55 +69,113 @@ impl SeenPairs {
         if members == 0 {
             return 0;
         }
-        if let SeenPairs::Dense(dense) = self {
-            let added = dense.slot(group, value).map(|counted| {
+        if group >= self.groups.len() {
+            self.groups.resize_with(group + 1, GroupPairs::default);
+        }
+        if let GroupPairs::Range {
+            base,
+            members: counted,
+            pairs,
+        } = &mut self.groups[group]
+        {
+            let offset = usize::try_from(value.wrapping_sub(*base) as u64);
+            if let Some(counted) = offset.ok().and_then(|offset| counted.get_mut(offset)) {
                 let new = members & !*counted;
-                let first = *counted == 0 && new != 0;
+                *pairs += usize::from(*counted == 0);
                 *counted |= members;
-                (new, first)
-            });
-            match added {
-                Some((new, first)) => {
-                    dense.pairs += usize::from(first);
-                    return new;
-                }
-                None => self.to_hashed(),
+                return new;
             }
         }
-        let SeenPairs::Hashed(seen) = self else {
-            unreachable!("the pairs were just hashed")
-        };
+        if self.grow(group, value) {
+            return self.add(group, value, members);
+        }
         let pair = Pair {
             value,
             group: group as u32, // ok: the table bounds groups to u32
         };
-        let counted = seen.entry(pair).or_insert(0);
+        let counted = self.hashed.entry(pair).or_insert(0);
         let new = members & !*counted;
         *counted |= members;
         new
     }
 
-    /// Moves the pairs to a hash table.
-    fn to_hashed(&mut self) {
-        if let SeenPairs::Dense(dense) = self {
-            let mut seen = HashMap::with_capacity_and_hasher(dense.pairs, RandomState::default());
-            for (group, value, members) in dense.pairs() {
-                let group = group as u32; // ok: the table bounds groups to u32
-                seen.insert(Pair { value, group }, members);
-            }
-            *self = SeenPairs::Hashed(seen);
+    /// Extends `group`'s range to `value` (down, with room for as many values again below
+    /// it as the range holds), where affordable: else its pairs move to the hash table.
+    /// Whether the range now holds `value`.
+    fn grow(&mut self, group: usize, value: i64) -> bool {
+        let (base, length, pairs) = match &self.groups[group] {
+            GroupPairs::Hashed => return false,
+            GroupPairs::Empty => (value, 0, 0),
+            GroupPairs::Range {
+                base,
+                members,
+                pairs,
+            } => (*base, members.len(), *pairs),
+        };
+        let Some((new_base, new_length)) = widened(base, length, value) else {
+            self.hash_group(group);
+            return false;
+        };
+        let slots = self.slots + new_length - length;
+        let affordable = slots <= DENSE_MIN_SLOTS
+            || new_length <= pairs.saturating_add(1).saturating_mul(SLOTS_PER_PAIR);
+        if !affordable {
+            self.hash_group(group);
+            return false;
         }
+        self.slots = slots;
+        let range = &mut self.groups[group];
+        match range {
+            GroupPairs::Range { base, members, .. } => {
+                if new_base < *base {
+                    let below = (*base - new_base) as usize; // ok: the new base is lower
+                    members.splice(0..0, std::iter::repeat_n(0, below));
+                    *base = new_base;
+                } else {
+                    members.resize(new_length, 0);
+                }
+            }
+            _ => {
+                *range = GroupPairs::Range {
+                    base: new_base,
+                    members: vec![0; new_length],
+                    pairs: 0,
+                }
+            }
+        }
+        true
+    }
+
+    /// Moves `group`'s pairs to the hash table.
+    fn hash_group(&mut self, group: usize) {
+        if let GroupPairs::Range { base, members, .. } =
+            std::mem::replace(&mut self.groups[group], GroupPairs::Hashed)
+        {
+            self.slots -= members.len();
+            let group = group as u32; // ok: the table bounds groups to u32
+            for (offset, counted) in members.into_iter().enumerate() {
+                if counted != 0 {
+                    let value = base + offset as i64;
+                    self.hashed.insert(Pair { value, group }, counted);
+                }
+            }
+        }
+        self.groups[group] = GroupPairs::Hashed;
     }
 
     /// Calls `f` with every pair as (group, value, members), in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(usize, i64, u8)) {
-        match self {
-            SeenPairs::Dense(dense) => dense
-                .pairs()
-                .for_each(|(group, value, members)| f(group, value, members)),
-            SeenPairs::Hashed(seen) => seen
-                .iter()
-                .for_each(|(&Pair { value, group }, &members)| f(group as usize, value, members)),
+        for (group, pairs) in self.groups.iter().enumerate() {
+            if let GroupPairs::Range { base, members, .. } = pairs {
+                for (offset, &counted) in members.iter().enumerate() {
+                    if counted != 0 {
+                        f(group, base + offset as i64, counted);
+                    }
+                }
+            }
+        }
+        for (&Pair { value, group }, &counted) in &self.hashed {
+            f(group as usize, value, counted);
         }
     }
 
@@ -211,56 +185,74 @@ impl SeenPairs {
             *self = SeenPairs::default();
             return;
         }
-        match self {
-            SeenPairs::Dense(dense) => {
-                let n = n.min(dense.groups.len());
-                for range in dense.groups.drain(..n) {
-                    dense.slots -= range.members.len();
-                    dense.pairs -= range.members.iter().filter(|&&m| m != 0).count();
-                }
+        let n_ranges = n.min(self.groups.len());
+        for pairs in self.groups.drain(..n_ranges) {
+            if let GroupPairs::Range { members, .. } = pairs {
+                self.slots -= members.len();
             }
-            SeenPairs::Hashed(seen) => {
-                *seen = std::mem::take(seen)
-                    .into_iter()
-                    .filter(|(pair, _)| pair.group as usize >= n)
-                    .map(|(Pair { value, group }, members)| {
-                        let group = group - n as u32; // ok: at least n
-                        (Pair { value, group }, members)
-                    })
-                    .collect();
-            }
+        }
+        if !self.hashed.is_empty() {
+            self.hashed = std::mem::take(&mut self.hashed)
+                .into_iter()
+                .filter(|(pair, _)| pair.group as usize >= n)
+                .map(|(Pair { value, group }, members)| {
+                    let group = group - n as u32; // ok: at least n
+                    (Pair { value, group }, members)
+                })
+                .collect();
         }
     }
 
     /// Whether no pair is held.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        match self {
-            SeenPairs::Dense(dense) => dense.pairs == 0,
-            SeenPairs::Hashed(seen) => seen.is_empty(),
-        }
+        let mut empty = true;
+        self.for_each(|_, _, _| empty = false);
+        empty
     }
 
-    /// Whether the pairs are kept by group range (for tests).
+    /// How many groups keep their pairs in the hash table (for tests).
     #[cfg(test)]
-    pub fn is_dense(&self) -> bool {
-        matches!(self, SeenPairs::Dense(_))
+    fn hashed_groups(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|pairs| matches!(pairs, GroupPairs::Hashed))
+            .count()
     }
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        match self {
-            SeenPairs::Dense(dense) => {
-                dense.groups.capacity() * size_of::<GroupRange>()
-                    + dense
-                        .groups
-                        .iter()
-                        .map(|range| range.members.capacity())
-                        .sum::<usize>()
-            }
-            SeenPairs::Hashed(seen) => seen.capacity() * (size_of::<(Pair, u8)>() + 1),
-        }
+        self.groups.capacity() * size_of::<GroupPairs>()
+            + self
+                .groups
+                .iter()
+                .map(|pairs| match pairs {
+                    GroupPairs::Range { members, .. } => members.capacity(),
+                    _ => 0,
+                })
+                .sum::<usize>()
+            + self.hashed.capacity() * (size_of::<(Pair, u8)>() + 1)
     }
+}
+
+/// The range from `base`, `length` values long, widened to hold `value`, as its new base and
+/// length (room left below a lowered base for as many values again as it held); `None`
+/// past the integers.
+fn widened(base: i64, length: usize, value: i64) -> Option<(i64, usize)> {
+    if length == 0 {
+        return Some((value, 1));
+    }
+    let high = base.checked_add(i64::try_from(length - 1).ok()?)?;
+    let (new_base, high) = if value < base {
+        let room = i64::try_from(length).ok()?;
+        (value.checked_sub(room).unwrap_or(value), high)
+    } else {
+        (base, value.max(high))
+    };
+    let new_length = usize::try_from(high.checked_sub(new_base)?)
+        .ok()?
+        .checked_add(1)?;
+    Some((new_base, new_length))
 }
 
 #[cfg(test)]
@@ -298,7 +290,7 @@ mod tests {
                 )
             })
             .collect();
-        assert!(agrees_with_a_map(&pairs).is_dense());
+        assert_eq!(agrees_with_a_map(&pairs).hashed_groups(), 0);
     }
 
     #[test]
@@ -307,8 +299,28 @@ mod tests {
             .map(|i| ((i % 5) as usize, i % 400, 1 << (i % 4)))
             .collect();
         pairs.extend((0..3_000i64).map(|i| ((i % 5) as usize, (i % 400) << 40, 3)));
-        pairs.extend([(0, i64::MIN, 1), (0, i64::MAX, 2), (9, 7, 0), (0, 0, 8)]);
-        assert!(!agrees_with_a_map(&pairs).is_dense());
+        pairs.extend([(6, i64::MIN, 1), (6, i64::MAX, 2), (9, 7, 0), (6, 0, 8)]);
+        pairs.extend((0..3_000i64).map(|i| ((i % 5) as usize, i % 500, 1 << (i % 5))));
+        assert_eq!(agrees_with_a_map(&pairs).hashed_groups(), 6);
+    }
+
+    #[test]
+    fn past_the_free_bytes_dense_groups_keep_their_ranges_and_sparse_ones_are_hashed() {
+        // Two groups of consecutive ids past the free bytes between them, and a hundred
+        // groups of a few ids spread over a billion, met in between.
+        let dense_values = (DENSE_MIN_SLOTS / 2 + 1000) as i64;
+        let mut pairs = Vec::new();
+        for value in 0..dense_values {
+            pairs.push(((value % 2) as usize, value / 2, 1));
+            pairs.push(((value % 2) as usize, value / 2 + dense_values / 2, 2));
+            if value % 1_000 == 0 {
+                let sparse = (value / 1_000) % 100;
+                pairs.push((2 + sparse as usize, (value * 7919) % (1 << 30), 4));
+            }
+        }
+        let seen = agrees_with_a_map(&pairs);
+        assert_eq!(seen.hashed_groups(), 100);
+        assert!(seen.slots > DENSE_MIN_SLOTS);
     }
 
     #[test]
@@ -331,7 +343,7 @@ mod tests {
             expected.dedup();
             assert_eq!(held, expected);
             seen.drop_first_groups(2, 2);
-            assert!(seen.is_empty() && seen.is_dense());
+            assert!(seen.is_empty() && seen.hashed_groups() == 0);
         }
     }
 }
