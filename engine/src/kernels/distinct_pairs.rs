@@ -160,7 +160,6 @@ impl SeenPairs {
                 }
             }
         }
-        self.groups[group] = GroupPairs::Hashed;
     }
 
     /// Calls `f` with every pair as (group, value, members), in no particular order.
