@@ -5,20 +5,28 @@
 //! `regexp_extract` of Nexmark q21's channel id from bid urls by its literal search for a
 //! query parameter, against the same extraction by the regex engine (the same pattern
 //! spelled `{0,}` for `*`, which the literal search does not take); `split_part` of Nexmark
-//! q22's three directories of the same urls.
+//! q22's three directories of the same urls; and the expression Freshet puts in place of
+//! DataFusion's division of an integer column by a literal, Nexmark q13's `auction % 10000`
+//! (and the quotient `auction / 10000`) of bid auction ids.
 //! Run with `cargo bench -p freshet-bench --bench functions`.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion::arrow::array::{ArrayRef, StringViewArray, TimestampMillisecondArray};
-use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, StringViewArray, TimestampMillisecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::ScalarValue;
 use datafusion::config::ConfigOptions;
 use datafusion::functions::datetime::to_char;
 use datafusion::functions::string::split_part;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
-use freshet_planner::{regexp_extract_function, split_part_function, to_char_function};
+use datafusion::logical_expr::{ColumnarValue, Operator, ScalarFunctionArgs, ScalarUDF};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, col, lit};
+use freshet_planner::{
+    ConstantDivisorExpr, regexp_extract_function, split_part_function, to_char_function,
+};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -145,6 +153,42 @@ fn functions(c: &mut Criterion) {
     group.bench_function("q22 three directories: Freshet", |b| {
         b.iter(|| directories(&freshet))
     });
+    group.finish();
+
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "auction",
+        DataType::Int64,
+        false,
+    )]));
+    let auctions =
+        Int64Array::from_iter_values((0..ROWS as i64).map(|row| 1_000 + row * 37 % 50_000));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(auctions)])
+        .expect("a batch of auction ids");
+    let mut group = c.benchmark_group("divide_by_constant");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    for (name, op) in [
+        ("remainder", Operator::Modulo),
+        ("quotient", Operator::Divide),
+    ] {
+        let datafusion = BinaryExpr::new(
+            col("auction", &schema).expect("the column"),
+            op,
+            lit(10_000_i64),
+        );
+        let freshet = ConstantDivisorExpr::of(&datafusion).expect("a constant divisor");
+        let evaluate = |expr: &dyn PhysicalExpr| {
+            expr.evaluate(&batch)
+                .and_then(|value| value.into_array(ROWS))
+                .expect("the expression's value")
+        };
+        assert_eq!(evaluate(&freshet).as_ref(), evaluate(&datafusion).as_ref());
+        group.bench_function(format!("q13 {name} by 10000: DataFusion"), |b| {
+            b.iter(|| evaluate(&datafusion))
+        });
+        group.bench_function(format!("q13 {name} by 10000: Freshet"), |b| {
+            b.iter(|| evaluate(&freshet))
+        });
+    }
     group.finish();
 }
 

@@ -10,6 +10,7 @@ mod alignment_rule;
 mod changelog_key;
 mod changelog_rule;
 mod checkpointed;
+mod constant_divisor;
 mod context;
 mod count_char;
 mod date_part;
@@ -48,6 +49,7 @@ mod unbounded_check;
 
 pub use aggregate_rule::StreamingAggregateRule;
 pub use checkpointed::{CheckpointConfig, CheckpointedReport};
+pub use constant_divisor::{ConstantDivisorExpr, ConstantDivisorRule};
 pub use context::StreamingContext;
 pub use count_char::count_char_function;
 pub use dialect::{EmitMode, StreamingSql, WindowKind, rewrite, rewrite_with};

@@ -12,10 +12,16 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::common::{Result, plan_err};
+use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Literal, lit};
+use datafusion::physical_expr_common::physical_expr::proto_decode::PhysicalExprDecodeCtx;
+use datafusion::physical_expr_common::physical_expr::proto_encode::PhysicalExprEncodeCtx;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use freshet_planner::ConstantDivisorExpr;
 
 use super::exchange_send::ExchangeSendExec;
 use super::fragment::FragmentExec;
@@ -23,6 +29,12 @@ use super::spec::{QuerySpec, Reader, put_bytes, put_u64};
 
 const EXCHANGE_SEND: u8 = 1;
 const FRAGMENT: u8 = 2;
+
+/// A [`ConstantDivisorExpr`]'s operator: a quotient or a remainder, of Int64 or Int32.
+const QUOTIENT_64: u8 = 1;
+const REMAINDER_64: u8 = 2;
+const QUOTIENT_32: u8 = 3;
+const REMAINDER_32: u8 = 4;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -99,6 +111,57 @@ impl PhysicalExtensionCodec for FreshetCodec {
             node.name()
         )
     }
+
+    /// A [`ConstantDivisorExpr`] travels as its kind and divisor, its dividend as its child.
+    fn try_encode_expr(
+        &self,
+        node: &Arc<dyn PhysicalExpr>,
+        buf: &mut Vec<u8>,
+        _ctx: &PhysicalExprEncodeCtx<'_>,
+    ) -> Result<()> {
+        let Some(divided) = node.downcast_ref::<ConstantDivisorExpr>() else {
+            return plan_err!("{node} cannot be sent to a worker");
+        };
+        let binary = divided.binary();
+        let modulo = *binary.op() == Operator::Modulo;
+        let Some(literal) = binary.right().downcast_ref::<Literal>() else {
+            return plan_err!("{node} has no literal divisor");
+        };
+        let (kind, divisor) = match (literal.value(), modulo) {
+            (ScalarValue::Int64(Some(d)), false) => (QUOTIENT_64, *d),
+            (ScalarValue::Int64(Some(d)), true) => (REMAINDER_64, *d),
+            (ScalarValue::Int32(Some(d)), false) => (QUOTIENT_32, i64::from(*d)),
+            (ScalarValue::Int32(Some(d)), true) => (REMAINDER_32, i64::from(*d)),
+            _ => return plan_err!("{node} has no integer divisor"),
+        };
+        buf.push(kind);
+        put_u64(buf, divisor as u64);
+        Ok(())
+    }
+
+    fn try_decode_expr(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn PhysicalExpr>],
+        _ctx: &PhysicalExprDecodeCtx<'_>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let (Some((&kind, rest)), [dividend]) = (buf.split_first(), inputs) else {
+            return plan_err!("a Freshet expression without its kind or dividend");
+        };
+        let divisor = Reader(rest).u64()? as i64;
+        let (op, divisor) = match kind {
+            QUOTIENT_64 => (Operator::Divide, ScalarValue::Int64(Some(divisor))),
+            REMAINDER_64 => (Operator::Modulo, ScalarValue::Int64(Some(divisor))),
+            QUOTIENT_32 => (Operator::Divide, ScalarValue::Int32(Some(divisor as i32))),
+            REMAINDER_32 => (Operator::Modulo, ScalarValue::Int32(Some(divisor as i32))),
+            other => return plan_err!("unknown Freshet expression kind {other}"),
+        };
+        let binary = BinaryExpr::new(Arc::clone(dividend), op, lit(divisor));
+        match ConstantDivisorExpr::of(&binary) {
+            Some(divided) => Ok(Arc::new(divided)),
+            None => plan_err!("{binary} is not a division by a constant"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +212,31 @@ mod tests {
             displayable(node.as_ref()).indent(true).to_string()
         );
         decoded
+    }
+
+    #[test]
+    fn a_division_by_a_constant_travels_as_itself() {
+        use datafusion::physical_expr::expressions::col;
+        use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
+        use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int32, true),
+        ]);
+        for (column, divisor, op) in [
+            ("a", ScalarValue::Int64(Some(10_000)), Operator::Modulo),
+            ("a", ScalarValue::Int64(Some(-16)), Operator::Divide),
+            ("b", ScalarValue::Int32(Some(7)), Operator::Modulo),
+            ("b", ScalarValue::Int32(Some(-3)), Operator::Divide),
+        ] {
+            let binary = BinaryExpr::new(col(column, &schema).unwrap(), op, lit(divisor));
+            let expr: Arc<dyn PhysicalExpr> = Arc::new(ConstantDivisorExpr::of(&binary).unwrap());
+            let proto = serialize_physical_expr(&expr, &FreshetCodec).unwrap();
+            let decoded =
+                parse_physical_expr(&proto, &TaskContext::default(), &schema, &FreshetCodec)
+                    .unwrap();
+            assert_eq!(&decoded, &expr);
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Freshet's hand-written kernels, shared by the aggregation and the OVER windows: the group
 //! table and its key interners, the fused and running accumulators, the gather of rows by
-//! index, maps keyed by precomputed hashes, and the classifier of the built-in aggregates those kernels stand in for.
+//! index, maps keyed by precomputed hashes, the division of a column by a constant, and the classifier of the built-in aggregates those kernels stand in for.
 //!
 //! Each kernel exists because a benchmark in `bench/benches/kernels.rs` shows it beats what
 //! DataFusion provides for Freshet's work (docs/benchmarks.md gives the figures); anything
 //! else uses DataFusion's own (`GroupValues`, `GroupsAccumulator`, arrow's kernels).
 
 mod builtin;
+mod constant_divisor;
 mod dense_keys;
 mod dense_leading_keys;
 mod dictionary_keys;
@@ -28,6 +29,7 @@ mod take_rows;
 mod windowed_keys;
 
 pub use builtin::BuiltinAggregate;
+pub use constant_divisor::ConstantDivisor;
 pub use groups::GroupTable;
 pub(crate) use packed_encoding::{longest_string, max_length_i32};
 pub use packed_keys::{PackedGroupValues, new_group_values};

@@ -316,6 +316,8 @@ impl FuzzQuery {
             "coalesce(k, 'none') AS kn",
             "CASE WHEN v > 0 THEN 'pos' ELSE 'other' END AS sign",
             "abs(i) AS ai",
+            "i % -7 AS im",
+            "i / 4 AS iq",
             "v",
             "ts",
             "g",
