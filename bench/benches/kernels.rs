@@ -48,6 +48,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const ROWS: usize = 8_192;
 
+/// Values of the column the cold folds read (1 GiB).
+const COLD_VALUES: usize = 1 << 27;
+
 fn kernels(c: &mut Criterion) {
     let batch = GeneratorSpec::new(GeneratorKind::MarketData, Some(ROWS as u64))
         .batch(0, ROWS)
@@ -65,6 +68,24 @@ fn kernels(c: &mut Criterion) {
     group.bench_function("arrow_min_max", |b| b.iter(|| min(&times).zip(max(&times))));
     group.bench_function("newest_time", |b| b.iter(|| newest_time(&times)));
     group.bench_function("arrow_max", |b| b.iter(|| max(&times)));
+    // The same folds as the first reader of a batch: successive slices of a column of 1 GiB,
+    // four times the last level cache, so that each is read from memory.
+    let cold = Int64Array::from_iter_values((0..COLD_VALUES as i64).map(|i| i * 10));
+    let mut next_slice = 0;
+    let mut slice = || {
+        next_slice = (next_slice + ROWS) % (COLD_VALUES - ROWS);
+        cold.slice(next_slice, ROWS)
+    };
+    group.bench_function("time_range_cold", |b| b.iter(|| time_range(&slice())));
+    group.bench_function("arrow_min_max_cold", |b| {
+        b.iter(|| {
+            let times = slice();
+            min(&times).zip(max(&times))
+        })
+    });
+    group.bench_function("newest_time_cold", |b| b.iter(|| newest_time(&slice())));
+    group.bench_function("arrow_max_cold", |b| b.iter(|| max(&slice())));
+    drop(cold);
 
     let keys = vec![
         col("trader_id", &schema).expect("column"), // ok: bench setup

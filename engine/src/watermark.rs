@@ -7,7 +7,7 @@
 //! the inputs still running — a finished input no longer holds it back — and `i64::MAX` once
 //! every input has finished.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, make_array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, make_array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
@@ -60,29 +60,9 @@ impl EventTime {
     }
 }
 
-/// The smallest and largest non-null value of `times`, in one pass; it lives with the
-/// partitioner, whose time runs read every batch's range too.
-pub use freshet_partitioner::time_range;
-
-/// The largest non-null value of `times`: [`time_range`]'s fold without the minimum, for
-/// where only the newest time counts (a source's progress, a watermark); about twice as
-/// fast (criterion `newest_time` against `time_range` and arrow's `max`).
-pub fn newest_time(times: &Int64Array) -> Option<i64> {
-    if times.null_count() == 0 {
-        let values = times.values();
-        let first = *values.first()?;
-        let mut highs = [first; 8];
-        let chunks = values.chunks_exact(8);
-        let rest = chunks.remainder();
-        for chunk in chunks {
-            for lane in 0..8 {
-                highs[lane] = highs[lane].max(chunk[lane]);
-            }
-        }
-        return highs.into_iter().chain(rest.iter().copied()).max();
-    }
-    times.iter().flatten().max()
-}
+/// The smallest and largest non-null value of `times`, in one pass, and the largest; they
+/// live with the partitioner, whose time runs read every batch's range too.
+pub use freshet_partitioner::{newest_time, time_range};
 
 /// An event-time column as `Int64` values (timestamps are reinterpreted, not converted:
 /// 64-bit time types share the buffers, without a copy).
@@ -255,7 +235,7 @@ impl WatermarkTracker {
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::arrow::array::TimestampMillisecondArray;
+    use datafusion::arrow::array::{Int64Array, TimestampMillisecondArray};
     use datafusion::arrow::compute::{max, min};
 
     use super::*;

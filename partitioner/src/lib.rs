@@ -16,10 +16,12 @@
 //! and gather only a batch whose rows return to an output.
 
 mod hash_routing;
+mod prefetch;
 mod router;
 mod strategy;
 mod time_range;
 
+pub use prefetch::prefetch;
 pub use router::Router;
 pub use strategy::{RoutingStrategy, TimeRuns, WatermarkDomain};
-pub use time_range::time_range;
+pub use time_range::{newest_time, time_range};

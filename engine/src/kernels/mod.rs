@@ -19,7 +19,6 @@ mod fused_member;
 mod groups;
 mod packed_encoding;
 mod packed_keys;
-mod prefetch;
 mod prehashed;
 mod row_accumulators;
 mod running;

@@ -57,9 +57,9 @@ use super::packed_encoding::{
     PACKED_BYTES, Packed, build_fixed, build_string, fixed_bytes, has_bitwise_equality,
     longest_string, pack_fixed, pack_string, string_value,
 };
-use super::prefetch::prefetch;
 use super::short_keys::{ShortColumns, ShortKeyIndex, StringColumn};
 use crate::checkpoint::OperatorState;
+use freshet_partitioner::prefetch;
 
 /// An empty slot of the hash table.
 const EMPTY: u32 = u32::MAX;

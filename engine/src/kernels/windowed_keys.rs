@@ -48,6 +48,37 @@ const COMPACT_MIN_KEYS: usize = 4_096;
 /// half would intern every such key twice.
 const COMPACT_LIVE_SHARE: usize = 4;
 
+/// The row where each key id from `known` on (`created` of them) first shows in `key_ids`.
+///
+/// A `GroupValues` hands out the ids of new keys in the order of their first rows, so
+/// those rows are where the ids step to the next new one: one branch-free pass (a row
+/// that is not the next key's writes a slot the next row overwrites) in place of a search
+/// per row. An interner that numbered its keys otherwise is served by the search.
+fn first_rows_of_new_keys(key_ids: &[usize], known: usize, created: usize) -> Result<Vec<u32>> {
+    let mut first_rows = vec![0_u32; created + 1];
+    let mut found = 0;
+    for (row, &key) in key_ids.iter().enumerate() {
+        first_rows[found.min(created)] = row as u32;
+        found += usize::from(key == known + found);
+    }
+    if found == created {
+        first_rows.truncate(created);
+        return Ok(first_rows);
+    }
+    let mut first_rows = vec![u32::MAX; created];
+    for (row, key) in key_ids.iter().enumerate() {
+        if let Some(slot) = key.checked_sub(known).and_then(|k| first_rows.get_mut(k))
+            && *slot == u32::MAX
+        {
+            *slot = row as u32;
+        }
+    }
+    if first_rows.contains(&u32::MAX) {
+        return internal_err!("a new key without a row");
+    }
+    Ok(first_rows)
+}
+
 /// One open window: its start and, per key id from `base` on, the id of its group (`ABSENT`
 /// if none).
 struct WindowSlots {
@@ -232,17 +263,7 @@ impl WindowedGroupValues {
         if created == 0 {
             return Ok(());
         }
-        let mut first_rows = vec![u32::MAX; created];
-        for (row, key) in self.key_ids.iter().enumerate() {
-            if let Some(slot) = key.checked_sub(known).and_then(|k| first_rows.get_mut(k))
-                && *slot == u32::MAX
-            {
-                *slot = row as u32;
-            }
-        }
-        if first_rows.contains(&u32::MAX) {
-            return internal_err!("a new key without a row");
-        }
+        let first_rows = first_rows_of_new_keys(&self.key_ids, known, created)?;
         let chunk = self.key_chunks.first().map_or(0, Vec::len);
         let indices = UInt32Array::from(first_rows);
         for (chunks, column) in self.key_chunks.iter_mut().zip(cols) {
@@ -519,6 +540,21 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, TimeUnit};
 
     use super::*;
+
+    #[test]
+    fn first_rows_of_new_keys_in_either_numbering() {
+        // Keys 5.. numbered in the order of their first rows.
+        let ids = [0, 5, 1, 5, 6, 0, 7, 6, 7];
+        assert_eq!(first_rows_of_new_keys(&ids, 5, 3).unwrap(), vec![1, 4, 6]);
+        // Numbered otherwise (7 before 6): the search.
+        let ids = [0, 5, 7, 5, 6, 6];
+        assert_eq!(first_rows_of_new_keys(&ids, 5, 3).unwrap(), vec![1, 4, 2]);
+        assert!(first_rows_of_new_keys(&[0, 5], 5, 2).is_err());
+        assert_eq!(
+            first_rows_of_new_keys(&[1, 2], 3, 0).unwrap(),
+            Vec::<u32>::new()
+        );
+    }
     use crate::kernels::PackedGroupValues;
     use crate::splitmix64;
 
