@@ -21,7 +21,7 @@ mod router;
 mod strategy;
 mod time_range;
 
-pub use prefetch::prefetch;
+pub use prefetch::{PREFETCH_AHEAD_BYTES, map_prefetched, prefetch};
 pub use router::Router;
 pub use strategy::{RoutingStrategy, TimeRuns, WatermarkDomain};
 pub use time_range::{newest_time, time_range};

@@ -10,12 +10,12 @@
 
 use datafusion::arrow::array::{Array, Int64Array};
 
-use crate::prefetch::prefetch;
+use crate::prefetch::{PREFETCH_AHEAD_BYTES, prefetch};
 
-/// Values (2 KiB) between the line a fold reads and the one it asks memory for: criterion
+/// Values between the line a fold reads and the one it asks memory for: criterion
 /// `time_range_cold` and `newest_time_cold`, over a column four times the size of the last
 /// level cache.
-const PREFETCH_AHEAD: usize = 256;
+const PREFETCH_AHEAD: usize = PREFETCH_AHEAD_BYTES / size_of::<i64>();
 
 /// Values in a cache line.
 const LINE: usize = 8;
