@@ -2,7 +2,8 @@
 //! table and its key interners, the fused and running accumulators, the gather of rows by
 //! index, maps keyed by precomputed hashes, the division of a column by a constant, and the classifier of the built-in aggregates those kernels stand in for.
 //!
-//! Each kernel exists because a benchmark in `bench/benches/kernels.rs` shows it beats what
+//! Each kernel exists because a benchmark in `bench/benches/kernels.rs` (the division by a
+//! constant: `bench/benches/functions.rs`) shows it beats what
 //! DataFusion provides for Freshet's work (docs/benchmarks.md gives the figures); anything
 //! else uses DataFusion's own (`GroupValues`, `GroupsAccumulator`, arrow's kernels).
 
