@@ -37,10 +37,6 @@ impl ConstantDivisor {
         })
     }
 
-    pub fn divisor(&self) -> i64 {
-        self.divisor
-    }
-
     /// `⌊n / magnitude⌋`.
     #[inline(always)]
     fn unsigned_quotient(&self, n: u64) -> u64 {
