@@ -7,7 +7,9 @@
 //! spelled `{0,}` for `*`, which the literal search does not take); `split_part` of Nexmark
 //! q22's three directories of the same urls; and the expression Freshet puts in place of
 //! DataFusion's division of an integer column by a literal, Nexmark q13's `auction % 10000`
-//! (and the quotient `auction / 10000`) of bid auction ids.
+//! (and the quotient `auction / 10000`) of bid auction ids; and the expression Freshet puts
+//! in place of DataFusion's comparisons of a string column with literals, Nexmark q3's
+//! `state = 'OR' OR state = 'ID' OR state = 'CA'` and one equality, of people's states.
 //! Run with `cargo bench -p freshet-bench --bench functions`.
 
 use std::sync::Arc;
@@ -24,8 +26,10 @@ use datafusion::functions::string::split_part;
 use datafusion::logical_expr::{ColumnarValue, Operator, ScalarFunctionArgs, ScalarUDF};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, col, lit};
+use freshet_engine::kernels::StringSet;
 use freshet_planner::{
-    ConstantDivisorExpr, regexp_extract_function, split_part_function, to_char_function,
+    ConstantDivisorExpr, LiteralSet, LiteralSetExpr, regexp_extract_function, split_part_function,
+    to_char_function,
 };
 
 #[global_allocator]
@@ -186,6 +190,55 @@ fn functions(c: &mut Criterion) {
             b.iter(|| evaluate(&datafusion))
         });
         group.bench_function(format!("q13 {name} by 10000: Freshet"), |b| {
+            b.iter(|| evaluate(&freshet))
+        });
+    }
+    group.finish();
+    string_set(c);
+}
+
+/// q3's filter of people by state, DataFusion's ORs of equalities against Freshet's set.
+fn string_set(c: &mut Criterion) {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "state",
+        DataType::Utf8View,
+        false,
+    )]));
+    let states = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+    let column = StringViewArray::from_iter_values((0..ROWS).map(|row| states[row * 7 % 6]));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(column)])
+        .expect("a batch of states");
+    let state = || col("state", &schema).expect("the column");
+    let equals = |value: &str| -> Arc<dyn PhysicalExpr> {
+        let value = lit(ScalarValue::Utf8View(Some(value.to_string())));
+        Arc::new(BinaryExpr::new(state(), Operator::Eq, value))
+    };
+    let or = |l, r| -> Arc<dyn PhysicalExpr> { Arc::new(BinaryExpr::new(l, Operator::Or, r)) };
+    let evaluate = |expr: &dyn PhysicalExpr| {
+        expr.evaluate(&batch)
+            .and_then(|value| value.into_array(ROWS))
+            .expect("the expression's value")
+    };
+    let mut group = c.benchmark_group("string_set");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    let cases = [
+        (
+            "q3 state in three",
+            or(or(equals("OR"), equals("ID")), equals("CA")),
+            vec!["OR", "ID", "CA"],
+        ),
+        ("state equals one", equals("CA"), vec!["CA"]),
+    ];
+    for (name, datafusion, literals) in cases {
+        let freshet = LiteralSetExpr::new(state(), LiteralSet::Strings(StringSet::new(literals)));
+        assert_eq!(
+            evaluate(&freshet).as_ref(),
+            evaluate(datafusion.as_ref()).as_ref()
+        );
+        group.bench_function(format!("{name}: DataFusion"), |b| {
+            b.iter(|| evaluate(datafusion.as_ref()))
+        });
+        group.bench_function(format!("{name}: Freshet"), |b| {
             b.iter(|| evaluate(&freshet))
         });
     }

@@ -1,13 +1,12 @@
-//! [`ConstantDivisorExpr`] and [`ConstantDivisorRule`]: an integer column divided by a
-//! literal (`auction % 10000`, `id / 16`) is computed by a multiplication.
+//! [`ConstantDivisorExpr`]: an integer column divided by a literal (`auction % 10000`,
+//! `id / 16`) is computed by a multiplication.
 //!
 //! DataFusion evaluates `x % 10000` with arrow's checked division, one 64-bit division
 //! instruction a value (half of Nexmark q13's time). Freshet's kernel
 //! ([`ConstantDivisor`]) multiplies by the divisor's reciprocal in 128-bit fixed point and
-//! gives the same answers for every value; the rule, run on the physical plan after every
-//! other of Freshet's rules, puts it in place of each `/` and `%` of an Int64 or Int32
-//! expression by a literal of its type other than 0, 1 and -1 in the projections and the
-//! stream filters (where DataFusion computes a query's expressions, join keys included).
+//! gives the same answers for every value; [`crate::kernel_expressions`] puts it in place of
+//! each `/` and `%` of an Int64 or Int32 expression by a literal of its type other than 0,
+//! 1 and -1.
 //! The expression keeps the one it stands in for: EXPLAIN shows that, and a plan sent to a
 //! worker carries it.
 
@@ -16,18 +15,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, Schema};
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, internal_err};
 use datafusion::logical_expr::interval_arithmetic::Interval;
 use datafusion::logical_expr::sort_properties::ExprProperties;
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
-use freshet_engine::StreamFilterExec;
 use freshet_engine::kernels::ConstantDivisor;
 
 /// `dividend / divisor` or `dividend % divisor` by [`ConstantDivisor`]: see the module
@@ -143,81 +136,6 @@ impl PhysicalExpr for ConstantDivisorExpr {
     }
 }
 
-/// `expr` with each division by a literal that [`ConstantDivisorExpr::of`] takes and whose
-/// dividend has the literal's type in `schema` computed by it.
-fn with_constant_divisors(
-    expr: &Arc<dyn PhysicalExpr>,
-    schema: &Schema,
-) -> Result<Transformed<Arc<dyn PhysicalExpr>>> {
-    Arc::clone(expr).transform_up(|node| {
-        let Some(binary) = node.downcast_ref::<BinaryExpr>() else {
-            return Ok(Transformed::no(node));
-        };
-        let Some(divided) = ConstantDivisorExpr::of(binary) else {
-            return Ok(Transformed::no(node));
-        };
-        let literal_type = binary.right().data_type(schema)?;
-        if binary.left().data_type(schema)? != literal_type {
-            return Ok(Transformed::no(node));
-        }
-        Ok(Transformed::yes(Arc::new(divided) as Arc<dyn PhysicalExpr>))
-    })
-}
-
-/// See the module documentation.
-#[derive(Debug, Default)]
-pub struct ConstantDivisorRule;
-
-impl PhysicalOptimizerRule for ConstantDivisorRule {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            if let Some(projection) = node.downcast_ref::<ProjectionExec>() {
-                let schema = projection.input().schema();
-                let mut transformed = false;
-                let exprs = projection
-                    .expr()
-                    .iter()
-                    .map(|projected| {
-                        let expr = with_constant_divisors(&projected.expr, &schema)?;
-                        transformed |= expr.transformed;
-                        Ok(ProjectionExpr::new(expr.data, projected.alias.clone()))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                if transformed {
-                    let input = Arc::clone(projection.input());
-                    return Ok(Transformed::yes(Arc::new(ProjectionExec::try_new(
-                        exprs, input,
-                    )?)));
-                }
-            } else if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
-                let schema = filter.input().schema();
-                let predicate = with_constant_divisors(filter.predicate(), &schema)?;
-                if predicate.transformed {
-                    let input = Arc::clone(filter.input());
-                    return Ok(Transformed::yes(Arc::new(StreamFilterExec::try_new(
-                        input,
-                        predicate.data,
-                    )?)));
-                }
-            }
-            Ok(Transformed::no(node))
-        })
-        .map(|transformed| transformed.data)
-    }
-
-    fn name(&self) -> &str {
-        "FreshetConstantDivisor"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,37 +189,5 @@ mod tests {
         assert!(of(Operator::Divide, ScalarValue::Float64(Some(10.0))).is_none());
         let by_column = BinaryExpr::new(a(), Operator::Modulo, a());
         assert!(ConstantDivisorExpr::of(&by_column).is_none());
-    }
-
-    #[test]
-    fn the_rule_replaces_divisions_in_projections_of_a_matching_type() {
-        let batch = batch();
-        let schema = batch.schema();
-        let input = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
-            Arc::clone(&schema),
-        ));
-        let modulo = |column: &str, divisor: ScalarValue| -> Arc<dyn PhysicalExpr> {
-            Arc::new(BinaryExpr::new(
-                col(column, &schema).unwrap(),
-                Operator::Modulo,
-                lit(divisor),
-            ))
-        };
-        let exprs = vec![
-            ProjectionExpr::new(modulo("a", ScalarValue::Int64(Some(10))), "a10".to_string()),
-            // An Int32 dividend of an Int64 literal is left to DataFusion.
-            ProjectionExpr::new(modulo("b", ScalarValue::Int64(Some(10))), "b10".to_string()),
-        ];
-        let plan = Arc::new(ProjectionExec::try_new(exprs, input).unwrap());
-        let optimized = ConstantDivisorRule
-            .optimize(plan, &ConfigOptions::default())
-            .unwrap();
-        let projection = optimized.downcast_ref::<ProjectionExec>().unwrap();
-        let replaced: Vec<bool> = projection
-            .expr()
-            .iter()
-            .map(|e| e.expr.downcast_ref::<ConstantDivisorExpr>().is_some())
-            .collect();
-        assert_eq!(replaced, vec![true, false]);
     }
 }

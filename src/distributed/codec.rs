@@ -21,7 +21,8 @@ use datafusion::physical_expr_common::physical_expr::proto_decode::PhysicalExprD
 use datafusion::physical_expr_common::physical_expr::proto_encode::PhysicalExprEncodeCtx;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
-use freshet_planner::ConstantDivisorExpr;
+use freshet_engine::kernels::{IntegerSet, StringSet};
+use freshet_planner::{ConstantDivisorExpr, LiteralSet, LiteralSetExpr};
 
 use super::exchange_send::ExchangeSendExec;
 use super::fragment::FragmentExec;
@@ -35,6 +36,9 @@ const QUOTIENT_64: u8 = 1;
 const REMAINDER_64: u8 = 2;
 const QUOTIENT_32: u8 = 3;
 const REMAINDER_32: u8 = 4;
+/// A [`LiteralSetExpr`] of strings or of integers: the number of literals, then each.
+const STRING_SET: u8 = 5;
+const INTEGER_SET: u8 = 6;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -112,13 +116,33 @@ impl PhysicalExtensionCodec for FreshetCodec {
         )
     }
 
-    /// A [`ConstantDivisorExpr`] travels as its kind and divisor, its dividend as its child.
+    /// A [`ConstantDivisorExpr`] travels as its kind and divisor, its dividend as its child;
+    /// a [`LiteralSetExpr`] as its literals, the expression compared as its child.
     fn try_encode_expr(
         &self,
         node: &Arc<dyn PhysicalExpr>,
         buf: &mut Vec<u8>,
         _ctx: &PhysicalExprEncodeCtx<'_>,
     ) -> Result<()> {
+        if let Some(set) = node.downcast_ref::<LiteralSetExpr>() {
+            match set.set() {
+                LiteralSet::Strings(set) => {
+                    buf.push(STRING_SET);
+                    put_u64(buf, set.literals().len() as u64);
+                    for literal in set.literals() {
+                        put_bytes(buf, literal.as_bytes());
+                    }
+                }
+                LiteralSet::Integers(set) => {
+                    buf.push(INTEGER_SET);
+                    put_u64(buf, set.literals().len() as u64);
+                    for &literal in set.literals() {
+                        put_u64(buf, literal as u64);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let Some(divided) = node.downcast_ref::<ConstantDivisorExpr>() else {
             return plan_err!("{node} cannot be sent to a worker");
         };
@@ -145,10 +169,31 @@ impl PhysicalExtensionCodec for FreshetCodec {
         inputs: &[Arc<dyn PhysicalExpr>],
         _ctx: &PhysicalExprDecodeCtx<'_>,
     ) -> Result<Arc<dyn PhysicalExpr>> {
-        let (Some((&kind, rest)), [dividend]) = (buf.split_first(), inputs) else {
-            return plan_err!("a Freshet expression without its kind or dividend");
+        let (Some((&kind, rest)), [operand]) = (buf.split_first(), inputs) else {
+            return plan_err!("a Freshet expression without its kind or operand");
         };
-        let divisor = Reader(rest).u64()? as i64;
+        let mut reader = Reader(rest);
+        let set = match kind {
+            STRING_SET => {
+                let count = reader.u64()?;
+                let literals = (0..count)
+                    .map(|_| reader.string())
+                    .collect::<Result<Vec<_>>>()?;
+                Some(LiteralSet::Strings(StringSet::new(literals)))
+            }
+            INTEGER_SET => {
+                let count = reader.u64()?;
+                let literals = (0..count)
+                    .map(|_| Ok(reader.u64()? as i64))
+                    .collect::<Result<Vec<_>>>()?;
+                Some(LiteralSet::Integers(IntegerSet::new(literals)))
+            }
+            _ => None,
+        };
+        if let Some(set) = set {
+            return Ok(Arc::new(LiteralSetExpr::new(Arc::clone(operand), set)));
+        }
+        let divisor = reader.u64()? as i64;
         let (op, divisor) = match kind {
             QUOTIENT_64 => (Operator::Divide, ScalarValue::Int64(Some(divisor))),
             REMAINDER_64 => (Operator::Modulo, ScalarValue::Int64(Some(divisor))),
@@ -156,7 +201,7 @@ impl PhysicalExtensionCodec for FreshetCodec {
             REMAINDER_32 => (Operator::Modulo, ScalarValue::Int32(Some(divisor as i32))),
             other => return plan_err!("unknown Freshet expression kind {other}"),
         };
-        let binary = BinaryExpr::new(Arc::clone(dividend), op, lit(divisor));
+        let binary = BinaryExpr::new(Arc::clone(operand), op, lit(divisor));
         match ConstantDivisorExpr::of(&binary) {
             Some(divided) => Ok(Arc::new(divided)),
             None => plan_err!("{binary} is not a division by a constant"),
@@ -236,6 +281,35 @@ mod tests {
                 parse_physical_expr(&proto, &TaskContext::default(), &schema, &FreshetCodec)
                     .unwrap();
             assert_eq!(&decoded, &expr);
+        }
+    }
+
+    #[test]
+    fn a_literal_set_travels_as_itself() {
+        use datafusion::physical_expr::expressions::col;
+        use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
+        use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+        let schema = Schema::new(vec![
+            Field::new("state", DataType::Utf8View, true),
+            Field::new("category", DataType::Int64, true),
+        ]);
+        let strings = ["OR", "ID", "", "a literal longer than twelve bytes"];
+        let sets = [
+            ("state", LiteralSet::Strings(StringSet::new(strings))),
+            (
+                "category",
+                LiteralSet::Integers(IntegerSet::new([10, -1, i64::MIN])),
+            ),
+        ];
+        for (column, set) in sets {
+            let expr: Arc<dyn PhysicalExpr> =
+                Arc::new(LiteralSetExpr::new(col(column, &schema).unwrap(), set));
+            let proto = serialize_physical_expr(&expr, &FreshetCodec).unwrap();
+            let decoded =
+                parse_physical_expr(&proto, &TaskContext::default(), &schema, &FreshetCodec)
+                    .unwrap();
+            assert_eq!(&decoded, &expr);
+            assert_eq!(decoded.to_string(), expr.to_string());
         }
     }
 

@@ -204,6 +204,12 @@ impl KeyIndex {
         self.dense.is_some()
     }
 
+    /// Whether entries go to dense slots by value (the key is one integer and its range has
+    /// not frozen): an insert is an array write, not a hash table's.
+    pub fn dense_open(&self) -> bool {
+        self.dense.as_ref().is_some_and(|dense| !dense.frozen)
+    }
+
     /// The entries of the key hashing to `hash` whose value (for a dense index) is `value`,
     /// and whether they are that value's own (found by value, not by a hash that another key
     /// may share).

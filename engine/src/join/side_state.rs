@@ -52,6 +52,11 @@ use crate::watermark::time_range;
 /// index.
 const SCANS_BEFORE_INDEX: usize = 64;
 
+/// Single-row scans of a kept chunk before it enters a dense index ([`KeyIndex`] by value),
+/// whose entry is an array write: a few nanoseconds, about as much as a few single-row
+/// scans, or a batch scan's lookup of the row.
+const SCANS_BEFORE_DENSE_INDEX: usize = BATCH_SCAN_ROWS;
+
 /// Probing rows from which a batch scans a chunk once, looking each kept row's hash up in a
 /// table of the batch's, instead of row by row; what such a scan counts toward
 /// [`SCANS_BEFORE_INDEX`] (a lookup costs a few single-row comparisons).
@@ -201,22 +206,28 @@ impl SideState {
         }
         // A batch scan looks each kept row up among the batch's hashes; where the batch's
         // rows share few hashes (ten symbols), each lookup finds many rows to check, and the
-        // batch costs as many single-row scans as it has rows.
+        // batch costs as many single-row scans as it has rows. A dense index costs no more
+        // than that table: a chunk that a batch scan would read enters it instead.
         self.probe_table = None;
-        if self.unindexed.iter().any(|c| c.reaching > BATCH_SCAN_ROWS) {
+        let dense = self.index.dense_open();
+        if !dense && self.unindexed.iter().any(|c| c.reaching > BATCH_SCAN_ROWS) {
             let table = ProbeTable::new(probing);
             if table.heads.len() * 2 >= probe_rows {
                 self.probe_table = Some(table);
             }
         }
         let batch_scans = self.probe_table.is_some();
+        let scans_before_index = match dense {
+            true => SCANS_BEFORE_DENSE_INDEX,
+            false => SCANS_BEFORE_INDEX,
+        };
         let mut to_index = false;
         for chunk in self.unindexed.iter_mut().filter(|c| c.reaching > 0) {
             chunk.scan_cost += match batch_scans {
                 true => chunk.reaching.min(BATCH_SCAN_ROWS),
                 false => chunk.reaching,
             };
-            to_index |= chunk.scan_cost > SCANS_BEFORE_INDEX;
+            to_index |= chunk.scan_cost > scans_before_index;
         }
         if !to_index {
             return;
@@ -224,7 +235,7 @@ impl SideState {
         let (reached, kept): (Vec<Unindexed>, Vec<Unindexed>) = self
             .unindexed
             .drain(..)
-            .partition(|chunk| chunk.reaching > 0 && chunk.scan_cost > SCANS_BEFORE_INDEX);
+            .partition(|chunk| chunk.reaching > 0 && chunk.scan_cost > scans_before_index);
         self.unindexed = kept.into();
         for chunk in reached {
             self.index_chunk(chunk);
@@ -840,8 +851,9 @@ mod tests {
         let indexed: Vec<u64> = state.index.entries().map(|e| e.position.chunk).collect();
         assert_eq!(indexed.len(), 100);
         assert!(indexed.iter().all(|&chunk| chunk == 9));
-        // A few ids of a chunk's range scan it, unindexed, row by row or as a batch.
-        for rows in [2, BATCH_SCAN_ROWS + 5] {
+        // A few ids of a chunk's range scan it, unindexed, row by row; more than a batch
+        // scan's worth enter it into the dense index instead.
+        let probe_chunk_0 = |state: &mut SideState, rows: usize| {
             let values = Int64Array::from_iter_values((0..rows as i64).map(|row| 10 + row * 3));
             let hashes: Vec<u64> = values.values().iter().map(|&v| (v as u64) / 2).collect();
             let rows: Vec<u32> = (0..rows as u32).collect();
@@ -862,9 +874,15 @@ mod tests {
                     [(row, position(0, pair)), (row, position(0, pair + 1))]
                 })
                 .collect();
-            assert_eq!(scanned, want, "{} probing rows", rows.len());
-        }
+            (scanned, want)
+        };
+        let (scanned, want) = probe_chunk_0(&mut state, 2);
+        assert_eq!(scanned, want);
         assert_eq!(state.unindexed.len(), 9);
+        let (scanned, _) = probe_chunk_0(&mut state, SCANS_BEFORE_DENSE_INDEX + 1);
+        assert_eq!(scanned, Vec::new());
+        assert_eq!(state.unindexed.len(), 8);
+        assert_eq!(indexed_rows(&state), 200);
     }
 
     #[test]

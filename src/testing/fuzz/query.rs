@@ -264,6 +264,8 @@ fn predicate(rng: &mut TestRng, data: &FuzzData) -> String {
         "g IN (0, 1)",
         "v IS NULL OR i < 20",
         "coalesce(k, 'z') <> 'b'",
+        "arrow_cast(k, 'Utf8View') = 'b' OR arrow_cast(k, 'Utf8View') IN ('c', 'past twelve bytes')",
+        "i = 3 OR i = -4 OR i IN (7, 11)",
     ];
     if data.nan {
         atoms.push("NOT isnan(v)");
