@@ -8,6 +8,10 @@
 //! and can advance its watermark from the source's progress (see
 //! [`crate::progress::PartitionProgress`]).
 //!
+//! With a projection (the columns a projection right above reads: see the planner's filter
+//! projection rule), only the columns kept are filtered: the predicate reads the input
+//! batch, the rows passing are taken from its kept columns.
+//!
 //! Over a changelog (an input with an `op` column, see [`crate::changelog`]) it filters the
 //! changelog's meaning rather than its rows: an upsert that fails the predicate becomes a
 //! deletion of its key, whose earlier row may have passed; deletions pass.
@@ -20,7 +24,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -42,6 +46,8 @@ pub struct StreamFilterExec {
     properties: Arc<PlanProperties>,
     /// The input's changelog operation column, if it is a changelog.
     changelog_op: Option<usize>,
+    /// The input columns passed on, in order (`None`: every one).
+    projection: Option<Vec<usize>>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -60,8 +66,39 @@ impl StreamFilterExec {
             predicate,
             properties,
             changelog_op,
+            projection: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// The filter passing on only the input columns `projection` (in its order). Not over a
+    /// changelog, whose filter rewrites rows by their operation column.
+    pub fn with_projection(&self, projection: Option<Vec<usize>>) -> Result<Self> {
+        if projection.is_some() && self.changelog_op.is_some() {
+            return internal_err!("a filter over a changelog passes every column on");
+        }
+        let filter = FilterExecBuilder::new(Arc::clone(&self.predicate), Arc::clone(&self.input))
+            .apply_projection(projection.clone())?
+            .build()?;
+        let properties = Arc::clone(filter.properties());
+        Ok(Self {
+            input: Arc::clone(&self.input),
+            predicate: Arc::clone(&self.predicate),
+            properties,
+            changelog_op: self.changelog_op,
+            projection,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// The input columns passed on (`None`: every one).
+    pub fn projection(&self) -> Option<&[usize]> {
+        self.projection.as_deref()
+    }
+
+    /// Whether the input is a changelog (see the module documentation).
+    pub fn over_changelog(&self) -> bool {
+        self.changelog_op.is_some()
     }
 
     pub fn predicate(&self) -> &Arc<dyn PhysicalExpr> {
@@ -79,7 +116,16 @@ impl DisplayAs for StreamFilterExec {
             Some(_) => "over a changelog: an upsert that fails deletes its key",
             None => "each batch passed on at once",
         };
-        write!(f, "StreamFilterExec: {} ({how})", self.predicate)
+        write!(f, "StreamFilterExec: {}", self.predicate)?;
+        if let Some(projection) = &self.projection {
+            let schema = self.input.schema();
+            let columns: Vec<String> = projection
+                .iter()
+                .map(|&i| format!("{}@{i}", schema.field(i).name()))
+                .collect();
+            write!(f, ", projection=[{}]", columns.join(", "))?;
+        }
+        write!(f, " ({how})")
     }
 }
 
@@ -117,7 +163,11 @@ impl ExecutionPlan for StreamFilterExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("StreamFilterExec", children)?;
-        Ok(Arc::new(Self::try_new(input, Arc::clone(&self.predicate))?))
+        let filter = Self::try_new(input, Arc::clone(&self.predicate))?;
+        Ok(Arc::new(match &self.projection {
+            Some(_) => filter.with_projection(self.projection.clone())?,
+            None => filter,
+        }))
     }
 
     fn with_new_children(
@@ -139,6 +189,7 @@ impl ExecutionPlan for StreamFilterExec {
         let predicate = Arc::clone(&self.predicate);
         let metrics = BaselineMetrics::new(&self.metrics, partition);
         let changelog_op = self.changelog_op;
+        let projection = self.projection.clone();
         let filtered = input.map(move |batch| {
             let batch = batch?;
             let timer = metrics.elapsed_compute().timer();
@@ -146,13 +197,16 @@ impl ExecutionPlan for StreamFilterExec {
             let Ok(mask) = as_boolean_array(&mask) else {
                 return internal_err!("a filter predicate gave {}", mask.data_type());
             };
-            let passed = filter_rows(&batch, mask, changelog_op)?;
+            let passed = match &projection {
+                Some(columns) => filter_rows(&batch.project(columns)?, mask, changelog_op)?,
+                None => filter_rows(&batch, mask, changelog_op)?,
+            };
             timer.done();
             metrics.record_output(passed.num_rows());
             Ok(passed)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.input.schema(),
+            self.schema(),
             filtered,
         )))
     }

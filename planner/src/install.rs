@@ -10,6 +10,7 @@ use crate::aggregate_rule::StreamingAggregateRule;
 use crate::alignment_rule::SourceAlignmentRule;
 use crate::changelog_rule::ChangelogRule;
 use crate::distribution_repair::DistributionRepair;
+use crate::filter_projection_rule::FilterProjectionRule;
 use crate::functions::{faster_builtin_functions, scalar_functions, window_functions};
 use crate::interval_rule::FixedIntervalsAsDurations;
 use crate::join_rule::StreamingJoinRule;
@@ -37,7 +38,7 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// [`StreamingOverRule`], [`StatelessExchangeRule`], [`StreamFilterRule`],
 /// [`SharedFilterExpressionRule`], [`StreamSortRule`],
 /// [`UnboundedInputCheck`], [`DistributionRepair`], the lookup probe,
-/// [`ReadPlacementRule`], [`SourceAlignmentRule`] and then [`KernelExpressionRule`] go right before DataFusion's own
+/// [`ReadPlacementRule`], [`SourceAlignmentRule`] then [`KernelExpressionRule`] and [`FilterProjectionRule`] go right before DataFusion's own
 /// `SanityCheckPlan` (and DataFusion's `LimitPushPastWindows` skips plans over streams): a
 /// LIMIT DataFusion folded into an operator Freshet replaces stays a LIMIT, a stream
 /// joined to a table probes the table, joins of two streams bounded in event time become
@@ -51,7 +52,8 @@ use crate::unbounded_check::UnboundedInputCheck;
 /// what to change, DataFusion's operators above Freshet's get the partitioning they need,
 /// sources whose every core decodes for a light consumer are read where consumed, and the
 /// sources below an interval join move together in event time, and integers divided by a
-/// literal and strings compared with literals are computed by Freshet's kernels. The window functions and the `freshet.*` session options are added too,
+/// literal and columns compared with literals are computed by Freshet's kernels, and
+/// filters filter only the columns that go on. The window functions and the `freshet.*` session options are added too,
 /// and DataFusion's `SingleDistinctToGroupBy` and `PushDownLimit` are kept off the plans over
 /// streams they would get wrong ([`crate::stream_safe_rules`]).
 pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
@@ -67,6 +69,7 @@ pub fn install(mut builder: SessionStateBuilder) -> SessionStateBuilder {
             *rule = Arc::new(StreamSafeLimitPastWindows::default());
         }
     }
+    rules.insert(sanity_check, Arc::new(FilterProjectionRule));
     rules.insert(sanity_check, Arc::new(KernelExpressionRule));
     rules.insert(sanity_check, Arc::new(SourceAlignmentRule));
     rules.insert(sanity_check, Arc::new(ReadPlacementRule));

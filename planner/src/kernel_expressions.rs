@@ -87,10 +87,12 @@ impl PhysicalOptimizerRule for KernelExpressionRule {
                 let predicate = with_kernel_expressions(filter.predicate(), &schema)?;
                 if predicate.transformed {
                     let input = Arc::clone(filter.input());
-                    return Ok(Transformed::yes(Arc::new(StreamFilterExec::try_new(
-                        input,
-                        predicate.data,
-                    )?)));
+                    let projection = filter.projection().map(<[usize]>::to_vec);
+                    let filter = StreamFilterExec::try_new(input, predicate.data)?;
+                    return Ok(Transformed::yes(Arc::new(match projection {
+                        Some(_) => filter.with_projection(projection)?,
+                        None => filter,
+                    })));
                 }
             }
             Ok(Transformed::no(node))

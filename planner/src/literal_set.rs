@@ -67,6 +67,14 @@ impl LiteralSet {
         }
     }
 
+    /// The number of literals.
+    fn len(&self) -> usize {
+        match self {
+            Self::Strings(set) => set.literals().len(),
+            Self::Integers(set) => set.literals().len(),
+        }
+    }
+
     /// Whether the kernel compares values of `data_type`.
     fn compares(&self, data_type: &DataType) -> bool {
         matches!(
@@ -209,7 +217,10 @@ impl Hash for LiteralSetExpr {
 
 impl fmt::Display for LiteralSetExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} IN ({})", self.operand, self.set.sql())
+        match self.set.len() {
+            1 => write!(f, "{} = {}", self.operand, self.set.sql()),
+            _ => write!(f, "{} IN ({})", self.operand, self.set.sql()),
+        }
     }
 }
 
@@ -260,7 +271,10 @@ impl PhysicalExpr for LiteralSetExpr {
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.operand.fmt_sql(f)?;
-        write!(f, " IN ({})", self.set.sql())
+        match self.set.len() {
+            1 => write!(f, " = {}", self.set.sql()),
+            _ => write!(f, " IN ({})", self.set.sql()),
+        }
     }
 }
 

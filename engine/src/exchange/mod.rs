@@ -423,6 +423,9 @@ impl StreamExchangeExec {
                     .then(|| (Arc::clone(progress), offset, node.name()));
             }
             node = if let Some(filter) = node.downcast_ref::<StreamFilterExec>() {
+                if let Some(projection) = filter.projection() {
+                    column = *projection.get(column)?;
+                }
                 filter.input()
             } else if let Some(lookup) = node.downcast_ref::<LookupJoinExec>() {
                 column = lookup.stream_column(column)?;
