@@ -41,6 +41,11 @@ use crate::plan_util::single_child;
 pub struct StreamFilterExec {
     input: Arc<dyn ExecutionPlan>,
     predicate: Arc<dyn PhysicalExpr>,
+    /// The predicate as DataFusion planned it, before Freshet's kernels stood in for parts
+    /// of it ([`Self::with_kernel_predicate`]): what the properties are derived from, as
+    /// DataFusion reads which columns a predicate pins to a constant from its own
+    /// expressions only.
+    planned_predicate: Arc<dyn PhysicalExpr>,
     /// DataFusion's `FilterExec`'s: the input's, with the columns the predicate pins to a
     /// constant (an ORDER BY on them is then met).
     properties: Arc<PlanProperties>,
@@ -63,6 +68,7 @@ impl StreamFilterExec {
         let changelog_op = op_column(&input.schema());
         Ok(Self {
             input,
+            planned_predicate: Arc::clone(&predicate),
             predicate,
             properties,
             changelog_op,
@@ -77,18 +83,39 @@ impl StreamFilterExec {
         if projection.is_some() && self.changelog_op.is_some() {
             return internal_err!("a filter over a changelog passes every column on");
         }
-        let filter = FilterExecBuilder::new(Arc::clone(&self.predicate), Arc::clone(&self.input))
+        let planned = Arc::clone(&self.planned_predicate);
+        let filter = FilterExecBuilder::new(planned, Arc::clone(&self.input))
             .apply_projection(projection.clone())?
             .build()?;
         let properties = Arc::clone(filter.properties());
         Ok(Self {
             input: Arc::clone(&self.input),
             predicate: Arc::clone(&self.predicate),
+            planned_predicate: Arc::clone(&self.planned_predicate),
             properties,
             changelog_op: self.changelog_op,
             projection,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// The filter with `predicate`, which computes the same as its predicate (by Freshet's
+    /// kernels), in its place; its properties stay those of the predicate planned.
+    pub fn with_kernel_predicate(&self, predicate: Arc<dyn PhysicalExpr>) -> Self {
+        Self {
+            input: Arc::clone(&self.input),
+            predicate,
+            planned_predicate: Arc::clone(&self.planned_predicate),
+            properties: Arc::clone(&self.properties),
+            changelog_op: self.changelog_op,
+            projection: self.projection.clone(),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// The predicate as DataFusion planned it (see [`Self::with_kernel_predicate`]).
+    pub fn planned_predicate(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.planned_predicate
     }
 
     /// The input columns passed on (`None`: every one).
@@ -163,11 +190,14 @@ impl ExecutionPlan for StreamFilterExec {
         _options: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("StreamFilterExec", children)?;
-        let filter = Self::try_new(input, Arc::clone(&self.predicate))?;
-        Ok(Arc::new(match &self.projection {
+        let filter = Self::try_new(input, Arc::clone(&self.planned_predicate))?;
+        let filter = match &self.projection {
             Some(_) => filter.with_projection(self.projection.clone())?,
             None => filter,
-        }))
+        };
+        Ok(Arc::new(
+            filter.with_kernel_predicate(Arc::clone(&self.predicate)),
+        ))
     }
 
     fn with_new_children(

@@ -80,25 +80,30 @@ fn filter_below_projection(
     if !plain {
         return Ok(None);
     }
-    // The predicate's columns, as the projection's input numbers them.
-    let predicate = Arc::clone(filter.predicate()).transform_up(|expr| {
-        let Some(column) = expr.downcast_ref::<Column>() else {
-            return Ok(Transformed::no(expr));
-        };
-        match exprs[column.index()].expr.downcast_ref::<Column>() {
-            Some(below) => Ok(Transformed::yes(
-                Arc::new(below.clone()) as Arc<dyn PhysicalExpr>
-            )),
-            None => Ok(Transformed::no(expr)),
-        }
-    })?;
-    let reads_literal = collect_columns(filter.predicate())
+    let reads_literal = collect_columns(filter.planned_predicate())
         .iter()
         .any(|column| exprs[column.index()].expr.is::<Literal>());
     if reads_literal {
         return Ok(None);
     }
-    let filtered = StreamFilterExec::try_new(Arc::clone(projection.input()), predicate.data)?;
+    // The predicates' columns, as the projection's input numbers them.
+    let below = |predicate: &Arc<dyn PhysicalExpr>| {
+        Arc::clone(predicate).transform_up(|expr| {
+            let Some(column) = expr.downcast_ref::<Column>() else {
+                return Ok(Transformed::no(expr));
+            };
+            match exprs[column.index()].expr.downcast_ref::<Column>() {
+                Some(below) => Ok(Transformed::yes(
+                    Arc::new(below.clone()) as Arc<dyn PhysicalExpr>
+                )),
+                None => Ok(Transformed::no(expr)),
+            }
+        })
+    };
+    let planned = below(filter.planned_predicate())?.data;
+    let predicate = below(filter.predicate())?.data;
+    let filtered = StreamFilterExec::try_new(Arc::clone(projection.input()), planned)?
+        .with_kernel_predicate(predicate);
     let projected = ProjectionExec::try_new(exprs.to_vec(), Arc::new(filtered))?;
     Ok(Some(Arc::new(projected)))
 }

@@ -86,13 +86,8 @@ impl PhysicalOptimizerRule for KernelExpressionRule {
                 let schema = filter.input().schema();
                 let predicate = with_kernel_expressions(filter.predicate(), &schema)?;
                 if predicate.transformed {
-                    let input = Arc::clone(filter.input());
-                    let projection = filter.projection().map(<[usize]>::to_vec);
-                    let filter = StreamFilterExec::try_new(input, predicate.data)?;
-                    return Ok(Transformed::yes(Arc::new(match projection {
-                        Some(_) => filter.with_projection(projection)?,
-                        None => filter,
-                    })));
+                    let filter = filter.with_kernel_predicate(predicate.data);
+                    return Ok(Transformed::yes(Arc::new(filter)));
                 }
             }
             Ok(Transformed::no(node))
@@ -179,5 +174,35 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["divisor", "datafusion", "set", "datafusion"]);
+    }
+
+    #[test]
+    fn a_filter_keeps_the_columns_its_planned_predicate_pins() {
+        // `s = 'y'` pins `s`: an ORDER BY or PARTITION BY on it is met below the filter, and
+        // DataFusion's sort requirements count on that after the kernel stands in.
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8View, true)]));
+        let input = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+        let predicate: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+            col("s", &schema).unwrap(),
+            Operator::Eq,
+            lit(ScalarValue::Utf8View(Some("y".to_string()))),
+        ));
+        let plan = Arc::new(StreamFilterExec::try_new(input, predicate).unwrap());
+        let pinned = |plan: &Arc<dyn ExecutionPlan>| {
+            plan.properties().equivalence_properties().constants().len()
+        };
+        let planned = pinned(&(Arc::clone(&plan) as Arc<dyn ExecutionPlan>));
+        assert!(planned > 0);
+        let optimized = KernelExpressionRule
+            .optimize(plan, &ConfigOptions::default())
+            .unwrap();
+        let filter = optimized.downcast_ref::<StreamFilterExec>().unwrap();
+        assert!(
+            filter
+                .predicate()
+                .downcast_ref::<LiteralSetExpr>()
+                .is_some()
+        );
+        assert_eq!(pinned(&optimized), planned);
     }
 }
