@@ -8,8 +8,9 @@
 //! q22's three directories of the same urls; and the expression Freshet puts in place of
 //! DataFusion's division of an integer column by a literal, Nexmark q13's `auction % 10000`
 //! (and the quotient `auction / 10000`) of bid auction ids; and the expression Freshet puts
-//! in place of DataFusion's comparisons of a string column with literals, Nexmark q3's
-//! `state = 'OR' OR state = 'ID' OR state = 'CA'` and one equality, of people's states.
+//! in place of DataFusion's comparisons of a column with literals, Nexmark q3's `state =
+//! 'OR' OR state = 'ID' OR state = 'CA'` (and one equality) of people's states and its
+//! `category = 10` of auctions.
 //! Run with `cargo bench -p freshet-bench --bench functions`.
 
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use datafusion::functions::string::split_part;
 use datafusion::logical_expr::{ColumnarValue, Operator, ScalarFunctionArgs, ScalarUDF};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, col, lit};
-use freshet_engine::kernels::StringSet;
+use freshet_engine::kernels::{IntegerSet, StringSet};
 use freshet_planner::{
     ConstantDivisorExpr, LiteralSet, LiteralSetExpr, regexp_extract_function, split_part_function,
     to_char_function,
@@ -194,43 +195,59 @@ fn functions(c: &mut Criterion) {
         });
     }
     group.finish();
-    string_set(c);
+    literal_set(c);
 }
 
-/// q3's filter of people by state, DataFusion's ORs of equalities against Freshet's set.
-fn string_set(c: &mut Criterion) {
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "state",
-        DataType::Utf8View,
-        false,
-    )]));
+/// q3's filters, DataFusion's equalities (and their ORs) against Freshet's literal sets:
+/// people by state, auctions by category.
+fn literal_set(c: &mut Criterion) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("state", DataType::Utf8View, false),
+        Field::new("category", DataType::Int64, false),
+    ]));
     let states = ["AZ", "CA", "ID", "OR", "WA", "WY"];
-    let column = StringViewArray::from_iter_values((0..ROWS).map(|row| states[row * 7 % 6]));
-    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(column)])
-        .expect("a batch of states");
-    let state = || col("state", &schema).expect("the column");
-    let equals = |value: &str| -> Arc<dyn PhysicalExpr> {
-        let value = lit(ScalarValue::Utf8View(Some(value.to_string())));
-        Arc::new(BinaryExpr::new(state(), Operator::Eq, value))
+    let state_column = StringViewArray::from_iter_values((0..ROWS).map(|row| states[row * 7 % 6]));
+    let categories = Int64Array::from_iter_values((0..ROWS as i64).map(|row| 10 + row * 3 % 5));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(state_column), Arc::new(categories)],
+    )
+    .expect("a batch of states and categories");
+    let column = |name: &str| col(name, &schema).expect("the column");
+    let equals = |name: &str, value: ScalarValue| -> Arc<dyn PhysicalExpr> {
+        Arc::new(BinaryExpr::new(column(name), Operator::Eq, lit(value)))
     };
+    let state = |value: &str| equals("state", ScalarValue::Utf8View(Some(value.to_string())));
     let or = |l, r| -> Arc<dyn PhysicalExpr> { Arc::new(BinaryExpr::new(l, Operator::Or, r)) };
     let evaluate = |expr: &dyn PhysicalExpr| {
         expr.evaluate(&batch)
             .and_then(|value| value.into_array(ROWS))
             .expect("the expression's value")
     };
-    let mut group = c.benchmark_group("string_set");
+    let strings = |literals: &[&str]| LiteralSet::Strings(StringSet::new(literals));
+    let mut group = c.benchmark_group("literal_set");
     group.throughput(Throughput::Elements(ROWS as u64));
     let cases = [
         (
             "q3 state in three",
-            or(or(equals("OR"), equals("ID")), equals("CA")),
-            vec!["OR", "ID", "CA"],
+            or(or(state("OR"), state("ID")), state("CA")),
+            LiteralSetExpr::new(column("state"), strings(&["OR", "ID", "CA"])),
         ),
-        ("state equals one", equals("CA"), vec!["CA"]),
+        (
+            "state equals one",
+            state("CA"),
+            LiteralSetExpr::new(column("state"), strings(&["CA"])),
+        ),
+        (
+            "q3 category equals 10",
+            equals("category", ScalarValue::Int64(Some(10))),
+            LiteralSetExpr::new(
+                column("category"),
+                LiteralSet::Integers(IntegerSet::new([10])),
+            ),
+        ),
     ];
-    for (name, datafusion, literals) in cases {
-        let freshet = LiteralSetExpr::new(state(), LiteralSet::Strings(StringSet::new(literals)));
+    for (name, datafusion, freshet) in cases {
         assert_eq!(
             evaluate(&freshet).as_ref(),
             evaluate(datafusion.as_ref()).as_ref()
@@ -240,6 +257,29 @@ fn string_set(c: &mut Criterion) {
         });
         group.bench_function(format!("{name}: Freshet"), |b| {
             b.iter(|| evaluate(&freshet))
+        });
+    }
+    // The category filter as the first reader of a batch: successive slices of a column of
+    // 1 GiB, four times the last level cache, so that each is read from memory.
+    const COLD_VALUES: usize = 1 << 27;
+    let cold = Int64Array::from_iter_values((0..COLD_VALUES as i64).map(|row| 10 + row * 3 % 5));
+    let mut next_slice = 0;
+    let mut slice = || {
+        next_slice = (next_slice + ROWS) % (COLD_VALUES - ROWS);
+        let categories = Arc::new(cold.slice(next_slice, ROWS));
+        let states = Arc::clone(batch.column(0));
+        RecordBatch::try_new(Arc::clone(&schema), vec![states, categories])
+            .expect("a slice of categories")
+    };
+    let category = col("category", &schema).expect("the column");
+    let datafusion = BinaryExpr::new(Arc::clone(&category), Operator::Eq, lit(10_i64));
+    let freshet = LiteralSetExpr::new(category, LiteralSet::Integers(IntegerSet::new([10])));
+    for (name, expr) in [
+        ("DataFusion", &datafusion as &dyn PhysicalExpr),
+        ("Freshet", &freshet),
+    ] {
+        group.bench_function(format!("q3 category equals 10, cold: {name}"), |b| {
+            b.iter(|| expr.evaluate(&slice()).expect("the expression's value"))
         });
     }
     group.finish();
