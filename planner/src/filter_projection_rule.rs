@@ -88,20 +88,12 @@ fn filter_below_projection(
     }
     // The predicates' columns, as the projection's input numbers them.
     let below = |predicate: &Arc<dyn PhysicalExpr>| {
-        Arc::clone(predicate).transform_up(|expr| {
-            let Some(column) = expr.downcast_ref::<Column>() else {
-                return Ok(Transformed::no(expr));
-            };
-            match exprs[column.index()].expr.downcast_ref::<Column>() {
-                Some(below) => Ok(Transformed::yes(
-                    Arc::new(below.clone()) as Arc<dyn PhysicalExpr>
-                )),
-                None => Ok(Transformed::no(expr)),
-            }
+        columns_moved(predicate, |column| {
+            exprs[column.index()].expr.downcast_ref::<Column>().cloned()
         })
     };
-    let planned = below(filter.planned_predicate())?.data;
-    let predicate = below(filter.predicate())?.data;
+    let planned = below(filter.planned_predicate())?;
+    let predicate = below(filter.predicate())?;
     let filtered = StreamFilterExec::try_new(Arc::clone(projection.input()), planned)?
         .with_kernel_predicate(predicate);
     let projected = ProjectionExec::try_new(exprs.to_vec(), Arc::new(filtered))?;
@@ -131,19 +123,19 @@ fn filter_projected(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Exec
     }
     let kept: Vec<usize> = read.into_iter().collect();
     let filtered: Arc<dyn ExecutionPlan> = Arc::new(filter.with_projection(Some(kept.clone()))?);
+    // Each input column's place among those the filter passes on.
+    let mut place = vec![None; filter.input().schema().fields().len()];
+    for (at, &column) in kept.iter().enumerate() {
+        place[column] = Some(at);
+    }
     let exprs = projection
         .expr()
         .iter()
         .map(|projected| {
-            let expr = Arc::clone(&projected.expr).transform_up(|expr| {
-                let Some(column) = expr.downcast_ref::<Column>() else {
-                    return Ok(Transformed::no(expr));
-                };
-                let at = kept.iter().position(|&i| i == column.index()).unwrap_or(0);
-                let moved = Column::new(column.name(), at);
-                Ok(Transformed::yes(Arc::new(moved) as Arc<dyn PhysicalExpr>))
+            let expr = columns_moved(&projected.expr, |column| {
+                place[column.index()].map(|at| Column::new(column.name(), at))
             })?;
-            Ok(ProjectionExpr::new(expr.data, projected.alias.clone()))
+            Ok(ProjectionExpr::new(expr, projected.alias.clone()))
         })
         .collect::<Result<Vec<_>>>()?;
     let schema = filtered.schema();
@@ -157,6 +149,21 @@ fn filter_projected(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Exec
         return Ok(Some(filtered));
     }
     Ok(Some(Arc::new(ProjectionExec::try_new(exprs, filtered)?)))
+}
+
+/// `expr` with each column that `moved` gives a new column for replaced by it.
+fn columns_moved(
+    expr: &Arc<dyn PhysicalExpr>,
+    moved: impl Fn(&Column) -> Option<Column>,
+) -> Result<Arc<dyn PhysicalExpr>> {
+    Arc::clone(expr)
+        .transform_up(|expr| {
+            let Some(column) = expr.downcast_ref::<Column>().and_then(&moved) else {
+                return Ok(Transformed::no(expr));
+            };
+            Ok(Transformed::yes(Arc::new(column) as Arc<dyn PhysicalExpr>))
+        })
+        .map(|transformed| transformed.data)
 }
 
 #[cfg(test)]
