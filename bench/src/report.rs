@@ -8,6 +8,16 @@ fn millions(rate: f64) -> String {
     format!("{:.1} M", rate / 1e6)
 }
 
+/// Nanoseconds with two significant digits below 10, so that a query that costs one or two
+/// nanoseconds a record still shows which engine spent less.
+fn nanoseconds(ns: f64) -> String {
+    if ns < 10.0 {
+        format!("{ns:.1}")
+    } else {
+        format!("{ns:.0}")
+    }
+}
+
 /// The results as an aligned text table.
 pub fn table(results: &[ScenarioResult]) -> String {
     let header = [
@@ -36,8 +46,8 @@ pub fn table(results: &[ScenarioResult]) -> String {
                 millions(r.freshet_records_per_second() / r.partitions.max(1) as f64),
                 millions(r.datafusion_records_per_second()),
                 format!("{:.2}x", r.ratio()),
-                format!("{:.0}", r.freshet_cpu_ns_per_record()),
-                format!("{:.0}", r.datafusion_cpu_ns_per_record()),
+                nanoseconds(r.freshet_cpu_ns_per_record()),
+                nanoseconds(r.datafusion_cpu_ns_per_record()),
                 r.output_rows.to_string(),
                 r.peak_rss_bytes
                     .map(|b| format!("{} MiB", b >> 20))
