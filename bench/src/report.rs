@@ -8,8 +8,8 @@ fn millions(rate: f64) -> String {
     format!("{:.1} M", rate / 1e6)
 }
 
-/// Nanoseconds with two significant digits below 10, so that a query that costs one or two
-/// nanoseconds a record still shows which engine spent less.
+/// Nanoseconds to a tenth below 10, so that a query that costs one or two nanoseconds a
+/// record still shows which engine spent less.
 fn nanoseconds(ns: f64) -> String {
     if ns < 10.0 {
         format!("{ns:.1}")
