@@ -43,10 +43,10 @@ pub use vocabulary::{EmitMode, WindowKind};
 /// A query in Freshet's dialect, ready for DataFusion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamingSql {
-    /// The statement to plan; `None` when the SQL holds no streaming syntax, and DataFusion
-    /// takes it as written.
+    /// The statement to plan; `None` when the SQL holds no streaming syntax and is not a
+    /// query in the generic dialect: DataFusion then parses it as written.
     pub statement: Option<Statement>,
-    /// The statement as SQL (the SQL as written when there is no statement).
+    /// The statement as SQL (the SQL as written when it holds no streaming syntax).
     pub sql: String,
     pub emit: EmitMode,
     /// The window of the first query block that has one.
@@ -104,7 +104,14 @@ pub fn rewrite_with(
     };
     let (window, bound) = bind_windows(&mut statement)?;
     if !rewritten && !bound {
-        return Ok(as_written(window));
+        // A plain query keeps its parsed statement, which DataFusion would parse again the
+        // same way; in another dialect than the one tokenized in, or as another kind of
+        // statement (DataFusion's parser has statements of its own), DataFusion parses it.
+        let mut plain = as_written(window);
+        if dialect.is::<GenericDialect>() && matches!(statement, Statement::Query(_)) {
+            plain.statement = Some(statement);
+        }
+        return Ok(plain);
     }
     Ok(StreamingSql {
         sql: statement.to_string(),
@@ -130,6 +137,23 @@ mod tests {
 
     fn squash(sql: &str) -> String {
         sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn a_plain_query_is_parsed_once_in_the_generic_dialect_only() {
+        let sql = "SELECT auction, price FROM bid WHERE price > 10";
+        let out = rewrite(sql, &no_event_time).unwrap();
+        assert_eq!(out.sql, sql);
+        let Some(statement) = out.statement else {
+            panic!("a plain query keeps its parsed statement");
+        };
+        assert_eq!(statement.to_string(), sql);
+        // Another dialect tokenizes otherwise, and DataFusion's own statements are its own.
+        let postgres = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        let out = rewrite_with(sql, &no_event_time, &postgres, 50).unwrap();
+        assert_eq!(out.statement, None);
+        let out = rewrite("SET datafusion.execution.batch_size = 1024", &no_event_time).unwrap();
+        assert_eq!(out.statement, None);
     }
 
     #[test]
