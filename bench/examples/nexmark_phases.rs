@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::common::{DataFusionError, Result, exec_err};
 use datafusion::datasource::MemTable;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlanProperties;
@@ -26,49 +27,56 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 type Phases = [Duration; 4];
 
 /// Rows of every stream, each drained in a task of its own as the bench does.
-async fn drain(streams: Vec<SendableRecordBatchStream>) -> u64 {
+async fn drain(streams: Vec<SendableRecordBatchStream>) -> Result<u64> {
     let tasks: Vec<_> = streams
         .into_iter()
         .map(|mut stream| {
             tokio::spawn(async move {
                 let mut rows = 0;
                 while let Some(batch) = stream.next().await {
-                    rows += batch.expect("a batch").num_rows() as u64;
+                    rows += batch?.num_rows() as u64;
                 }
-                rows
+                Ok::<_, DataFusionError>(rows)
             })
         })
         .collect();
     let mut rows = 0;
     for task in tasks {
-        rows += task.await.expect("a drain task");
+        rows += task
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
     }
-    rows
+    Ok(rows)
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: nexmark_phases QUERY RUNS [EVENTS]";
-    let query = nexmark_query(args.get(1).expect(usage)).expect("a query q0 … q22");
-    let runs: u32 = args.get(2).expect(usage).parse().expect(usage);
-    let events = args.get(3).map_or(10_000_000, |events| {
-        let events = events.to_ascii_uppercase();
-        match events.strip_suffix('M') {
-            Some(millions) => millions.parse::<u64>().expect(usage) * 1_000_000,
-            None => events.parse().expect(usage),
+    let usage = || DataFusionError::Plan("usage: nexmark_phases QUERY RUNS [EVENTS]".into());
+    let query = args
+        .get(1)
+        .and_then(|name| nexmark_query(name))
+        .ok_or_else(usage)?;
+    let runs: u32 = args
+        .get(2)
+        .and_then(|runs| runs.parse().ok())
+        .ok_or_else(usage)?;
+    let events = match args.get(3).map(|events| events.to_ascii_uppercase()) {
+        None => 10_000_000,
+        Some(events) => match events.strip_suffix('M') {
+            Some(millions) => millions.parse::<u64>().map(|m| m * 1_000_000),
+            None => events.parse(),
         }
-    });
-    assert!(
-        !query.side_input,
-        "q13 reads a side input this tool does not register"
-    );
+        .map_err(|_| usage())?,
+    };
+    if query.side_input || runs == 0 {
+        return exec_err!("q13 reads a side input this tool does not register; runs ≥ 1");
+    }
     let batches: Vec<_> = query
         .reads
         .iter()
         .map(|table| GeneratorSpec::nexmark(*table, Some(events)).generate_all())
-        .collect::<Result<_, _>>()
-        .expect("the generated events");
+        .collect::<Result<_>>()?;
     let (mut freshet, mut datafusion): (Phases, Phases) = Default::default();
     for _ in 0..runs {
         let start = Instant::now();
@@ -80,13 +88,12 @@ async fn main() {
                 out_of_orderness: Duration::from_secs(4),
                 ..StreamOptions::default()
             };
-            ctx.register_batches(table.name(), table.schema(), batches.clone(), options)
-                .expect("a stream");
+            ctx.register_batches(table.name(), table.schema(), batches.clone(), options)?;
         }
         let registered = Instant::now();
-        let plan = ctx.sql(query.sql).await.expect("Freshet's plan");
+        let plan = ctx.sql(query.sql).await?;
         let planned = Instant::now();
-        drain(plan.execute_partitions().expect("Freshet's streams")).await;
+        drain(plan.execute_partitions()?).await?;
         let drained = Instant::now();
         add(&mut freshet, [start, session, registered, planned, drained]);
 
@@ -98,23 +105,18 @@ async fn main() {
         }
         let session = Instant::now();
         for (table, batches) in query.reads.iter().zip(&batches) {
-            let memory = MemTable::try_new(table.schema(), vec![batches.clone()]).expect("a table");
-            ctx.register_table(table.name(), Arc::new(memory))
-                .expect("a table");
+            let memory = MemTable::try_new(table.schema(), vec![batches.clone()])?;
+            ctx.register_table(table.name(), Arc::new(memory))?;
         }
         let registered = Instant::now();
-        let frame = ctx.sql(query.batch_sql).await.expect("DataFusion's plan");
+        let frame = ctx.sql(query.batch_sql).await?;
         let task_ctx = Arc::new(frame.task_ctx());
-        let plan = frame
-            .create_physical_plan()
-            .await
-            .expect("DataFusion's plan");
+        let plan = frame.create_physical_plan().await?;
         let planned = Instant::now();
         let streams = (0..plan.output_partitioning().partition_count())
             .map(|partition| plan.execute(partition, Arc::clone(&task_ctx)))
-            .collect::<Result<_, _>>()
-            .expect("DataFusion's streams");
-        drain(streams).await;
+            .collect::<Result<_>>()?;
+        drain(streams).await?;
         let drained = Instant::now();
         add(
             &mut datafusion,
@@ -139,6 +141,7 @@ async fn main() {
     );
     println!("  Freshet    {}", line(&freshet));
     println!("  DataFusion {}", line(&datafusion));
+    Ok(())
 }
 
 /// Adds the spans between consecutive `marks` to `phases`.
